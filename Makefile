@@ -1,0 +1,36 @@
+# aotc developer entry points. Everything runs inside .venv, created on first use.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+JOBS   ?= 2
+
+.PHONY: all venv demo test test-fast zoo-full bench support-matrix clean
+
+all: test
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+# Build the sample model, compile it for the C target, run it, print parity with ONNX Runtime.
+demo: venv
+	@mkdir -p build/demo
+	$(BIN)/python -m models.build mlp -o build/demo/mlp.onnx
+	$(BIN)/aotc compile build/demo/mlp.onnx --target c -o build/demo/out --shape x=1x64
+	$(BIN)/python -c "import numpy as np; np.save('build/demo/x.npy', np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32))"
+	$(BIN)/aotc run build/demo/out --input x=build/demo/x.npy --output-dir build/demo/outputs
+	$(BIN)/aotc check build/demo/mlp.onnx --target c --shape x=1x64
+
+test: venv
+	$(BIN)/python -m pytest -q -n $(JOBS) -m "not slow" tests
+
+# Full-size zoo models (ResNet-50, BERT-base, GPT-2 small, ...) through `aotc check`; writes docs/ZOO.md.
+zoo-full: venv
+	$(BIN)/python -m models.check_zoo --size full --report docs/ZOO.md
+
+clean:
+	rm -rf build .pytest_cache

@@ -1,0 +1,52 @@
+"""Seeded random inputs for a model, by dtype and by use.
+
+Floats are standard normal. Integer inputs that feed Gather/GatherElements/GatherND indices
+(token ids, positions) are drawn from the indexed dimension's valid range; other integer
+inputs (masks, flags) from {0, 1}; bools are fair coin flips.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.graph import Graph
+
+
+def _index_bound(g: Graph, name: str) -> int | None:
+    bound = None
+    for n in g.nodes:
+        for pos, i in enumerate(n.inputs):
+            if i != name:
+                continue
+            data = g.values.get(n.inputs[0]) if n.inputs else None
+            if n.op_type == "Gather" and pos == 1 and data is not None:
+                axis = int(n.attr("axis", 0))
+                d = data.shape[axis] if data.shape else None
+            elif n.op_type in ("GatherElements",) and pos == 1 and data is not None:
+                d = data.shape[int(n.attr("axis", 0))]
+            elif n.op_type == "GatherND" and pos == 1 and data is not None:
+                d = min(data.shape) if data.shape else None
+            else:
+                continue
+            if d is not None:
+                bound = d if bound is None else min(bound, d)
+    return bound
+
+
+def sample_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """`g` is the imported graph (before optimization), so the uses of each input are visible."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name in g.inputs:
+        v = g.values[name]
+        dt, shape = v.dtype, v.shape
+        if dt.kind == "f":
+            a = rng.standard_normal(shape).astype(dt)
+        elif dt.kind == "b":
+            a = rng.random(shape) < 0.5
+        elif dt.kind in "iu":
+            hi = _index_bound(g, name)
+            a = rng.integers(0, hi if hi else 2, size=shape).astype(dt)
+        else:
+            raise ValueError(f"cannot sample inputs of dtype {dt}")
+        out[name] = np.ascontiguousarray(a)
+    return out

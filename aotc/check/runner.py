@@ -1,0 +1,90 @@
+"""`aotc check`: compile, run aotc and ONNX Runtime on the same inputs, compare."""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional
+
+import numpy as np
+
+from ..api import CompiledModel
+from ..compiler import compile_model
+from ..frontend import import_model, load_onnx
+from .inputs import sample_inputs
+from .parity import OutputReport, compare
+
+
+@dataclass
+class CheckResult:
+    model: str
+    target: str
+    rtol: float
+    atol: float
+    outputs: list[OutputReport] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(o.passed for o in self.outputs)
+
+    def as_dict(self) -> dict:
+        return {"model": self.model, "target": self.target, "rtol": self.rtol, "atol": self.atol,
+                "passed": self.passed, "outputs": [o.as_dict() for o in self.outputs]}
+
+
+def reference_outputs(model_path, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, dict(feeds))
+
+
+def run_check(model_path, target: str = "c", inputs: Optional[Mapping[str, np.ndarray]] = None,
+              rtol: float = 1e-4, atol: float = 1e-5, shapes: Optional[Mapping] = None,
+              consts: Optional[Mapping] = None, output_dir=None, seed: int = 0, weights: str = "auto",
+              progress=None) -> CheckResult:
+    consts = dict(consts or {})
+    shapes = dict(shapes or {})
+    if inputs:
+        for k, v in inputs.items():
+            shapes.setdefault(k, tuple(np.asarray(v).shape))
+    tmp = None
+    if output_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="aotc-check-")
+        output_dir = tmp.name
+    try:
+        out = compile_model(model_path, target=target, output_dir=output_dir, shapes=shapes, consts=consts,
+                            weights=weights, progress=progress)
+        m = CompiledModel(out)
+        if inputs is None:
+            g = import_model(load_onnx(model_path), "check", shapes, consts)
+            feeds = sample_inputs(g, seed)
+        else:
+            feeds = {k: np.asarray(v) for k, v in inputs.items()}
+        got = m.run({k: feeds[k] for k in m.input_names})
+        ref = reference_outputs(model_path, {**feeds, **{k: np.asarray(v) for k, v in consts.items()}})
+        res = CheckResult(str(model_path), target, rtol, atol)
+        for name, a, b in zip(m.output_names, got, ref):
+            res.outputs.append(compare(name, a, b, rtol, atol))
+        return res
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def junit_xml(res: CheckResult) -> str:
+    from xml.sax.saxutils import quoteattr
+    fails = sum(not o.passed for o in res.outputs)
+    lines = ['<?xml version="1.0" encoding="UTF-8"?>',
+             f'<testsuite name={quoteattr("aotc check " + Path(res.model).name)} tests="{len(res.outputs)}" '
+             f'failures="{fails}">']
+    for o in res.outputs:
+        lines.append(f'  <testcase classname={quoteattr(Path(res.model).name)} name={quoteattr(o.name)}>')
+        if not o.passed:
+            msg = (f"max_abs_err={o.max_abs_err:.3g} max_rel_err={o.max_rel_err:.3g} max_ulp={o.max_ulp:.0f} "
+                   f"mismatches={o.mismatches} {o.note}")
+            lines.append(f'    <failure message={quoteattr(msg)}/>')
+        lines.append("  </testcase>")
+    lines.append("</testsuite>")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,233 @@
+"""The `aotc` command line."""
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import List, Optional
+
+import numpy as np
+import typer
+from rich.console import Console
+
+from . import __version__
+from .errors import AotcError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="aotc: ahead-of-time compiler from ONNX models to C shared libraries.")
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
+_state = {"verbose": False}
+
+
+def _version(value: bool):
+    if value:
+        out.print(f"aotc {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show tracebacks and pass timings."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+):
+    _state["verbose"] = verbose
+
+
+@contextmanager
+def _progress(message: str):
+    if sys.stderr.isatty():
+        with err.status(f"{message}..."):
+            yield
+    else:
+        yield
+
+
+def _fail(e: BaseException) -> None:
+    if _state["verbose"]:
+        traceback.print_exc()
+    if isinstance(e, AotcError):
+        err.print(f"[bold red]error:[/] {e.message}", markup=True)
+        if e.hint:
+            err.print(f"[bold]hint:[/] {e.hint}", markup=True)
+        raise typer.Exit(e.exit_code)
+    err.print(f"[bold red]error:[/] internal error: {type(e).__name__}: {e}", markup=True)
+    err.print("[bold]hint:[/] re-run with --verbose for the traceback, and please report it", markup=True)
+    raise typer.Exit(2)
+
+
+def _parse_shapes(items: List[str]) -> dict:
+    shapes = {}
+    for it in items or []:
+        name, sep, dims = it.rpartition("=")
+        if not sep or not name:
+            raise AotcError(f"--shape {it!r} is not NAME=DIMS", "example: --shape x=1x3x224x224")
+        try:
+            shapes[name] = tuple(int(d) for d in dims.lower().split("x")) if dims else ()
+        except ValueError:
+            raise AotcError(f"--shape {it!r}: dims must be integers separated by 'x'",
+                            "example: --shape x=1x3x224x224") from None
+        if any(d < 0 for d in shapes[name]):
+            raise AotcError(f"--shape {it!r}: dims must not be negative")
+    return shapes
+
+
+def _load_arrays(items: List[str], flag: str) -> dict:
+    arrays = {}
+    for it in items or []:
+        name, sep, path = it.partition("=")
+        if not sep:
+            # a bare .npz file supplies every input it contains
+            p = Path(it)
+            if p.suffix == ".npz" and p.is_file():
+                with np.load(p) as z:
+                    arrays.update({k: z[k] for k in z.files})
+                continue
+            raise AotcError(f"{flag} {it!r} is not NAME=FILE.npy (or a .npz file)")
+        p = Path(path)
+        if not p.is_file():
+            raise AotcError(f"{flag} {name}: no such file {path}")
+        try:
+            a = np.load(p, allow_pickle=False)
+        except Exception as e:
+            raise AotcError(f"{flag} {name}: cannot read {path} as .npy/.npz: {e}") from None
+        if isinstance(a, np.lib.npyio.NpzFile):
+            with a:
+                if name in a.files:
+                    arrays[name] = a[name]
+                elif len(a.files) == 1:
+                    arrays[name] = a[a.files[0]]
+                else:
+                    raise AotcError(f"{flag} {name}: {path} has several arrays and none named {name!r}")
+        else:
+            arrays[name] = a
+    return arrays
+
+
+@app.command("compile")
+def compile_cmd(
+    model: Path = typer.Argument(..., help="The .onnx file."),
+    target: str = typer.Option("c", "--target", "-t", help="Target: c, c-avx2, c-avx512 (see targets/)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Directory to write the artifact into."),
+    name: Optional[str] = typer.Option(None, "--name", help="C prefix for every symbol (default: file name)."),
+    shape: List[str] = typer.Option([], "--shape", help="Fix an input's shape: NAME=1x3x224x224. Repeatable."),
+    const: List[str] = typer.Option([], "--const", help="Bind an input to a constant: NAME=file.npy. Repeatable."),
+    weights: str = typer.Option("auto", "--weights", help="embed (static const C data), external "
+                                "(NAME.weights file), or auto (external above 8 MiB)."),
+    no_fuse: bool = typer.Option(False, "--no-fuse", help="One kernel per node (for debugging)."),
+):
+    """Compile MODEL into DIR: lib<name>.so, <name>.h, the C sources and manifest.json."""
+    try:
+        from .compiler import compile_model
+        d = compile_model(model, target=target, output_dir=output, name=name, shapes=_parse_shapes(shape),
+                          consts=_load_arrays(const, "--const"), weights=weights, fuse=not no_fuse,
+                          progress=_progress)
+        m = json.loads((d / "manifest.json").read_text())
+        out.print(f"wrote {d}/{m['library']} ({m['kernels']} kernels, workspace {m['workspace_bytes']} bytes, "
+                  f"weights {m['weights']['bytes']} bytes {m['weights']['mode']})")
+    except typer.Exit:
+        raise
+    except Exception as e:
+        _fail(e)
+
+
+@app.command("run")
+def run_cmd(
+    artifact: Path = typer.Argument(..., help="Directory written by `aotc compile`."),
+    input: List[str] = typer.Option([], "--input", "-i", help="NAME=file.npy, or a .npz with every input."),
+    output_dir: Path = typer.Option(Path("."), "--output-dir", help="Where to write <output>.npy files."),
+):
+    """Run a compiled artifact on inputs from .npy/.npz files; writes one .npy per output."""
+    try:
+        from .api import load
+        m = load(artifact)
+        arrays = _load_arrays(input, "--input")
+        results = m.run(arrays)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        from .kernel.lowering import c_ident
+        for name, a in zip(m.output_names, results):
+            p = output_dir / f"{c_ident(name)}.npy"
+            np.save(p, a)
+            out.print(f"{name}: {a.dtype}{list(a.shape)} -> {p}")
+    except typer.Exit:
+        raise
+    except Exception as e:
+        _fail(e)
+
+
+@app.command("check")
+def check_cmd(
+    model: Path = typer.Argument(..., help="The .onnx file."),
+    target: str = typer.Option("c", "--target", "-t", help="Target to compile for."),
+    input: List[str] = typer.Option([], "--input", "-i", help="NAME=file.npy (default: seeded random inputs)."),
+    shape: List[str] = typer.Option([], "--shape", help="NAME=1x3x224x224, as for compile."),
+    const: List[str] = typer.Option([], "--const", help="NAME=file.npy, as for compile."),
+    rtol: float = typer.Option(1e-4, "--rtol", help="Relative tolerance for float outputs."),
+    atol: float = typer.Option(1e-5, "--atol", help="Absolute tolerance for float outputs."),
+    seed: int = typer.Option(0, "--seed", help="Seed for the random inputs."),
+    report: Optional[Path] = typer.Option(None, "--report", help="Write a JSON report here."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here."),
+    keep: Optional[Path] = typer.Option(None, "--keep", help="Keep the compiled artifact in this directory."),
+):
+    """Compile MODEL, run it and ONNX Runtime on the same inputs, compare every output.
+    Exit 0: parity; 1: mismatch; 2: cannot compile."""
+    try:
+        from .check.runner import junit_xml, run_check
+        arrays = _load_arrays(input, "--input") or None
+        res = run_check(model, target=target, inputs=arrays, rtol=rtol, atol=atol, shapes=_parse_shapes(shape),
+                        consts=_load_arrays(const, "--const"), output_dir=keep, seed=seed, progress=_progress)
+    except typer.Exit:
+        raise
+    except Exception as e:
+        _fail(e)
+        return
+    out.print(f"{model.name} on target {target} (rtol {rtol:g}, atol {atol:g})")
+    out.print(f"  {'output':24} {'shape':>18} {'max abs err':>12} {'max rel err':>12} {'max ULP':>10}  result")
+    for o in res.outputs:
+        verdict = "[green]ok[/]" if o.passed else f"[red]MISMATCH ({o.mismatches} elements) {o.note}[/]"
+        out.print(f"  {o.name[:24]:24} {str(o.shape):>18} {o.max_abs_err:12.3g} {o.max_rel_err:12.3g} "
+                  f"{o.max_ulp:10.0f}  {verdict}")
+    out.print("[green]PASS[/]" if res.passed else "[red]FAIL[/]")
+    if report:
+        report.write_text(json.dumps(res.as_dict(), indent=2) + "\n")
+    if junit:
+        junit.write_text(junit_xml(res))
+    raise typer.Exit(0 if res.passed else 1)
+
+
+@app.command("inspect")
+def inspect_cmd(
+    model: Path = typer.Argument(..., help="The .onnx file."),
+    target: str = typer.Option("c", "--target", "-t"),
+    shape: List[str] = typer.Option([], "--shape", help="NAME=1x3x224x224, as for compile."),
+    const: List[str] = typer.Option([], "--const", help="NAME=file.npy, as for compile."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+):
+    """Op histogram, unsupported ops, node and kernel counts after optimization, fusion
+    groups and the memory plan (arena, sum of intermediates, lower bound)."""
+    try:
+        from .inspect import inspect_model
+        info = inspect_model(model, target, _parse_shapes(shape), _load_arrays(const, "--const"),
+                             progress=_progress)
+    except typer.Exit:
+        raise
+    except Exception as e:
+        _fail(e)
+        return
+    if as_json:
+        out.print_json(json.dumps(info))
+        return
+    from .inspect import format_text
+    out.print(format_text(info), markup=False)
+    if info["unsupported"]:
+        raise typer.Exit(2)
+
+
+def main():
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+"""ONNX file -> graph IR.
+
+Reads the protobuf (external data only from inside the model's own folder), inlines local
+functions, binds user shapes and constants, and builds the Graph with nodes in dependency
+order. Shape inference and folding happen afterwards (passes.infer).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, numpy_helper
+
+from ..errors import ModelError, ShapeError, UnsupportedError
+from ..ir import dtypes
+from ..ir.graph import Graph, Node, Value
+
+MIN_OPSET = 7
+
+
+def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
+    """Parse an ONNX file and its external data, refusing anything outside its folder."""
+    p = Path(path)
+    if not p.exists():
+        raise ModelError(f"no such file: {p}", "check the path to the .onnx model")
+    if p.is_dir():
+        raise ModelError(f"{p} is a directory, not an ONNX file")
+    data = p.read_bytes()
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception as e:  # protobuf raises DecodeError, or RuntimeWarning-ish errors
+        raise ModelError(f"{p} is not an ONNX model (protobuf parse failed: {e})",
+                         "is the file truncated, or another format?") from None
+    if not model.HasField("graph") or model.ir_version <= 0 or not model.opset_import:
+        raise ModelError(f"{p} is not an ONNX model (no graph, IR version or opset)",
+                         "is the file truncated, or another format?")
+    _load_external_data(model, p.parent.resolve())
+    if model.functions:
+        try:
+            from onnx import inliner
+            model = inliner.inline_local_functions(model)
+        except Exception as e:
+            raise ModelError(f"cannot inline the model's local functions: {e}") from None
+    return model
+
+
+def _tensors_with_external_data(graph: onnx.GraphProto):
+    for t in graph.initializer:
+        yield t
+    for n in graph.node:
+        for a in n.attribute:
+            if a.type == AttributeProto.TENSOR:
+                yield a.t
+            elif a.type == AttributeProto.GRAPH:
+                yield from _tensors_with_external_data(a.g)
+            elif a.type == AttributeProto.GRAPHS:
+                for sub in a.graphs:
+                    yield from _tensors_with_external_data(sub)
+
+
+def _load_external_data(model: onnx.ModelProto, base: Path) -> None:
+    for t in _tensors_with_external_data(model.graph):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        loc = info.get("location", "")
+        target = (base / loc).resolve()
+        if not loc or os.path.isabs(loc) or (base != target and base not in target.parents):
+            raise ModelError(f"tensor {t.name!r} names external data {loc!r} outside the model's folder",
+                             "external data files must sit in the model's folder or below it")
+        if not target.is_file():
+            raise ModelError(f"tensor {t.name!r}: external data file {loc!r} not found next to the model")
+        offset = int(info.get("offset", 0) or 0)
+        length = info.get("length")
+        size = target.stat().st_size
+        need = int(length) if length else size - offset
+        if offset < 0 or offset + need > size:
+            raise ModelError(f"tensor {t.name!r}: external data {loc!r} is shorter than the tensor needs")
+        with open(target, "rb") as f:
+            f.seek(offset)
+            t.raw_data = f.read(need)
+        t.data_location = onnx.TensorProto.DEFAULT
+        del t.external_data[:]
+
+
+def _attr_value(a: AttributeProto):
+    if a.type == AttributeProto.FLOAT:
+        return float(a.f)
+    if a.type == AttributeProto.INT:
+        return int(a.i)
+    if a.type == AttributeProto.STRING:
+        return a.s.decode("utf-8", "replace")
+    if a.type == AttributeProto.TENSOR:
+        return numpy_helper.to_array(a.t)
+    if a.type == AttributeProto.FLOATS:
+        return [float(x) for x in a.floats]
+    if a.type == AttributeProto.INTS:
+        return [int(x) for x in a.ints]
+    if a.type == AttributeProto.STRINGS:
+        return [s.decode("utf-8", "replace") for s in a.strings]
+    if a.type == AttributeProto.GRAPH:
+        return a.g
+    if a.type == AttributeProto.GRAPHS:
+        return list(a.graphs)
+    if a.type == AttributeProto.TENSORS:
+        return [numpy_helper.to_array(t) for t in a.tensors]
+    return a  # sparse tensors, type protos: kept raw; ops that need them say so
+
+
+def model_sha256(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _value_info_type(vi: onnx.ValueInfoProto):
+    tt = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type"):
+        raise ModelError(f"input {vi.name!r} is not a tensor (sequences and maps are not supported)")
+    dt = dtypes.from_onnx(tt.elem_type)
+    dims = []
+    if tt.HasField("shape"):
+        for d in tt.shape.dim:
+            dims.append(int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?"))
+    else:
+        dims = None
+    return dt, dims
+
+
+def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[str, tuple] | None = None,
+                 consts: Mapping[str, np.ndarray] | None = None) -> Graph:
+    shapes = {k: tuple(int(d) for d in v) for k, v in (shapes or {}).items()}
+    consts = dict(consts or {})
+    opset = None
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            opset = imp.version
+    if opset is None:
+        raise ModelError("the model imports no default-domain (ai.onnx) opset")
+    if opset < MIN_OPSET:
+        raise ModelError(f"opset {opset} is older than the oldest supported, {MIN_OPSET}",
+                         "re-export the model with a newer opset")
+    gp = model.graph
+    g = Graph(name, opset)
+
+    for t in gp.initializer:
+        try:
+            arr = numpy_helper.to_array(t)
+            dt = dtypes.from_onnx(t.data_type)
+        except dtypes.UnsupportedDtype as e:
+            raise UnsupportedError([f"initializer {t.name!r}: {e}"]) from None
+        arr = np.ascontiguousarray(arr.astype(dt, copy=False))
+        g.add_value(Value(t.name, dt, tuple(arr.shape), arr))
+
+    known = set(shapes) | set(consts)
+    input_names = [vi.name for vi in gp.input]
+    for k in known:
+        if k not in input_names:
+            raise ShapeError(f"--shape/--const names {k!r}, which is not a graph input",
+                             f"graph inputs are: {', '.join(input_names) or '(none)'}")
+    for vi in gp.input:
+        if vi.name in g.values:        # an initializer also listed as input (old exporters)
+            continue
+        try:
+            dt, dims = _value_info_type(vi)
+        except dtypes.UnsupportedDtype as e:
+            raise UnsupportedError([f"graph input {vi.name!r}: {e}"]) from None
+        if vi.name in consts:
+            arr = np.ascontiguousarray(np.asarray(consts[vi.name]).astype(dt))
+            if dims is not None and len(dims) != arr.ndim:
+                raise ShapeError(f"--const {vi.name}: array has rank {arr.ndim}, the model says {len(dims)}")
+            g.add_value(Value(vi.name, dt, tuple(arr.shape), arr))
+            continue
+        if vi.name in shapes:
+            given = shapes[vi.name]
+            if dims is not None:
+                if len(given) != len(dims):
+                    raise ShapeError(f"--shape {vi.name}: rank {len(given)} given, the model says {len(dims)}")
+                for k, (a, b) in enumerate(zip(given, dims)):
+                    if isinstance(b, int) and b != a:
+                        raise ShapeError(f"--shape {vi.name}: dim {k} is {b} in the model, {a} given")
+            dims = list(given)
+        if dims is None or any(not isinstance(d, int) for d in dims):
+            shown = "?" if dims is None else "x".join(str(d) for d in dims)
+            example = "1x3x224x224" if dims is None else "x".join(str(d) if isinstance(d, int) else "1" for d in dims)
+            raise ShapeError(f"input {vi.name!r} has unbound symbolic dimensions ({shown})",
+                             f"fix them at compile time with --shape {vi.name}={example} "
+                             "(Python: shapes={...}), choosing the sizes you need")
+        g.add_value(Value(vi.name, dt, tuple(dims)))
+        g.inputs.append(vi.name)
+
+    nodes = []
+    for k, n in enumerate(gp.node):
+        attrs = {a.name: _attr_value(a) for a in n.attribute}
+        nodes.append(Node(n.op_type, list(n.input), list(n.output), attrs, n.name or f"{n.op_type}_{k}", n.domain))
+    g.nodes = _topo_sort(nodes, set(g.values))
+    g.outputs = [o.name for o in gp.output]
+    produced = {o for n in g.nodes for o in n.outputs if o} | set(g.values)
+    for o in g.outputs:
+        if o not in produced:
+            raise ModelError(f"graph output {o!r} is not computed by any node")
+    return g
+
+
+def _topo_sort(nodes: list[Node], available: set[str]) -> list[Node]:
+    producer: dict[str, int] = {}
+    for k, n in enumerate(nodes):
+        for o in n.outputs:
+            if not o:
+                continue
+            if o in producer or o in available:
+                raise ModelError(f"value {o!r} is produced twice (by node {n.name!r})", "the graph is not in SSA form")
+            producer[o] = k
+    for n in nodes:
+        for i in n.inputs:
+            if i and i not in producer and i not in available:
+                raise ModelError(f"node {n.name!r} ({n.op_type}) reads {i!r}, which nothing produces",
+                                 "the graph has a dangling input")
+    order, state = [], [0] * len(nodes)      # 0 new, 1 visiting, 2 done
+    for start in range(len(nodes)):
+        if state[start]:
+            continue
+        stack = [(start, 0)]
+        while stack:
+            k, pos = stack.pop()
+            if pos == 0:
+                if state[k] == 2:
+                    continue
+                state[k] = 1
+            deps = [producer[i] for i in nodes[k].inputs if i and i in producer]
+            if pos < len(deps):
+                stack.append((k, pos + 1))
+                d = deps[pos]
+                if state[d] == 1:
+                    raise ModelError(f"the graph has a cycle through node {nodes[d].name!r} ({nodes[d].op_type})")
+                if state[d] == 0:
+                    stack.append((d, 0))
+                continue
+            state[k] = 2
+            order.append(nodes[k])
+    return order

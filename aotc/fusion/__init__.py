@@ -1,0 +1,1 @@
+from .groups import Group, form_groups  # noqa: F401

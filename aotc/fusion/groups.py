@@ -1,0 +1,88 @@
+"""Fusion: partition the graph's nodes into groups that each become one kernel.
+
+A group is an optional *anchor* (any non-elementwise op: Conv, MatMul, Softmax, ...)
+followed by a *chain* of elementwise ops that all produce the group's shape. The chain
+runs inside the anchor's kernel as an epilogue (bias, activation, residual add), or on
+its own as one loop nest when there is no anchor. View ops (Reshape & co.) form groups
+of their own that generate no code.
+
+Rule that keeps this correct: a node may join group G only if every input it takes from
+outside G was computed before G runs. Values made inside a group that something outside
+needs (or that are graph outputs) are stored; the rest stay in registers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..ir.graph import Graph, Node
+from ..ops import registry
+
+
+@dataclass
+class Group:
+    index: int
+    anchor: Optional[Node]
+    chain: list[Node] = field(default_factory=list)
+    view: bool = False
+
+    @property
+    def nodes(self) -> list[Node]:
+        return ([self.anchor] if self.anchor is not None else []) + self.chain
+
+    @property
+    def label(self) -> str:
+        return "+".join(n.op_type for n in self.nodes)
+
+
+def form_groups(g: Graph, fuse: bool = True) -> list[Group]:
+    groups: list[Group] = []
+    made_by: dict[str, Group] = {}          # value name -> group that computes it
+
+    def ready_before(value: str, grp: Group) -> bool:
+        src = made_by.get(value)
+        return src is None or src is grp or src.index < grp.index
+
+    def group_shape(grp: Group):
+        last = grp.nodes[-1]
+        return g.values[last.outputs[0]].shape
+
+    for node in g.nodes:
+        op = registry.get(node.op_type)
+        if op.view:
+            grp = Group(len(groups), node, view=True)
+        elif op.pointwise is not None:
+            grp = None
+            if fuse:
+                grp = _find_host(g, node, made_by, ready_before, group_shape)
+            if grp is not None:
+                grp.chain.append(node)
+                for o in node.outputs:
+                    made_by[o] = grp
+                continue
+            grp = Group(len(groups), None, [node])
+        else:
+            grp = Group(len(groups), node)
+        groups.append(grp)
+        for o in node.outputs:
+            if o:
+                made_by[o] = grp
+    return groups
+
+
+def _find_host(g: Graph, node: Node, made_by, ready_before, group_shape) -> Optional[Group]:
+    shape = g.values[node.outputs[0]].shape
+    candidates = sorted({made_by[i].index: made_by[i] for i in node.inputs if i in made_by}.items(),
+                        reverse=True)
+    for _, grp in candidates:
+        if grp.view:
+            continue
+        if grp.anchor is not None:
+            op = registry.get(grp.anchor.op_type)
+            if not op.accepts_epilogue or len([o for o in grp.anchor.outputs if o]) != 1:
+                continue
+        if group_shape(grp) != shape:
+            continue
+        if all(not i or ready_before(i, grp) for i in node.inputs):
+            return grp
+    return None

@@ -1,0 +1,68 @@
+"""`aotc inspect`: what the compiler sees in a model and what it makes of it."""
+from __future__ import annotations
+
+from .compiler import analyze, default_name
+from .frontend import import_model, load_onnx
+from .ops import registry
+
+
+def inspect_model(path, target: str = "c", shapes=None, consts=None, progress=None) -> dict:
+    g = import_model(load_onnx(path), default_name(path), shapes, consts)
+    info = {
+        "model": str(path),
+        "opset": g.opset,
+        "op_histogram": g.op_histogram(),
+        "nodes_before": len(g.nodes),
+        "unsupported": [
+            {"op_type": n.op_type, "domain": n.domain or "ai.onnx", "opset": g.opset, "node": n.name}
+            for n in g.nodes if not registry.is_supported(n)
+        ],
+    }
+    if info["unsupported"]:
+        return info
+    c = analyze(path, target, None, shapes, consts, progress=progress)
+    info.update({
+        "nodes_after": len(c.graph.nodes),
+        "op_histogram_after": c.graph.op_histogram(),
+        "kernels": len(c.steps),
+        "groups": [
+            {"kernel": st.kernel.name, "nodes": [f"{n.op_type}:{n.name}" for n in st.group.nodes]}
+            for st in c.steps
+        ],
+        "views": sum(1 for grp in c.groups if grp.view),
+        "memory_plan": c.plan.summary(),
+        "inputs": {n: list(c.graph.values[n].shape) for n in c.graph.inputs},
+        "outputs": {n: list(c.graph.values[n].shape) for n in c.graph.outputs},
+    })
+    return info
+
+
+def _mib(n: int) -> str:
+    return f"{n:,} B ({n / 1048576:.2f} MiB)"
+
+
+def format_text(info: dict) -> str:
+    L = [f"model: {info['model']}  (opset {info['opset']})", f"nodes: {info['nodes_before']}", "op histogram:"]
+    for op, k in info["op_histogram"].items():
+        L.append(f"  {op:28} {k}")
+    if info["unsupported"]:
+        L.append(f"unsupported operators ({len(info['unsupported'])}):")
+        for u in info["unsupported"]:
+            L.append(f"  {u['op_type']} (domain {u['domain']}, opset {u['opset']}) in node {u['node']!r}")
+        return "\n".join(L)
+    L.append("unsupported operators: none")
+    L.append(f"after optimization: {info['nodes_after']} nodes -> {info['kernels']} kernels "
+             f"(+{info['views']} views, no code)")
+    L.append("fusion groups:")
+    for grp in info["groups"]:
+        L.append(f"  {grp['kernel']:40} {' + '.join(grp['nodes'])}")
+    mp = info["memory_plan"]
+    L.append("memory plan:")
+    L.append(f"  arena (workspace)         {_mib(mp['arena_bytes'])}")
+    L.append(f"  sum of intermediates      {_mib(mp['intermediates_bytes'])}")
+    L.append(f"  lower bound (peak live)   {_mib(mp['lower_bound_bytes'])}")
+    if mp["lower_bound_bytes"]:
+        L.append(f"  arena / lower bound       {mp['arena_bytes'] / mp['lower_bound_bytes']:.3f}")
+    L.append(f"  weights                   {_mib(mp['weights_bytes'])}")
+    L.append(f"  in-place reuses           {mp['inplace_reuses']}")
+    return "\n".join(L)

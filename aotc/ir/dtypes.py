@@ -1,0 +1,75 @@
+"""Element types: ONNX TensorProto codes <-> numpy dtypes <-> C types."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+# ONNX element type code -> numpy dtype, for the types the C target can hold.
+_ONNX_TO_NP = {
+    TensorProto.FLOAT: np.dtype(np.float32),
+    TensorProto.DOUBLE: np.dtype(np.float64),
+    TensorProto.INT8: np.dtype(np.int8),
+    TensorProto.INT16: np.dtype(np.int16),
+    TensorProto.INT32: np.dtype(np.int32),
+    TensorProto.INT64: np.dtype(np.int64),
+    TensorProto.UINT8: np.dtype(np.uint8),
+    TensorProto.UINT16: np.dtype(np.uint16),
+    TensorProto.UINT32: np.dtype(np.uint32),
+    TensorProto.UINT64: np.dtype(np.uint64),
+    TensorProto.BOOL: np.dtype(np.bool_),
+}
+_NP_TO_ONNX = {v: k for k, v in _ONNX_TO_NP.items()}
+
+# numpy dtype -> C type used for storage. Bool is one byte holding 0 or 1, as numpy stores it.
+_C_TYPES = {
+    np.dtype(np.float32): "float",
+    np.dtype(np.float64): "double",
+    np.dtype(np.int8): "int8_t",
+    np.dtype(np.int16): "int16_t",
+    np.dtype(np.int32): "int32_t",
+    np.dtype(np.int64): "int64_t",
+    np.dtype(np.uint8): "uint8_t",
+    np.dtype(np.uint16): "uint16_t",
+    np.dtype(np.uint32): "uint32_t",
+    np.dtype(np.uint64): "uint64_t",
+    np.dtype(np.bool_): "uint8_t",
+}
+
+FLOAT32 = np.dtype(np.float32)
+FLOAT64 = np.dtype(np.float64)
+INT64 = np.dtype(np.int64)
+INT32 = np.dtype(np.int32)
+BOOL = np.dtype(np.bool_)
+
+
+class UnsupportedDtype(ValueError):
+    pass
+
+
+def from_onnx(code: int) -> np.dtype:
+    try:
+        return _ONNX_TO_NP[code]
+    except KeyError:
+        name = TensorProto.DataType.Name(code) if code in TensorProto.DataType.values() else str(code)
+        raise UnsupportedDtype(f"element type {name} is not supported") from None
+
+
+def to_onnx(dtype) -> int:
+    return _NP_TO_ONNX[np.dtype(dtype)]
+
+
+def c_type(dtype) -> str:
+    return _C_TYPES[np.dtype(dtype)]
+
+
+def name(dtype) -> str:
+    """Short human name, as used in the manifest: float32, int64, bool..."""
+    return np.dtype(dtype).name
+
+
+def from_name(s: str) -> np.dtype:
+    return np.dtype(s)
+
+
+def is_float(dtype) -> bool:
+    return np.dtype(dtype).kind == "f"

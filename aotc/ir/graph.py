@@ -1,0 +1,150 @@
+"""The graph IR: a typed SSA graph where every value has a dtype and a static shape.
+
+Values are named; each is produced by exactly one node, or is a graph input, or a
+constant (an initializer or a folded result, held as a numpy array). Nodes keep ONNX's
+op_type/attribute vocabulary so that op definitions read like the ONNX spec.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+
+
+@dataclass
+class Value:
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    const: np.ndarray | None = None
+
+    @property
+    def is_const(self) -> bool:
+        return self.const is not None
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class Node:
+    op_type: str
+    inputs: list[str]           # "" marks an omitted optional input
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
+    domain: str = ""
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        return self.attrs.get(key, default)
+
+    def __repr__(self) -> str:
+        return f"{self.op_type}({', '.join(self.inputs)}) -> {', '.join(self.outputs)} [{self.name}]"
+
+
+class Graph:
+    def __init__(self, name: str = "model", opset: int = 17):
+        self.name = name
+        self.opset = opset
+        self.values: dict[str, Value] = {}
+        self.nodes: list[Node] = []
+        self.inputs: list[str] = []
+        self.outputs: list[str] = []
+        self._counter = 0
+
+    # -- construction -------------------------------------------------------------------
+    def add_value(self, v: Value) -> Value:
+        self.values[v.name] = v
+        return v
+
+    def add_const(self, array: np.ndarray, hint: str = "const") -> str:
+        name = self.fresh_name(hint)
+        arr = np.ascontiguousarray(array)
+        self.values[name] = Value(name, arr.dtype, tuple(arr.shape), arr)
+        return name
+
+    def fresh_name(self, hint: str) -> str:
+        while True:
+            self._counter += 1
+            name = f"{hint}__{self._counter}"
+            if name not in self.values:
+                return name
+
+    # -- queries ------------------------------------------------------------------------
+    def value(self, name: str) -> Value:
+        return self.values[name]
+
+    def producers(self) -> dict[str, Node]:
+        return {o: n for n in self.nodes for o in n.outputs if o}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        out: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            for i in n.inputs:
+                if i:
+                    out.setdefault(i, []).append(n)
+        return out
+
+    def const(self, name: str) -> np.ndarray | None:
+        if not name:
+            return None
+        v = self.values.get(name)
+        return None if v is None else v.const
+
+    def op_histogram(self) -> dict[str, int]:
+        hist: dict[str, int] = {}
+        for n in self.nodes:
+            hist[n.op_type] = hist.get(n.op_type, 0) + 1
+        return dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    # -- editing ------------------------------------------------------------------------
+    def forward(self, old: str, new: str) -> bool:
+        """Make every reader of value `old` read `new` instead, so `old`'s producer can go.
+
+        A graph output keeps its public name, so when `old` is an output the value `new`
+        is renamed to `old` instead; that is only possible when `new` is an ordinary
+        intermediate. Returns False (and changes nothing) when it cannot be done.
+        """
+        if old not in self.outputs:
+            for n in self.nodes:
+                n.inputs = [new if i == old else i for i in n.inputs]
+            return True
+        v = self.values.get(new)
+        if v is None or v.is_const or new in self.inputs or new in self.outputs:
+            return False
+        for n in self.nodes:
+            n.inputs = [old if i == new else i for i in n.inputs]
+            n.outputs = [old if o == new else o for o in n.outputs]
+        ov = self.values[old]
+        self.values[old] = Value(old, ov.dtype, ov.shape, None)
+        del self.values[new]
+        return True
+
+    def prune_values(self) -> None:
+        """Forget values nothing refers to any more."""
+        live = set(self.inputs) | set(self.outputs)
+        for n in self.nodes:
+            live.update(i for i in n.inputs if i)
+            live.update(o for o in n.outputs if o)
+        for name in list(self.values):
+            if name not in live:
+                del self.values[name]
+
+    def copy(self) -> "Graph":
+        g = Graph(self.name, self.opset)
+        g.values = {k: Value(v.name, v.dtype, v.shape, v.const) for k, v in self.values.items()}
+        g.nodes = [Node(n.op_type, list(n.inputs), list(n.outputs), dict(n.attrs), n.name, n.domain)
+                   for n in self.nodes]
+        g.inputs = list(self.inputs)
+        g.outputs = list(self.outputs)
+        g._counter = self._counter
+        return g

@@ -1,0 +1,42 @@
+"""Graph verifier: run after every pass so a broken pass is caught where it broke things."""
+from __future__ import annotations
+
+from .graph import Graph
+
+
+class VerifyError(AssertionError):
+    pass
+
+
+def verify(g: Graph, where: str = "") -> None:
+    ctx = f" (after {where})" if where else ""
+    defined: set[str] = set()
+    for name in g.inputs:
+        if name not in g.values:
+            raise VerifyError(f"graph input {name!r} has no value{ctx}")
+        defined.add(name)
+    for name, v in g.values.items():
+        if v.const is not None:
+            defined.add(name)
+            if tuple(v.const.shape) != tuple(v.shape) or v.const.dtype != v.dtype:
+                raise VerifyError(f"constant {name!r} disagrees with its value type{ctx}")
+    produced: set[str] = set()
+    for n in g.nodes:
+        for i in n.inputs:
+            if i and i not in defined:
+                raise VerifyError(f"{n.op_type} node {n.name!r} reads {i!r} before it is defined{ctx}")
+        for o in n.outputs:
+            if not o:
+                continue
+            if o in produced or o in g.inputs or (o in g.values and g.values[o].const is not None):
+                raise VerifyError(f"value {o!r} is defined twice{ctx}")
+            if o not in g.values:
+                raise VerifyError(f"{n.op_type} node {n.name!r} output {o!r} has no type{ctx}")
+            v = g.values[o]
+            if any((not isinstance(d, int)) or d < 0 for d in v.shape):
+                raise VerifyError(f"value {o!r} has a non-static shape {v.shape}{ctx}")
+            produced.add(o)
+            defined.add(o)
+    for o in g.outputs:
+        if o not in defined:
+            raise VerifyError(f"graph output {o!r} is never computed{ctx}")

@@ -1,0 +1,218 @@
+"""Lower fusion groups to kernels (kernel IR), recording which graph values each reads and writes."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from ..fusion.groups import Group
+from ..ir.graph import Graph, Value
+from ..ops import registry
+from .context import LowerCtx
+from .ir import Buffer, Builder, Const, Expr, Kernel, Load, Var, const, walk_buffers
+
+
+@dataclass
+class KernelStep:
+    kernel: Kernel
+    group: Group
+    binds: dict[str, str]                    # kernel param name -> graph value name
+    scratch: list[Buffer] = field(default_factory=list)
+
+    @property
+    def reads(self) -> list[str]:
+        return [v for p, v in self.binds.items() if self._param(p).role == "in"]
+
+    @property
+    def writes(self) -> list[str]:
+        return [v for p, v in self.binds.items() if self._param(p).role == "out"]
+
+    def _param(self, name: str) -> Buffer:
+        for p in self.kernel.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+def c_ident(name: str, limit: int = 48) -> str:
+    s = re.sub(r"[^0-9A-Za-z_]", "_", name).strip("_")
+    s = re.sub(r"_+", "_", s)
+    if not s or s[0].isdigit():
+        s = "v_" + s
+    return s[-limit:].lstrip("_") if len(s) > limit else s
+
+
+class _Params:
+    """Names kernel parameters after the graph values they hold, unique within a kernel."""
+
+    def __init__(self, b: Builder):
+        self.by_value: dict[str, Buffer] = {}
+        self.b = b
+
+    def get(self, v: Value, role: str) -> Buffer:
+        buf = self.by_value.get(v.name)
+        if buf is not None:
+            return buf
+        name = self.b.fresh(c_ident(v.name))
+        buf = Buffer(name, v.dtype, tuple(v.shape), role)
+        self.by_value[v.name] = buf
+        return buf
+
+
+def lower_groups(g: Graph, groups: list[Group], target: dict) -> list[KernelStep]:
+    consumers = g.consumers()
+    steps = []
+    for grp in groups:
+        if grp.view:
+            continue
+        steps.append(_lower_group(g, grp, consumers, target, len(steps)))
+    return steps
+
+
+def _stored(g: Graph, grp: Group, consumers) -> list[str]:
+    inside = {id(n) for n in grp.nodes}
+    out = []
+    for n in grp.nodes:
+        for o in n.outputs:
+            if not o:
+                continue
+            if o in g.outputs or any(id(c) not in inside for c in consumers.get(o, [])):
+                out.append(o)
+    return out
+
+
+def _lower_group(g: Graph, grp: Group, consumers, target, k: int) -> KernelStep:
+    stored = _stored(g, grp, consumers)
+    b = Builder()
+    params = _Params(b)
+    scratch: list[Buffer] = []
+    anchor_buf: dict[str, Buffer] = {}      # value -> buffer holding it inside this kernel
+
+    if grp.anchor is not None:
+        node = grp.anchor
+        op = registry.get(node.op_type)
+        ins = [params.get(g.values[i], "in") if i else None for i in node.inputs]
+        outs = []
+        for o in node.outputs:
+            if not o:
+                outs.append(None)
+                continue
+            v = g.values[o]
+            if o in stored:
+                buf = params.get(v, "out")
+            else:
+                # an internal value: the anchor writes it into the chain's stored output
+                # when that has the same type, else into scratch
+                target_val = _chain_home(g, grp, stored, v)
+                if target_val is not None:
+                    buf = params.get(g.values[target_val], "out")
+                else:
+                    buf = Buffer(b.fresh(c_ident(o)), v.dtype, tuple(v.shape), "scratch")
+                    scratch.append(buf)
+            anchor_buf[o] = buf
+            outs.append(buf)
+        ctx = LowerCtx(node, g, ins, outs, b, target)
+        op.lower(node, ctx)
+        scratch.extend(ctx.scratch_buffers)
+
+    if grp.chain:
+        _lower_chain(g, grp, stored, params, anchor_buf, b)
+
+    label = "_".join(n.op_type.lower().replace(".", "_") for n in grp.nodes)
+    name = f"k{k:03d}_{label}"[:60]
+    names = ", ".join(f"{n.op_type} '{n.name}'" if n.name else n.op_type for n in grp.nodes)
+    used = walk_buffers(b.body)
+    ordered = [p for p in used if p.role == "in"] + [p for p in used if p.role == "out"]
+    for p in params.by_value.values():          # outputs always appear, even if unused
+        if p.role == "out" and p not in ordered:
+            ordered.append(p)
+    scratch_used = [p for p in used if p.role == "scratch"]
+    kern = Kernel(name, names, ordered, b.body, scratch_used)
+    binds = {p.name: v for v, p in params.by_value.items() if p in ordered}
+    return KernelStep(kern, grp, binds, scratch_used)
+
+
+def _chain_home(g: Graph, grp: Group, stored: list[str], v: Value) -> Optional[str]:
+    chain_outs = [o for n in grp.chain for o in n.outputs if o in stored]
+    if len(chain_outs) == 1 and g.values[chain_outs[0]].dtype == v.dtype:
+        return chain_outs[0]
+    return None
+
+
+def _lower_chain(g: Graph, grp: Group, stored, params: _Params, anchor_buf, b: Builder) -> None:
+    """One loop nest over the group's shape computing the elementwise chain."""
+    shape = tuple(g.values[grp.chain[-1].outputs[0]].shape)
+    produced = {o for n in grp.chain for o in n.outputs}
+    # operands read from memory: anchor outputs and values from outside the group
+    operands: dict[str, Buffer] = {}
+    scalars: dict[str, Expr] = {}
+    for n in grp.chain:
+        for i in n.inputs:
+            if not i or i in produced or i in operands or i in scalars:
+                continue
+            v = g.values[i]
+            if v.const is not None and v.size == 1:
+                scalars[i] = _scalar(v)
+            elif i in anchor_buf:
+                operands[i] = anchor_buf[i]
+            else:
+                operands[i] = params.get(v, "in")
+    outs = {o: params.get(g.values[o], "out") for o in stored if o in produced}
+
+    rank = len(shape)
+    def bstrides(vshape):
+        vshape = (1,) * (rank - len(vshape)) + tuple(vshape)
+        st, acc = [0] * rank, 1
+        for d in range(rank - 1, -1, -1):
+            st[d] = 0 if vshape[d] == 1 else acc
+            acc *= vshape[d]
+        return st
+
+    all_strides = {name: bstrides(buf.shape) for name, buf in operands.items()}
+    out_strides = bstrides(shape)
+    dims = _merge_dims(shape, list(all_strides.values()) + [out_strides])
+    loop_shape = [d for d, _ in dims]
+    with b.loops(loop_shape, [f"i{k}" for k in range(len(loop_shape))]) as idx:
+        def offset(st_full):
+            off = const(0)
+            for (extent, members), var in zip(dims, idx):
+                off = off + var * st_full[members[-1]]
+            return off
+
+        env: dict[str, Expr] = dict(scalars)
+        for name, buf in operands.items():
+            env[name] = b.local("x", Load(buf, offset(all_strides[name])))
+        out_off = offset(out_strides)
+        for n in grp.chain:
+            op = registry.get(n.op_type)
+            args = [env[i] if i else None for i in n.inputs]
+            val = op.pointwise(n, args)
+            o = n.outputs[0]
+            if not isinstance(val, (Load, Const)) and not (isinstance(val, Var)):
+                val = b.local("t", val)
+            env[o] = val
+            if o in outs:
+                b.store(outs[o], out_off, val)
+
+
+def _merge_dims(shape, strides_list):
+    """Collapse adjacent dims that every operand walks contiguously; drop size-1 dims.
+    Returns [(extent, [original dims])]."""
+    dims = [(d, [k]) for k, d in enumerate(shape) if d != 1]
+    merged: list = []
+    for extent, members in dims:
+        if merged:
+            pe, pm = merged[-1]
+            a, c = pm[-1], members[0]
+            if all(st[a] == st[c] * extent for st in strides_list):
+                merged[-1] = (pe * extent, pm + members)
+                continue
+        merged.append((extent, members))
+    return merged
+
+
+def _scalar(v: Value) -> Expr:
+    x = np.asarray(v.const).reshape(-1)[0]
+    return const(x.item(), v.dtype)

@@ -1,0 +1,1 @@
+from .planner import MemoryPlan, plan_memory  # noqa: F401

@@ -1,0 +1,224 @@
+"""Static memory plan: where every value lives.
+
+Storage kinds: `input` / `output` (the caller's pointers), `weight` (offset in the
+read-only weights blob), `arena` (offset in the one workspace). Views (Reshape & co.)
+share their source's storage; an elementwise kernel may write its output over an input
+that dies there (in-place). Offsets: size-descending first fit over lifetimes, then the
+validator checks the result on every compile.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..fusion.groups import Group
+from ..ir.graph import Graph
+from ..kernel.lowering import KernelStep
+from .liveness import Interval, peak_live_bytes
+from .validator import validate
+
+
+@dataclass
+class Location:
+    kind: str            # input | output | weight | arena
+    name: str = ""       # input/output name
+    offset: int = 0      # bytes into the weights blob or the arena
+
+
+@dataclass
+class MemoryPlan:
+    locations: dict[str, Location]
+    scratch: dict[tuple[int, str], int]          # (step index, buffer name) -> arena offset
+    arena_bytes: int
+    weights_bytes: int
+    weight_order: list[str]                      # constants in blob order
+    intermediates_bytes: int                     # sum of all arena buffers, no reuse
+    lower_bound_bytes: int                       # peak simultaneously-live bytes
+    alignment: int
+    inplace: list[tuple[str, str]] = field(default_factory=list)   # (output, reused input)
+
+    def summary(self) -> dict:
+        return {
+            "arena_bytes": self.arena_bytes,
+            "intermediates_bytes": self.intermediates_bytes,
+            "lower_bound_bytes": self.lower_bound_bytes,
+            "weights_bytes": self.weights_bytes,
+            "alignment": self.alignment,
+            "inplace_reuses": len(self.inplace),
+        }
+
+
+def _round(n: int, a: int) -> int:
+    return max(a, (n + a - 1) // a * a)
+
+
+class _Sets:
+    """Union-find over value names: members of one set share storage."""
+
+    def __init__(self):
+        self.parent: dict[str, str] = {}
+
+    def find(self, x: str) -> str:
+        self.parent.setdefault(x, x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[rb] = ra
+
+
+def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: int = 64,
+                inplace: bool = True) -> MemoryPlan:
+    sets = _Sets()
+    for grp in groups:
+        if grp.view:
+            src, dst = grp.anchor.inputs[0], grp.anchor.outputs[0]
+            sets.union(src, dst)
+
+    inputs, outputs = set(g.inputs), set(g.outputs)
+    consts = {n for n, v in g.values.items() if v.const is not None}
+
+    def external(root_members: list[str]) -> bool:
+        return any(m in inputs or m in outputs or m in consts for m in root_members)
+
+    # uses per value: step indices that read / write it
+    first_def: dict[str, int] = {}
+    last_use: dict[str, int] = {}
+    for t, st in enumerate(steps):
+        for v in st.writes:
+            first_def.setdefault(v, t)
+            last_use[v] = max(last_use.get(v, t), t)
+        for v in st.reads:
+            last_use[v] = max(last_use.get(v, -1), t)
+
+    def members_of():
+        m: dict[str, list[str]] = {}
+        for v in list(first_def) + list(last_use) + list(g.values):
+            m.setdefault(sets.find(v), [])
+            if v not in m[sets.find(v)]:
+                m[sets.find(v)].append(v)
+        return m
+
+    def set_span(root, members):
+        firsts = [first_def[v] for v in members if v in first_def]
+        lasts = [last_use[v] for v in members if v in last_use]
+        if not firsts:
+            return None
+        return min(firsts), max(lasts + firsts)
+
+    # in-place: an elementwise kernel's output takes over an input that dies in it
+    reused: list[tuple[str, str]] = []
+    if inplace:
+        for t, st in enumerate(steps):
+            if st.group.anchor is not None:
+                continue      # the anchor writes its whole output before the chain reads
+            for o in st.writes:
+                members = members_of()
+                ro = sets.find(o)
+                if external(members[ro]) or len(members[ro]) > 1:
+                    continue
+                ov = g.values[o]
+                for i in st.reads:
+                    ri = sets.find(i)
+                    if ri == ro or external(members[ri]):
+                        continue
+                    iv = g.values[i]
+                    if tuple(iv.shape) != tuple(ov.shape) or iv.nbytes != ov.nbytes:
+                        continue
+                    span = set_span(ri, members[ri])
+                    if span is None or span[1] != t:
+                        continue
+                    # the input must not be written again by this kernel, nor be another output
+                    if any(sets.find(w) == ri for w in st.writes):
+                        continue
+                    sets.union(i, o)
+                    reused.append((o, i))
+                    break
+
+    members = members_of()
+    locations: dict[str, Location] = {}
+    intervals: list[Interval] = []
+    for root, mem in members.items():
+        outs = [m for m in mem if m in outputs]
+        ins = [m for m in mem if m in inputs]
+        cs = [m for m in mem if m in consts]
+        if len(outs) + len(ins) + len(cs) > 1:
+            raise AssertionError(f"storage set {mem} mixes several external buffers; "
+                                 "materialize_outputs should have inserted a copy")
+        if outs:
+            loc = Location("output", outs[0])
+        elif ins:
+            loc = Location("input", ins[0])
+        elif cs:
+            loc = Location("weight", cs[0])
+        else:
+            span = set_span(root, mem)
+            if span is None:
+                continue
+            size = max(g.values[m].nbytes for m in mem)
+            intervals.append(Interval(root, _round(size, align), span[0], span[1]))
+            loc = Location("arena", root)
+        for m in mem:
+            locations[m] = loc
+
+    scratch_keys: dict[tuple[int, str], str] = {}
+    for t, st in enumerate(steps):
+        for buf in st.scratch:
+            key = f"scratch:{t}:{buf.name}"
+            scratch_keys[(t, buf.name)] = key
+            intervals.append(Interval(key, _round(buf.size * buf.dtype.itemsize, align), t, t))
+
+    offsets, arena = first_fit(intervals, align)
+    validate(intervals, offsets, arena, align)
+    for v, loc in locations.items():
+        if loc.kind == "arena":
+            locations[v] = Location("arena", loc.name, offsets[loc.name])
+
+    # weights blob: constants that kernels read, each aligned
+    weight_order, woff = [], 0
+    for st in steps:
+        for v in st.reads:
+            loc = locations.get(v)
+            if loc is not None and loc.kind == "weight" and loc.name not in weight_order:
+                weight_order.append(loc.name)
+    wofs = {}
+    for name in weight_order:
+        wofs[name] = woff
+        woff += _round(g.values[name].nbytes, align)
+    for v, loc in locations.items():
+        if loc.kind == "weight":
+            locations[v] = Location("weight", loc.name, wofs.get(loc.name, 0))
+
+    return MemoryPlan(
+        locations=locations,
+        scratch={k: offsets[key] for k, key in scratch_keys.items()},
+        arena_bytes=arena,
+        weights_bytes=woff,
+        weight_order=weight_order,
+        intermediates_bytes=sum(iv.size for iv in intervals),
+        lower_bound_bytes=peak_live_bytes(intervals),
+        alignment=align,
+        inplace=reused,
+    )
+
+
+def first_fit(intervals: list[Interval], align: int) -> tuple[dict[str, int], int]:
+    """Place the largest buffers first, each at the lowest offset that does not collide
+    with an already placed buffer whose lifetime overlaps."""
+    placed: list[tuple[int, Interval]] = []
+    offsets: dict[str, int] = {}
+    arena = 0
+    for iv in sorted(intervals, key=lambda x: (-x.size, x.first, x.key)):
+        busy = sorted((off, off + p.size) for off, p in placed if p.overlaps(iv))
+        off = 0
+        for lo, hi in busy:
+            if off + iv.size <= lo:
+                break
+            off = max(off, (hi + align - 1) // align * align)
+        offsets[iv.key] = off
+        placed.append((off, iv))
+        arena = max(arena, off + iv.size)
+    return offsets, arena

@@ -1,0 +1,220 @@
+"""Elementwise ops: each is a scalar function of its (broadcast) inputs.
+
+The fusion pass chains any number of these into one loop nest, or runs them as the
+epilogue of a Conv/Gemm/MatMul; so an op here only says what one element is.
+"""
+from __future__ import annotations
+
+import math
+
+from ..ir import dtypes
+from ..kernel.ir import Const, Expr, binop, call, cast, const, maximum, minimum, select
+from .common import broadcast
+from .registry import register
+
+
+def _num(node, name, default):
+    return float(node.attr(name, default))
+
+
+def _c(v: float, like: Expr) -> Const:
+    return const(v, like.dtype)
+
+
+def _is_const(e: Expr, v: float) -> bool:
+    return isinstance(e, Const) and e.value == v
+
+
+# --------------------------------------------------------------------------- unary
+_UNARY = {
+    "Relu": lambda n, x: select(x > _c(0, x), x, _c(0, x)),
+    "Neg": lambda n, x: -x,
+    "Abs": lambda n, x: call("abs", x),
+    "Exp": lambda n, x: call("exp", x),
+    "Log": lambda n, x: call("log", x),
+    "Sqrt": lambda n, x: call("sqrt", x),
+    "Reciprocal": lambda n, x: _c(1, x) / x,
+    "Sigmoid": lambda n, x: _c(1, x) / (_c(1, x) + call("exp", -x)),
+    "Tanh": lambda n, x: call("tanh", x),
+    "Erf": lambda n, x: call("erf", x),
+    "Floor": lambda n, x: call("floor", x),
+    "Ceil": lambda n, x: call("ceil", x),
+    "Round": lambda n, x: call("rint", x),          # half to even, as ONNX asks
+    "Sin": lambda n, x: call("sin", x),
+    "Cos": lambda n, x: call("cos", x),
+    "Tan": lambda n, x: call("tan", x),
+    "Atan": lambda n, x: call("atan", x),
+    "Asin": lambda n, x: call("asin", x),
+    "Acos": lambda n, x: call("acos", x),
+    "Sinh": lambda n, x: call("sinh", x),
+    "Cosh": lambda n, x: call("cosh", x),
+    "Softplus": lambda n, x: call("log1p", call("exp", x)),
+    "Softsign": lambda n, x: x / (_c(1, x) + call("abs", x)),
+    "Sign": lambda n, x: select(x > _c(0, x), _c(1, x), select(x < _c(0, x), _c(-1, x), _c(0, x))),
+    "LeakyRelu": lambda n, x: select(x >= _c(0, x), x, x * _c(_num(n, "alpha", 0.01), x)),
+    "Elu": lambda n, x: select(x >= _c(0, x), x,
+                               _c(_num(n, "alpha", 1.0), x) * (call("exp", x) - _c(1, x))),
+    "Selu": lambda n, x: _c(_num(n, "gamma", 1.0507009873554805), x) * select(
+        x > _c(0, x), x, _c(_num(n, "alpha", 1.6732632423543772), x) * (call("exp", x) - _c(1, x))),
+    "Celu": lambda n, x: maximum(_c(0, x), x) + minimum(_c(0, x), _c(_num(n, "alpha", 1.0), x) * (
+        call("exp", x / _c(_num(n, "alpha", 1.0), x)) - _c(1, x))),
+    "ThresholdedRelu": lambda n, x: select(x > _c(_num(n, "alpha", 1.0), x), x, _c(0, x)),
+    "HardSigmoid": lambda n, x: maximum(_c(0, x), minimum(_c(1, x), _c(_num(n, "alpha", 0.2), x) * x
+                                                             + _c(_num(n, "beta", 0.5), x))),
+    "HardSwish": lambda n, x: x * maximum(_c(0, x), minimum(_c(1, x), x * _c(1 / 6, x) + _c(0.5, x))),
+    "Mish": lambda n, x: x * call("tanh", call("log1p", call("exp", x))),
+    "Gelu": lambda n, x: _gelu(n, x),
+    "Not": lambda n, x: binop("==", x, const(0, x.dtype)),
+    "IsNaN": lambda n, x: binop("!=", x, x),
+    "Identity": lambda n, x: x,
+    "aotc.Copy": lambda n, x: x,
+}
+
+
+def _gelu(n, x):
+    if n.attr("approximate", "none") == "tanh":
+        inner = _c(math.sqrt(2 / math.pi), x) * (x + _c(0.044715, x) * x * x * x)
+        return _c(0.5, x) * x * (_c(1, x) + call("tanh", inner))
+    return _c(0.5, x) * x * (_c(1, x) + call("erf", x * _c(1 / math.sqrt(2), x)))
+
+
+def _unary_infer(node, ins):
+    dt = dtypes.BOOL if node.op_type in ("Not", "IsNaN", "IsInf") else ins[0].dtype
+    return [(dt, ins[0].shape)]
+
+
+for _name, _fn in _UNARY.items():
+    register(_name, pointwise=(lambda f: lambda node, args: f(node, args[0]))(_fn))(_unary_infer)
+
+
+@register("IsInf", pointwise=lambda n, a: _isinf(n, a[0]))
+def _isinf_infer(node, ins):
+    return [(dtypes.BOOL, ins[0].shape)]
+
+
+def _isinf(n, x):
+    inf = const(float("inf"), x.dtype)
+    pos = binop("==", x, inf)
+    neg = binop("==", x, -inf)
+    detect_pos, detect_neg = int(n.attr("detect_positive", 1)), int(n.attr("detect_negative", 1))
+    if detect_pos and detect_neg:
+        return binop("||", pos, neg)
+    if detect_pos:
+        return pos
+    if detect_neg:
+        return neg
+    return const(False, dtypes.BOOL)
+
+
+# --------------------------------------------------------------------------- binary & n-ary
+def _pow(n, a, b):
+    if isinstance(b, Const):
+        if b.value == 1: return a
+        if b.value == 2: return a * a
+        if b.value == 3: return a * a * a
+        if b.value == 0.5 and a.dtype.kind == "f": return call("sqrt", a)
+    if b.dtype != a.dtype:
+        b = cast(b, a.dtype)
+    if a.dtype.kind == "f":
+        return call("pow", a, b)
+    return cast(call("pow", cast(a, dtypes.FLOAT64), cast(b, dtypes.FLOAT64)), a.dtype)
+
+
+def _div(n, a, b):
+    return a / b
+
+
+def _mod(n, a, b):
+    if int(n.attr("fmod", 0)) or a.dtype.kind == "f":
+        return call("fmod", a, b)
+    r = a % b
+    wrong_sign = binop("&&", r.ne(const(0, a.dtype)), binop("!=", r < const(0, a.dtype), b < const(0, a.dtype)))
+    return select(wrong_sign, r + b, r)
+
+
+_BINARY = {
+    "Add": lambda n, a, b: a + b,
+    "Sub": lambda n, a, b: a - b,
+    "Mul": lambda n, a, b: a * b,
+    "Div": _div,
+    "Pow": _pow,
+    "Mod": _mod,
+    "Equal": lambda n, a, b: a.eq(b),
+    "Less": lambda n, a, b: a < b,
+    "LessOrEqual": lambda n, a, b: a <= b,
+    "Greater": lambda n, a, b: a > b,
+    "GreaterOrEqual": lambda n, a, b: a >= b,
+    "And": lambda n, a, b: binop("&&", a, b),
+    "Or": lambda n, a, b: binop("||", a, b),
+    "Xor": lambda n, a, b: binop("!=", a.ne(const(0, a.dtype)), b.ne(const(0, b.dtype))),
+    "PRelu": lambda n, a, b: select(a < _c(0, a), a * b, a),
+    "BitShift": lambda n, a, b: binop("<<" if n.attr("direction", "LEFT") == "LEFT" else ">>", a, b),
+}
+_CMP = {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor"}
+
+
+def _binary_infer(node, ins):
+    shape = broadcast(*[v.shape for v in ins if v is not None], node=node)
+    dt = dtypes.BOOL if node.op_type in _CMP else ins[0].dtype
+    return [(dt, shape)]
+
+
+for _name, _fn in _BINARY.items():
+    register(_name, pointwise=(lambda f: lambda node, args: f(node, args[0], args[1]))(_fn))(_binary_infer)
+
+
+def _fold_args(f, args):
+    acc = args[0]
+    for a in args[1:]:
+        acc = f(acc, a)
+    return acc
+
+
+_VARIADIC = {
+    "Max": lambda args: _fold_args(lambda a, b: select(a >= b, a, b), args),
+    "Min": lambda args: _fold_args(lambda a, b: select(a <= b, a, b), args),
+    "Sum": lambda args: _fold_args(lambda a, b: a + b, args),
+    "Mean": lambda args: _fold_args(lambda a, b: a + b, args) / const(len(args), args[0].dtype),
+}
+for _name, _fn in _VARIADIC.items():
+    register(_name, pointwise=(lambda f: lambda node, args: f(args))(_fn))(_binary_infer)
+
+
+@register("Where", pointwise=lambda n, a: select(a[0], a[1], a[2]))
+def _where_infer(node, ins):
+    return [(ins[1].dtype, broadcast(*[v.shape for v in ins], node=node))]
+
+
+def _clip(n, args):
+    x = args[0]
+    lo = args[1] if len(args) > 1 and args[1] is not None else None
+    hi = args[2] if len(args) > 2 and args[2] is not None else None
+    if lo is not None:
+        x = select(x < lo, lo, x)
+    if hi is not None:
+        x = select(x > hi, hi, x)
+    return x
+
+
+@register("Clip", pointwise=_clip)
+def _clip_infer(node, ins):
+    return [(ins[0].dtype, ins[0].shape)]
+
+
+@register("Cast", pointwise=lambda n, a: _cast(n, a[0]))
+def _cast_infer(node, ins):
+    return [(dtypes.from_onnx(int(node.attr("to"))), ins[0].shape)]
+
+
+def _cast(n, x):
+    to = dtypes.from_onnx(int(n.attr("to")))
+    if to == dtypes.BOOL:
+        return x.ne(const(0, x.dtype))
+    return cast(x, to)
+
+
+@register("CastLike", pointwise=lambda n, a: cast(a[0], a[1].dtype) if a[1].dtype != dtypes.BOOL
+          else a[0].ne(const(0, a[0].dtype)))
+def _castlike_infer(node, ins):
+    return [(ins[1].dtype, ins[0].shape)]
+

@@ -1,0 +1,85 @@
+"""Op definitions: one entry per ONNX operator, registered from the modules of this package.
+
+An OpDef says, for one op_type:
+  infer(node, ins)  -> [(dtype, shape), ...]   our own type/shape inference; `ins` are the
+                       input Values (None for omitted optional inputs), constants included
+  pointwise(node, args) -> Expr                 for elementwise ops: the scalar function, so the
+                       fusion pass can chain any of them inside one loop nest
+  lower(node, ctx)                              for every other op: emit kernel IR into ctx.b
+  view = True                                   the output is the input's memory re-shaped
+                                                (Reshape & co.): no code, an alias in the plan
+Constant folding needs nothing per op: it runs the ONNX reference implementation.
+Adding an operator means adding one `@register` block in the module of its family.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from ..ir.graph import Node, Value
+
+InferFn = Callable[[Node, list], list]
+
+
+@dataclass
+class OpDef:
+    op_type: str
+    infer: InferFn
+    pointwise: Optional[Callable] = None
+    lower: Optional[Callable] = None
+    view: bool = False
+    # inputs that must be compile-time constants (e.g. Reshape's shape), by position
+    const_inputs: tuple = ()
+    # can run the elementwise ops that follow it inside the same kernel
+    accepts_epilogue: bool = True
+
+
+_REGISTRY: dict[str, OpDef] = {}
+_loaded = False
+
+
+def register(op_type: str | list[str], **kw) -> Callable:
+    """Decorator on the infer function: `@register("Relu", pointwise=...)`."""
+    names = [op_type] if isinstance(op_type, str) else list(op_type)
+
+    def deco(infer: InferFn) -> InferFn:
+        for n in names:
+            if n in _REGISTRY:
+                raise RuntimeError(f"op {n} registered twice")
+            _REGISTRY[n] = OpDef(n, infer, **kw)
+        return infer
+
+    return deco
+
+
+def add(opdef: OpDef) -> None:
+    if opdef.op_type in _REGISTRY:
+        raise RuntimeError(f"op {opdef.op_type} registered twice")
+    _REGISTRY[opdef.op_type] = opdef
+
+
+def _load_all() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    from .. import ops as pkg
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        if mod.name not in ("registry", "common"):
+            importlib.import_module(f"{pkg.__name__}.{mod.name}")
+
+
+def get(op_type: str) -> Optional[OpDef]:
+    _load_all()
+    return _REGISTRY.get(op_type)
+
+
+def supported_ops() -> list[str]:
+    _load_all()
+    return sorted(_REGISTRY)
+
+
+def is_supported(node: Node) -> bool:
+    return node.domain in ("", "ai.onnx") and get(node.op_type) is not None

@@ -1,0 +1,1 @@
+from .manager import PassManager, optimize  # noqa: F401

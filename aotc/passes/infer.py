@@ -1,0 +1,59 @@
+"""Type/shape inference over the graph, folding every node whose inputs are all constant.
+
+Static shapes make Shape-driven subgraphs (Shape -> Gather -> Concat -> Reshape) constant,
+so this sweep also folds them away.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import AotcError, ShapeError
+from ..ir.graph import Graph, Value
+from ..ops import registry
+from .evaluate import evaluate
+
+# Ops never folded even with constant inputs (they would only bloat the weights).
+_NO_FOLD = {"ConstantOfShape", "Expand", "Tile", "Range"}
+FOLD_LIMIT_BYTES = 1 << 20
+
+
+def infer_shapes(g: Graph, fold: bool = True) -> Graph:
+    kept = []
+    for n in g.nodes:
+        op = registry.get(n.op_type)
+        ins = [g.values[i] if i else None for i in n.inputs]
+        try:
+            types = op.infer(n, ins)
+        except AotcError:
+            raise
+        except Exception as e:
+            raise ShapeError(f"cannot infer the output shape of {n.op_type} node {n.name!r}: {e}") from None
+        for o, (dt, shape) in zip(n.outputs, types):
+            if o:
+                g.values[o] = Value(o, np.dtype(dt), tuple(int(d) for d in shape))
+        all_const = all(v is None or v.const is not None for v in ins)
+        if fold and all_const and _worth_folding(n, ins, types):
+            arrays = [v.const if v is not None else None for v in ins]
+            try:
+                results = evaluate(n, arrays, types)
+            except Exception as e:
+                raise ShapeError(f"folding {n.op_type} node {n.name!r} on constant inputs failed: {e}") from None
+            for o, r, (dt, shape) in zip(n.outputs, results, types):
+                if not o:
+                    continue
+                r = np.ascontiguousarray(r.astype(dt, copy=False))
+                if tuple(r.shape) != tuple(shape):
+                    raise ShapeError(f"{n.op_type} node {n.name!r}: inferred shape {tuple(shape)} but the "
+                                     f"reference computes {tuple(r.shape)}")
+                g.values[o] = Value(o, r.dtype, tuple(r.shape), r)
+            continue
+        kept.append(n)
+    g.nodes = kept
+    return g
+
+
+def _worth_folding(n, ins, types) -> bool:
+    if n.op_type in _NO_FOLD:
+        out_bytes = sum(int(np.prod(s)) * np.dtype(d).itemsize for d, s in types)
+        return out_bytes <= FOLD_LIMIT_BYTES
+    return True

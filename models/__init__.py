@@ -1,0 +1,1 @@
+"""Scripts that build the model zoo locally and reproducibly (random weights, fixed seeds)."""

@@ -1,0 +1,36 @@
+"""python -m models.build NAME [--size small|full] -o FILE.onnx  (or `all` -o DIR)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import onnx
+
+from .zoo import ZOO
+
+
+def save(model: onnx.ModelProto, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if model.ByteSize() > 1_500_000_000:
+        onnx.save(model, str(path), save_as_external_data=True, location=path.name + ".data")
+    else:
+        onnx.save(model, str(path))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("name", help=f"one of: {', '.join(ZOO)}, or all")
+    ap.add_argument("--size", default="small", choices=["small", "full"])
+    ap.add_argument("-o", "--output", required=True, type=Path)
+    a = ap.parse_args()
+    names = list(ZOO) if a.name == "all" else [a.name]
+    for n in names:
+        if n not in ZOO:
+            raise SystemExit(f"unknown model {n!r}; known: {', '.join(ZOO)}")
+        path = a.output / f"{n}.onnx" if a.name == "all" else a.output
+        save(ZOO[n].build(a.size), path)
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

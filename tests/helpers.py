@@ -1,0 +1,66 @@
+"""Shared test helpers: tiny ONNX graphs and a parity assertion against ONNX Runtime."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from aotc.check.runner import run_check
+
+NP2ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,
+           np.dtype(np.int64): TensorProto.INT64, np.dtype(np.int32): TensorProto.INT32,
+           np.dtype(np.bool_): TensorProto.BOOL, np.dtype(np.uint8): TensorProto.UINT8,
+           np.dtype(np.int8): TensorProto.INT8}
+
+
+def single_op_model(op_type: str, inputs: dict, n_out: int = 1, inits: dict | None = None,
+                    opset: int = 17, **attrs) -> onnx.ModelProto:
+    """A model with one node. `inputs`: name -> array (graph inputs, shapes from the arrays);
+    `inits`: name -> array (initializers). Input order: graph inputs, then initializers,
+    unless the node input list is given with attrs['_order']."""
+    order = attrs.pop("_order", None) or (list(inputs) + list(inits or {}))
+    outs = [f"y{k}" for k in range(n_out)]
+    node = helper.make_node(op_type, order, outs, **attrs)
+    g_in = [helper.make_tensor_value_info(k, NP2ONNX[np.asarray(v).dtype], np.asarray(v).shape)
+            for k, v in inputs.items()]
+    g_out = [helper.make_empty_tensor_value_info(o) for o in outs]
+    init = [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()]
+    g = helper.make_graph([node], f"test_{op_type}", g_in, g_out, init)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def graph_model(nodes, inputs: dict, outputs: list[str], inits: dict | None = None, opset: int = 17):
+    g_in = [helper.make_tensor_value_info(k, NP2ONNX[np.asarray(v).dtype], np.asarray(v).shape)
+            for k, v in inputs.items()]
+    g_out = [helper.make_empty_tensor_value_info(o) for o in outputs]
+    init = [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()]
+    g = helper.make_graph(nodes, "test_graph", g_in, g_out, init)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def assert_parity(model: onnx.ModelProto, tmp_path: Path, feeds: dict | None = None, rtol: float = 1e-4,
+                  atol: float = 1e-5, shapes: dict | None = None, consts: dict | None = None, **kw):
+    """Compile with aotc, run it and ONNX Runtime on the same inputs, assert every output matches."""
+    path = Path(tmp_path) / "model.onnx"
+    onnx.save(model, str(path))
+    res = run_check(path, inputs=feeds, rtol=rtol, atol=atol, shapes=shapes, consts=consts,
+                    output_dir=Path(tmp_path) / "out", **kw)
+    bad = [o for o in res.outputs if not o.passed]
+    assert not bad, "parity failed: " + "; ".join(
+        f"{o.name}: max_abs={o.max_abs_err:.3g} max_rel={o.max_rel_err:.3g} mismatches={o.mismatches} {o.note}"
+        for o in bad)
+    assert res.outputs, "model has no outputs"
+    return res
+
+
+def rand(*shape, seed: int = 0, dtype=np.float32, low=None, high=None):
+    rng = np.random.default_rng(seed)
+    if low is not None:
+        return rng.uniform(low, high, size=shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
