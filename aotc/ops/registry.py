@@ -8,7 +8,9 @@ An OpDef says, for one op_type:
   lower(node, ctx)                              for every other op: emit kernel IR into ctx.b
   view = True                                   the output is the input's memory re-shaped
                                                 (Reshape & co.): no code, an alias in the plan
-Constant folding needs nothing per op: it runs the ONNX reference implementation.
+  fold(node, ins) -> [arrays] | None            a value known from input *shapes* alone (Shape)
+Constant folding on constant inputs needs nothing per op: it runs the ONNX reference
+implementation.
 Adding an operator means adding one `@register` block in the module of its family.
 """
 from __future__ import annotations
@@ -34,6 +36,8 @@ class OpDef:
     const_inputs: tuple = ()
     # can run the elementwise ops that follow it inside the same kernel
     accepts_epilogue: bool = True
+    # computes the output from input shapes/constants when possible (else returns None)
+    fold: Optional[Callable] = None
 
 
 _REGISTRY: dict[str, OpDef] = {}

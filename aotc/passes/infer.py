@@ -32,12 +32,14 @@ def infer_shapes(g: Graph, fold: bool = True) -> Graph:
             if o:
                 g.values[o] = Value(o, np.dtype(dt), tuple(int(d) for d in shape))
         all_const = all(v is None or v.const is not None for v in ins)
-        if fold and all_const and _worth_folding(n, ins, types):
+        results = op.fold(n, ins) if (fold and op.fold is not None) else None
+        if results is None and fold and all_const and _worth_folding(n, ins, types):
             arrays = [v.const if v is not None else None for v in ins]
             try:
                 results = evaluate(n, arrays, types)
             except Exception as e:
                 raise ShapeError(f"folding {n.op_type} node {n.name!r} on constant inputs failed: {e}") from None
+        if results is not None:
             for o, r, (dt, shape) in zip(n.outputs, results, types):
                 if not o:
                     continue

@@ -1,0 +1,77 @@
+"""Ops whose result is known at compile time once shapes are static: Constant, Shape, Size,
+ConstantOfShape. Inference gives their type; folding (ONNX reference) gives their value.
+ConstantOfShape is only folded when small; larger ones get a fill kernel."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError, UnsupportedError
+from ..ir import dtypes
+from ..kernel.ir import const
+from .common import ints
+from .registry import register
+
+
+def _constant_value(node) -> np.ndarray:
+    a = node.attrs
+    if "value" in a:
+        v = np.asarray(a["value"])
+    elif "value_float" in a:
+        v = np.float32(a["value_float"])
+    elif "value_floats" in a:
+        v = np.array(a["value_floats"], np.float32)
+    elif "value_int" in a:
+        v = np.int64(a["value_int"])
+    elif "value_ints" in a:
+        v = np.array(a["value_ints"], np.int64)
+    else:
+        raise UnsupportedError([f"Constant node {node.name!r} with attributes {sorted(a)}"])
+    return np.ascontiguousarray(v)
+
+
+@register("Constant", fold=lambda node, ins: [_constant_value(node)])
+def _constant(node, ins):
+    v = _constant_value(node)
+    return [(dtypes.from_onnx(dtypes.to_onnx(v.dtype)), tuple(v.shape))]
+
+
+def _shape_range(node, rank):
+    start = int(node.attr("start", 0))
+    end = node.attr("end", None)
+    start = max(0, min(rank, start + rank if start < 0 else start))
+    end = rank if end is None else max(0, min(rank, int(end) + rank if int(end) < 0 else int(end)))
+    return start, max(start, end)
+
+
+def _fold_shape(node, ins):
+    s, e = _shape_range(node, len(ins[0].shape))
+    return [np.array(ins[0].shape[s:e], dtype=np.int64)]
+
+
+@register("Shape", fold=_fold_shape)
+def _shape(node, ins):
+    s, e = _shape_range(node, len(ins[0].shape))
+    return [(dtypes.INT64, (e - s,))]
+
+
+@register("Size", fold=lambda node, ins: [np.array(ins[0].size, dtype=np.int64)])
+def _size(node, ins):
+    return [(dtypes.INT64, ())]
+
+
+def _lower_constant_of_shape(node, ctx):
+    y = ctx.outs[0]
+    v = node.attr("value")
+    fill = np.asarray(v).reshape(-1)[0].item() if v is not None else 0.0
+    with ctx.b.loop(y.size, "i") as i:
+        ctx.b.store(y, i, const(fill, y.dtype))
+
+
+@register("ConstantOfShape", lower=_lower_constant_of_shape, const_inputs=(0,))
+def _constant_of_shape(node, ins):
+    if ins[0].const is None:
+        raise ShapeError(f"ConstantOfShape node {node.name!r}: the shape input must be known at compile time",
+                         "bind it with --const, or fix input shapes with --shape")
+    v = node.attr("value")
+    dt = np.asarray(v).dtype if v is not None else np.dtype(np.float32)
+    return [(dt, tuple(ints(ins[0].const)))]
