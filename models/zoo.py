@@ -23,6 +23,14 @@ class ZooEntry:
         mod, fn = self.builder.split(":")
         return getattr(importlib.import_module(f"models.{mod}"), fn)(size)
 
+    def available(self) -> bool:
+        """False while the builder function has not been written yet."""
+        mod, fn = self.builder.split(":")
+        try:
+            return hasattr(importlib.import_module(f"models.{mod}"), fn)
+        except ImportError:
+            return False
+
     def shapes_for(self, size: str) -> dict:
         return self.full_shapes if (size == "full" and self.full_shapes is not None) else self.shapes
 
@@ -35,3 +43,20 @@ def entry(name: str, builder: str, shapes: dict, full_shapes: dict | None = None
 
 
 entry("mlp", "mlp:mlp", {"x": (1, 64)}, {"x": (8, 784)})
+
+# CNNs (models/cnn.py)
+entry("lenet5", "cnn:lenet5", {"x": (1, 1, 32, 32)}, {"x": (1, 1, 32, 32)})
+entry("resnet50", "cnn:resnet50", {"x": (1, 3, 64, 64)}, {"x": (1, 3, 224, 224)})
+entry("mobilenetv2", "cnn:mobilenetv2", {"x": (1, 3, 64, 64)}, {"x": (1, 3, 224, 224)})
+entry("yolo", "cnn:yolo", {"x": (1, 3, 64, 64)}, {"x": (1, 3, 320, 320)})
+# as older exporters write them (models/legacy.py)
+entry("legacy_opset11", "legacy:legacy_opset11", {"x": (1, 3, 32, 32)}, {"x": (1, 3, 224, 224)})
+entry("legacy_opset13", "legacy:legacy_opset13", {"x": (1, 3, 32, 32)}, {"x": (1, 3, 224, 224)})
+# transformers (models/transformers.py)
+entry("bert", "transformers:bert", {"input_ids": (1, 16), "attention_mask": (1, 16)},
+      {"input_ids": (1, 128), "attention_mask": (1, 128)})
+entry("gpt2", "transformers:gpt2", {"input_ids": (1, 16)}, {"input_ids": (1, 64)})
+entry("vit", "transformers:vit", {"pixel_values": (1, 3, 32, 32)}, {"pixel_values": (1, 3, 224, 224)})
+# recurrent (models/recurrent.py)
+entry("lstm", "recurrent:lstm", {"x": (8, 1, 16)}, {"x": (32, 1, 64)})
+entry("gru", "recurrent:gru", {"x": (8, 1, 16)}, {"x": (32, 1, 64)})
