@@ -113,6 +113,11 @@ def _lower_group(g: Graph, grp: Group, consumers, target, k: int) -> KernelStep:
                     scratch.append(buf)
             anchor_buf[o] = buf
             outs.append(buf)
+        if op.lower is None:
+            from ..errors import UnsupportedError
+            raise UnsupportedError([f"{node.op_type} node {node.name!r}: no code generation for this case "
+                                    "(its inputs were expected to be compile-time constants)"],
+                                   "bind the inputs that feed it with --const or --shape")
         ctx = LowerCtx(node, g, ins, outs, b, target)
         op.lower(node, ctx)
         scratch.extend(ctx.scratch_buffers)
