@@ -32,5 +32,13 @@ test: venv
 zoo-full: venv
 	$(BIN)/python -m models.check_zoo --size full --report docs/ZOO.md
 
+# aotc vs ONNX Runtime, medians and ratios; updates the table in docs/PERFORMANCE.md.
+bench: venv
+	$(BIN)/python -m models.bench --size small --runs 50 --report docs/PERFORMANCE.md
+
+# Regenerates docs/ONNX_SUPPORT.md from the op registry.
+support-matrix: venv
+	$(BIN)/python -m aotc.support > docs/ONNX_SUPPORT.md
+
 clean:
 	rm -rf build .pytest_cache
