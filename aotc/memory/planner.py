@@ -94,17 +94,13 @@ def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: i
         for v in st.reads:
             last_use[v] = max(last_use.get(v, -1), t)
 
-    def members_of():
-        m: dict[str, list[str]] = {}
-        for v in list(first_def) + list(last_use) + list(g.values):
-            m.setdefault(sets.find(v), [])
-            if v not in m[sets.find(v)]:
-                m[sets.find(v)].append(v)
-        return m
+    members: dict[str, list[str]] = {}
+    for v in dict.fromkeys(list(first_def) + list(last_use) + list(g.values)):
+        members.setdefault(sets.find(v), []).append(v)
 
-    def set_span(root, members):
-        firsts = [first_def[v] for v in members if v in first_def]
-        lasts = [last_use[v] for v in members if v in last_use]
+    def set_span(mem):
+        firsts = [first_def[v] for v in mem if v in first_def]
+        lasts = [last_use[v] for v in mem if v in last_use]
         if not firsts:
             return None
         return min(firsts), max(lasts + firsts)
@@ -116,9 +112,8 @@ def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: i
             if st.group.anchor is not None:
                 continue      # the anchor writes its whole output before the chain reads
             for o in st.writes:
-                members = members_of()
                 ro = sets.find(o)
-                if external(members[ro]) or len(members[ro]) > 1:
+                if external(members[ro]):
                     continue
                 ov = g.values[o]
                 for i in st.reads:
@@ -128,17 +123,18 @@ def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: i
                     iv = g.values[i]
                     if tuple(iv.shape) != tuple(ov.shape) or iv.nbytes != ov.nbytes:
                         continue
-                    span = set_span(ri, members[ri])
+                    span = set_span(members[ri])
                     if span is None or span[1] != t:
                         continue
-                    # the input must not be written again by this kernel, nor be another output
+                    # the input must not also be (a view of) something this kernel writes
                     if any(sets.find(w) == ri for w in st.writes):
                         continue
                     sets.union(i, o)
+                    merged = members.pop(ri) + members.pop(ro)
+                    members[sets.find(i)] = merged
                     reused.append((o, i))
                     break
 
-    members = members_of()
     locations: dict[str, Location] = {}
     intervals: list[Interval] = []
     for root, mem in members.items():
@@ -155,7 +151,7 @@ def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: i
         elif cs:
             loc = Location("weight", cs[0])
         else:
-            span = set_span(root, mem)
+            span = set_span(mem)
             if span is None:
                 continue
             size = max(g.values[m].nbytes for m in mem)
