@@ -30,7 +30,7 @@ def _version(value: bool):
 
 @app.callback()
 def main_options(
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show tracebacks and pass timings."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show the traceback when something fails."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ):
     _state["verbose"] = verbose
