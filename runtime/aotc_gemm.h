@@ -16,6 +16,7 @@ static void aotc_sgemm(int64_t M, int64_t N, int64_t K,
                        float *C, int64_t ldc, int accumulate)
 {
     int64_t i, j, k, k0;
+    const int64_t M4 = M - M % 4;    /* rows done four at a time */
     if (!accumulate) {
         for (i = 0; i < M; ++i)
             for (j = 0; j < N; ++j)
@@ -23,7 +24,7 @@ static void aotc_sgemm(int64_t M, int64_t N, int64_t K,
     }
     for (k0 = 0; k0 < K; k0 += AOTC_GEMM_KBLOCK) {
         int64_t k1 = k0 + AOTC_GEMM_KBLOCK < K ? k0 + AOTC_GEMM_KBLOCK : K;
-        for (i = 0; i + 4 <= M; i += 4) {
+        for (i = 0; i < M4; i += 4) {
             float *restrict c0 = C + (i + 0) * ldc, *restrict c1 = C + (i + 1) * ldc;
             float *restrict c2 = C + (i + 2) * ldc, *restrict c3 = C + (i + 3) * ldc;
             for (k = k0; k < k1; ++k) {
@@ -39,7 +40,7 @@ static void aotc_sgemm(int64_t M, int64_t N, int64_t K,
                 }
             }
         }
-        for (; i < M; ++i) {
+        for (i = M4; i < M; ++i) {
             float *c0 = C + i * ldc;
             for (k = k0; k < k1; ++k) {
                 const float *restrict b = B + k * ldb;
