@@ -1,0 +1,302 @@
+"""Recurrent ops: LSTM, GRU and RNN, with ONNX semantics (opset 14+: `layout`).
+
+Lowering, per direction, inside one kernel:
+  1. Wᵀ and Rᵀ are copied into scratch ([I, G*H] and [H, G*H]) so the products below are
+     plain row-major sgemm calls whose inner loop runs over the G*H gate columns;
+  2. XG = X · Wᵀ for every time step at once (one sgemm over S*B rows), biases added;
+  3. per time step: GR = H · Rᵀ (one sgemm over the batch), then the gate math for every
+     (batch, unit) element, which updates the state H (and C) in scratch and writes Y.
+GRU with linear_before_reset=0 needs (r ⊙ H) · Rₕᵀ, so it does a second, smaller sgemm
+after the z/r gates of the step.
+
+`sequence_lens` is honoured with masks: a batch entry stops updating its state after its
+length, its Y rows past the length are zero, and the reverse direction starts at its own
+last valid step. When the lengths are a constant equal to the full sequence, none of that
+code is generated.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from ..errors import ShapeError, UnsupportedError
+from ..ir import dtypes
+from ..kernel.ir import BufPtr, call, cast, const, select
+from .registry import register
+
+_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+_N_ACT = {"LSTM": 3, "GRU": 2, "RNN": 1}
+_DEFAULT_ACT = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
+
+# activation name -> (uses alpha, uses beta, default alpha, default beta)
+_ACT_PARAMS = {
+    "relu": (False, False, 0.0, 0.0), "tanh": (False, False, 0.0, 0.0),
+    "sigmoid": (False, False, 0.0, 0.0), "softsign": (False, False, 0.0, 0.0),
+    "softplus": (False, False, 0.0, 0.0),
+    "affine": (True, True, 1.0, 0.0), "leakyrelu": (True, False, 0.01, 0.0),
+    "thresholdedrelu": (True, False, 1.0, 0.0), "scaledtanh": (True, True, 1.0, 1.0),
+    "hardsigmoid": (True, True, 0.2, 0.5), "elu": (True, False, 1.0, 0.0),
+}
+
+
+def _activation(name: str, alpha: float, beta: float):
+    f32 = dtypes.FLOAT32
+
+    def c(v):
+        return const(v, f32)
+
+    fns = {
+        "relu": lambda x: select(x > c(0), x, c(0)),
+        "tanh": lambda x: call("tanh", x),
+        "sigmoid": lambda x: c(1) / (c(1) + call("exp", -x)),
+        "softsign": lambda x: x / (c(1) + call("abs", x)),
+        "softplus": lambda x: call("log1p", call("exp", x)),
+        "affine": lambda x: c(alpha) * x + c(beta),
+        "leakyrelu": lambda x: select(x >= c(0), x, x * c(alpha)),
+        "thresholdedrelu": lambda x: select(x > c(alpha), x, c(0)),
+        "scaledtanh": lambda x: c(alpha) * call("tanh", c(beta) * x),
+        "hardsigmoid": lambda x: select(c(alpha) * x + c(beta) > c(0),
+                                        select(c(alpha) * x + c(beta) < c(1), c(alpha) * x + c(beta), c(1)),
+                                        c(0)),
+        "elu": lambda x: select(x >= c(0), x, c(alpha) * (call("exp", x) - c(1))),
+    }
+    return fns[name]
+
+
+def _activations(node, n_dir: int):
+    """The activation functions per direction: [[f, g, h] for each direction]."""
+    k = _N_ACT[node.op_type]
+    names = list(node.attr("activations", None) or _DEFAULT_ACT[node.op_type] * n_dir)
+    if len(names) == k and n_dir == 2:
+        names = names * 2
+    if len(names) != k * n_dir:
+        raise ShapeError(f"{node.op_type} node {node.name!r}: {len(names)} activations given, "
+                         f"{k * n_dir} expected")
+    alphas = list(node.attr("activation_alpha", None) or [])
+    betas = list(node.attr("activation_beta", None) or [])
+    fns = []
+    for nm in names:
+        key = nm.lower()
+        if key not in _ACT_PARAMS:
+            raise UnsupportedError([f"{node.op_type} node {node.name!r}: activation {nm!r}"],
+                                   hint="supported: " + ", ".join(sorted(_ACT_PARAMS)))
+        ua, ub, da, db = _ACT_PARAMS[key]
+        a = alphas.pop(0) if ua and alphas else da
+        bb = betas.pop(0) if ub and betas else db
+        fns.append(_activation(key, float(a), float(bb)))
+    return [fns[d * k:(d + 1) * k] for d in range(n_dir)]
+
+
+def _dims(node, ins):
+    """(S, B, I, D, H) from the inputs and attributes, validated."""
+    X, W, R = ins[0], ins[1], ins[2]
+    layout = int(node.attr("layout", 0))
+    if len(X.shape) != 3:
+        raise ShapeError(f"{node.op_type} node {node.name!r}: X must be 3-D, got {X.shape}")
+    if layout:
+        B, S, I = X.shape
+    else:
+        S, B, I = X.shape
+    direction = node.attr("direction", "forward")
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise ShapeError(f"{node.op_type} node {node.name!r}: unknown direction {direction!r}")
+    D = 2 if direction == "bidirectional" else 1
+    H = int(node.attr("hidden_size", 0) or R.shape[-1])
+    G = _GATES[node.op_type]
+    if tuple(W.shape) != (D, G * H, I) or tuple(R.shape) != (D, G * H, H):
+        raise ShapeError(f"{node.op_type} node {node.name!r}: W {W.shape} / R {R.shape} do not match "
+                         f"directions={D}, hidden_size={H}, input_size={I}")
+    return S, B, I, D, H
+
+
+def _rnn_infer(node, ins):
+    S, B, _, D, H = _dims(node, ins)
+    dt = ins[0].dtype
+    if int(node.attr("layout", 0)):
+        y, yh = (B, S, D, H), (B, D, H)
+    else:
+        y, yh = (S, D, B, H), (D, B, H)
+    return [(dt, y), (dt, yh)] + ([(dt, yh)] if node.op_type == "LSTM" else [])
+
+
+def _full_length(ctx, S) -> bool:
+    """True when sequence_lens is absent or a constant equal to S everywhere."""
+    if len(ctx.ins) <= 4 or ctx.ins[4] is None:
+        return True
+    lens = ctx.const(4)
+    return lens is not None and bool(np.all(np.asarray(lens) == S))
+
+
+def _lower_rnn(node, ctx):
+    kind = node.op_type
+    G = _GATES[kind]
+    ins = list(ctx.ins) + [None] * (8 - len(ctx.ins))
+    X, W, R, Bias, seq, h0 = ins[:6]
+    c0 = ins[6] if kind == "LSTM" else None
+    P = ins[7] if kind == "LSTM" else None
+    outs = list(ctx.outs) + [None] * (3 - len(ctx.outs))
+    Y, Yh, Yc = outs[0], outs[1], (outs[2] if kind == "LSTM" else None)
+    if X.dtype != dtypes.FLOAT32:
+        raise UnsupportedError([f"{kind} node {node.name!r}: dtype {X.dtype} (only float32 is compiled)"])
+    S, B, I, D, H = _dims(node, [X, W, R])
+    GH = G * H
+    layout = int(node.attr("layout", 0))
+    direction = node.attr("direction", "forward")
+    clip = node.attr("clip", None)
+    input_forget = int(node.attr("input_forget", 0)) if kind == "LSTM" else 0
+    lbr = int(node.attr("linear_before_reset", 0)) if kind == "GRU" else 0
+    acts = _activations(node, D)
+    masked = not _full_length(ctx, S)
+    f32 = dtypes.FLOAT32
+    b = ctx.b
+
+    def clipped(x):
+        if clip is None:
+            return x
+        lim = const(float(clip), f32)
+        return select(x < -lim, -lim, select(x > lim, lim, x))
+
+    # index helpers (layout 0: [S, B, ...], layout 1: [B, S, ...])
+    def x_row(t, bi):
+        return bi * S + t if layout else t * B + bi
+
+    def y_at(t, d, bi, j):
+        return ((bi * S + t) * D + d) * H + j if layout else ((t * D + d) * B + bi) * H + j
+
+    def state_at(d, bi, j):
+        return (bi * D + d) * H + j if layout else (d * B + bi) * H + j
+
+    Wt = ctx.scratch((I, GH), f32, "w_t")
+    Rt = ctx.scratch((H, GH), f32, "r_t")
+    XG = ctx.scratch((S * B, GH), f32, "xg")
+    GR = ctx.scratch((B, GH), f32, "gr")
+    Hs = ctx.scratch((B, H), f32, "h")
+    Cs = ctx.scratch((B, H), f32, "c") if kind == "LSTM" else None
+    RH = ctx.scratch((B, H), f32, "rh") if kind == "GRU" and not lbr else None
+
+    if masked and Y is not None:
+        b.comment("steps past a sequence's length output zeros")
+        with b.loop(Y.size, "i") as i:
+            b.store(Y, i, const(0.0, f32))
+
+    for d in range(D):
+        reverse = direction == "reverse" or d == 1
+        f_act = acts[d][0]
+        g_act = acts[d][1] if len(acts[d]) > 1 else None
+        h_act = acts[d][2] if len(acts[d]) > 2 else None
+        b.comment(f"direction {d} ({'reverse' if reverse else 'forward'}): transpose W and R")
+        with b.loops((GH, I), ["g", "k"]) as (g, k):
+            b.store(Wt, (k, g), W[(d * GH + g) * I + k])
+        with b.loops((GH, H), ["g", "k"]) as (g, k):
+            b.store(Rt, (k, g), R[(d * GH + g) * H + k])
+        b.comment("input projection of every time step: XG = X . W^T (+ biases)")
+        b.call("aotc_sgemm", const(S * B), const(GH), const(I), BufPtr(X), const(I), BufPtr(Wt), const(GH),
+               BufPtr(XG), const(GH), const(0))
+        if Bias is not None:
+            with b.loops((S * B, GH), ["r", "g"]) as (r, g):
+                wb = Bias[d * 2 * GH + g]
+                rb = Bias[d * 2 * GH + GH + g]
+                if lbr:       # GRU: Rb of the h gate goes inside r * (...)
+                    v = XG[r, g] + wb + select(g < 2 * H, rb, const(0.0, f32))
+                else:
+                    v = XG[r, g] + wb + rb
+                b.store(XG, (r, g), v)
+        b.comment("initial state")
+        with b.loops((B, H), ["bi", "j"]) as (bi, j):
+            b.store(Hs, (bi, j), h0[state_at(d, bi, j)] if h0 is not None else const(0.0, f32))
+            if Cs is not None:
+                b.store(Cs, (bi, j), c0[state_at(d, bi, j)] if c0 is not None else const(0.0, f32))
+
+        with b.loop(S, "s") as s:
+            step_t = (S - 1) - s if reverse else s
+            if kind == "GRU" and not lbr:
+                b.call("aotc_sgemm", const(B), const(2 * H), const(H), BufPtr(Hs), const(H), BufPtr(Rt), const(GH),
+                       BufPtr(GR), const(GH), const(0))
+            else:
+                b.call("aotc_sgemm", const(B), const(GH), const(H), BufPtr(Hs), const(H), BufPtr(Rt), const(GH),
+                       BufPtr(GR), const(GH), const(0))
+
+            def elementwise(body):
+                """Run body(bi, j, t) over the batch and units, masked by sequence length."""
+                with contextlib.ExitStack() as scope:
+                    bi = scope.enter_context(b.loop(B, "bi")) if B > 1 else const(0)
+                    t = step_t
+                    if masked:
+                        length = b.local("len", cast(seq[bi], dtypes.INT64))
+                        scope.enter_context(b.if_(s < length))
+                        t = b.local("t", (length - 1) - s) if reverse else s
+                    with b.loop(H, "j") as j:
+                        body(bi, j, t)
+
+            if kind == "LSTM":
+                def lstm_cell(bi, j, t):
+                    row = x_row(t, bi)
+                    c_prev = b.local("c_prev", Cs[bi, j])
+                    pre = lambda gi: XG[row, gi * H + j] + GR[bi, gi * H + j]   # noqa: E731
+                    pi, po, pf, pc = pre(0), pre(1), pre(2), pre(3)
+                    if P is not None:
+                        pi = pi + P[d * 3 * H + j] * c_prev
+                        pf = pf + P[d * 3 * H + 2 * H + j] * c_prev
+                    gi = b.local("i_g", f_act(clipped(pi)))
+                    gf = b.local("f_g", const(1.0, f32) - gi if input_forget else f_act(clipped(pf)))
+                    gc = b.local("c_g", g_act(clipped(pc)))
+                    c_new = b.local("c_new", gf * c_prev + gi * gc)
+                    if P is not None:
+                        po = po + P[d * 3 * H + H + j] * c_new
+                    go = b.local("o_g", f_act(clipped(po)))
+                    h_new = b.local("h_new", go * h_act(c_new))
+                    b.store(Cs, (bi, j), c_new)
+                    b.store(Hs, (bi, j), h_new)
+                    if Y is not None:
+                        b.store(Y, y_at(t, d, bi, j), h_new)
+                elementwise(lstm_cell)
+            elif kind == "RNN":
+                def rnn_cell(bi, j, t):
+                    h_new = b.local("h_new", f_act(clipped(XG[x_row(t, bi), j] + GR[bi, j])))
+                    b.store(Hs, (bi, j), h_new)
+                    if Y is not None:
+                        b.store(Y, y_at(t, d, bi, j), h_new)
+                elementwise(rnn_cell)
+            else:
+                def gru_gates(bi, j, t):
+                    row = x_row(t, bi)
+                    z = f_act(clipped(XG[row, j] + GR[bi, j]))
+                    r = b.local("r_g", f_act(clipped(XG[row, H + j] + GR[bi, H + j])))
+                    b.store(GR, (bi, j), z)          # keep z for the update below
+                    if lbr:
+                        b.store(GR, (bi, H + j), r)
+                    else:
+                        b.store(RH, (bi, j), r * Hs[bi, j])
+
+                def gru_update(bi, j, t):
+                    row = x_row(t, bi)
+                    z = GR[bi, j]
+                    if lbr:
+                        rb = Bias[d * 2 * GH + GH + 2 * H + j] if Bias is not None else None
+                        rec = GR[bi, 2 * H + j] + rb if rb is not None else GR[bi, 2 * H + j]
+                        pre = XG[row, 2 * H + j] + GR[bi, H + j] * rec
+                    else:
+                        pre = XG[row, 2 * H + j] + GR[bi, 2 * H + j]
+                    hh = b.local("h_g", g_act(clipped(pre)))
+                    h_new = b.local("h_new", (const(1.0, f32) - z) * hh + z * Hs[bi, j])
+                    b.store(Hs, (bi, j), h_new)
+                    if Y is not None:
+                        b.store(Y, y_at(t, d, bi, j), h_new)
+
+                elementwise(gru_gates)
+                if not lbr:
+                    b.call("aotc_sgemm", const(B), const(H), const(H), BufPtr(RH), const(H), BufPtr(Rt, const(2 * H)),
+                           const(GH), BufPtr(GR, const(2 * H)), const(GH), const(0))
+                elementwise(gru_update)
+
+        b.comment("final state")
+        with b.loops((B, H), ["bi", "j"]) as (bi, j):
+            if Yh is not None:
+                b.store(Yh, state_at(d, bi, j), Hs[bi, j])
+            if Yc is not None:
+                b.store(Yc, state_at(d, bi, j), Cs[bi, j])
+
+
+for _op in ("LSTM", "GRU", "RNN"):
+    register(_op, lower=_lower_rnn, accepts_epilogue=False)(_rnn_infer)
