@@ -1,0 +1,884 @@
+"""CNN operators: Conv, ConvTranspose, pooling, Pad, Resize, and the normalizations that
+survive graph passes (BatchNormalization with runtime statistics, InstanceNormalization, LRN).
+
+All of them take any number of spatial dims (1-D, 2-D, 3-D) in NC[D]HW layout.
+
+Conv lowering, float32:
+  * 1x1, stride 1, no padding: one aotc_sgemm per (batch, group) straight on the input.
+  * depthwise (one input channel per group): a direct loop nest, one output row at a time,
+    the innermost loop over output columns with start/end computed so that no index is
+    ever out of range (no padded copy, no branch in the inner loop).
+  * everything else: im2col of one (batch, group) into ctx.scratch, then aotc_sgemm.
+Other dtypes use the direct loop nest. Bias is written first and the GEMM accumulates onto
+it, so the kernel makes one pass over the output; activations and residual adds follow as
+the fused epilogue.
+
+Window bounds: for output position o, the taps k with 0 <= o*s - pb + k*d < S are
+k in [ceil((pb - o*s)/d), ceil((S + pb - o*s)/d)), clamped to [0, K). `_ceil_div` does that
+with non-negative operands only, so C's truncating division is never asked to round a
+negative number.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ShapeError, UnsupportedError
+from ..ir import dtypes
+from ..kernel.ir import (F32, I64, BufPtr, Expr, If, binop, call, cast, const, maximum, minimum, select)
+from .common import ints, prod
+from .registry import register
+
+
+# ----------------------------------------------------------------------------- helpers
+def _err(node, msg) -> ShapeError:
+    return ShapeError(f"{node.op_type} node {node.name!r}: {msg}")
+
+
+def _ceil_div(a: Expr, d: int) -> Expr:
+    """ceil(max(a, 0) / d) for a positive int d."""
+    a = maximum(a, const(0))
+    return a if d == 1 else (a + (d - 1)) / d
+
+
+def _all(conds):
+    out = None
+    for c in conds:
+        out = c if out is None else binop("&&", out, c)
+    return out
+
+
+def _strides(shape) -> list[int]:
+    st, acc = [], 1
+    for d in reversed(shape):
+        st.append(acc)
+        acc *= d
+    return st[::-1]
+
+
+def _dot(idx, strides) -> Expr:
+    off: Expr = const(0)
+    for i, s in zip(idx, strides):
+        off = off + i * s
+    return off
+
+
+class _IfElse:
+    """`with _IfElse(b, cond) as (then, orelse):` then `with then:` / `with orelse:`."""
+
+    def __init__(self, b, cond):
+        self.b, self.node = b, If(cond)
+
+    def __enter__(self):
+        self.b.emit(self.node)
+        return _Branch(self.b, self.node.then), _Branch(self.b, self.node.orelse)
+
+    def __exit__(self, *exc):
+        pass
+
+
+class _Branch:
+    def __init__(self, b, body):
+        self.b, self.body = b, body
+
+    def __enter__(self):
+        self.b._stack.append(self.body)
+
+    def __exit__(self, *exc):
+        self.b._stack.pop()
+
+
+@dataclass
+class _Window:
+    kernel: list[int]
+    strides: list[int]
+    dilations: list[int]
+    pads_begin: list[int]
+    pads_end: list[int]
+    out: list[int]
+
+
+def _window(node, spatial, kernel, ceil_mode: bool = False) -> _Window:
+    """Output size and padding of a sliding window (Conv, pooling), ONNX rules."""
+    r = len(spatial)
+    kernel = [int(k) for k in kernel]
+    if len(kernel) != r:
+        raise _err(node, f"kernel_shape {kernel} does not match {r} spatial dims")
+    strides = [int(s) for s in node.attr("strides", [1] * r)]
+    dil = [int(d) for d in node.attr("dilations", [1] * r)]
+    if len(strides) != r or len(dil) != r:
+        raise _err(node, f"strides {strides} / dilations {dil} do not match {r} spatial dims")
+    if any(s < 1 for s in strides) or any(d < 1 for d in dil):
+        raise _err(node, "strides and dilations must be positive")
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    ext = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out = [-(-s // st) for s, st in zip(spatial, strides)]
+        total = [max(0, (o - 1) * st + e - s) for o, st, e, s in zip(out, strides, ext, spatial)]
+        if auto_pad == "SAME_UPPER":
+            pb = [t // 2 for t in total]
+        else:
+            pb = [t - t // 2 for t in total]
+        pe = [t - b for t, b in zip(total, pb)]
+        return _Window(kernel, strides, dil, pb, pe, out)
+    if auto_pad == "VALID":
+        pb, pe = [0] * r, [0] * r
+    elif auto_pad == "NOTSET":
+        pads = [int(p) for p in node.attr("pads", [0] * (2 * r))]
+        if len(pads) != 2 * r:
+            raise _err(node, f"pads {pads} do not match {r} spatial dims")
+        pb, pe = pads[:r], pads[r:]
+    else:
+        raise _err(node, f"unknown auto_pad {auto_pad!r}")
+    out = []
+    for s, k, st, b, e in zip(spatial, ext, strides, pb, pe):
+        span = s + b + e - k
+        if span < 0:
+            raise _err(node, f"window {k} larger than the padded input {s + b + e}")
+        if ceil_mode:
+            o = -(-span // st) + 1
+            if (o - 1) * st >= s + b:        # the last window must start inside the input
+                o -= 1
+        else:
+            o = span // st + 1
+        out.append(o)
+    return _Window(kernel, strides, dil, pb, pe, out)
+
+
+def _may_leave(w: _Window, i: int, size: int) -> bool:
+    """Can a tap of spatial dim i fall outside the input?"""
+    last = (w.out[i] - 1) * w.strides[i] - w.pads_begin[i] + (w.kernel[i] - 1) * w.dilations[i]
+    return w.pads_begin[i] > 0 or last >= size
+
+
+def _inside(pos, S, w: _Window):
+    """Condition that every (outer) position is inside the input, None when always true."""
+    return _all(binop("&&", q >= 0, q < S[i]) for i, q in enumerate(pos) if _may_leave(w, i, S[i]))
+
+
+def _bounds(o: Expr, size: int, w: _Window, i: int):
+    """Valid tap range [lo, hi) of spatial dim i at output position o (see module doc)."""
+    s, d, pb, k = w.strides[i], w.dilations[i], w.pads_begin[i], w.kernel[i]
+    lo = _ceil_div(pb - o * s, d)
+    hi = minimum(const(k), _ceil_div(size + pb - o * s, d))
+    return lo, hi
+
+
+# ----------------------------------------------------------------------------- Conv
+def _conv_parts(node, xs, ws):
+    if len(xs) < 3 or len(ws) != len(xs):
+        raise _err(node, f"input {tuple(xs)} and weight {tuple(ws)} must be N-C-spatial of equal rank")
+    group = int(node.attr("group", 1))
+    C, M = xs[1], ws[0]
+    if group < 1 or C % group or M % group or ws[1] * group != C:
+        raise _err(node, f"{C} input channels, weight {tuple(ws)} and group={group} do not fit")
+    ks = node.attr("kernel_shape", None)
+    kernel = list(ws[2:]) if ks is None else [int(k) for k in ks]
+    if list(kernel) != list(ws[2:]):
+        raise _err(node, f"kernel_shape {kernel} differs from the weight's {tuple(ws[2:])}")
+    return group, _window(node, xs[2:], kernel)
+
+
+def _conv_infer(node, ins):
+    x, w = ins[0], ins[1]
+    _, win = _conv_parts(node, x.shape, w.shape)
+    if len(ins) > 2 and ins[2] is not None and tuple(ins[2].shape) != (w.shape[0],):
+        raise _err(node, f"bias shape {ins[2].shape} is not ({w.shape[0]},)")
+    return [(x.dtype, (x.shape[0], w.shape[0], *win.out))]
+
+
+def _fill_bias(b, Y, Bias, n, M, OL):
+    """Y[n, m, :] = bias[m] (or 0)."""
+    with b.loops([M, OL], ["m", "p"]) as (m, p):
+        b.store(Y, (n * M + m) * OL + p, Bias[m] if Bias is not None else const(0, Y.dtype))
+
+
+def _lower_conv(node, ctx):
+    X, W = ctx.ins[0], ctx.ins[1]
+    Bias = ctx.ins[2] if len(ctx.ins) > 2 else None
+    Y = ctx.outs[0]
+    group, win = _conv_parts(node, X.shape, W.shape)
+    N, C, S = X.shape[0], X.shape[1], list(X.shape[2:])
+    M, O = W.shape[0], list(Y.shape[2:])
+    Cg, Mg = C // group, M // group
+    KK, SL, OL = prod(win.kernel), prod(S), prod(O)
+    b = ctx.b
+    pointwise = all(k == 1 for k in win.kernel) and all(s == 1 for s in win.strides) \
+        and not any(win.pads_begin) and not any(win.pads_end)
+    if X.dtype != dtypes.FLOAT32 or (Cg == 1 and group > 1):
+        b.comment(f"direct convolution: {group} group(s) of {Cg} input channel(s)")
+        _conv_direct(ctx, X, W, Bias, Y, win, group)
+        return
+    if pointwise:
+        b.comment("1x1 convolution: one GEMM per group on the input itself")
+    else:
+        b.comment(f"im2col ({Cg * KK} x {OL}) + GEMM per group")
+        col = ctx.scratch((Cg * KK, OL), X.dtype, "col")
+    with b.loops([N], ["n"]) as (n,):
+        if Bias is not None:
+            _fill_bias(b, Y, Bias, n, M, OL)
+        with b.loops([group], ["g"]) as (g,):
+            if pointwise:
+                src, ld = BufPtr(X, (n * C + g * Cg) * SL), SL
+            else:
+                _im2col(b, X, col, n, g * Cg, Cg, S, O, win)
+                src, ld = BufPtr(col), OL
+            b.call("aotc_sgemm", const(Mg), const(OL), const(Cg * KK),
+                   BufPtr(W, g * (Mg * Cg * KK)), const(Cg * KK), src, const(ld),
+                   BufPtr(Y, (n * M + g * Mg) * OL), const(OL), const(1 if Bias is not None else 0))
+
+
+def _im2col(b, X, col, n, c0, Cg, S, O, win: _Window):
+    """col[(c, k...), (o...)] = X[n, c0 + c, o*s - pb + k*d] (0 outside the input)."""
+    r = len(S)
+    C = X.shape[1]
+    SL, OL, OLast = prod(S), prod(O), O[-1]
+    xst, ost, kst = _strides(S), _strides(O), _strides(win.kernel)
+    zero = const(0, col.dtype)
+    with b.loops([Cg, *win.kernel], ["c"] + [f"k{i}" for i in range(r)]) as idx:
+        c, ks = idx[0], idx[1:]
+        row = (c * prod(win.kernel) + _dot(ks, kst)) * OL
+        s_l, d_l, pb_l = win.strides[-1], win.dilations[-1], win.pads_begin[-1]
+        k_l = ks[-1]
+        # output columns whose input column is inside the image
+        lo = b.local("lo", minimum(const(OLast), _ceil_div(pb_l - k_l * d_l, s_l)))
+        hi = b.local("hi", maximum(lo, minimum(const(OLast), _ceil_div(S[-1] + pb_l - k_l * d_l, s_l))))
+        with b.loops(O[:-1], [f"o{i}" for i in range(r - 1)]) as oo:
+            pos = [o * win.strides[i] - win.pads_begin[i] + ks[i] * win.dilations[i] for i, o in enumerate(oo)]
+            dst = row + _dot(oo, ost[:-1])
+            src = (n * C + c0 + c) * SL + _dot(pos, xst[:-1]) + (k_l * d_l - pb_l)
+
+            def copy_row():
+                with b.loop(lo, "p") as p:
+                    b.store(col, dst + p, zero)
+                with b.loop(hi, "p", start=lo) as p:
+                    b.store(col, dst + p, X[src + p * s_l])
+                with b.loop(OLast, "p", start=hi) as p:
+                    b.store(col, dst + p, zero)
+
+            inside = _inside(pos, S, win)
+            if inside is None:
+                copy_row()
+            else:
+                with _IfElse(b, inside) as (then, orelse):
+                    with then:
+                        copy_row()
+                    with orelse:
+                        with b.loop(OLast, "p") as p:
+                            b.store(col, dst + p, zero)
+
+
+def _conv_direct(ctx, X, W, Bias, Y, win: _Window, group: int):
+    """Loop nest: for each output row, accumulate every (input channel, tap) into it."""
+    b = ctx.b
+    N, C, S = X.shape[0], X.shape[1], list(X.shape[2:])
+    M, O = W.shape[0], list(Y.shape[2:])
+    Cg, Mg = C // group, M // group
+    r = len(S)
+    SL, OL, OLast = prod(S), prod(O), O[-1]
+    xst, ost, kst = _strides(S), _strides(O), _strides(win.kernel)
+    s_l, d_l, pb_l = win.strides[-1], win.dilations[-1], win.pads_begin[-1]
+    with b.loops([N, M], ["n", "m"]) as (n, m):
+        cin0 = (m / Mg) * Cg if group > 1 else const(0)
+        with b.loops(O[:-1], [f"o{i}" for i in range(r - 1)]) as oo:
+            dst = (n * M + m) * OL + _dot(oo, ost[:-1])
+            with b.loop(OLast, "p") as p:
+                b.store(Y, dst + p, Bias[m] if Bias is not None else const(0, Y.dtype))
+            with b.loops([Cg, *win.kernel], ["c"] + [f"k{i}" for i in range(r)]) as idx:
+                c, ks = idx[0], idx[1:]
+                pos = [o * win.strides[i] - win.pads_begin[i] + ks[i] * win.dilations[i] for i, o in enumerate(oo)]
+                inside = _inside(pos, S, win)
+                k_l = ks[-1]
+                src = (n * C + cin0 + c) * SL + _dot(pos, xst[:-1]) + (k_l * d_l - pb_l)
+
+                def taps():
+                    w = b.local("w", W[(m * Cg + c) * prod(win.kernel) + _dot(ks, kst)])
+                    lo = b.local("lo", minimum(const(OLast), _ceil_div(pb_l - k_l * d_l, s_l)))
+                    hi = b.local("hi", minimum(const(OLast), _ceil_div(S[-1] + pb_l - k_l * d_l, s_l)))
+                    with b.loop(hi, "p", start=lo) as q:
+                        b.store(Y, dst + q, Y[dst + q] + w * X[src + q * s_l])
+
+                if inside is None:
+                    taps()
+                else:
+                    with b.if_(inside):
+                        taps()
+
+
+register("Conv", lower=_lower_conv)(_conv_infer)
+
+
+# ----------------------------------------------------------------------------- ConvTranspose
+def _convt_parts(node, xs, ws):
+    if len(xs) < 3 or len(ws) != len(xs):
+        raise _err(node, f"input {tuple(xs)} and weight {tuple(ws)} must be N-C-spatial of equal rank")
+    group = int(node.attr("group", 1))
+    C = xs[1]
+    if group < 1 or C % group or ws[0] != C:
+        raise _err(node, f"{C} input channels, weight {tuple(ws)} and group={group} do not fit")
+    M = ws[1] * group
+    r = len(xs) - 2
+    S = list(xs[2:])
+    ks = node.attr("kernel_shape", None)
+    kernel = list(ws[2:]) if ks is None else [int(k) for k in ks]
+    strides = [int(s) for s in node.attr("strides", [1] * r)]
+    dil = [int(d) for d in node.attr("dilations", [1] * r)]
+    opad = [int(p) for p in node.attr("output_padding", [0] * r)]
+    full = [st * (s - 1) + op + (k - 1) * d + 1 for s, st, op, k, d in zip(S, strides, opad, kernel, dil)]
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    out_shape = node.attr("output_shape", None)
+    if out_shape is not None:
+        out_shape = [int(v) for v in out_shape][-r:]
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out_shape = [s * st for s, st in zip(S, strides)]
+    if out_shape is not None:
+        total = [f - o for f, o in zip(full, out_shape)]
+        if any(t < 0 for t in total):
+            raise UnsupportedError([f"ConvTranspose node {node.name!r}: output_shape {out_shape} needs "
+                                    f"negative padding"])
+        if auto_pad == "SAME_UPPER":
+            pb = [t // 2 for t in total]
+        else:
+            pb = [t - t // 2 for t in total]
+        pe = [t - p for t, p in zip(total, pb)]
+    elif auto_pad == "VALID":
+        pb, pe = [0] * r, [0] * r
+    else:
+        pads = [int(p) for p in node.attr("pads", [0] * (2 * r))]
+        pb, pe = pads[:r], pads[r:]
+    out = [f - b_ - e for f, b_, e in zip(full, pb, pe)]
+    if any(o <= 0 for o in out):
+        raise _err(node, f"output spatial shape {out} is empty")
+    return group, M, _Window(kernel, strides, dil, pb, pe, out)
+
+
+def _convt_infer(node, ins):
+    x, w = ins[0], ins[1]
+    _, M, win = _convt_parts(node, x.shape, w.shape)
+    return [(x.dtype, (x.shape[0], M, *win.out))]
+
+
+def _lower_convt(node, ctx):
+    X, W = ctx.ins[0], ctx.ins[1]
+    Bias = ctx.ins[2] if len(ctx.ins) > 2 else None
+    Y = ctx.outs[0]
+    if X.dtype != dtypes.FLOAT32:
+        raise UnsupportedError([f"ConvTranspose node {node.name!r} on {X.dtype} (float32 only)"])
+    group, M, win = _convt_parts(node, X.shape, W.shape)
+    N, C, S = X.shape[0], X.shape[1], list(X.shape[2:])
+    O = list(Y.shape[2:])
+    Cg, Mg = C // group, M // group
+    r = len(S)
+    KK, SL, OL, SLast = prod(win.kernel), prod(S), prod(O), S[-1]
+    b = ctx.b
+    b.comment(f"GEMM (weights^T x input) into columns, then col2im; {group} group(s)")
+    # A = W^T per group: wt[g, (m, k...), c] = W[g*Cg + c, m, k...]
+    wt = ctx.scratch((group, Mg * KK, Cg), X.dtype, "wt")
+    with b.loops([group, Mg * KK, Cg], ["g", "j", "c"]) as (g, j, c):
+        b.store(wt, (g * (Mg * KK) + j) * Cg + c, W[(g * Cg + c) * (Mg * KK) + j])
+    col = ctx.scratch((Mg * KK, SL), X.dtype, "col")
+    ost, sst, kst = _strides(O), _strides(S), _strides(win.kernel)
+    with b.loops([N], ["n"]) as (n,):
+        _fill_bias(b, Y, Bias, n, M, OL)
+        with b.loops([group], ["g"]) as (g,):
+            b.call("aotc_sgemm", const(Mg * KK), const(SL), const(Cg), BufPtr(wt, g * (Mg * KK * Cg)),
+                   const(Cg), BufPtr(X, (n * C + g * Cg) * SL), const(SL), BufPtr(col), const(SL), const(0))
+            # col2im: Y[n, g*Mg + m, i*s - pb + k*d] += col[(m, k), i]
+            with b.loops([Mg, *win.kernel], ["m"] + [f"k{i}" for i in range(r)]) as idx:
+                m, ks = idx[0], idx[1:]
+                row = (m * KK + _dot(ks, kst)) * SL
+                s_l, d_l, pb_l, k_l = win.strides[-1], win.dilations[-1], win.pads_begin[-1], ks[-1]
+                lo = b.local("lo", minimum(const(SLast), _ceil_div(pb_l - k_l * d_l, s_l)))
+                hi = b.local("hi", minimum(const(SLast), _ceil_div(O[-1] + pb_l - k_l * d_l, s_l)))
+                with b.loops(S[:-1], [f"i{q}" for q in range(r - 1)]) as ii:
+                    pos = [i * win.strides[q] - win.pads_begin[q] + ks[q] * win.dilations[q]
+                           for q, i in enumerate(ii)]
+                    dst = (n * M + g * Mg + m) * OL + _dot(pos, ost[:-1]) + (k_l * d_l - pb_l)
+                    src = row + _dot(ii, sst[:-1])
+                    inside = _all(binop("&&", q >= 0, q < O[k]) for k, q in enumerate(pos))
+
+                    def scatter():
+                        with b.loop(hi, "p", start=lo) as p:
+                            b.store(Y, dst + p * s_l, Y[dst + p * s_l] + col[src + p])
+
+                    if inside is None:
+                        scatter()
+                    else:
+                        with b.if_(inside):
+                            scatter()
+
+
+register("ConvTranspose", lower=_lower_convt)(_convt_infer)
+
+
+# ----------------------------------------------------------------------------- pooling
+def _pool_window(node, x):
+    if len(x.shape) < 3:
+        raise _err(node, f"input {x.shape} must be N-C-spatial")
+    ks = node.attr("kernel_shape", None)
+    if ks is None:
+        raise _err(node, "kernel_shape is required")
+    return _window(node, x.shape[2:], ks, ceil_mode=bool(int(node.attr("ceil_mode", 0))))
+
+
+def _maxpool_infer(node, ins):
+    x = ins[0]
+    win = _pool_window(node, x)
+    shape = (x.shape[0], x.shape[1], *win.out)
+    return [(x.dtype, shape), (dtypes.INT64, shape)]
+
+
+def _avgpool_infer(node, ins):
+    x = ins[0]
+    win = _pool_window(node, x)
+    return [(x.dtype, (x.shape[0], x.shape[1], *win.out))]
+
+
+def _lowest(dt):
+    dt = np.dtype(dt)
+    if dt.kind == "f":
+        return const(float("-inf"), dt)
+    return const(int(np.iinfo(dt).min), dt)
+
+
+def _lower_pool(node, ctx):
+    X, Y = ctx.ins[0], ctx.outs[0]
+    I = ctx.outs[1] if len(ctx.outs) > 1 else None
+    win = _pool_window(node, X)
+    N, C, S = X.shape[0], X.shape[1], list(X.shape[2:])
+    O = list(Y.shape[2:])
+    r = len(S)
+    SL, OL = prod(S), prod(O)
+    xst, ost = _strides(S), _strides(O)
+    is_max = node.op_type == "MaxPool"
+    include_pad = bool(int(node.attr("count_include_pad", 0)))
+    if is_max and int(node.attr("storage_order", 0)):
+        ist = _strides(S[::-1])[::-1]       # column-major spatial index
+    else:
+        ist = xst
+    b = ctx.b
+    with b.loops([N, C], ["n", "c"]) as (n, c):
+        base = (n * C + c) * SL
+        bounds, oo = [], []
+        # one loop per output dim, each with its tap range hoisted to its own level
+        ctxs = []
+        for i in range(r):
+            lp = b.loop(O[i], f"o{i}")
+            o = lp.__enter__()
+            ctxs.append(lp)
+            lo, hi = _bounds(o, S[i], win, i)
+            bounds.append((b.local(f"lo{i}", lo), b.local(f"hi{i}", hi)))
+            oo.append(o)
+        out_at = (n * C + c) * OL + _dot(oo, ost)
+        if is_max:
+            acc = b.local("acc", _lowest(X.dtype))
+            arg = b.local("arg", const(0)) if I is not None else None
+        else:
+            acc = b.local("acc", const(0, X.dtype))
+        inner = []
+        ks = []
+        for i in range(r):
+            lp = b.loop(bounds[i][1], f"k{i}", start=bounds[i][0])
+            ks.append(lp.__enter__())
+            inner.append(lp)
+        pos = [o * win.strides[i] - win.pads_begin[i] + k * win.dilations[i]
+               for i, (o, k) in enumerate(zip(oo, ks))]
+        v = b.local("v", X[base + _dot(pos, xst)])
+        if is_max:
+            if arg is not None:
+                better = b.local("better", v > acc)
+                b.assign(arg, select(better, (n * C + c) * SL + _dot(pos, ist), arg))
+                b.assign(acc, select(better, v, acc))
+            else:
+                b.assign(acc, select(v > acc, v, acc))
+        else:
+            b.assign(acc, acc + v)
+        for lp in reversed(inner):
+            lp.__exit__(None, None, None)
+        if is_max:
+            b.store(Y, out_at, acc)
+            if I is not None:
+                b.store(I, out_at, arg)
+        else:
+            if include_pad:
+                counts = [minimum(const(win.kernel[i]),
+                                  _ceil_div(S[i] + win.pads_begin[i] + win.pads_end[i] - o * win.strides[i],
+                                            win.dilations[i])) for i, o in enumerate(oo)]
+            else:
+                counts = [maximum(hi - lo, const(0)) for lo, hi in bounds]
+            cnt = counts[0]
+            for k in counts[1:]:
+                cnt = cnt * k
+            b.store(Y, out_at, acc / cast(cnt, X.dtype))
+        for lp in reversed(ctxs):
+            lp.__exit__(None, None, None)
+
+
+register("MaxPool", lower=_lower_pool)(_maxpool_infer)
+register("AveragePool", lower=_lower_pool)(_avgpool_infer)
+
+
+def _global_infer(node, ins):
+    x = ins[0]
+    if len(x.shape) < 3:
+        raise _err(node, f"input {x.shape} must be N-C-spatial")
+    return [(x.dtype, (x.shape[0], x.shape[1]) + (1,) * (len(x.shape) - 2))]
+
+
+def _lower_global(node, ctx):
+    X, Y = ctx.ins[0], ctx.outs[0]
+    N, C = X.shape[:2]
+    SL = prod(X.shape[2:])
+    is_max = node.op_type == "GlobalMaxPool"
+    b = ctx.b
+    with b.loops([N * C], ["nc"]) as (nc,):
+        acc = b.local("acc", _lowest(X.dtype) if is_max else const(0, X.dtype))
+        with b.loop(SL, "p") as p:
+            v = X[nc * SL + p]
+            b.assign(acc, select(v > acc, v, acc) if is_max else acc + v)
+        b.store(Y, nc, acc if is_max else acc / const(SL, X.dtype))
+
+
+register("GlobalAveragePool", lower=_lower_global)(_global_infer)
+register("GlobalMaxPool", lower=_lower_global)(_global_infer)
+
+
+# ----------------------------------------------------------------------------- Pad
+def _pad_spec(node, ins):
+    x = ins[0]
+    r = len(x.shape)
+    if len(ins) < 2 or ins[1] is None:
+        raise _err(node, "pads input is required")
+    if ins[1].const is None:
+        raise ShapeError(f"Pad node {node.name!r}: pads must be known at compile time",
+                         "bind the input that feeds it with --const")
+    pads = ints(ins[1].const)
+    axes = list(range(r))
+    if len(ins) > 3 and ins[3] is not None:
+        if ins[3].const is None:
+            raise ShapeError(f"Pad node {node.name!r}: axes must be known at compile time")
+        axes = [a + r if a < 0 else a for a in ints(ins[3].const)]
+    if len(pads) != 2 * len(axes):
+        raise _err(node, f"{len(pads)} pads for {len(axes)} axes")
+    pb, pe = [0] * r, [0] * r
+    for k, a in enumerate(axes):
+        pb[a], pe[a] = pads[k], pads[k + len(axes)]
+    mode = node.attr("mode", "constant")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise UnsupportedError([f"Pad node {node.name!r} with mode {mode!r}"])
+    out = [d + b_ + e for d, b_, e in zip(x.shape, pb, pe)]
+    if any(o < 0 for o in out):
+        raise _err(node, f"pads {pads} remove more than the input {x.shape}")
+    if mode != "constant" and any(d == 0 for d in x.shape):
+        raise _err(node, f"mode {mode} needs a non-empty input")
+    if mode == "reflect" and any((b_ > d - 1 or e > d - 1) and (b_ > 0 or e > 0)
+                                  for d, b_, e in zip(x.shape, pb, pe)):
+        raise UnsupportedError([f"Pad node {node.name!r}: reflect padding wider than the input"])
+    return pb, pe, out, mode
+
+
+def _pad_infer(node, ins):
+    _, _, out, _ = _pad_spec(node, [ins[0]] + list(ins[1:]))
+    return [(ins[0].dtype, tuple(out))]
+
+
+def _lower_pad(node, ctx):
+    X, Y = ctx.ins[0], ctx.outs[0]
+    ins = [ctx.value(i) for i in range(len(node.inputs))]
+    pb, pe, out, mode = _pad_spec(node, ins)
+    b = ctx.b
+    r = len(X.shape)
+    if mode == "constant":
+        cv = ctx.const(2) if ctx.has_input(2) else None
+        if cv is not None:
+            fill = const(np.asarray(cv).reshape(-1)[0].item() if np.asarray(cv).size else 0, X.dtype)
+        elif ctx.has_input(2):
+            fill = b.local("fill", ctx.ins[2][const(0)])
+        else:
+            fill = const(0, X.dtype)
+    xst = _strides(X.shape)
+    srcs, valid = [], []
+    ctxs = []
+    for i in range(r):
+        lp = b.loop(out[i], f"i{i}")
+        o = lp.__enter__()
+        ctxs.append(lp)
+        d = X.shape[i]
+        s = o - pb[i]
+        if mode == "constant":
+            if pb[i] > 0 or pe[i] > 0:
+                valid.append(binop("&&", s >= 0, s < d))
+        elif mode == "edge":
+            s = maximum(const(0), minimum(const(d - 1), s))
+        elif mode == "reflect":
+            if d > 1:
+                t = b.local(f"t{i}", select(s < 0, -s, s))
+                s = select(t >= d, (2 * (d - 1)) - t, t)
+            else:
+                s = const(0)
+        elif mode == "wrap":
+            s = ((s % d) + d) % d
+        srcs.append(b.local(f"s{i}", s) if i < r - 1 else s)
+    idx = _dot(srcs, xst)
+    ok = _all(valid)
+    if ok is None:
+        b.store(Y, _dot_vars(ctxs, out), X[idx])
+    else:
+        b.store(Y, _dot_vars(ctxs, out), select(ok, X[idx], fill))
+    for lp in reversed(ctxs):
+        lp.__exit__(None, None, None)
+
+
+def _dot_vars(ctxs, shape):
+    return _dot([lp.loop_.var for lp in ctxs], _strides(shape))
+
+
+register("Pad", lower=_lower_pad, const_inputs=(1, 3))(_pad_infer)
+
+
+# ----------------------------------------------------------------------------- Resize
+_CT_MODES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn",
+             "half_pixel_symmetric")
+_NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def _resize_spec(node, ins):
+    """Output shape and the float32 scale ONNX Runtime uses on every axis."""
+    x = ins[0]
+    r = len(x.shape)
+    mode = node.attr("mode", "nearest")
+    ct = node.attr("coordinate_transformation_mode", "half_pixel")
+    if mode not in ("nearest", "linear"):
+        raise UnsupportedError([f"Resize node {node.name!r} with mode {mode!r} (nearest and linear only)"])
+    if ct not in _CT_MODES:
+        raise UnsupportedError([f"Resize node {node.name!r} with coordinate_transformation_mode {ct!r}"])
+    if mode == "nearest" and node.attr("nearest_mode", "round_prefer_floor") not in _NEAREST:
+        raise UnsupportedError([f"Resize node {node.name!r} with nearest_mode {node.attr('nearest_mode')!r}"])
+    if int(node.attr("antialias", 0)):
+        raise UnsupportedError([f"Resize node {node.name!r} with antialias=1"])
+    if node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise UnsupportedError([f"Resize node {node.name!r} with keep_aspect_ratio_policy "
+                                f"{node.attr('keep_aspect_ratio_policy')!r}"])
+    axes = node.attr("axes", None)
+    axes = list(range(r)) if axes is None else [a + r if a < 0 else int(a) for a in axes]
+
+    def given(pos):
+        if len(ins) > pos and ins[pos] is not None:
+            if ins[pos].const is None:
+                raise ShapeError(f"Resize node {node.name!r}: {'scales' if pos == 2 else 'sizes'} must be "
+                                 f"known at compile time", "bind the input that feeds it with --const")
+            arr = np.asarray(ins[pos].const).reshape(-1)
+            return arr if arr.size else None
+        return None
+
+    scales_in, sizes_in = given(2), given(3)
+    scales = [np.float32(1.0)] * r
+    out = list(x.shape)
+    if sizes_in is not None:
+        if len(sizes_in) != len(axes):
+            raise _err(node, f"{len(sizes_in)} sizes for {len(axes)} axes")
+        for a, s in zip(axes, sizes_in):
+            out[a] = int(s)
+            scales[a] = np.float32(int(s)) / np.float32(x.shape[a])
+    elif scales_in is not None:
+        if len(scales_in) != len(axes):
+            raise _err(node, f"{len(scales_in)} scales for {len(axes)} axes")
+        for a, s in zip(axes, scales_in):
+            scales[a] = np.float32(s)
+            out[a] = int(np.floor(np.float32(x.shape[a]) * np.float32(s)))
+    else:
+        raise _err(node, "needs scales or sizes")
+    if any(o <= 0 for o in out):
+        raise _err(node, f"output shape {out} is empty")
+    return out, scales, mode, ct
+
+
+def _resize_infer(node, ins):
+    out, _, _, _ = _resize_spec(node, ins)
+    return [(ins[0].dtype, tuple(out))]
+
+
+def _f(v) -> Expr:
+    return const(float(np.float32(v)), F32)
+
+
+def _original_coord(o: Expr, ct: str, scale, in_len: int, out_len: int) -> Expr:
+    """The source coordinate of output index o, computed in float32 like ONNX Runtime."""
+    of = cast(o, F32)
+    if ct == "asymmetric":
+        return of / _f(scale)
+    if ct == "half_pixel":
+        return (of + _f(0.5)) / _f(scale) - _f(0.5)
+    if ct == "pytorch_half_pixel":
+        return (of + _f(0.5)) / _f(scale) - _f(0.5) if out_len > 1 else _f(0.0)
+    if ct == "tf_half_pixel_for_nn":
+        return (of + _f(0.5)) / _f(scale)
+    if ct == "align_corners":
+        return _f(0.0) if out_len == 1 else of * _f(in_len - 1) / _f(out_len - 1)
+    if ct == "half_pixel_symmetric":
+        adj = np.float32(out_len) / (np.float32(scale) * np.float32(in_len))
+        center = np.float32(in_len) / np.float32(2)
+        offset = center * (np.float32(1) - adj)
+        return _f(offset) + (of + _f(0.5)) / _f(scale) - _f(0.5)
+    raise AssertionError(ct)
+
+
+def _nearest_index(x: Expr, nearest_mode: str, in_len: int) -> Expr:
+    if nearest_mode == "floor":
+        i = cast(call("floor", x), I64)
+    elif nearest_mode == "ceil":
+        i = cast(call("ceil", x), I64)
+    else:
+        half = binop("==", x, cast(cast(x, I64), F32) + _f(0.5))
+        tie = call("floor" if nearest_mode == "round_prefer_floor" else "ceil", x)
+        i = cast(select(half, tie, call("round", x)), I64)
+    return maximum(const(0), minimum(const(in_len - 1), i))
+
+
+def _lower_resize(node, ctx):
+    X, Y = ctx.ins[0], ctx.outs[0]
+    ins = [ctx.value(i) for i in range(len(node.inputs))]
+    out, scales, mode, ct = _resize_spec(node, ins)
+    nearest_mode = node.attr("nearest_mode", "round_prefer_floor")
+    b = ctx.b
+    r = len(X.shape)
+    xst = _strides(X.shape)
+    linear = mode == "linear" and X.dtype.kind == "f"
+    if mode == "linear" and not linear:
+        raise UnsupportedError([f"Resize node {node.name!r}: linear mode on {X.dtype}"])
+    ctxs = []
+    idx_terms = []            # per axis: [(index expr, weight expr or None), ...] (1 or 2 entries)
+    for i in range(r):
+        lp = b.loop(out[i], f"i{i}")
+        o = lp.__enter__()
+        ctxs.append(lp)
+        same = out[i] == X.shape[i] and float(scales[i]) == 1.0
+        if same:
+            idx_terms.append([(o, None)])
+            continue
+        x = _original_coord(o, ct, scales[i], X.shape[i], out[i])
+        if not linear:
+            idx_terms.append([(b.local(f"s{i}", _nearest_index(x, nearest_mode, X.shape[i])), None)])
+            continue
+        L = X.shape[i]
+        xc = b.local(f"x{i}", maximum(_f(0.0), minimum(_f(L - 1), x)))
+        i0 = b.local(f"a{i}", minimum(const(L - 1), cast(xc, I64)))
+        i1 = b.local(f"b{i}", minimum(const(L - 1), i0 + 1))
+        eq = binop("==", i0, i1)
+        d0 = b.local(f"da{i}", select(eq, _f(0.5), call("abs", xc - cast(i0, F32))))
+        d1 = b.local(f"db{i}", select(eq, _f(0.5), call("abs", xc - cast(i1, F32))))
+        # the tap at i0 is weighted by the distance to i1 and vice versa
+        idx_terms.append([(i0, d1), (i1, d0)])
+    at = _dot([lp.loop_.var for lp in ctxs], _strides(out))
+    if not linear:
+        b.store(Y, at, X[_dot([t[0][0] for t in idx_terms], xst)])
+    else:
+        total = None
+        import itertools
+        for combo in itertools.product(*idx_terms):
+            w = None
+            for _, wt in combo:
+                if wt is not None:
+                    w = wt if w is None else w * wt
+            term = X[_dot([ix for ix, _ in combo], xst)]
+            term = term if w is None else cast(w, X.dtype) * term
+            total = term if total is None else total + term
+        b.store(Y, at, total)
+    for lp in reversed(ctxs):
+        lp.__exit__(None, None, None)
+
+
+register("Resize", lower=_lower_resize, const_inputs=(1, 2, 3))(_resize_infer)
+
+
+# ----------------------------------------------------------------------------- normalizations
+def _bn_infer(node, ins):
+    if int(node.attr("training_mode", 0)) or len([o for o in node.outputs if o]) > 1:
+        raise UnsupportedError([f"BatchNormalization node {node.name!r} in training mode"])
+    x = ins[0]
+    if len(x.shape) < 2:
+        raise _err(node, f"input {x.shape} has no channel dim")
+    for v in ins[1:5]:
+        if v is None or tuple(v.shape) != (x.shape[1],):
+            raise _err(node, f"scale/bias/mean/var must all be ({x.shape[1]},)")
+    return [(x.dtype, x.shape)]
+
+
+def _lower_bn(node, ctx):
+    X, sc, bi, mean, var = ctx.ins[:5]
+    Y = ctx.outs[0]
+    eps = float(node.attr("epsilon", 1e-5))
+    N, C = X.shape[:2]
+    SL = prod(X.shape[2:])
+    b = ctx.b
+    dt = X.dtype
+    with b.loops([N, C], ["n", "c"]) as (n, c):
+        s = b.local("s", sc[c] / call("sqrt", var[c] + const(eps, dt)))
+        t = b.local("t", bi[c] - mean[c] * s)
+        with b.loop(SL, "p") as p:
+            at = (n * C + c) * SL + p
+            b.store(Y, at, X[at] * s + t)
+
+
+register("BatchNormalization", lower=_lower_bn)(_bn_infer)
+
+
+def _in_infer(node, ins):
+    x = ins[0]
+    if len(x.shape) < 3:
+        raise _err(node, f"input {x.shape} must be N-C-spatial")
+    return [(x.dtype, x.shape)]
+
+
+def _lower_instnorm(node, ctx):
+    X, sc, bi = ctx.ins[:3]
+    Y = ctx.outs[0]
+    eps = float(node.attr("epsilon", 1e-5))
+    N, C = X.shape[:2]
+    SL = prod(X.shape[2:])
+    b = ctx.b
+    dt = X.dtype
+    F64 = dtypes.FLOAT64
+    with b.loops([N, C], ["n", "c"]) as (n, c):
+        base = (n * C + c) * SL
+        acc = b.local("sum", const(0.0, F64))
+        with b.loop(SL, "p") as p:
+            b.assign(acc, acc + cast(X[base + p], F64))
+        mean = b.local("mean", acc / const(float(SL), F64))
+        sq = b.local("sq", const(0.0, F64))
+        with b.loop(SL, "p") as p:
+            d = b.local("d", cast(X[base + p], F64) - mean)
+            b.assign(sq, sq + d * d)
+        s = b.local("s", cast(sc[c], F64) / call("sqrt", sq / const(float(SL), F64) + const(eps, F64)))
+        t = b.local("t", cast(bi[c], F64) - mean * s)
+        with b.loop(SL, "p") as p:
+            b.store(Y, base + p, cast(cast(X[base + p], F64) * s + t, dt))
+
+
+register("InstanceNormalization", lower=_lower_instnorm)(_in_infer)
+
+
+def _lower_lrn(node, ctx):
+    X, Y = ctx.ins[0], ctx.outs[0]
+    size = int(node.attr("size"))
+    alpha, beta, bias = (float(node.attr(k, d)) for k, d in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
+    N, C = X.shape[:2]
+    SL = prod(X.shape[2:])
+    lo_off, hi_off = (size - 1) // 2, -(-(size - 1) // 2)
+    b = ctx.b
+    dt = X.dtype
+    with b.loops([N, C], ["n", "c"]) as (n, c):
+        lo = b.local("lo", maximum(const(0), c - lo_off))
+        hi = b.local("hi", minimum(const(C), c + (hi_off + 1)))
+        with b.loop(SL, "p") as p:
+            acc = b.local("acc", const(0, dt))
+            with b.loop(hi, "j", start=lo) as j:
+                v = X[(n * C + j) * SL + p]
+                b.assign(acc, acc + v * v)
+            at = (n * C + c) * SL + p
+            den = call("pow", const(bias, dt) + const(alpha / size, dt) * acc, const(beta, dt))
+            b.store(Y, at, X[at] / den)
+
+
+register("LRN", lower=_lower_lrn)(_in_infer)

@@ -1,0 +1,265 @@
+"""CNN operators (aotc/ops/nn.py) against ONNX Runtime on random inputs."""
+import numpy as np
+import pytest
+from onnx import helper
+
+from tests.helpers import assert_parity, graph_model, rand, single_op_model
+
+
+def _conv_case(tmp_path, x_shape, w_shape, bias=True, op="Conv", **attrs):
+    x = rand(*x_shape, seed=1)
+    inits = {"w": rand(*w_shape, seed=2) * 0.5}
+    if bias:
+        inits["b"] = rand(w_shape[0] if op == "Conv" else w_shape[1] * attrs.get("group", 1), seed=3)
+    return assert_parity(single_op_model(op, {"x": x}, inits=inits, **attrs), tmp_path, {"x": x})
+
+
+# --------------------------------------------------------------------------- Conv
+@pytest.mark.parametrize("attrs", [
+    dict(),
+    dict(pads=[1, 1, 1, 1]),
+    dict(strides=[2, 2], pads=[1, 1, 1, 1]),
+    dict(strides=[2, 1], pads=[0, 2, 1, 0], dilations=[2, 1]),
+    dict(dilations=[2, 2], pads=[2, 2, 2, 2]),
+    dict(auto_pad="SAME_UPPER", strides=[2, 2]),
+    dict(auto_pad="SAME_LOWER", strides=[2, 2]),
+    dict(auto_pad="VALID", strides=[3, 2]),
+], ids=lambda a: "-".join(f"{k}{v}" for k, v in a.items()) or "plain")
+def test_conv2d_geometry(attrs, tmp_path):
+    _conv_case(tmp_path, (1, 4, 9, 10), (6, 4, 3, 3), **attrs)
+
+
+@pytest.mark.parametrize("case", [
+    ("pointwise", (2, 8, 5, 6), (12, 8, 1, 1), {}),
+    ("pointwise_grouped", (1, 8, 5, 6), (12, 4, 1, 1), dict(group=2)),
+    ("pointwise_stride2", (1, 8, 7, 7), (4, 8, 1, 1), dict(strides=[2, 2])),
+    ("grouped", (2, 6, 7, 7), (9, 2, 3, 3), dict(group=3, pads=[1, 1, 1, 1])),
+    ("depthwise", (2, 5, 8, 8), (5, 1, 3, 3), dict(group=5, pads=[1, 1, 1, 1])),
+    ("depthwise_s2", (1, 4, 9, 9), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1], strides=[2, 2])),
+    ("depthwise_mult", (1, 3, 6, 7), (6, 1, 5, 5), dict(group=3, pads=[2, 2, 2, 2])),
+    ("depthwise_dil", (1, 4, 9, 9), (4, 1, 3, 3), dict(group=4, pads=[2, 2, 2, 2], dilations=[2, 2])),
+    ("big_kernel_stride", (1, 3, 16, 16), (8, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3])),
+    ("one_in_channel", (1, 1, 12, 12), (6, 1, 5, 5), {}),
+    ("no_bias", (1, 4, 6, 6), (5, 4, 3, 3), dict(pads=[1, 1, 1, 1], _nobias=True)),
+], ids=lambda c: c[0])
+def test_conv2d_variants(case, tmp_path):
+    _, xs, ws, attrs = case
+    attrs = dict(attrs)
+    bias = not attrs.pop("_nobias", False)
+    _conv_case(tmp_path, xs, ws, bias=bias, **attrs)
+
+
+def test_conv1d(tmp_path):
+    _conv_case(tmp_path, (2, 4, 17), (6, 4, 3), pads=[1, 2], strides=[2], dilations=[2])
+
+
+def test_conv1d_depthwise(tmp_path):
+    _conv_case(tmp_path, (1, 4, 11), (4, 1, 3), group=4, pads=[1, 1])
+
+
+def test_conv3d(tmp_path):
+    _conv_case(tmp_path, (1, 2, 5, 6, 5), (3, 2, 3, 3, 3), pads=[1, 0, 1, 1, 1, 0], strides=[1, 2, 1])
+
+
+def test_conv_double(tmp_path):
+    """float64 takes the direct loop nest; ORT has no double Conv, so the ONNX reference is the oracle."""
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    import aotc
+    x = rand(1, 3, 6, 6, seed=1).astype(np.float64)
+    w = rand(4, 3, 3, 3, seed=2).astype(np.float64)
+    m = single_op_model("Conv", {"x": x}, inits={"w": w}, pads=[1, 1, 1, 1], strides=[2, 1])
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    got = aotc.compile(tmp_path / "m.onnx", output_dir=tmp_path / "out").run({"x": x})[0]
+    want = ReferenceEvaluator(m).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_conv_runtime_weights(tmp_path):
+    """Weights that are a graph input, not an initializer."""
+    x, w = rand(1, 3, 6, 6, seed=1), rand(4, 3, 3, 3, seed=2)
+    assert_parity(single_op_model("Conv", {"x": x, "w": w}, strides=[2, 2]), tmp_path, {"x": x, "w": w})
+
+
+def test_conv_bn_relu_residual_fused(tmp_path):
+    """Conv -> BatchNorm (folded) -> Add(residual) -> Relu, and Conv -> Clip (Relu6)."""
+    x = rand(1, 4, 8, 8, seed=1)
+    rng = np.random.default_rng(0)
+    inits = {"w": rand(4, 4, 3, 3, seed=2) * 0.3, "w2": rand(4, 4, 1, 1, seed=3) * 0.3,
+             "g": (1 + 0.2 * rng.standard_normal(4)).astype(np.float32),
+             "be": (0.1 * rng.standard_normal(4)).astype(np.float32),
+             "mu": (0.2 * rng.standard_normal(4)).astype(np.float32),
+             "var": rng.uniform(0.5, 1.5, 4).astype(np.float32),
+             "lo": np.float32(0), "hi": np.float32(6)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "be", "mu", "var"], ["bn"]),
+             helper.make_node("Add", ["bn", "x"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"]),
+             helper.make_node("Conv", ["y", "w2"], ["c2"]),
+             helper.make_node("Clip", ["c2", "lo", "hi"], ["y2"])]
+    assert_parity(graph_model(nodes, {"x": x}, ["y", "y2"], inits), tmp_path, {"x": x})
+
+
+# --------------------------------------------------------------------------- ConvTranspose
+@pytest.mark.parametrize("case", [
+    ("plain", (1, 3, 5, 5), (3, 4, 3, 3), {}),
+    ("stride2_pad", (2, 4, 4, 5), (4, 3, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("output_padding", (1, 4, 4, 4), (4, 2, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1],
+                                                       output_padding=[1, 1])),
+    ("grouped_dilated", (1, 4, 5, 5), (4, 2, 3, 3), dict(group=2, dilations=[2, 1], strides=[1, 2])),
+    ("k4s2", (1, 2, 4, 4), (2, 3, 4, 4), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("output_shape", (1, 2, 4, 4), (2, 3, 3, 3), dict(strides=[2, 2], output_shape=[8, 8])),
+    ("1d", (1, 3, 7), (3, 2, 3), dict(strides=[2], pads=[1, 0])),
+], ids=lambda c: c[0])
+def test_conv_transpose(case, tmp_path):
+    _, xs, ws, attrs = case
+    _conv_case(tmp_path, xs, ws, op="ConvTranspose", **attrs)
+
+
+# --------------------------------------------------------------------------- pooling
+@pytest.mark.parametrize("attrs", [
+    dict(kernel_shape=[2, 2], strides=[2, 2]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+    dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1], ceil_mode=1),
+    dict(kernel_shape=[3, 3], dilations=[2, 2], pads=[1, 1, 1, 1]),
+    dict(kernel_shape=[5, 5], strides=[1, 1], pads=[2, 2, 2, 2]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER"),
+], ids=lambda a: "-".join(f"{k}{v}" for k, v in a.items()))
+def test_maxpool(attrs, tmp_path):
+    x = rand(2, 3, 9, 10, seed=4)
+    assert_parity(single_op_model("MaxPool", {"x": x}, **attrs), tmp_path, {"x": x})
+
+
+def test_maxpool_indices_and_1d(tmp_path):
+    x = rand(2, 3, 7, 8, seed=5)
+    x1 = rand(1, 2, 11, seed=6)
+    nodes = [helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["x1"], ["y1"], kernel_shape=[3], strides=[2], ceil_mode=1)]
+    assert_parity(graph_model(nodes, {"x": x, "x1": x1}, ["y", "i", "y1"]), tmp_path, {"x": x, "x1": x1})
+
+
+@pytest.mark.parametrize("attrs", [
+    dict(kernel_shape=[2, 2], strides=[2, 2]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1),
+    dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 0, 0], ceil_mode=1, count_include_pad=1),
+    dict(kernel_shape=[2, 3], strides=[1, 2], auto_pad="SAME_LOWER"),
+], ids=lambda a: "-".join(f"{k}{v}" for k, v in a.items()))
+def test_averagepool(attrs, tmp_path):
+    x = rand(1, 3, 9, 10, seed=7)
+    assert_parity(single_op_model("AveragePool", {"x": x}, **attrs), tmp_path, {"x": x})
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_global_pool(op, tmp_path):
+    x = rand(2, 5, 7, 6, seed=8)
+    x1 = rand(1, 3, 9, seed=9)
+    nodes = [helper.make_node(op, ["x"], ["y"]), helper.make_node(op, ["x1"], ["y1"])]
+    assert_parity(graph_model(nodes, {"x": x, "x1": x1}, ["y", "y1"]), tmp_path, {"x": x, "x1": x1})
+
+
+# --------------------------------------------------------------------------- Pad
+@pytest.mark.parametrize("mode,pads", [
+    ("constant", [0, 0, 1, 2, 0, 0, 2, 1]),
+    ("constant", [0, 1, -1, 2, 0, 0, 1, -2]),
+    ("reflect", [0, 0, 2, 1, 0, 0, 1, 3]),
+    ("edge", [0, 0, 3, 1, 0, 0, 1, 2]),
+    ("wrap", [0, 0, 2, 1, 0, 0, 1, 3]),
+])
+def test_pad(mode, pads, tmp_path):
+    x = rand(1, 2, 5, 6, seed=10)
+    inits = {"pads": np.array(pads, np.int64)}
+    if mode == "constant":
+        inits["value"] = np.float32(1.5)
+    opset = 19 if mode == "wrap" else 17
+    assert_parity(single_op_model("Pad", {"x": x}, inits=inits, mode=mode, opset=opset), tmp_path, {"x": x})
+
+
+def test_pad_axes_and_runtime_value(tmp_path):
+    x, v = rand(2, 3, 4, seed=11), np.array(-2.0, np.float32)
+    node = helper.make_node("Pad", ["x", "pads", "v", "axes"], ["y"], mode="constant")
+    m = graph_model([node], {"x": x, "v": v}, ["y"],
+                    {"pads": np.array([1, 2, 0, 1], np.int64), "axes": np.array([-1, 1], np.int64)}, opset=18)
+    assert_parity(m, tmp_path, {"x": x, "v": v})
+
+
+def test_pad_int64(tmp_path):
+    x = np.arange(12, dtype=np.int64).reshape(3, 4)
+    m = single_op_model("Pad", {"x": x}, inits={"pads": np.array([1, 1, 0, 2], np.int64)}, mode="edge")
+    assert_parity(m, tmp_path, {"x": x})
+
+
+# --------------------------------------------------------------------------- Resize
+_CT = ["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel"]
+_NM = ["floor", "round_prefer_floor", "round_prefer_ceil", "ceil"]
+
+
+@pytest.mark.parametrize("ct", _CT)
+def test_resize_nearest_modes(ct, tmp_path):
+    """Every nearest_mode under one coordinate transformation, up- and down-sampling."""
+    x = rand(1, 2, 5, 7, seed=12)
+    inits = {"up": np.array([1, 1, 2.5, 1.5], np.float32), "down": np.array([1, 1, 0.6, 0.45], np.float32)}
+    nodes, outs = [], []
+    for nm in _NM:
+        for s in ("up", "down"):
+            outs.append(f"{nm}_{s}")
+            nodes.append(helper.make_node("Resize", ["x", "", s], [outs[-1]], mode="nearest",
+                                          coordinate_transformation_mode=ct, nearest_mode=nm))
+    assert_parity(graph_model(nodes, {"x": x}, outs, inits, opset=13), tmp_path, {"x": x})
+
+
+@pytest.mark.parametrize("ct", _CT)
+def test_resize_linear(ct, tmp_path):
+    x = rand(2, 3, 5, 6, seed=13)
+    inits = {"up": np.array([1, 1, 2, 1.7], np.float32), "sizes": np.array([2, 3, 3, 11], np.int64)}
+    nodes = [helper.make_node("Resize", ["x", "", "up"], ["y_up"], mode="linear",
+                              coordinate_transformation_mode=ct),
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["y_sz"], mode="linear",
+                              coordinate_transformation_mode=ct)]
+    assert_parity(graph_model(nodes, {"x": x}, ["y_up", "y_sz"], inits, opset=13), tmp_path, {"x": x})
+
+
+def test_resize_opset11_upsample_sizes(tmp_path):
+    """The opset-11 form (roi + scales, or empty scales + sizes) and a 2x nearest upsample."""
+    x = rand(1, 3, 4, 5, seed=14)
+    inits = {"roi": np.array([], np.float32), "sc": np.array([1, 1, 2, 2], np.float32),
+             "empty": np.array([], np.float32), "sizes": np.array([1, 3, 7, 9], np.int64)}
+    nodes = [helper.make_node("Resize", ["x", "roi", "sc"], ["y2"], mode="nearest",
+                              coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+             helper.make_node("Resize", ["x", "roi", "empty", "sizes"], ["ys"], mode="nearest")]
+    assert_parity(graph_model(nodes, {"x": x}, ["y2", "ys"], inits, opset=11), tmp_path, {"x": x})
+
+
+# --------------------------------------------------------------------------- normalizations
+def test_batchnorm_runtime_stats(tmp_path):
+    """Statistics that are graph inputs: BatchNormalization is computed, not folded."""
+    x = rand(2, 4, 3, 5, seed=15)
+    feeds = {"x": x, "s": rand(4, seed=16), "b": rand(4, seed=17), "m": rand(4, seed=18),
+             "v": rand(4, seed=19, low=0.5, high=2.0)}
+    m = single_op_model("BatchNormalization", feeds, epsilon=1e-3)
+    assert_parity(m, tmp_path, feeds)
+
+
+def test_batchnorm_2d_input_const_stats(tmp_path):
+    x = rand(3, 4, seed=20)
+    inits = {"s": rand(4, seed=16), "b": rand(4, seed=17), "m": rand(4, seed=18),
+             "v": rand(4, seed=19, low=0.5, high=2.0)}
+    assert_parity(single_op_model("BatchNormalization", {"x": x}, inits=inits), tmp_path, {"x": x})
+
+
+def test_instance_norm(tmp_path):
+    x = rand(2, 3, 6, 5, seed=21) * 2 + 1
+    inits = {"s": rand(3, seed=22), "b": rand(3, seed=23)}
+    assert_parity(single_op_model("InstanceNormalization", {"x": x}, inits=inits, epsilon=1e-4), tmp_path,
+                  {"x": x})
+
+
+@pytest.mark.parametrize("size", [3, 5])
+def test_lrn(size, tmp_path):
+    x = rand(1, 7, 4, 5, seed=24)
+    m = single_op_model("LRN", {"x": x}, size=size, alpha=1e-3, beta=0.75, bias=2.0)
+    assert_parity(m, tmp_path, {"x": x})
