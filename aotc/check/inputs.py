@@ -48,5 +48,5 @@ def sample_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
             a = rng.integers(0, hi if hi else 2, size=shape).astype(dt)
         else:
             raise ValueError(f"cannot sample inputs of dtype {dt}")
-        out[name] = np.ascontiguousarray(a)
+        out[name] = np.asarray(a, order="C")
     return out

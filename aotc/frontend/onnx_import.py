@@ -156,7 +156,7 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
             dt = dtypes.from_onnx(t.data_type)
         except dtypes.UnsupportedDtype as e:
             raise UnsupportedError([f"initializer {t.name!r}: {e}"]) from None
-        arr = np.ascontiguousarray(arr.astype(dt, copy=False))
+        arr = np.asarray(arr.astype(dt, copy=False), order="C")
         g.add_value(Value(t.name, dt, tuple(arr.shape), arr))
 
     known = set(shapes) | set(consts)
@@ -173,7 +173,7 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
         except dtypes.UnsupportedDtype as e:
             raise UnsupportedError([f"graph input {vi.name!r}: {e}"]) from None
         if vi.name in consts:
-            arr = np.ascontiguousarray(np.asarray(consts[vi.name]).astype(dt))
+            arr = np.asarray(np.asarray(consts[vi.name]).astype(dt), order="C")
             if dims is not None and len(dims) != arr.ndim:
                 raise ShapeError(f"--const {vi.name}: array has rank {arr.ndim}, the model says {len(dims)}")
             g.add_value(Value(vi.name, dt, tuple(arr.shape), arr))

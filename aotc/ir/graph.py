@@ -68,7 +68,7 @@ class Graph:
 
     def add_const(self, array: np.ndarray, hint: str = "const") -> str:
         name = self.fresh_name(hint)
-        arr = np.ascontiguousarray(array)
+        arr = np.asarray(array, order="C")  # keeps 0-d arrays 0-d
         self.values[name] = Value(name, arr.dtype, tuple(arr.shape), arr)
         return name
 

@@ -26,7 +26,7 @@ def _constant_value(node) -> np.ndarray:
         v = np.array(a["value_ints"], np.int64)
     else:
         raise UnsupportedError([f"Constant node {node.name!r} with attributes {sorted(a)}"])
-    return np.ascontiguousarray(v)
+    return np.asarray(v, order="C")
 
 
 @register("Constant", fold=lambda node, ins: [_constant_value(node)])

@@ -42,4 +42,4 @@ def evaluate(n: Node, arrays: list[np.ndarray | None], out_types: list[tuple]) -
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = ReferenceEvaluator(model).run(None, feeds)
-    return [np.ascontiguousarray(np.asarray(r)) for r in res]
+    return [np.asarray(r, order="C") for r in res]

@@ -43,7 +43,7 @@ def infer_shapes(g: Graph, fold: bool = True) -> Graph:
             for o, r, (dt, shape) in zip(n.outputs, results, types):
                 if not o:
                     continue
-                r = np.ascontiguousarray(r.astype(dt, copy=False))
+                r = np.asarray(r.astype(dt, copy=False), order="C")  # (ascontiguousarray makes 0-d 1-d)
                 if tuple(r.shape) != tuple(shape):
                     raise ShapeError(f"{n.op_type} node {n.name!r}: inferred shape {tuple(shape)} but the "
                                      f"reference computes {tuple(r.shape)}")
