@@ -1,0 +1,285 @@
+"""Reductions and the normalizations built on them: ReduceSum/Mean/Max/Min/Prod/L1/L2/
+SumSquare/LogSum/LogSumExp, Softmax/LogSoftmax/Hardmax, LayerNormalization.
+
+A reduction is a loop nest over the kept dims with the reduced dims innermost, accumulating
+in a local. float32 sums accumulate in double: it costs nothing next to the loads and keeps
+long reductions (LayerNorm over 768 channels, means over images) closer to the exact value
+than any float order would be. All of them accept elementwise epilogues: they write their
+whole output first, and the chain then runs over it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..ir import dtypes
+from ..kernel.ir import Buffer, Builder, Expr, Load, binop, call, cast, const, maximum, select
+from .common import ints, norm_axis, prod
+from .registry import register
+from .tensor import _bstrides, contiguous_strides, strided_copy
+
+F64 = dtypes.FLOAT64
+
+
+def _acc_dtype(dt) -> np.dtype:
+    dt = np.dtype(dt)
+    return F64 if dt == dtypes.FLOAT32 else dt
+
+
+def _lowest(dt, sign: int) -> Expr:
+    """-inf (sign=-1) or +inf (sign=+1) in dt, or the integer extreme."""
+    dt = np.dtype(dt)
+    if dt.kind == "f":
+        return const(sign * float("inf"), dt)
+    if dt.kind == "b":
+        return const(sign > 0, dt)
+    info = np.iinfo(dt)
+    return const(info.max if sign > 0 else info.min, dt)
+
+
+# ----------------------------------------------------------------------------- Reduce*
+def _reduce_axes(node, ins) -> list[int] | None:
+    """Sorted reduced axes; None means 'no reduction' (noop_with_empty_axes)."""
+    x = ins[0]
+    rank = len(x.shape)
+    axes = None
+    if len(ins) > 1 and ins[1] is not None:
+        if ins[1].const is None:
+            raise ShapeError(f"{node.op_type} node {node.name!r}: axes must be known at compile time",
+                             "bind the input that feeds it with --const")
+        axes = ints(ins[1].const)
+    elif node.attr("axes") is not None:          # an older form normalize.py did not rewrite
+        axes = [int(a) for a in node.attr("axes")]
+    if not axes:
+        if int(node.attr("noop_with_empty_axes", 0)):
+            return None
+        return list(range(rank))
+    return sorted({norm_axis(a, rank, node) for a in axes})
+
+
+def _reduce_shape(node, x, axes):
+    if axes is None:
+        return tuple(x.shape)
+    keep = int(node.attr("keepdims", 1))
+    return tuple(1 if k in axes else d for k, d in enumerate(x.shape) if keep or k not in axes)
+
+
+# op -> (initial accumulator, accumulate(acc, x), finalize(acc, count))
+def _sum_like(term, final=lambda s, n: s):
+    return (lambda dt: const(0, _acc_dtype(dt)), lambda acc, x: acc + cast(term(x), acc.dtype), final)
+
+
+_REDUCERS = {
+    "ReduceSum": _sum_like(lambda x: x),
+    "ReduceMean": _sum_like(lambda x: x, lambda s, n: s / const(n, s.dtype)),
+    "ReduceSumSquare": _sum_like(lambda x: x * x),
+    "ReduceL1": _sum_like(lambda x: call("abs", x)),
+    "ReduceL2": _sum_like(lambda x: x * x, lambda s, n: call("sqrt", s) if s.dtype.kind == "f"
+                          else cast(call("sqrt", cast(s, F64)), s.dtype)),
+    "ReduceLogSum": _sum_like(lambda x: x, lambda s, n: call("log", s)),
+    "ReduceProd": (lambda dt: const(1, _acc_dtype(dt)), lambda acc, x: acc * cast(x, acc.dtype), lambda s, n: s),
+    "ReduceMax": (lambda dt: _lowest(dt, -1), lambda acc, x: select(x > acc, x, acc), lambda s, n: s),
+    "ReduceMin": (lambda dt: _lowest(dt, +1), lambda acc, x: select(x < acc, x, acc), lambda s, n: s),
+}
+
+
+def _reduce_dims(shape, axes):
+    """Merge adjacent dims of the same kind. Returns (kept, reduced): lists of
+    (extent, input stride[, output stride])."""
+    xs = contiguous_strides(shape)
+    groups: list[list] = []          # [is_reduced, extent, in_stride]
+    for k, (d, s) in enumerate(zip(shape, xs)):
+        if d == 1:
+            continue
+        red = k in axes
+        if groups and groups[-1][0] == red and groups[-1][2] == s * d:
+            groups[-1][1] *= d
+            groups[-1][2] = s
+            continue
+        groups.append([red, d, s])
+    kept = [(d, s) for r, d, s in groups if not r]
+    ost = contiguous_strides([d for d, _ in kept])
+    return [(d, s, o) for (d, s), o in zip(kept, ost)], [(d, s) for r, d, s in groups if r]
+
+
+def _lower_reduce(node, ctx):
+    X, Y = ctx.ins[0], ctx.outs[0]
+    axes = _reduce_axes(node, [ctx.value(0)] + [ctx.value(i) for i in range(1, len(node.inputs))])
+    b = ctx.b
+    if axes is None:
+        b.comment("no axes: identity")
+        strided_copy(b, Y, X, (X.size,), (1,), (1,))
+        return
+    kept, red = _reduce_dims(X.shape, axes)
+    count = prod(X.shape[a] for a in axes)
+    b.comment(f"{node.op_type} over axes {axes} ({count} elements each)")
+    if node.op_type == "ReduceLogSumExp":
+        _lower_logsumexp(b, X, Y, kept, red)
+        return
+    init, step, final = _REDUCERS[node.op_type]
+    with b.loops([d for d, _, _ in kept], [f"o{k}" for k in range(len(kept))]) as oidx:
+        base = sum((i * s for i, (_, s, _) in zip(oidx, kept)), const(0))
+        acc = b.local("acc", init(X.dtype))
+        with b.loops([d for d, _ in red], [f"r{k}" for k in range(len(red))]) as ridx:
+            off = base + sum((i * s for i, (_, s) in zip(ridx, red)), const(0))
+            b.assign(acc, step(acc, Load(X, off)))
+        b.store(Y, sum((i * o for i, (_, _, o) in zip(oidx, kept)), const(0)), final(acc, count))
+
+
+def _lower_logsumexp(b: Builder, X: Buffer, Y: Buffer, kept, red):
+    with b.loops([d for d, _, _ in kept], [f"o{k}" for k in range(len(kept))]) as oidx:
+        base = sum((i * s for i, (_, s, _) in zip(oidx, kept)), const(0))
+        mx = b.local("mx", _lowest(X.dtype, -1))
+        with b.loops([d for d, _ in red], [f"r{k}" for k in range(len(red))]) as ridx:
+            off = base + sum((i * s for i, (_, s) in zip(ridx, red)), const(0))
+            b.assign(mx, maximum(mx, Load(X, off)))
+        acc = b.local("acc", const(0, _acc_dtype(X.dtype)))
+        with b.loops([d for d, _ in red], [f"r{k}" for k in range(len(red))]) as ridx:
+            off = base + sum((i * s for i, (_, s) in zip(ridx, red)), const(0))
+            b.assign(acc, acc + cast(call("exp", Load(X, off) - mx), acc.dtype))
+        b.store(Y, sum((i * o for i, (_, _, o) in zip(oidx, kept)), const(0)),
+                cast(call("log", acc), X.dtype) + mx)
+
+
+def _reduce_infer(node, ins):
+    x = ins[0]
+    return [(x.dtype, _reduce_shape(node, x, _reduce_axes(node, ins)))]
+
+
+for _op in list(_REDUCERS) + ["ReduceLogSumExp"]:
+    register(_op, lower=_lower_reduce)(_reduce_infer)
+
+
+# ----------------------------------------------------------------------------- Softmax family
+def _softmax_dims(node, shape):
+    """(outer, n, inner): the reduced axis has n elements at stride `inner`."""
+    rank = len(shape)
+    if rank == 0:
+        return 1, 1, 1
+    axis = norm_axis(int(node.attr("axis", -1)), rank, node)
+    if int(node.attr("_coerce_2d", 0)):       # opset < 13: softmax over the flattened axis..end
+        return prod(shape[:axis]), prod(shape[axis:]), 1
+    return prod(shape[:axis]), shape[axis], prod(shape[axis + 1:])
+
+
+def _lower_softmax(node, ctx):
+    X, Y = ctx.ins[0], ctx.outs[0]
+    outer, n, inner = _softmax_dims(node, X.shape)
+    op = node.op_type
+    b = ctx.b
+    b.comment(f"{op} over {n} elements, stride {inner}")
+    with b.loops([outer, inner], ["p", "q"]) as (p, q):
+        def at(k):
+            return (p * n + k) * inner + q
+
+        mx = b.local("mx", Load(X, at(const(0))))
+        with b.loop(n, "k", start=1) as k:
+            b.assign(mx, maximum(mx, Load(X, at(k))))
+        if op == "Hardmax":
+            arg = b.local("arg", const(-1))
+            with b.loop(n, "k") as k:
+                with b.if_(binop("&&", arg < 0, Load(X, at(k)).eq(mx))):
+                    b.assign(arg, k)
+            with b.loop(n, "k") as k:
+                b.store(Y, at(k), select(k.eq(arg), const(1, Y.dtype), const(0, Y.dtype)))
+            return
+        s = b.local("sum", const(0.0, _acc_dtype(X.dtype)))
+        with b.loop(n, "k") as k:
+            e = b.local("e", call("exp", Load(X, at(k)) - mx))
+            if op == "Softmax":
+                b.store(Y, at(k), e)
+            b.assign(s, s + cast(e, s.dtype))
+        if op == "Softmax":
+            inv = b.local("inv", cast(const(1.0, s.dtype) / s, X.dtype))
+            with b.loop(n, "k") as k:
+                b.store(Y, at(k), Load(Y, at(k)) * inv)
+        else:
+            shift = b.local("shift", mx + cast(call("log", s), X.dtype))
+            with b.loop(n, "k") as k:
+                b.store(Y, at(k), Load(X, at(k)) - shift)
+
+
+def _softmax_infer(node, ins):
+    return [(ins[0].dtype, tuple(ins[0].shape))]
+
+
+def _fold_coerced(node, ins):
+    """Constant inputs under opset < 13 semantics (the reference evaluator only knows opset 21)."""
+    if not int(node.attr("_coerce_2d", 0)) or ins[0].const is None:
+        return None
+    x = ins[0].const
+    outer, n, _ = _softmax_dims(node, x.shape)
+    x2 = x.reshape(outer, n).astype(np.float64)
+    x2 = x2 - x2.max(axis=1, keepdims=True)
+    if node.op_type == "Softmax":
+        y = np.exp(x2) / np.exp(x2).sum(axis=1, keepdims=True)
+    elif node.op_type == "LogSoftmax":
+        y = x2 - np.log(np.exp(x2).sum(axis=1, keepdims=True))
+    else:
+        y = np.zeros_like(x2)
+        y[np.arange(outer), x2.argmax(axis=1)] = 1
+    return [y.reshape(x.shape).astype(x.dtype)]
+
+
+register(["Softmax", "LogSoftmax", "Hardmax"], lower=_lower_softmax, fold=_fold_coerced)(_softmax_infer)
+
+
+# ----------------------------------------------------------------------------- LayerNormalization
+def _ln_dims(node, shape):
+    axis = norm_axis(int(node.attr("axis", -1)), len(shape), node)
+    return axis, prod(shape[:axis]), tuple(shape[axis:])
+
+
+def _stat_dtype(node, x_dtype):
+    return dtypes.FLOAT32 if int(node.attr("stash_type", 1)) == 1 else np.dtype(x_dtype)
+
+
+def _lower_layernorm(node, ctx):
+    X, S = ctx.ins[0], ctx.ins[1]
+    B = ctx.ins[2] if len(ctx.ins) > 2 else None
+    Y = ctx.outs[0]
+    Mean = ctx.outs[1] if len(ctx.outs) > 1 else None
+    Inv = ctx.outs[2] if len(ctx.outs) > 2 else None
+    axis, outer, norm = _ln_dims(node, X.shape)
+    n = prod(norm)
+    eps = float(node.attr("epsilon", 1e-5))
+    acc_t = _acc_dtype(X.dtype)
+    b = ctx.b
+    b.comment(f"normalize over the last {len(norm)} dim(s), {n} elements; epsilon {eps:g}")
+    s_st = _bstrides(S.shape, norm)
+    b_st = _bstrides(B.shape, norm) if B is not None else None
+    with b.loops([outer], ["p"]) as (p,):
+        row = p * n
+        s = b.local("sum", const(0.0, acc_t))
+        with b.loop(n, "j") as j:
+            b.assign(s, s + cast(Load(X, row + j), acc_t))
+        mean = b.local("mean", s / const(float(n), acc_t))
+        v = b.local("var", const(0.0, acc_t))
+        with b.loop(n, "j") as j:
+            d = b.local("d", cast(Load(X, row + j), acc_t) - mean)
+            b.assign(v, v + d * d)
+        rstd = b.local("rstd", const(1.0, acc_t) / call("sqrt", v / const(float(n), acc_t) + const(eps, acc_t)))
+        with b.loops(norm, [f"j{k}" for k in range(len(norm))]) as idx:
+            xo = row + sum((i * st for i, st in zip(idx, contiguous_strides(norm))), const(0))
+            y = cast((cast(Load(X, xo), acc_t) - mean) * rstd, X.dtype)
+            y = y * Load(S, sum((i * st for i, st in zip(idx, s_st)), const(0)))
+            if B is not None:
+                y = y + Load(B, sum((i * st for i, st in zip(idx, b_st)), const(0)))
+            b.store(Y, xo, y)
+        if Mean is not None:
+            b.store(Mean, p, mean)
+        if Inv is not None:
+            b.store(Inv, p, rstd)
+
+
+@register("LayerNormalization", lower=_lower_layernorm)
+def _layernorm(node, ins):
+    x = ins[0]
+    axis, _, norm = _ln_dims(node, x.shape)
+    for v, what in ((ins[1], "Scale"), (ins[2] if len(ins) > 2 else None, "B")):
+        if v is not None and len(v.shape) > len(norm):
+            raise ShapeError(f"LayerNormalization node {node.name!r}: {what} {v.shape} does not broadcast "
+                             f"to the normalized shape {norm}")
+    stat_shape = tuple(x.shape[:axis]) + (1,) * len(norm)
+    st = _stat_dtype(node, x.dtype)
+    return [(x.dtype, tuple(x.shape)), (st, stat_shape), (st, stat_shape)][:len(node.outputs)]

@@ -1,0 +1,576 @@
+"""Data movement: Transpose, Concat, Split, Slice, Gather(Elements/ND), Expand, Tile, Range,
+Trilu, ArgMax/ArgMin, TopK, OneHot, ScatterND/ScatterElements.
+
+Every op here works on any element type (shape tensors are int64, masks bool). Most of them
+are one *strided copy*: a loop nest over the output where the input offset is an affine
+function of the loop indices (Transpose permutes strides, Slice scales and offsets them,
+Expand zeroes them, Concat/Split shift the offset). `strided_copy` merges the dims that both
+sides walk contiguously, so the C reads like the index math it implements:
+
+    for (int64_t i0 = 0; i0 < 4; ++i0)
+        for (int64_t i1 = 0; i1 < 16; ++i1)
+            for (int64_t i2 = 0; i2 < 8; ++i2)
+                y[i0 * 128 + i1 * 8 + i2] = x[i1 * 32 + i0 * 8 + i2];
+
+Ops whose index comes from data (Gather & co.) read it at run time; a negative index counts
+from the end, and an index out of range is clamped so a bad input cannot read or write
+outside its buffer.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..ir import dtypes
+from ..kernel.ir import I64, Buffer, Builder, Expr, Load, binop, cast, const, select
+from .common import broadcast, ints, norm_axis, prod
+from .registry import register
+
+
+# ----------------------------------------------------------------------------- helpers
+def contiguous_strides(shape: Sequence[int]) -> list[int]:
+    st, acc = [], 1
+    for d in reversed(list(shape)):
+        st.append(acc)
+        acc *= int(d)
+    return st[::-1]
+
+
+def strided_copy(b: Builder, dst: Buffer, src: Buffer, shape: Sequence[int], dst_strides: Sequence[int],
+                 src_strides: Sequence[int], dst_off: int = 0, src_off: int = 0) -> None:
+    """dst[dst_off + sum(i_k * dst_strides[k])] = src[src_off + sum(i_k * src_strides[k])] over `shape`.
+    Size-1 dims vanish; adjacent dims that both sides walk with composable strides merge."""
+    if prod(shape) == 0:
+        return
+    merged: list[list[int]] = []
+    for n, ds, ss in zip(shape, dst_strides, src_strides):
+        if n == 1:
+            continue
+        if merged and merged[-1][1] == ds * n and merged[-1][2] == ss * n:
+            merged[-1] = [merged[-1][0] * n, ds, ss]
+            continue
+        merged.append([int(n), int(ds), int(ss)])
+    with b.loops([m[0] for m in merged]) as idx:
+        do: Expr = const(dst_off)
+        so: Expr = const(src_off)
+        for i, (_, ds, ss) in zip(idx, merged):
+            do = do + i * ds
+            so = so + i * ss
+        b.store(dst, do, Load(src, so))
+
+
+def _need_ints(node, ins, pos, what) -> list[int] | None:
+    if len(ins) <= pos or ins[pos] is None:
+        return None
+    if ins[pos].const is None:
+        raise ShapeError(f"{node.op_type} node {node.name!r}: {what} must be known at compile time",
+                         "bind the input that feeds it with --const, or fix input shapes with --shape")
+    return ints(ins[pos].const)
+
+
+def _ctx_ints(ctx, pos) -> list[int] | None:
+    c = ctx.const(pos)
+    return None if c is None else ints(c)
+
+
+def _index(b: Builder, raw: Expr, n: int, hint: str = "j") -> Expr:
+    """A run-time index into a dim of size n: negative counts from the end, then clamped to [0, n)."""
+    j = b.local(hint, cast(raw, I64))
+    b.assign(j, select(j < 0, j + n, j))
+    b.assign(j, select(j < 0, const(0), select(j > n - 1, const(n - 1), j)))
+    return j
+
+
+# ----------------------------------------------------------------------------- Transpose
+def _perm(node, rank) -> list[int]:
+    p = node.attr("perm", None)
+    perm = list(range(rank))[::-1] if p is None else [int(v) for v in p]
+    if sorted(perm) != list(range(rank)):
+        raise ShapeError(f"Transpose node {node.name!r}: perm {perm} is not a permutation of {rank} axes")
+    return perm
+
+
+def _lower_transpose(node, ctx):
+    X, Y = ctx.ins[0], ctx.outs[0]
+    perm = _perm(node, len(X.shape))
+    xs = contiguous_strides(X.shape)
+    ctx.b.comment(f"transpose {list(X.shape)} -> {list(Y.shape)}, perm {perm}")
+    strided_copy(ctx.b, Y, X, Y.shape, contiguous_strides(Y.shape), [xs[p] for p in perm])
+
+
+@register("Transpose", lower=_lower_transpose)
+def _transpose(node, ins):
+    x = ins[0]
+    perm = _perm(node, len(x.shape))
+    return [(x.dtype, tuple(x.shape[p] for p in perm))]
+
+
+# ----------------------------------------------------------------------------- Concat / Split
+def _lower_concat(node, ctx):
+    Y = ctx.outs[0]
+    axis = norm_axis(int(node.attr("axis")), len(Y.shape), node)
+    ys = contiguous_strides(Y.shape)
+    off = 0
+    for k, X in enumerate(ctx.ins):
+        if X is None:
+            continue
+        n = X.shape[axis]
+        if n:
+            ctx.b.comment(f"input {k}: [{off}, {off + n}) along axis {axis}")
+            strided_copy(ctx.b, Y, X, X.shape, ys, contiguous_strides(X.shape), dst_off=off * ys[axis])
+        off += n
+
+
+@register("Concat", lower=_lower_concat)
+def _concat(node, ins):
+    xs = [v for v in ins if v is not None]
+    rank = len(xs[0].shape)
+    axis = norm_axis(int(node.attr("axis")), rank, node)
+    out = list(xs[0].shape)
+    for v in xs[1:]:
+        if len(v.shape) != rank or any(a != c for k, (a, c) in enumerate(zip(v.shape, out)) if k != axis):
+            raise ShapeError(f"Concat node {node.name!r}: shapes {[tuple(x.shape) for x in xs]} differ "
+                             f"outside axis {axis}")
+    out[axis] = sum(v.shape[axis] for v in xs)
+    dt = {v.dtype for v in xs}
+    if len(dt) != 1:
+        raise ShapeError(f"Concat node {node.name!r}: inputs of different types {sorted(map(str, dt))}")
+    return [(xs[0].dtype, tuple(out))]
+
+
+def _split_sizes(node, x, split, n_out) -> list[int]:
+    axis = norm_axis(int(node.attr("axis", 0)), len(x.shape), node)
+    dim = x.shape[axis]
+    if split is not None:
+        if sum(split) != dim or len(split) != n_out:
+            raise ShapeError(f"Split node {node.name!r}: sizes {split} do not split dim {dim} into {n_out}")
+        return split
+    k = int(node.attr("num_outputs", n_out))
+    chunk = -(-dim // k)
+    sizes = [min(chunk, max(0, dim - chunk * i)) for i in range(k)]
+    if sum(sizes) != dim or (sizes and sizes[-1] <= 0 and dim >= k):
+        raise ShapeError(f"Split node {node.name!r}: cannot split dim {dim} into {k} outputs")
+    return sizes
+
+
+def _lower_split(node, ctx):
+    X = ctx.ins[0]
+    axis = norm_axis(int(node.attr("axis", 0)), len(X.shape), node)
+    sizes = _split_sizes(node, X, _ctx_ints(ctx, 1) if ctx.has_input(1) else None, len(node.outputs))
+    xs = contiguous_strides(X.shape)
+    off = 0
+    for k, (Y, n) in enumerate(zip(ctx.outs, sizes)):
+        if Y is not None and n:
+            ctx.b.comment(f"output {k}: [{off}, {off + n}) along axis {axis}")
+            strided_copy(ctx.b, Y, X, Y.shape, contiguous_strides(Y.shape), xs, src_off=off * xs[axis])
+        off += n
+
+
+@register("Split", lower=_lower_split)
+def _split(node, ins):
+    x = ins[0]
+    axis = norm_axis(int(node.attr("axis", 0)), len(x.shape), node)
+    sizes = _split_sizes(node, x, _need_ints(node, ins, 1, "split sizes"), len(node.outputs))
+    return [(x.dtype, tuple(s if k == axis else d for k, d in enumerate(x.shape))) for s in sizes]
+
+
+# ----------------------------------------------------------------------------- Slice
+def _slice_plan(node, shape, starts, ends, axes, steps):
+    """Per dim of `shape`: (start, step, length), ONNX clamping rules (= Python slices)."""
+    rank = len(shape)
+    axes = list(range(len(starts))) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    if not (len(starts) == len(ends) == len(axes) == len(steps)):
+        raise ShapeError(f"Slice node {node.name!r}: starts/ends/axes/steps have different lengths")
+    plan = [(0, 1, d) for d in shape]
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        a = norm_axis(a, rank, node)
+        if st == 0:
+            raise ShapeError(f"Slice node {node.name!r}: step 0")
+        r = range(*slice(s, e, st).indices(shape[a]))
+        plan[a] = (r.start, r.step, len(r))
+    return plan
+
+
+def _slice_args(node, get):
+    starts, ends = get(1, "starts"), get(2, "ends")
+    return starts, ends, get(3, "axes"), get(4, "steps")
+
+
+def _lower_slice(node, ctx):
+    X, Y = ctx.ins[0], ctx.outs[0]
+    args = _slice_args(node, lambda p, w: _ctx_ints(ctx, p) if ctx.has_input(p) else None)
+    plan = _slice_plan(node, X.shape, *args)
+    xs = contiguous_strides(X.shape)
+    ctx.b.comment("slice " + ", ".join(f"{s}:{s + st * n}:{st}" if (s, st, n) != (0, 1, d) else ":"
+                                       for (s, st, n), d in zip(plan, X.shape)))
+    strided_copy(ctx.b, Y, X, Y.shape, contiguous_strides(Y.shape), [st * x for (_, st, _), x in zip(plan, xs)],
+                 src_off=sum(s * x for (s, _, _), x in zip(plan, xs)))
+
+
+@register("Slice", lower=_lower_slice)
+def _slice(node, ins):
+    x = ins[0]
+    args = _slice_args(node, lambda p, w: _need_ints(node, ins, p, w))
+    plan = _slice_plan(node, x.shape, *args)
+    return [(x.dtype, tuple(n for _, _, n in plan))]
+
+
+# ----------------------------------------------------------------------------- Gather family
+def _gather_shape(node, data, idx):
+    axis = norm_axis(int(node.attr("axis", 0)), len(data.shape), node)
+    return axis, tuple(data.shape[:axis]) + tuple(idx.shape) + tuple(data.shape[axis + 1:])
+
+
+def _lower_gather(node, ctx):
+    X, I, Y = ctx.ins[0], ctx.ins[1], ctx.outs[0]
+    axis, _ = _gather_shape(node, X, I)
+    n = X.shape[axis]
+    pre, post, ni = prod(X.shape[:axis]), prod(X.shape[axis + 1:]), prod(I.shape)
+    b = ctx.b
+    idx_const = ctx.const(1)
+    if idx_const is not None and idx_const.size == 1:
+        j = int(idx_const.reshape(-1)[0])
+        j = min(max(j + n if j < 0 else j, 0), n - 1)
+        b.comment(f"index {j} along axis {axis}")
+        strided_copy(b, Y, X, (pre, post), (post, 1), (n * post, 1), src_off=j * post)
+        return
+    with b.loops([pre], ["p"]) as (p,):
+        with b.loops([ni], ["t"]) as (t,):
+            j = _index(b, Load(I, t), n)
+            with b.loops([post], ["q"]) as (q,):
+                b.store(Y, (p * ni + t) * post + q, Load(X, (p * n + j) * post + q))
+
+
+@register("Gather", lower=_lower_gather)
+def _gather(node, ins):
+    _, shape = _gather_shape(node, ins[0], ins[1])
+    return [(ins[0].dtype, shape)]
+
+
+def _lower_gather_elements(node, ctx):
+    X, I, Y = ctx.ins[0], ctx.ins[1], ctx.outs[0]
+    axis = norm_axis(int(node.attr("axis", 0)), len(X.shape), node)
+    xs = contiguous_strides(X.shape)
+    b = ctx.b
+    with b.loops(I.shape) as idx:
+        j = _index(b, I[tuple(idx)] if len(I.shape) != 1 else Load(I, idx[0]), X.shape[axis])
+        off: Expr = const(0)
+        for k, (i, s) in enumerate(zip(idx, xs)):
+            off = off + (j if k == axis else i) * s
+        b.store(Y, tuple(idx), Load(X, off))
+
+
+@register("GatherElements", lower=_lower_gather_elements)
+def _gather_elements(node, ins):
+    x, i = ins[0], ins[1]
+    if len(x.shape) != len(i.shape):
+        raise ShapeError(f"GatherElements node {node.name!r}: data and indices ranks differ")
+    return [(x.dtype, tuple(i.shape))]
+
+
+def _gather_nd_dims(node, data, idx):
+    bd = int(node.attr("batch_dims", 0))
+    last = idx.shape[-1]
+    if bd + last > len(data.shape):
+        raise ShapeError(f"GatherND node {node.name!r}: index depth {last} too deep for data {data.shape}")
+    return bd, last, tuple(idx.shape[:-1]) + tuple(data.shape[bd + last:])
+
+
+def _lower_gather_nd(node, ctx):
+    X, I, Y = ctx.ins[0], ctx.ins[1], ctx.outs[0]
+    bd, last, _ = _gather_nd_dims(node, X, I)
+    nb, nt = prod(I.shape[:bd]), prod(I.shape[bd:-1])
+    post = prod(X.shape[bd + last:])
+    xs = contiguous_strides(X.shape)
+    batch_stride = prod(X.shape[bd:])
+    b = ctx.b
+    with b.loops([nb, nt], ["bb", "t"]) as (bb, t):
+        row = (bb * nt + t) * last
+        off = b.local("off", bb * batch_stride)
+        for m in range(last):
+            j = _index(b, Load(I, row + m), X.shape[bd + m], f"j{m}")
+            b.assign(off, off + j * xs[bd + m])
+        with b.loops([post], ["q"]) as (q,):
+            b.store(Y, (bb * nt + t) * post + q, Load(X, off + q))
+
+
+@register("GatherND", lower=_lower_gather_nd)
+def _gather_nd(node, ins):
+    _, _, shape = _gather_nd_dims(node, ins[0], ins[1])
+    return [(ins[0].dtype, shape)]
+
+
+# ----------------------------------------------------------------------------- Scatter family
+def _combine(node, old: Expr, new: Expr) -> Expr:
+    red = node.attr("reduction", "none")
+    if isinstance(red, bytes):
+        red = red.decode()
+    if red == "add":
+        return old + new
+    if red == "mul":
+        return old * new
+    if red == "max":
+        return select(old >= new, old, new)
+    if red == "min":
+        return select(old <= new, old, new)
+    return new
+
+
+def _lower_scatter_nd(node, ctx):
+    X, I, U, Y = ctx.ins[0], ctx.ins[1], ctx.ins[2], ctx.outs[0]
+    last = I.shape[-1]
+    nt, post = prod(I.shape[:-1]), prod(X.shape[last:])
+    xs = contiguous_strides(X.shape)
+    b = ctx.b
+    b.comment("copy data, then write the updates")
+    strided_copy(b, Y, X, (X.size,), (1,), (1,))
+    with b.loops([nt], ["t"]) as (t,):
+        off = b.local("off", const(0))
+        for m in range(last):
+            j = _index(b, Load(I, t * last + m), X.shape[m], f"j{m}")
+            b.assign(off, off + j * xs[m])
+        with b.loops([post], ["q"]) as (q,):
+            b.store(Y, off + q, _combine(node, Load(Y, off + q), Load(U, t * post + q)))
+
+
+@register("ScatterND", lower=_lower_scatter_nd)
+def _scatter_nd(node, ins):
+    return [(ins[0].dtype, tuple(ins[0].shape))]
+
+
+def _lower_scatter_elements(node, ctx):
+    X, I, U, Y = ctx.ins[0], ctx.ins[1], ctx.ins[2], ctx.outs[0]
+    axis = norm_axis(int(node.attr("axis", 0)), len(X.shape), node)
+    xs = contiguous_strides(X.shape)
+    b = ctx.b
+    b.comment("copy data, then write the updates")
+    strided_copy(b, Y, X, (X.size,), (1,), (1,))
+    with b.loops(I.shape) as idx:
+        j = _index(b, Load(I, I.flat(idx)), X.shape[axis])
+        off: Expr = const(0)
+        for k, (i, s) in enumerate(zip(idx, xs)):
+            off = off + (j if k == axis else i) * s
+        o = b.local("off", off)
+        b.store(Y, o, _combine(node, Load(Y, o), Load(U, U.flat(idx))))
+
+
+@register("ScatterElements", lower=_lower_scatter_elements)
+def _scatter_elements(node, ins):
+    return [(ins[0].dtype, tuple(ins[0].shape))]
+
+
+# ----------------------------------------------------------------------------- Expand / Tile
+def _bstrides(in_shape, out_shape) -> list[int]:
+    """Strides reading `in_shape` broadcast to `out_shape` (0 along broadcast dims)."""
+    r = len(out_shape)
+    full = (1,) * (r - len(in_shape)) + tuple(in_shape)
+    st = contiguous_strides(full)
+    return [0 if d == 1 and o != 1 else s for d, o, s in zip(full, out_shape, st)]
+
+
+def _lower_expand(node, ctx):
+    X, Y = ctx.ins[0], ctx.outs[0]
+    ctx.b.comment(f"broadcast {list(X.shape)} -> {list(Y.shape)}")
+    strided_copy(ctx.b, Y, X, Y.shape, contiguous_strides(Y.shape), _bstrides(X.shape, Y.shape))
+
+
+@register("Expand", lower=_lower_expand)
+def _expand(node, ins):
+    shape = _need_ints(node, ins, 1, "the target shape")
+    return [(ins[0].dtype, broadcast(ins[0].shape, shape, node=node))]
+
+
+def _lower_tile(node, ctx):
+    X, Y = ctx.ins[0], ctx.outs[0]
+    reps = _ctx_ints(ctx, 1)
+    ys, xs = contiguous_strides(Y.shape), contiguous_strides(X.shape)
+    shape, dst, src = [], [], []
+    for r, d, y_st, x_st in zip(reps, X.shape, ys, xs):
+        # output dim = (repeat, position inside the copy)
+        shape += [r, d]
+        dst += [d * y_st, y_st]
+        src += [0, x_st]
+    ctx.b.comment(f"tile {list(X.shape)} by {reps}")
+    strided_copy(ctx.b, Y, X, shape, dst, src)
+
+
+@register("Tile", lower=_lower_tile)
+def _tile(node, ins):
+    reps = _need_ints(node, ins, 1, "repeats")
+    if len(reps) != len(ins[0].shape) or any(r < 0 for r in reps):
+        raise ShapeError(f"Tile node {node.name!r}: repeats {reps} do not fit shape {ins[0].shape}")
+    return [(ins[0].dtype, tuple(d * r for d, r in zip(ins[0].shape, reps)))]
+
+
+# ----------------------------------------------------------------------------- Range
+def _range_args(node, get):
+    vals = []
+    for pos, what in ((0, "start"), (1, "limit"), (2, "delta")):
+        c = get(pos, what)
+        vals.append(np.asarray(c).reshape(-1)[0].item())
+    return vals
+
+
+def _lower_range(node, ctx):
+    Y = ctx.outs[0]
+    start, _, delta = _range_args(node, lambda p, w: ctx.const(p))
+    with ctx.b.loop(Y.size, "i") as i:
+        ctx.b.store(Y, i, const(start, Y.dtype) + cast(i, Y.dtype) * const(delta, Y.dtype))
+
+
+@register("Range", lower=_lower_range)
+def _range(node, ins):
+    def get(pos, what):
+        if ins[pos] is None or ins[pos].const is None:
+            raise ShapeError(f"Range node {node.name!r}: {what} must be known at compile time (the output "
+                             "length depends on it)", "bind it with --const, or fix input shapes with --shape")
+        return ins[pos].const
+    start, limit, delta = _range_args(node, get)
+    if delta == 0:
+        raise ShapeError(f"Range node {node.name!r}: delta is 0")
+    n = max(int(np.ceil((limit - start) / delta)), 0)
+    return [(ins[0].dtype, (n,))]
+
+
+# ----------------------------------------------------------------------------- Trilu
+def _lower_trilu(node, ctx):
+    X, Y = ctx.ins[0], ctx.outs[0]
+    k = _ctx_ints(ctx, 1)[0] if ctx.has_input(1) else 0
+    upper = int(node.attr("upper", 1))
+    *batch, n, m = X.shape
+    b = ctx.b
+    b.comment(f"keep the {'upper' if upper else 'lower'} triangle, diagonal {k}")
+    with b.loops([prod(batch), n, m], ["p", "r", "c"]) as (p, r, c):
+        keep = (c - r >= k) if upper else (c - r <= k)
+        off = (p * n + r) * m + c
+        b.store(Y, off, select(keep, Load(X, off), const(0, X.dtype)))
+
+
+@register("Trilu", lower=_lower_trilu)
+def _trilu(node, ins):
+    if len(ins[0].shape) < 2:
+        raise ShapeError(f"Trilu node {node.name!r}: input rank must be at least 2")
+    _need_ints(node, ins, 1, "k")
+    return [(ins[0].dtype, tuple(ins[0].shape))]
+
+
+# ----------------------------------------------------------------------------- ArgMax / ArgMin
+def _arg_dims(node, x):
+    axis = norm_axis(int(node.attr("axis", 0)), len(x.shape), node)
+    keep = int(node.attr("keepdims", 1))
+    out = tuple((1 if keep else None) if k == axis else d for k, d in enumerate(x.shape))
+    return axis, tuple(d for d in out if d is not None)
+
+
+def _lower_arg(node, ctx):
+    X, Y = ctx.ins[0], ctx.outs[0]
+    axis, _ = _arg_dims(node, X)
+    pre, n, post = prod(X.shape[:axis]), X.shape[axis], prod(X.shape[axis + 1:])
+    last = int(node.attr("select_last_index", 0))
+    better = {("ArgMax", 0): ">", ("ArgMax", 1): ">=", ("ArgMin", 0): "<", ("ArgMin", 1): "<="}[
+        (node.op_type, last)]
+    b = ctx.b
+    with b.loops([pre, post], ["p", "q"]) as (p, q):
+        best = b.local("best", Load(X, p * n * post + q))
+        arg = b.local("arg", const(0))
+        with b.loop(n, "k", start=1) as k:
+            v = b.local("v", Load(X, (p * n + k) * post + q))
+            with b.if_(binop(better, v, best)):
+                b.assign(best, v)
+                b.assign(arg, k)
+        b.store(Y, p * post + q, arg)
+
+
+@register(["ArgMax", "ArgMin"], lower=_lower_arg)
+def _arg(node, ins):
+    _, shape = _arg_dims(node, ins[0])
+    return [(dtypes.INT64, shape)]
+
+
+# ----------------------------------------------------------------------------- TopK
+def _topk_dims(node, x, k):
+    axis = norm_axis(int(node.attr("axis", -1)), len(x.shape), node)
+    if not 0 <= k <= x.shape[axis]:
+        raise ShapeError(f"TopK node {node.name!r}: k={k} but the axis has {x.shape[axis]} elements")
+    return axis, tuple(k if a == axis else d for a, d in enumerate(x.shape))
+
+
+def _lower_topk(node, ctx):
+    """Selection by a strict total order, (value, index) with the lower index first on ties:
+    output slot r takes the best element that comes after slot r-1's. O(n * k)."""
+    X, V, I = ctx.ins[0], ctx.outs[0], ctx.outs[1]
+    k = _ctx_ints(ctx, 1)[0]
+    axis, _ = _topk_dims(node, X, k)
+    pre, n, post = prod(X.shape[:axis]), X.shape[axis], prod(X.shape[axis + 1:])
+    gt = ">" if int(node.attr("largest", 1)) else "<"
+    b = ctx.b
+
+    def before(va, ia, vb, ib):
+        return binop("||", binop(gt, va, vb), binop("&&", va.eq(vb), ia < ib))
+
+    with b.loops([pre, post], ["p", "q"]) as (p, q):
+        pv = b.local("pv", const(0, X.dtype))
+        pi = b.local("pi", const(-1))
+        with b.loop(k, "r") as r:
+            bv = b.local("bv", const(0, X.dtype))
+            bi = b.local("bi", const(-1))
+            with b.loop(n, "t") as t:
+                v = b.local("v", Load(X, (p * n + t) * post + q))
+                after_prev = binop("||", pi < 0, before(pv, pi, v, t))
+                with b.if_(binop("&&", after_prev, binop("||", bi < 0, before(v, t, bv, bi)))):
+                    b.assign(bv, v)
+                    b.assign(bi, t)
+            out = (p * k + r) * post + q
+            if V is not None:
+                b.store(V, out, bv)
+            if I is not None:
+                b.store(I, out, bi)
+            b.assign(pv, bv)
+            b.assign(pi, bi)
+
+
+@register("TopK", lower=_lower_topk, accepts_epilogue=False)
+def _topk(node, ins):
+    k = _need_ints(node, ins, 1, "k")[0]
+    _, shape = _topk_dims(node, ins[0], k)
+    return [(ins[0].dtype, shape), (dtypes.INT64, shape)]
+
+
+# ----------------------------------------------------------------------------- OneHot
+def _onehot_dims(node, idx, depth):
+    r = len(idx.shape) + 1
+    axis = norm_axis(int(node.attr("axis", -1)), r, node)
+    return axis, tuple(idx.shape[:axis]) + (depth,) + tuple(idx.shape[axis:])
+
+
+def _lower_onehot(node, ctx):
+    I, Vals, Y = ctx.ins[0], ctx.ins[2], ctx.outs[0]
+    depth = int(np.asarray(ctx.const(1)).reshape(-1)[0])
+    axis, _ = _onehot_dims(node, I, depth)
+    pre, post = prod(I.shape[:axis]), prod(I.shape[axis:])
+    b = ctx.b
+    off_v, on_v = b.local("off_value", Load(Vals, const(0))), b.local("on_value", Load(Vals, const(1)))
+    with b.loops([pre, post], ["p", "q"]) as (p, q):
+        raw = Load(I, p * post + q)
+        j = b.local("j", call_floor(raw) if raw.dtype.kind == "f" else cast(raw, I64))
+        b.assign(j, select(j < 0, j + depth, j))
+        with b.loop(depth, "d") as d:
+            b.store(Y, (p * depth + d) * post + q, select(j.eq(d), on_v, off_v))
+
+
+def call_floor(e: Expr) -> Expr:
+    from ..kernel.ir import call
+    return cast(call("floor", e), I64)
+
+
+@register("OneHot", lower=_lower_onehot)
+def _onehot(node, ins):
+    if ins[1].const is None:
+        raise ShapeError(f"OneHot node {node.name!r}: depth must be known at compile time",
+                         "bind it with --const")
+    depth = int(np.asarray(ins[1].const).reshape(-1)[0])
+    _, shape = _onehot_dims(node, ins[0], depth)
+    return [(ins[2].dtype, shape)]
