@@ -87,12 +87,24 @@ def eliminate_common_subexpressions(g: Graph) -> Graph:
     return g
 
 
+def _forward_while_rewriting(g: Graph, kept: list[Node], rest: list[Node], old: str, new: str):
+    """g.forward(old, new) from inside a pass that rebuilds g.nodes as `kept` (+ `rest`, the
+    nodes not visited yet). When `old` is a graph output, forward renames `new` to `old` in
+    every node, so it must see the nodes as rewritten so far, and the caller's producer map
+    goes stale. Returns a fresh producer map, or None when nothing was forwarded."""
+    g.nodes = kept + rest
+    if not g.forward(old, new):
+        return None
+    return g.producers()
+
+
 def canonicalize_views(g: Graph) -> Graph:
     """Flatten/Squeeze/Unsqueeze become Reshape to their (static) output shape; chains of
     Reshapes collapse to one; a Reshape to the shape it already has disappears."""
     producers = g.producers()
-    kept = []
-    for n in g.nodes:
+    kept: list[Node] = []
+    nodes = list(g.nodes)
+    for k, n in enumerate(nodes):
         op = registry.get(n.op_type)
         if op is not None and op.view:
             out = g.values[n.outputs[0]]
@@ -101,8 +113,11 @@ def canonicalize_views(g: Graph) -> Graph:
             while p is not None and p.op_type == "Reshape":
                 src = p.inputs[0]
                 p = producers.get(src)
-            if tuple(g.values[src].shape) == tuple(out.shape) and g.forward(n.outputs[0], src):
-                continue
+            if tuple(g.values[src].shape) == tuple(out.shape):
+                fresh = _forward_while_rewriting(g, kept, nodes[k + 1:], n.outputs[0], src)
+                if fresh is not None:
+                    producers = fresh
+                    continue
             shape_name = g.add_const(np.array(out.shape, dtype=np.int64), f"{n.name}_shape")
             n2 = Node("Reshape", [src, shape_name], n.outputs, {}, n.name)
             producers[n.outputs[0]] = n2
@@ -117,8 +132,9 @@ def cancel_transposes(g: Graph) -> Graph:
     """Transpose(Transpose(x)) -> one Transpose with the composed permutation; an identity
     permutation disappears."""
     producers = g.producers()
-    kept = []
-    for n in g.nodes:
+    kept: list[Node] = []
+    nodes = list(g.nodes)
+    for k, n in enumerate(nodes):
         if n.op_type == "Transpose":
             rank = len(g.values[n.inputs[0]].shape)
             perm = list(n.attr("perm", list(range(rank))[::-1]))
@@ -128,8 +144,11 @@ def cancel_transposes(g: Graph) -> Graph:
                 perm = [inner[k] for k in perm]
                 n = Node("Transpose", [p.inputs[0]], n.outputs, {"perm": perm}, n.name)
                 producers[n.outputs[0]] = n
-            if perm == list(range(rank)) and g.forward(n.outputs[0], n.inputs[0]):
-                continue
+            if perm == list(range(rank)):
+                fresh = _forward_while_rewriting(g, kept, nodes[k + 1:], n.outputs[0], n.inputs[0])
+                if fresh is not None:
+                    producers = fresh
+                    continue
         kept.append(n)
     g.nodes = kept
     return eliminate_dead_code(g)
