@@ -20,9 +20,11 @@ DEFAULT_PASSES: list[tuple[str, Pass]] = [
     ("eliminate_dead_code", simplify.eliminate_dead_code),
     ("canonicalize_views", simplify.canonicalize_views),
     ("cancel_transposes", simplify.cancel_transposes),
+    # constant Gemm weights stored transposed are transposed first, so that a following
+    # per-channel Mul/Add (a decomposed BatchNormalization) folds into them too
+    ("canonicalize_gemm", simplify.canonicalize_gemm),
     ("decompose_batchnorm", simplify.decompose_batchnorm),
     ("fold_scale_shift", simplify.fold_scale_shift),
-    ("canonicalize_gemm", simplify.canonicalize_gemm),
     ("fold_constants", simplify.fold_constants),
     ("eliminate_common_subexpressions", simplify.eliminate_common_subexpressions),
     ("canonicalize_views_again", simplify.canonicalize_views),
