@@ -73,9 +73,11 @@ def test_rnn_directions(op, direction, states, tmp_path):
 
 @pytest.mark.parametrize("lbr", [0, 1])
 @pytest.mark.parametrize("direction", ["forward", "bidirectional"])
-def test_gru_linear_before_reset(lbr, direction, tmp_path):
+@pytest.mark.parametrize("weights_as_inputs", [False, True])
+def test_gru_linear_before_reset(lbr, direction, weights_as_inputs, tmp_path):
+    """Constant weights are transposed at compile time; weights fed as inputs at run time."""
     m, feeds = rnn_model("GRU", S=6, B=3, I=5, H=7, direction=direction, init_h=True,
-                         linear_before_reset=lbr, seed=10 + lbr)
+                         linear_before_reset=lbr, weights_as_inputs=weights_as_inputs, seed=10 + lbr)
     assert_parity(m, tmp_path, feeds)
 
 
@@ -129,3 +131,29 @@ def test_rnn_layout_1(op, tmp_path):
     assert len(got) == len(ref)
     for a, b in zip(got, ref):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_constant_weights_are_transposed_at_compile_time():
+    from aotc.frontend import import_model
+    from aotc.ops.rnn import PACKED_ATTR
+    from aotc.passes import PassManager
+    m, _ = rnn_model("LSTM", S=3, B=1, I=5, H=4, direction="bidirectional")
+    g = PassManager().run(import_model(m, "t"))
+    (n,) = g.nodes
+    assert n.attr(PACKED_ATTR)
+    assert g.values[n.inputs[1]].shape == (2, 5, 16) and g.values[n.inputs[2]].shape == (2, 4, 16)
+
+
+def test_packed_node_folds_on_constant_inputs():
+    """A packed node whose inputs all become constant still folds to the ONNX result."""
+    from aotc.frontend import import_model
+    from aotc.passes.infer import infer_shapes
+    from aotc.passes.recurrent import prepack_recurrent_weights
+    m, feeds = rnn_model("GRU", S=3, B=2, I=5, H=4, direction="bidirectional", linear_before_reset=1)
+    g = prepack_recurrent_weights(infer_shapes(import_model(m, "t"), fold=False))
+    g.values["X"].const = feeds["X"]
+    g = infer_shapes(g, fold=True)
+    assert not g.nodes
+    ref = ReferenceEvaluator(m).run(None, feeds)
+    for name, r in zip(["y0", "y1"], ref):
+        np.testing.assert_allclose(g.values[name].const, r, rtol=1e-5, atol=1e-6)

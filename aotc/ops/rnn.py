@@ -1,8 +1,10 @@
 """Recurrent ops: LSTM, GRU and RNN, with ONNX semantics (opset 14+: `layout`).
 
 Lowering, per direction, inside one kernel:
-  1. Wᵀ and Rᵀ are copied into scratch ([I, G*H] and [H, G*H]) so the products below are
-     plain row-major sgemm calls whose inner loop runs over the G*H gate columns;
+  1. the products below want Wᵀ [I, G*H] and Rᵀ [H, G*H] (row-major sgemm whose inner loop
+     runs over the G*H gate columns). Constant weights were transposed at compile time by
+     passes/recurrent.py (the node then carries PACKED_ATTR and W/R shapes [D, in, G*H]);
+     weights that are graph inputs are transposed into scratch, in tiles;
   2. XG = X · Wᵀ for every time step at once (one sgemm over S*B rows), biases added;
   3. per time step: GR = H · Rᵀ (one sgemm over the batch), then the gate math for every
      (batch, unit) element, which updates the state H (and C) in scratch and writes Y.
@@ -25,6 +27,9 @@ from ..ir import dtypes
 from ..kernel.ir import BufPtr, call, cast, const, select
 from .registry import register
 
+RECURRENT_OPS = ("LSTM", "GRU", "RNN")
+# set on a node whose W and R inputs hold [D, in, G*H] (transposed ONNX layout)
+PACKED_ATTR = "_weights_transposed"
 _GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 _N_ACT = {"LSTM": 3, "GRU": 2, "RNN": 1}
 _DEFAULT_ACT = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
@@ -104,7 +109,11 @@ def _dims(node, ins):
     D = 2 if direction == "bidirectional" else 1
     H = int(node.attr("hidden_size", 0) or R.shape[-1])
     G = _GATES[node.op_type]
-    if tuple(W.shape) != (D, G * H, I) or tuple(R.shape) != (D, G * H, H):
+    if node.attr(PACKED_ATTR):
+        ok = tuple(W.shape) == (D, I, G * H) and tuple(R.shape) == (D, H, G * H)
+    else:
+        ok = tuple(W.shape) == (D, G * H, I) and tuple(R.shape) == (D, G * H, H)
+    if not ok:
         raise ShapeError(f"{node.op_type} node {node.name!r}: W {W.shape} / R {R.shape} do not match "
                          f"directions={D}, hidden_size={H}, input_size={I}")
     return S, B, I, D, H
@@ -118,6 +127,27 @@ def _rnn_infer(node, ins):
     else:
         y, yh = (S, D, B, H), (D, B, H)
     return [(dt, y), (dt, yh)] + ([(dt, yh)] if node.op_type == "LSTM" else [])
+
+
+def _rnn_fold(node, ins):
+    """A packed node on constant inputs: evaluate the ONNX op on the unpacked weights."""
+    if not node.attr(PACKED_ATTR) or any(v is not None and v.const is None for v in ins):
+        return None
+    from ..passes.evaluate import evaluate
+    arrays = [v.const if v is not None else None for v in ins]
+    arrays[1], arrays[2] = arrays[1].transpose(0, 2, 1), arrays[2].transpose(0, 2, 1)
+    return evaluate(node, arrays, _rnn_infer(node, ins))
+
+
+def _transpose_tiled(b, dst, src, src_off: int, rows: int, cols: int) -> None:
+    """dst[c, r] = src[src_off + r * cols + c] for a [rows, cols] matrix, in tiles of rows so
+    the writes stay contiguous and the strided reads touch few cache lines at a time."""
+    tile = next(t for t in (16, 8, 4, 2, 1) if rows % t == 0)
+    with b.loop(rows // tile, "rb") as rb:
+        with b.loop(cols, "c") as c:
+            with b.loop(tile, "ri") as ri:
+                r = rb * tile + ri
+                b.store(dst, c * rows + r, src[src_off + r * cols + c])
 
 
 def _full_length(ctx, S) -> bool:
@@ -135,7 +165,11 @@ def _lower_rnn(node, ctx):
     X, W, R, Bias, seq, h0 = ins[:6]
     c0 = ins[6] if kind == "LSTM" else None
     P = ins[7] if kind == "LSTM" else None
-    outs = list(ctx.outs) + [None] * (3 - len(ctx.outs))
+    # outputs nothing reads (Y_c of a stacked LSTM, say) are not written at all
+    consumers = ctx.graph.consumers()
+    outs = [buf if buf is not None and (name in ctx.graph.outputs or consumers.get(name)) else None
+            for name, buf in zip(node.outputs, ctx.outs)]
+    outs += [None] * (3 - len(outs))
     Y, Yh, Yc = outs[0], outs[1], (outs[2] if kind == "LSTM" else None)
     if X.dtype != dtypes.FLOAT32:
         raise UnsupportedError([f"{kind} node {node.name!r}: dtype {X.dtype} (only float32 is compiled)"])
@@ -167,8 +201,15 @@ def _lower_rnn(node, ctx):
     def state_at(d, bi, j):
         return (bi * D + d) * H + j if layout else (d * B + bi) * H + j
 
-    Wt = ctx.scratch((I, GH), f32, "w_t")
-    Rt = ctx.scratch((H, GH), f32, "r_t")
+    packed = bool(node.attr(PACKED_ATTR))
+    Wt = None if packed else ctx.scratch((I, GH), f32, "w_t")
+    Rt = None if packed else ctx.scratch((H, GH), f32, "r_t")
+
+    def wt_ptr(d):
+        return BufPtr(W, const(d * I * GH)) if packed else BufPtr(Wt)
+
+    def rt_ptr(d, col=0):
+        return BufPtr(R, const(d * H * GH + col)) if packed else BufPtr(Rt, const(col))
     XG = ctx.scratch((S * B, GH), f32, "xg")
     GR = ctx.scratch((B, GH), f32, "gr")
     Hs = ctx.scratch((B, H), f32, "h")
@@ -185,13 +226,13 @@ def _lower_rnn(node, ctx):
         f_act = acts[d][0]
         g_act = acts[d][1] if len(acts[d]) > 1 else None
         h_act = acts[d][2] if len(acts[d]) > 2 else None
-        b.comment(f"direction {d} ({'reverse' if reverse else 'forward'}): transpose W and R")
-        with b.loops((GH, I), ["g", "k"]) as (g, k):
-            b.store(Wt, (k, g), W[(d * GH + g) * I + k])
-        with b.loops((GH, H), ["g", "k"]) as (g, k):
-            b.store(Rt, (k, g), R[(d * GH + g) * H + k])
+        b.comment(f"direction {d} ({'reverse' if reverse else 'forward'})")
+        if not packed:
+            b.comment("W^T and R^T (the weights are inputs, not constants)")
+            _transpose_tiled(b, Wt, W, d * GH * I, GH, I)
+            _transpose_tiled(b, Rt, R, d * GH * H, GH, H)
         b.comment("input projection of every time step: XG = X . W^T (+ biases)")
-        b.call("aotc_sgemm", const(S * B), const(GH), const(I), BufPtr(X), const(I), BufPtr(Wt), const(GH),
+        b.call("aotc_sgemm", const(S * B), const(GH), const(I), BufPtr(X), const(I), wt_ptr(d), const(GH),
                BufPtr(XG), const(GH), const(0))
         if Bias is not None:
             with b.loops((S * B, GH), ["r", "g"]) as (r, g):
@@ -211,10 +252,10 @@ def _lower_rnn(node, ctx):
         with b.loop(S, "s") as s:
             step_t = (S - 1) - s if reverse else s
             if kind == "GRU" and not lbr:
-                b.call("aotc_sgemm", const(B), const(2 * H), const(H), BufPtr(Hs), const(H), BufPtr(Rt), const(GH),
+                b.call("aotc_sgemm", const(B), const(2 * H), const(H), BufPtr(Hs), const(H), rt_ptr(d), const(GH),
                        BufPtr(GR), const(GH), const(0))
             else:
-                b.call("aotc_sgemm", const(B), const(GH), const(H), BufPtr(Hs), const(H), BufPtr(Rt), const(GH),
+                b.call("aotc_sgemm", const(B), const(GH), const(H), BufPtr(Hs), const(H), rt_ptr(d), const(GH),
                        BufPtr(GR), const(GH), const(0))
 
             def elementwise(body):
@@ -286,10 +327,12 @@ def _lower_rnn(node, ctx):
 
                 elementwise(gru_gates)
                 if not lbr:
-                    b.call("aotc_sgemm", const(B), const(H), const(H), BufPtr(RH), const(H), BufPtr(Rt, const(2 * H)),
+                    b.call("aotc_sgemm", const(B), const(H), const(H), BufPtr(RH), const(H), rt_ptr(d, 2 * H),
                            const(GH), BufPtr(GR, const(2 * H)), const(GH), const(0))
                 elementwise(gru_update)
 
+        if Yh is None and Yc is None:
+            continue
         b.comment("final state")
         with b.loops((B, H), ["bi", "j"]) as (bi, j):
             if Yh is not None:
@@ -298,5 +341,5 @@ def _lower_rnn(node, ctx):
                 b.store(Yc, state_at(d, bi, j), Cs[bi, j])
 
 
-for _op in ("LSTM", "GRU", "RNN"):
-    register(_op, lower=_lower_rnn, accepts_epilogue=False)(_rnn_infer)
+for _op in RECURRENT_OPS:
+    register(_op, lower=_lower_rnn, fold=_rnn_fold, accepts_epilogue=False)(_rnn_infer)

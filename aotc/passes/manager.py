@@ -7,6 +7,7 @@ from typing import Callable
 from ..ir.graph import Graph
 from ..ir.verify import verify
 from . import simplify
+from .recurrent import prepack_recurrent_weights
 from .infer import infer_shapes
 from .normalize import normalize_opset
 
@@ -25,6 +26,7 @@ DEFAULT_PASSES: list[tuple[str, Pass]] = [
     ("canonicalize_gemm", simplify.canonicalize_gemm),
     ("decompose_batchnorm", simplify.decompose_batchnorm),
     ("fold_scale_shift", simplify.fold_scale_shift),
+    ("prepack_recurrent_weights", prepack_recurrent_weights),
     ("fold_constants", simplify.fold_constants),
     ("eliminate_common_subexpressions", simplify.eliminate_common_subexpressions),
     ("canonicalize_views_again", simplify.canonicalize_views),
