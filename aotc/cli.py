@@ -146,9 +146,10 @@ def run_cmd(
         arrays = _load_arrays(input, "--input")
         results = m.run(arrays)
         output_dir.mkdir(parents=True, exist_ok=True)
-        from .kernel.lowering import c_ident
-        for name, a in zip(m.output_names, results):
-            p = output_dir / f"{c_ident(name)}.npy"
+        # files are named after the outputs' C fields: unique even when ONNX names repeat
+        fields = [o["c_name"] for o in m.manifest["outputs"]]
+        for name, field, a in zip(m.output_names, fields, results):
+            p = output_dir / f"{field}.npy"
             np.save(p, a)
             out.print(f"{name}: {a.dtype}{list(a.shape)} -> {p}")
     except typer.Exit:

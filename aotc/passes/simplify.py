@@ -314,6 +314,7 @@ def materialize_outputs(g: Graph) -> Graph:
 
     claimed: set[str] = set()
     done: list[str] = []
+    labels: dict[str, str] = dict(getattr(g, "output_labels", {}))
     for o in g.outputs:
         r = root(o)
         if not (r in g.inputs or g.values[r].const is not None or r in claimed or o in done):
@@ -327,6 +328,7 @@ def materialize_outputs(g: Graph) -> Graph:
             g.values[out_name] = Value(out_name, v.dtype, v.shape)
             g.nodes.append(Node("aotc.Copy", [o], [out_name], {}, f"copy_{o}"))
             done.append(out_name)
+            labels[out_name] = labels.get(o, o)
             continue
         # move the value to a new name, then copy it into the output's name
         src = g.fresh_name(f"{o}_src")
@@ -339,4 +341,6 @@ def materialize_outputs(g: Graph) -> Graph:
         claimed.add(o)
         done.append(o)
     g.outputs = done
+    # the ONNX name of each renamed output: the artifact's interface keeps the model's names
+    g.output_labels = labels  # type: ignore[attr-defined]
     return g
