@@ -882,3 +882,28 @@ def _lower_lrn(node, ctx):
 
 
 register("LRN", lower=_lower_lrn)(_in_infer)
+
+
+# ----------------------------------------------------------------------------- Dropout
+def _dropout_infer(node, ins):
+    if len(ins) > 2 and ins[2] is not None:
+        if ins[2].const is None or bool(np.asarray(ins[2].const).reshape(-1)[0]):
+            raise UnsupportedError([f"Dropout node {node.name!r} in training mode"])
+    x = ins[0]
+    return [(x.dtype, x.shape), (dtypes.BOOL, x.shape)]
+
+
+def _lower_dropout(node, ctx):
+    """Inference Dropout is the identity (the remove_identities pass drops it unless its mask
+    is used): copy the input, mask = all true."""
+    X, Y = ctx.ins[0], ctx.outs[0]
+    mask = ctx.outs[1] if len(ctx.outs) > 1 else None
+    b = ctx.b
+    with b.loop(X.size, "p") as p:
+        if Y is not None:
+            b.store(Y, p, X[p])
+        if mask is not None:
+            b.store(mask, p, const(True))
+
+
+register("Dropout", lower=_lower_dropout)(_dropout_infer)
