@@ -20,7 +20,7 @@ def _x(op, shape, seed):
 
 
 @pytest.mark.parametrize("op", REDUCE)
-@pytest.mark.parametrize("axes,keepdims", [([-1], 1), ([0, 2], 0), (None, 1), ([1], 0)])
+@pytest.mark.parametrize("axes,keepdims", [([-1], 1), ([0, 2], 0), (None, 1), (None, 0), ([1], 0)])
 def test_reduce(op, axes, keepdims, tmp_path):
     x = _x(op, (3, 4, 5), seed=1)
     opset = 18

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import dtypes
-from ..kernel.ir import Buffer, Builder, Expr, Load, binop, call, cast, const, maximum, select
+from ..kernel.ir import Buffer, Builder, Expr, Load, binop, call, cast, const, select
 from .common import ints, norm_axis, prod
 from .registry import register
 from .tensor import _bstrides, contiguous_strides, strided_copy
@@ -132,7 +132,8 @@ def _lower_logsumexp(b: Builder, X: Buffer, Y: Buffer, kept, red):
         mx = b.local("mx", _lowest(X.dtype, -1))
         with b.loops([d for d, _ in red], [f"r{k}" for k in range(len(red))]) as ridx:
             off = base + sum((i * s for i, (_, s) in zip(ridx, red)), const(0))
-            b.assign(mx, maximum(mx, Load(X, off)))
+            v = b.local("v", Load(X, off))
+            b.assign(mx, select(v > mx, v, mx))
         acc = b.local("acc", const(0, _acc_dtype(X.dtype)))
         with b.loops([d for d, _ in red], [f"r{k}" for k in range(len(red))]) as ridx:
             off = base + sum((i * s for i, (_, s) in zip(ridx, red)), const(0))
@@ -174,7 +175,8 @@ def _lower_softmax(node, ctx):
 
         mx = b.local("mx", Load(X, at(const(0))))
         with b.loop(n, "k", start=1) as k:
-            b.assign(mx, maximum(mx, Load(X, at(k))))
+            v = b.local("v", Load(X, at(k)))
+            b.assign(mx, select(v > mx, v, mx))      # inlines, unlike fmaxf
         if op == "Hardmax":
             arg = b.local("arg", const(-1))
             with b.loop(n, "k") as k:

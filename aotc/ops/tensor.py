@@ -256,7 +256,7 @@ def _lower_gather_elements(node, ctx):
     xs = contiguous_strides(X.shape)
     b = ctx.b
     with b.loops(I.shape) as idx:
-        j = _index(b, I[tuple(idx)] if len(I.shape) != 1 else Load(I, idx[0]), X.shape[axis])
+        j = _index(b, Load(I, I.flat(idx)), X.shape[axis])
         off: Expr = const(0)
         for k, (i, s) in enumerate(zip(idx, xs)):
             off = off + (j if k == axis else i) * s
