@@ -20,13 +20,14 @@ negative number.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
-from ..kernel.ir import (F32, I64, BufPtr, Expr, If, binop, call, cast, const, maximum, minimum, select)
+from ..kernel.ir import (F32, I64, BufPtr, Const, Expr, If, binop, call, cast, const, maximum, minimum, select)
 from .common import ints, prod
 from .registry import register
 
@@ -40,6 +41,13 @@ def _ceil_div(a: Expr, d: int) -> Expr:
     """ceil(max(a, 0) / d) for a positive int d."""
     a = maximum(a, const(0))
     return a if d == 1 else (a + (d - 1)) / d
+
+
+def _plus(e: Expr, k: Expr) -> Expr:
+    """e + k, printed as e - |k| when k is a negative constant."""
+    if isinstance(k, Const) and k.value < 0:
+        return e - (-k.value)
+    return e + k
 
 
 def _all(conds):
@@ -87,6 +95,27 @@ class _Branch:
 
     def __exit__(self, *exc):
         self.b._stack.pop()
+
+
+class _Nest:
+    """Loops opened one at a time, so that each level can hoist its own locals; a loop of
+    extent 1 opens nothing and its index is the constant 0."""
+
+    def __init__(self, b):
+        self.b, self._open = b, []
+
+    def loop(self, extent, name: str, start=0) -> Expr:
+        if isinstance(extent, int) and extent == 1 and isinstance(start, int) and start == 0:
+            return const(0)
+        lp = self.b.loop(extent, name, start=start)
+        var = lp.__enter__()
+        self._open.append(lp)
+        return var
+
+    def close(self) -> None:
+        for lp in reversed(self._open):
+            lp.__exit__(None, None, None)
+        self._open = []
 
 
 @dataclass
@@ -229,44 +258,83 @@ def _lower_conv(node, ctx):
                    BufPtr(Y, (n * M + g * Mg) * OL), const(OL), const(1 if Bias is not None else 0))
 
 
+UNROLL_TAPS = 11      # kernels at most this wide get one copy of the row loop per tap
+
+
+def _tap_range(k, stride: int, dil: int, pad: int, size: int, n_out: int):
+    """Output positions [lo, hi) whose input position o*stride - pad + k*dil is inside [0, size).
+    Python ints when k is an int (the bounds are then constants), expressions otherwise."""
+    if isinstance(k, int):
+        lo = min(n_out, -(-max(pad - k * dil, 0) // stride))
+        hi = max(lo, min(n_out, -(-max(size + pad - k * dil, 0) // stride)))
+        return lo, hi
+    lo = minimum(const(n_out), _ceil_div(pad - k * dil, stride))
+    hi = maximum(lo, minimum(const(n_out), _ceil_div(size + pad - k * dil, stride)))
+    return lo, hi
+
+
+def _each_tap(b, win: _Window, size: int, n_out: int, body) -> None:
+    """body(k, lo, hi) for every tap k of the last kernel dim, with its valid output range:
+    unrolled with constant bounds for small kernels, a loop with computed bounds otherwise."""
+    K, s, d, pb = win.kernel[-1], win.strides[-1], win.dilations[-1], win.pads_begin[-1]
+    if K <= UNROLL_TAPS:
+        for k in range(K):
+            lo, hi = _tap_range(k, s, d, pb, size, n_out)
+            body(const(k), const(lo), const(hi))
+        return
+    with b.loop(K, f"k{len(win.kernel) - 1}") as k:
+        lo, hi = _tap_range(k, s, d, pb, size, n_out)
+        lo = b.local("lo", lo)
+        body(k, lo, b.local("hi", hi))
+
+
+def _span(b, start: Expr, end: Expr, name: str = "p"):
+    """A loop over [start, end), or None when constant bounds make it empty."""
+    if isinstance(start, Const) and isinstance(end, Const) and start.value >= end.value:
+        return None
+    return b.loop(end, name, start=start)
+
+
 def _im2col(b, X, col, n, c0, Cg, S, O, win: _Window):
     """col[(c, k...), (o...)] = X[n, c0 + c, o*s - pb + k*d] (0 outside the input)."""
     r = len(S)
     C = X.shape[1]
     SL, OL, OLast = prod(S), prod(O), O[-1]
     xst, ost, kst = _strides(S), _strides(O), _strides(win.kernel)
+    s_l, d_l, pb_l = win.strides[-1], win.dilations[-1], win.pads_begin[-1]
     zero = const(0, col.dtype)
-    with b.loops([Cg, *win.kernel], ["c"] + [f"k{i}" for i in range(r)]) as idx:
-        c, ks = idx[0], idx[1:]
-        row = (c * prod(win.kernel) + _dot(ks, kst)) * OL
-        s_l, d_l, pb_l = win.strides[-1], win.dilations[-1], win.pads_begin[-1]
-        k_l = ks[-1]
-        # output columns whose input column is inside the image
-        lo = b.local("lo", minimum(const(OLast), _ceil_div(pb_l - k_l * d_l, s_l)))
-        hi = b.local("hi", maximum(lo, minimum(const(OLast), _ceil_div(S[-1] + pb_l - k_l * d_l, s_l))))
-        with b.loops(O[:-1], [f"o{i}" for i in range(r - 1)]) as oo:
-            pos = [o * win.strides[i] - win.pads_begin[i] + ks[i] * win.dilations[i] for i, o in enumerate(oo)]
-            dst = row + _dot(oo, ost[:-1])
-            src = (n * C + c0 + c) * SL + _dot(pos, xst[:-1]) + (k_l * d_l - pb_l)
+    with b.loops([Cg, *win.kernel[:-1]], ["c"] + [f"k{i}" for i in range(r - 1)]) as idx:
+        c, ko = idx[0], idx[1:]
 
-            def copy_row():
-                with b.loop(lo, "p") as p:
-                    b.store(col, dst + p, zero)
-                with b.loop(hi, "p", start=lo) as p:
-                    b.store(col, dst + p, X[src + p * s_l])
-                with b.loop(OLast, "p", start=hi) as p:
-                    b.store(col, dst + p, zero)
+        def tap(k_l, lo, hi):
+            row = (c * prod(win.kernel) + _dot(list(ko) + [k_l], kst)) * OL
+            with b.loops(O[:-1], [f"o{i}" for i in range(r - 1)]) as oo:
+                pos = [o * win.strides[i] - win.pads_begin[i] + ko[i] * win.dilations[i] for i, o in enumerate(oo)]
+                dst = row + _dot(oo, ost[:-1])
+                src = _plus((n * C + c0 + c) * SL + _dot(pos, xst[:-1]), k_l * d_l - pb_l)
 
-            inside = _inside(pos, S, win)
-            if inside is None:
-                copy_row()
-            else:
-                with _IfElse(b, inside) as (then, orelse):
-                    with then:
-                        copy_row()
-                    with orelse:
-                        with b.loop(OLast, "p") as p:
-                            b.store(col, dst + p, zero)
+                def fill(start, end, value=None):
+                    lp = _span(b, start, end)
+                    if lp is not None:
+                        with lp as p:
+                            b.store(col, dst + p, zero if value is None else value(p))
+
+                def copy_row():
+                    fill(const(0), lo)
+                    fill(lo, hi, lambda p: X[src + p * s_l])
+                    fill(hi, const(OLast))
+
+                inside = _inside(pos, S, win)
+                if inside is None:
+                    copy_row()
+                else:
+                    with _IfElse(b, inside) as (then, orelse):
+                        with then:
+                            copy_row()
+                        with orelse:
+                            fill(const(0), const(OLast))
+
+        _each_tap(b, win, S[-1], OLast, tap)
 
 
 def _conv_direct(ctx, X, W, Bias, Y, win: _Window, group: int):
@@ -285,25 +353,26 @@ def _conv_direct(ctx, X, W, Bias, Y, win: _Window, group: int):
             dst = (n * M + m) * OL + _dot(oo, ost[:-1])
             with b.loop(OLast, "p") as p:
                 b.store(Y, dst + p, Bias[m] if Bias is not None else const(0, Y.dtype))
-            with b.loops([Cg, *win.kernel], ["c"] + [f"k{i}" for i in range(r)]) as idx:
-                c, ks = idx[0], idx[1:]
-                pos = [o * win.strides[i] - win.pads_begin[i] + ks[i] * win.dilations[i] for i, o in enumerate(oo)]
+            # input channels and the outer kernel dims; the row test hoisted above the last dim
+            with b.loops([Cg, *win.kernel[:-1]], ["c"] + [f"k{i}" for i in range(r - 1)]) as idx:
+                c, ko = idx[0], idx[1:]
+                pos = [o * win.strides[i] - win.pads_begin[i] + ko[i] * win.dilations[i] for i, o in enumerate(oo)]
                 inside = _inside(pos, S, win)
-                k_l = ks[-1]
-                src = (n * C + cin0 + c) * SL + _dot(pos, xst[:-1]) + (k_l * d_l - pb_l)
+                src_row = (n * C + cin0 + c) * SL + _dot(pos, xst[:-1])
 
-                def taps():
-                    w = b.local("w", W[(m * Cg + c) * prod(win.kernel) + _dot(ks, kst)])
-                    lo = b.local("lo", minimum(const(OLast), _ceil_div(pb_l - k_l * d_l, s_l)))
-                    hi = b.local("hi", minimum(const(OLast), _ceil_div(S[-1] + pb_l - k_l * d_l, s_l)))
-                    with b.loop(hi, "p", start=lo) as q:
-                        b.store(Y, dst + q, Y[dst + q] + w * X[src + q * s_l])
+                def tap(k_l, lo, hi):
+                    lp = _span(b, lo, hi)
+                    if lp is None:
+                        return
+                    w = b.local("w", W[(m * Cg + c) * prod(win.kernel) + _dot(list(ko) + [k_l], kst)])
+                    with lp as q:
+                        b.store(Y, dst + q, Y[dst + q] + w * X[_plus(src_row, k_l * d_l - pb_l) + q * s_l])
 
                 if inside is None:
-                    taps()
+                    _each_tap(b, win, S[-1], OLast, tap)
                 else:
                     with b.if_(inside):
-                        taps()
+                        _each_tap(b, win, S[-1], OLast, tap)
 
 
 register("Conv", lower=_lower_conv)(_conv_infer)
@@ -385,28 +454,30 @@ def _lower_convt(node, ctx):
             b.call("aotc_sgemm", const(Mg * KK), const(SL), const(Cg), BufPtr(wt, g * (Mg * KK * Cg)),
                    const(Cg), BufPtr(X, (n * C + g * Cg) * SL), const(SL), BufPtr(col), const(SL), const(0))
             # col2im: Y[n, g*Mg + m, i*s - pb + k*d] += col[(m, k), i]
-            with b.loops([Mg, *win.kernel], ["m"] + [f"k{i}" for i in range(r)]) as idx:
-                m, ks = idx[0], idx[1:]
-                row = (m * KK + _dot(ks, kst)) * SL
-                s_l, d_l, pb_l, k_l = win.strides[-1], win.dilations[-1], win.pads_begin[-1], ks[-1]
-                lo = b.local("lo", minimum(const(SLast), _ceil_div(pb_l - k_l * d_l, s_l)))
-                hi = b.local("hi", minimum(const(SLast), _ceil_div(O[-1] + pb_l - k_l * d_l, s_l)))
-                with b.loops(S[:-1], [f"i{q}" for q in range(r - 1)]) as ii:
-                    pos = [i * win.strides[q] - win.pads_begin[q] + ks[q] * win.dilations[q]
-                           for q, i in enumerate(ii)]
-                    dst = (n * M + g * Mg + m) * OL + _dot(pos, ost[:-1]) + (k_l * d_l - pb_l)
-                    src = row + _dot(ii, sst[:-1])
-                    inside = _all(binop("&&", q >= 0, q < O[k]) for k, q in enumerate(pos))
+            with b.loops([Mg, *win.kernel[:-1]], ["m"] + [f"k{i}" for i in range(r - 1)]) as idx:
+                m, ko = idx[0], idx[1:]
+                s_l, d_l, pb_l = win.strides[-1], win.dilations[-1], win.pads_begin[-1]
 
-                    def scatter():
-                        with b.loop(hi, "p", start=lo) as p:
-                            b.store(Y, dst + p * s_l, Y[dst + p * s_l] + col[src + p])
+                def tap(k_l, lo, hi):
+                    row = (m * KK + _dot(list(ko) + [k_l], kst)) * SL
+                    with b.loops(S[:-1], [f"i{q}" for q in range(r - 1)]) as ii:
+                        pos = [i * win.strides[q] - win.pads_begin[q] + ko[q] * win.dilations[q]
+                               for q, i in enumerate(ii)]
+                        dst = _plus((n * M + g * Mg + m) * OL + _dot(pos, ost[:-1]), k_l * d_l - pb_l)
+                        src = row + _dot(ii, sst[:-1])
+                        inside = _all(binop("&&", q >= 0, q < O[k]) for k, q in enumerate(pos))
+                        lp = _span(b, lo, hi)
+                        if lp is None:
+                            return
+                        if inside is not None:
+                            with b.if_(inside):
+                                with lp as p:
+                                    b.store(Y, dst + p * s_l, Y[dst + p * s_l] + col[src + p])
+                        else:
+                            with lp as p:
+                                b.store(Y, dst + p * s_l, Y[dst + p * s_l] + col[src + p])
 
-                    if inside is None:
-                        scatter()
-                    else:
-                        with b.if_(inside):
-                            scatter()
+                _each_tap(b, win, O[-1], SLast, tap)
 
 
 register("ConvTranspose", lower=_lower_convt)(_convt_infer)
@@ -461,12 +532,9 @@ def _lower_pool(node, ctx):
     with b.loops([N, C], ["n", "c"]) as (n, c):
         base = (n * C + c) * SL
         bounds, oo = [], []
-        # one loop per output dim, each with its tap range hoisted to its own level
-        ctxs = []
-        for i in range(r):
-            lp = b.loop(O[i], f"o{i}")
-            o = lp.__enter__()
-            ctxs.append(lp)
+        outer = _Nest(b)
+        for i in range(r):          # one loop per output dim, its tap range hoisted to its level
+            o = outer.loop(O[i], f"o{i}")
             lo, hi = _bounds(o, S[i], win, i)
             bounds.append((b.local(f"lo{i}", lo), b.local(f"hi{i}", hi)))
             oo.append(o)
@@ -476,12 +544,8 @@ def _lower_pool(node, ctx):
             arg = b.local("arg", const(0)) if I is not None else None
         else:
             acc = b.local("acc", const(0, X.dtype))
-        inner = []
-        ks = []
-        for i in range(r):
-            lp = b.loop(bounds[i][1], f"k{i}", start=bounds[i][0])
-            ks.append(lp.__enter__())
-            inner.append(lp)
+        inner = _Nest(b)
+        ks = [inner.loop(bounds[i][1], f"k{i}", start=bounds[i][0]) for i in range(r)]
         pos = [o * win.strides[i] - win.pads_begin[i] + k * win.dilations[i]
                for i, (o, k) in enumerate(zip(oo, ks))]
         v = b.local("v", X[base + _dot(pos, xst)])
@@ -494,8 +558,7 @@ def _lower_pool(node, ctx):
                 b.assign(acc, select(v > acc, v, acc))
         else:
             b.assign(acc, acc + v)
-        for lp in reversed(inner):
-            lp.__exit__(None, None, None)
+        inner.close()
         if is_max:
             b.store(Y, out_at, acc)
             if I is not None:
@@ -511,8 +574,7 @@ def _lower_pool(node, ctx):
             for k in counts[1:]:
                 cnt = cnt * k
             b.store(Y, out_at, acc / cast(cnt, X.dtype))
-        for lp in reversed(ctxs):
-            lp.__exit__(None, None, None)
+        outer.close()
 
 
 register("MaxPool", lower=_lower_pool)(_maxpool_infer)
@@ -598,17 +660,18 @@ def _lower_pad(node, ctx):
         else:
             fill = const(0, X.dtype)
     xst = _strides(X.shape)
-    srcs, valid = [], []
-    ctxs = []
+    srcs, valid, oo = [], [], []
+    nest = _Nest(b)
     for i in range(r):
-        lp = b.loop(out[i], f"i{i}")
-        o = lp.__enter__()
-        ctxs.append(lp)
+        o = nest.loop(out[i], f"i{i}")
+        oo.append(o)
         d = X.shape[i]
+        if pb[i] == 0 and pe[i] == 0:
+            srcs.append(o)
+            continue
         s = o - pb[i]
         if mode == "constant":
-            if pb[i] > 0 or pe[i] > 0:
-                valid.append(binop("&&", s >= 0, s < d))
+            valid.append(binop("&&", s >= 0, s < d))
         elif mode == "edge":
             s = maximum(const(0), minimum(const(d - 1), s))
         elif mode == "reflect":
@@ -622,16 +685,9 @@ def _lower_pad(node, ctx):
         srcs.append(b.local(f"s{i}", s) if i < r - 1 else s)
     idx = _dot(srcs, xst)
     ok = _all(valid)
-    if ok is None:
-        b.store(Y, _dot_vars(ctxs, out), X[idx])
-    else:
-        b.store(Y, _dot_vars(ctxs, out), select(ok, X[idx], fill))
-    for lp in reversed(ctxs):
-        lp.__exit__(None, None, None)
-
-
-def _dot_vars(ctxs, shape):
-    return _dot([lp.loop_.var for lp in ctxs], _strides(shape))
+    at = _dot(oo, _strides(out))
+    b.store(Y, at, X[idx] if ok is None else select(ok, X[idx], fill))
+    nest.close()
 
 
 register("Pad", lower=_lower_pad, const_inputs=(1, 3))(_pad_infer)
@@ -724,16 +780,47 @@ def _original_coord(o: Expr, ct: str, scale, in_len: int, out_len: int) -> Expr:
     raise AssertionError(ct)
 
 
-def _nearest_index(x: Expr, nearest_mode: str, in_len: int) -> Expr:
+def _nearest_index(b, x: Expr, nearest_mode: str, in_len: int, hint: str) -> Expr:
+    """Round the source coordinate x as nearest_mode says, then clamp into [0, in_len)."""
     if nearest_mode == "floor":
         i = cast(call("floor", x), I64)
     elif nearest_mode == "ceil":
         i = cast(call("ceil", x), I64)
     else:
-        half = binop("==", x, cast(cast(x, I64), F32) + _f(0.5))
-        tie = call("floor" if nearest_mode == "round_prefer_floor" else "ceil", x)
-        i = cast(select(half, tie, call("round", x)), I64)
+        xv = b.local(hint, x)
+        half = binop("==", xv, cast(cast(xv, I64), F32) + _f(0.5))
+        tie = call("floor" if nearest_mode == "round_prefer_floor" else "ceil", xv)
+        i = cast(select(half, tie, call("round", xv)), I64)
+    i = b.local(hint + "i", i)
     return maximum(const(0), minimum(const(in_len - 1), i))
+
+
+def _nearest_table(ct: str, nearest_mode: str, scale, in_len: int, out_len: int) -> np.ndarray:
+    """The source index of every output index, computed by numpy in float32 exactly as the
+    generated C (and ONNX Runtime) compute it."""
+    f = np.float32
+    of = np.arange(out_len).astype(f)
+    sc = f(scale)
+    if ct == "asymmetric":
+        x = of / sc
+    elif ct in ("half_pixel", "pytorch_half_pixel"):
+        x = (of + f(0.5)) / sc - f(0.5) if (ct == "half_pixel" or out_len > 1) else np.zeros_like(of)
+    elif ct == "tf_half_pixel_for_nn":
+        x = (of + f(0.5)) / sc
+    elif ct == "align_corners":
+        x = np.zeros_like(of) if out_len == 1 else of * f(in_len - 1) / f(out_len - 1)
+    else:
+        adj = f(out_len) / (sc * f(in_len))
+        offset = f(in_len) / f(2) * (f(1) - adj)
+        x = f(offset) + (of + f(0.5)) / sc - f(0.5)
+    if nearest_mode == "floor":
+        i = np.floor(x)
+    elif nearest_mode == "ceil":
+        i = np.ceil(x)
+    else:
+        tie = x == x.astype(np.int64).astype(f) + f(0.5)
+        i = np.where(tie, np.floor(x) if nearest_mode == "round_prefer_floor" else np.ceil(x), np.round(x))
+    return np.clip(i.astype(np.int64), 0, in_len - 1)
 
 
 def _lower_resize(node, ctx):
@@ -747,21 +834,28 @@ def _lower_resize(node, ctx):
     linear = mode == "linear" and X.dtype.kind == "f"
     if mode == "linear" and not linear:
         raise UnsupportedError([f"Resize node {node.name!r}: linear mode on {X.dtype}"])
-    ctxs = []
+    nest = _Nest(b)
+    oo = []
     idx_terms = []            # per axis: [(index expr, weight expr or None), ...] (1 or 2 entries)
     for i in range(r):
-        lp = b.loop(out[i], f"i{i}")
-        o = lp.__enter__()
-        ctxs.append(lp)
-        same = out[i] == X.shape[i] and float(scales[i]) == 1.0
-        if same:
+        o = nest.loop(out[i], f"i{i}")
+        oo.append(o)
+        L = X.shape[i]
+        if out[i] == L and float(scales[i]) == 1.0:
             idx_terms.append([(o, None)])
             continue
-        x = _original_coord(o, ct, scales[i], X.shape[i], out[i])
+        x = _original_coord(o, ct, scales[i], L, out[i])
         if not linear:
-            idx_terms.append([(b.local(f"s{i}", _nearest_index(x, nearest_mode, X.shape[i])), None)])
+            table = _nearest_table(ct, nearest_mode, scales[i], L, out[i])
+            g = int(np.gcd(L, out[i]))
+            p_, q_ = L // g, out[i] // g
+            if np.array_equal(table, np.arange(out[i]) * p_ // q_):
+                # an integer ratio: the same indices without float arithmetic
+                b.comment(f"axis {i}: nearest source index = o * {p_} / {q_}")
+                idx_terms.append([(o * p_ / q_, None)])
+            else:
+                idx_terms.append([(b.local(f"s{i}", _nearest_index(b, x, nearest_mode, L, f"r{i}")), None)])
             continue
-        L = X.shape[i]
         xc = b.local(f"x{i}", maximum(_f(0.0), minimum(_f(L - 1), x)))
         i0 = b.local(f"a{i}", minimum(const(L - 1), cast(xc, I64)))
         i1 = b.local(f"b{i}", minimum(const(L - 1), i0 + 1))
@@ -770,12 +864,11 @@ def _lower_resize(node, ctx):
         d1 = b.local(f"db{i}", select(eq, _f(0.5), call("abs", xc - cast(i1, F32))))
         # the tap at i0 is weighted by the distance to i1 and vice versa
         idx_terms.append([(i0, d1), (i1, d0)])
-    at = _dot([lp.loop_.var for lp in ctxs], _strides(out))
+    at = _dot(oo, _strides(out))
     if not linear:
         b.store(Y, at, X[_dot([t[0][0] for t in idx_terms], xst)])
     else:
         total = None
-        import itertools
         for combo in itertools.product(*idx_terms):
             w = None
             for _, wt in combo:
@@ -785,8 +878,7 @@ def _lower_resize(node, ctx):
             term = term if w is None else cast(w, X.dtype) * term
             total = term if total is None else total + term
         b.store(Y, at, total)
-    for lp in reversed(ctxs):
-        lp.__exit__(None, None, None)
+    nest.close()
 
 
 register("Resize", lower=_lower_resize, const_inputs=(1, 2, 3))(_resize_infer)
