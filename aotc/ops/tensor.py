@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import dtypes
-from ..kernel.ir import I64, Buffer, Builder, Expr, Load, binop, cast, const, select
+from ..kernel.ir import I64, Buffer, Builder, Expr, Load, binop, call, cast, const, select
 from .common import broadcast, ints, norm_axis, prod
 from .registry import register
 
@@ -56,8 +56,8 @@ def strided_copy(b: Builder, dst: Buffer, src: Buffer, shape: Sequence[int], dst
         do: Expr = const(dst_off)
         so: Expr = const(src_off)
         for i, (_, ds, ss) in zip(idx, merged):
-            do = do + i * ds
-            so = so + i * ss
+            do = do + i * ds if ds >= 0 else do - i * -ds
+            so = so + i * ss if ss >= 0 else so - i * -ss
         b.store(dst, do, Load(src, so))
 
 
@@ -150,7 +150,7 @@ def _split_sizes(node, x, split, n_out) -> list[int]:
     k = int(node.attr("num_outputs", n_out))
     chunk = -(-dim // k)
     sizes = [min(chunk, max(0, dim - chunk * i)) for i in range(k)]
-    if sum(sizes) != dim or (sizes and sizes[-1] <= 0 and dim >= k):
+    if k <= 0 or any(n <= 0 for n in sizes):
         raise ShapeError(f"Split node {node.name!r}: cannot split dim {dim} into {k} outputs")
     return sizes
 
@@ -204,8 +204,12 @@ def _lower_slice(node, ctx):
     args = _slice_args(node, lambda p, w: _ctx_ints(ctx, p) if ctx.has_input(p) else None)
     plan = _slice_plan(node, X.shape, *args)
     xs = contiguous_strides(X.shape)
-    ctx.b.comment("slice " + ", ".join(f"{s}:{s + st * n}:{st}" if (s, st, n) != (0, 1, d) else ":"
-                                       for (s, st, n), d in zip(plan, X.shape)))
+    def text(s, st, n, d):
+        if (s, st, n) == (0, 1, d):
+            return ":"
+        end = s + st * n
+        return f"{s}:{end if end >= 0 else ''}" + (f":{st}" if st != 1 else "")
+    ctx.b.comment("slice [" + ", ".join(text(*p, d) for p, d in zip(plan, X.shape)) + "]")
     strided_copy(ctx.b, Y, X, Y.shape, contiguous_strides(Y.shape), [st * x for (_, st, _), x in zip(plan, xs)],
                  src_off=sum(s * x for (s, _, _), x in zip(plan, xs)))
 
@@ -555,15 +559,10 @@ def _lower_onehot(node, ctx):
     off_v, on_v = b.local("off_value", Load(Vals, const(0))), b.local("on_value", Load(Vals, const(1)))
     with b.loops([pre, post], ["p", "q"]) as (p, q):
         raw = Load(I, p * post + q)
-        j = b.local("j", call_floor(raw) if raw.dtype.kind == "f" else cast(raw, I64))
+        j = b.local("j", cast(call("floor", raw) if raw.dtype.kind == "f" else raw, I64))
         b.assign(j, select(j < 0, j + depth, j))
         with b.loop(depth, "d") as d:
             b.store(Y, (p * depth + d) * post + q, select(j.eq(d), on_v, off_v))
-
-
-def call_floor(e: Expr) -> Expr:
-    from ..kernel.ir import call
-    return cast(call("floor", e), I64)
 
 
 @register("OneHot", lower=_lower_onehot)
