@@ -52,12 +52,17 @@ def default_name(path: str | os.PathLike) -> str:
     return name if name else "model"
 
 
+def node_opset(g: Graph, n) -> int:
+    """The opset version the model imports for the node's domain."""
+    return getattr(g, "domain_opsets", {}).get(n.domain or "ai.onnx", g.opset)
+
+
 def check_supported(g: Graph) -> None:
     bad = []
     for n in g.nodes:
         if not registry.is_supported(n):
             dom = n.domain or "ai.onnx"
-            bad.append(f"{n.op_type} (domain {dom}, opset {g.opset}) in node {n.name!r}")
+            bad.append(f"{n.op_type} (domain {dom}, opset {node_opset(g, n)}) in node {n.name!r}")
     if bad:
         raise UnsupportedError(bad, "see docs/ONNX_SUPPORT.md for the operators aotc compiles")
 

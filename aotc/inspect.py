@@ -1,7 +1,7 @@
 """`aotc inspect`: what the compiler sees in a model and what it makes of it."""
 from __future__ import annotations
 
-from .compiler import analyze, default_name
+from .compiler import analyze, default_name, node_opset
 from .frontend import import_model, load_onnx
 from .ops import registry
 
@@ -14,7 +14,7 @@ def inspect_model(path, target: str = "c", shapes=None, consts=None, progress=No
         "op_histogram": g.op_histogram(),
         "nodes_before": len(g.nodes),
         "unsupported": [
-            {"op_type": n.op_type, "domain": n.domain or "ai.onnx", "opset": g.opset, "node": n.name}
+            {"op_type": n.op_type, "domain": n.domain or "ai.onnx", "opset": node_opset(g, n), "node": n.name}
             for n in g.nodes if not registry.is_supported(n)
         ],
     }

@@ -149,6 +149,9 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
                          "re-export the model with a newer opset")
     gp = model.graph
     g = Graph(name, opset)
+    # opset per domain, for messages about nodes of other domains (custom ops)
+    g.domain_opsets = {(imp.domain or "ai.onnx"): int(imp.version)  # type: ignore[attr-defined]
+                       for imp in model.opset_import}
 
     for t in gp.initializer:
         try:
