@@ -23,14 +23,6 @@ class ZooEntry:
         mod, fn = self.builder.split(":")
         return getattr(importlib.import_module(f"models.{mod}"), fn)(size)
 
-    def available(self) -> bool:
-        """False while the builder function has not been written yet."""
-        mod, fn = self.builder.split(":")
-        try:
-            return hasattr(importlib.import_module(f"models.{mod}"), fn)
-        except ImportError:
-            return False
-
     def shapes_for(self, size: str) -> dict:
         return self.full_shapes if (size == "full" and self.full_shapes is not None) else self.shapes
 
