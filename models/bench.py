@@ -18,8 +18,6 @@ import statistics
 import time
 from pathlib import Path
 
-import numpy as np
-import onnx
 import onnxruntime as ort
 
 from aotc.api import CompiledModel

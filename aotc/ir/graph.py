@@ -7,7 +7,7 @@ op_type/attribute vocabulary so that op definitions read like the ONNX spec.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 

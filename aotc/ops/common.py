@@ -38,3 +38,13 @@ def prod(xs) -> int:
 
 def ints(arr) -> list[int]:
     return [int(v) for v in np.asarray(arr).reshape(-1)]
+
+
+def const_ints(node: Node, ins: list[Value | None], pos: int, what: str) -> list[int] | None:
+    """Input `pos` as a list of ints; it must be a compile-time constant (None if absent)."""
+    if len(ins) <= pos or ins[pos] is None:
+        return None
+    if ins[pos].const is None:
+        raise ShapeError(f"{node.op_type} node {node.name!r}: {what} must be known at compile time",
+                         "bind the input that feeds it with --const, or fix input shapes with --shape")
+    return ints(ins[pos].const)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..errors import ShapeError
 from ..ir import dtypes
 from ..kernel.ir import BufPtr, const
-from .common import broadcast, prod
+from .common import broadcast
 from .registry import register
 
 

@@ -20,7 +20,7 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..ir.graph import Node, Value
+from ..ir.graph import Node
 
 InferFn = Callable[[Node, list], list]
 

@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir import dtypes
 from ..kernel.ir import I64, Buffer, Builder, Expr, Load, binop, call, cast, const, select
-from .common import broadcast, ints, norm_axis, prod
+from .common import broadcast, const_ints, ints, norm_axis, prod
 from .registry import register
 
 
@@ -59,15 +59,6 @@ def strided_copy(b: Builder, dst: Buffer, src: Buffer, shape: Sequence[int], dst
             do = do + i * ds if ds >= 0 else do - i * -ds
             so = so + i * ss if ss >= 0 else so - i * -ss
         b.store(dst, do, Load(src, so))
-
-
-def _need_ints(node, ins, pos, what) -> list[int] | None:
-    if len(ins) <= pos or ins[pos] is None:
-        return None
-    if ins[pos].const is None:
-        raise ShapeError(f"{node.op_type} node {node.name!r}: {what} must be known at compile time",
-                         "bind the input that feeds it with --const, or fix input shapes with --shape")
-    return ints(ins[pos].const)
 
 
 def _ctx_ints(ctx, pos) -> list[int] | None:
@@ -172,7 +163,7 @@ def _lower_split(node, ctx):
 def _split(node, ins):
     x = ins[0]
     axis = norm_axis(int(node.attr("axis", 0)), len(x.shape), node)
-    sizes = _split_sizes(node, x, _need_ints(node, ins, 1, "split sizes"), len(node.outputs))
+    sizes = _split_sizes(node, x, const_ints(node, ins, 1, "split sizes"), len(node.outputs))
     return [(x.dtype, tuple(s if k == axis else d for k, d in enumerate(x.shape))) for s in sizes]
 
 
@@ -217,7 +208,7 @@ def _lower_slice(node, ctx):
 @register("Slice", lower=_lower_slice)
 def _slice(node, ins):
     x = ins[0]
-    args = _slice_args(node, lambda p, w: _need_ints(node, ins, p, w))
+    args = _slice_args(node, lambda p, w: const_ints(node, ins, p, w))
     plan = _slice_plan(node, x.shape, *args)
     return [(x.dtype, tuple(n for _, _, n in plan))]
 
@@ -383,7 +374,7 @@ def _lower_expand(node, ctx):
 
 @register("Expand", lower=_lower_expand)
 def _expand(node, ins):
-    shape = _need_ints(node, ins, 1, "the target shape")
+    shape = const_ints(node, ins, 1, "the target shape")
     return [(ins[0].dtype, broadcast(ins[0].shape, shape, node=node))]
 
 
@@ -403,7 +394,7 @@ def _lower_tile(node, ctx):
 
 @register("Tile", lower=_lower_tile)
 def _tile(node, ins):
-    reps = _need_ints(node, ins, 1, "repeats")
+    reps = const_ints(node, ins, 1, "repeats")
     if len(reps) != len(ins[0].shape) or any(r < 0 for r in reps):
         raise ShapeError(f"Tile node {node.name!r}: repeats {reps} do not fit shape {ins[0].shape}")
     return [(ins[0].dtype, tuple(d * r for d, r in zip(ins[0].shape, reps)))]
@@ -457,7 +448,7 @@ def _lower_trilu(node, ctx):
 def _trilu(node, ins):
     if len(ins[0].shape) < 2:
         raise ShapeError(f"Trilu node {node.name!r}: input rank must be at least 2")
-    _need_ints(node, ins, 1, "k")
+    const_ints(node, ins, 1, "k")
     return [(ins[0].dtype, tuple(ins[0].shape))]
 
 
@@ -538,7 +529,7 @@ def _lower_topk(node, ctx):
 
 @register("TopK", lower=_lower_topk, accepts_epilogue=False)
 def _topk(node, ins):
-    k = _need_ints(node, ins, 1, "k")[0]
+    k = const_ints(node, ins, 1, "k")[0]
     _, shape = _topk_dims(node, ins[0], k)
     return [(ins[0].dtype, shape), (dtypes.INT64, shape)]
 

@@ -3,23 +3,14 @@ The `canonicalize_views` pass turns all of them into Reshape with a constant sha
 from __future__ import annotations
 
 from ..errors import ShapeError
-from .common import ints, norm_axis, prod
+from .common import const_ints, norm_axis, prod
 from .registry import register
-
-
-def _need_const(node, ins, pos, what):
-    if len(ins) <= pos or ins[pos] is None:
-        return None
-    if ins[pos].const is None:
-        raise ShapeError(f"{node.op_type} node {node.name!r}: {what} must be known at compile time",
-                         "bind the input that feeds it with --const, or fix input shapes with --shape")
-    return ints(ins[pos].const)
 
 
 @register("Reshape", view=True)
 def _reshape(node, ins):
     x = ins[0]
-    spec = _need_const(node, ins, 1, "the target shape")
+    spec = const_ints(node, ins, 1, "the target shape")
     allowzero = int(node.attr("allowzero", 0))
     out = []
     for k, d in enumerate(spec):
@@ -55,7 +46,7 @@ def _flatten(node, ins):
 @register("Squeeze", view=True)
 def _squeeze(node, ins):
     x = ins[0]
-    axes = _need_const(node, ins, 1, "axes")
+    axes = const_ints(node, ins, 1, "axes")
     if axes is None:
         return [(x.dtype, tuple(d for d in x.shape if d != 1))]
     axes = {norm_axis(a, len(x.shape), node) for a in axes}
@@ -68,7 +59,7 @@ def _squeeze(node, ins):
 @register("Unsqueeze", view=True)
 def _unsqueeze(node, ins):
     x = ins[0]
-    axes = _need_const(node, ins, 1, "axes")
+    axes = const_ints(node, ins, 1, "axes")
     r = len(x.shape) + len(axes)
     axes = sorted(norm_axis(a, r, node) for a in axes)
     out = list(x.shape)
