@@ -148,6 +148,24 @@ def test_check_with_user_inputs(mlp, tmp_path):
     assert json.loads(rep.read_text())["outputs"][0]["shape"] == [4, 10]
 
 
+def test_check_with_incomplete_or_unknown_inputs(tmp_path):
+    a, b = rand(2, 3, seed=27), rand(2, 3, seed=28)
+    m = graph_model([N("Add", ["a", "b"], ["y"])], {"a": a, "b": b}, ["y"])
+    path = tmp_path / "two.onnx"
+    onnx.save(m, str(path))
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    p = aotc("check", path, "--input", f"a={tmp_path / 'a.npy'}", check_rc=2)
+    assert_error_lines(p, "no --input given for 'b'", "or none, to draw seeded random inputs")
+    p = aotc("check", path, "--input", f"a={tmp_path / 'a.npy'}", "--input", f"b={tmp_path / 'b.npy'}",
+             "--input", f"c={tmp_path / 'a.npy'}", check_rc=2)
+    assert_error_lines(p, "--input names 'c', which is not a graph input", "graph inputs are: a, b")
+    rep = tmp_path / "r.json"
+    aotc("check", path, "--input", f"a={tmp_path / 'a.npy'}", "--input", f"b={tmp_path / 'b.npy'}",
+         "--report", rep, check_rc=0)
+    assert json.loads(rep.read_text())["outputs"][0]["max_abs_err"] == 0.0
+
+
 def test_check_exits_1_on_a_real_mismatch(mlp, tmp_path):
     """With zero tolerance, the ordinary float rounding differences between aotc's GEMM and
     ONNX Runtime's (different summation order) are mismatches: exit 1, and the reports say

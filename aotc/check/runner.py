@@ -10,6 +10,7 @@ import numpy as np
 
 from ..api import CompiledModel
 from ..compiler import compile_model
+from ..errors import InputError
 from ..frontend import import_model, load_onnx
 from .inputs import sample_inputs
 from .parity import OutputReport, compare
@@ -40,6 +41,21 @@ def reference_outputs(model_path, feeds: Mapping[str, np.ndarray]) -> list[np.nd
     return sess.run(None, dict(feeds))
 
 
+def _check_input_names(model_path, inputs: Mapping, consts: Mapping) -> None:
+    """User-given inputs must name graph inputs, and cover every one not bound by --const."""
+    g = load_onnx(model_path).graph
+    weights = {t.name for t in g.initializer}
+    names = [vi.name for vi in g.input if vi.name not in weights]
+    unknown = [k for k in inputs if k not in names]
+    if unknown:
+        raise InputError(f"--input names {', '.join(map(repr, unknown))}, which is not a graph input",
+                         f"graph inputs are: {', '.join(names) or '(none)'}")
+    missing = [k for k in names if k not in inputs and k not in consts]
+    if missing:
+        raise InputError(f"no --input given for {', '.join(map(repr, missing))}",
+                         "give every input with --input (or none, to draw seeded random inputs)")
+
+
 def run_check(model_path, target: str = "c", inputs: Optional[Mapping[str, np.ndarray]] = None,
               rtol: float = 1e-4, atol: float = 1e-5, shapes: Optional[Mapping] = None,
               consts: Optional[Mapping] = None, output_dir=None, seed: int = 0, weights: str = "auto",
@@ -47,6 +63,7 @@ def run_check(model_path, target: str = "c", inputs: Optional[Mapping[str, np.nd
     consts = dict(consts or {})
     shapes = dict(shapes or {})
     if inputs:
+        _check_input_names(model_path, inputs, consts)
         for k, v in inputs.items():
             shapes.setdefault(k, tuple(np.asarray(v).shape))
     tmp = None
