@@ -441,3 +441,32 @@ def test_generated_sources_are_byte_identical_across_compiles(tmp_path):
     assert files == sorted(f.name for f in outs[1].iterdir() if f.suffix != ".so")
     for f in files:
         assert (outs[0] / f).read_bytes() == (outs[1] / f).read_bytes(), f"{f} differs between compiles"
+
+
+AWKWARD_NAMES = [("int", "default", "return"), ("class", "new", "this"), ("NULL", "expf", "aotc_sgemm"),
+                 ("x.1", "x_1", "x:1"), ("9lives", "ü", "1" * 60), ("in", "out", "ws")]
+
+
+@pytest.mark.parametrize("names", AWKWARD_NAMES, ids=lambda n: "-".join(n)[:30])
+def test_awkward_onnx_names_become_valid_distinct_c_identifiers(names, tmp_path):
+    """Value names that are C/C++ keywords, macros, functions the kernels call, or that only
+    differ in punctuation: the library builds, the header compiles as C and as C++, and the
+    model computes ORT's answer."""
+    from onnx import helper
+    from tests.helpers import assert_parity, graph_model
+    a, b, c = names
+    x = rand(2, 3, seed=37)
+    nodes = [helper.make_node("Relu", [a], [b]), helper.make_node("MatMul", [b, "w"], ["h"]),
+             helper.make_node("Exp", ["h"], [c])]
+    m = graph_model(nodes, {a: x}, [c, b], {"w": rand(3, 3, seed=38)})
+    assert_parity(m, tmp_path, {a: x})
+    out = tmp_path / "out"
+    import json
+    fields = [p["c_name"] for p in json.loads((out / "manifest.json").read_text())["outputs"]]
+    assert len(set(fields)) == 2
+    cxx = shutil.which("c++")
+    if cxx:
+        (tmp_path / "use.cpp").write_text('#include "model.h"\nint main() { model_outputs o; (void)o; return 0; }\n')
+        p = subprocess.run([cxx, "-Wall", "-Werror", f"-I{out}", str(tmp_path / "use.cpp"), "-c", "-o",
+                            str(tmp_path / "use.o")], capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
