@@ -181,3 +181,22 @@ def test_compile_with_shapes_and_consts(tmp_path):
     xv = rand(2, 6, seed=11)
     (y,) = cm.run({"x": xv})
     np.testing.assert_allclose(y, ort_run(m, {"x": xv, "target": target})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_recompiling_into_the_same_directory_loads_the_new_model(tmp_path):
+    """dlopen() caches libraries by path: the second compile into `out` must not run the
+    first model's code."""
+    x = rand(2, 3, seed=12)
+    path = tmp_path / "m.onnx"
+    results = []
+    for k in range(3):
+        m = graph_model([N("MatMul", ["x", "w"], ["y"])], {"x": x}, ["y"], {"w": rand(3, 4, seed=13 + k)})
+        onnx.save(m, str(path))
+        cm = aotc.compile(path, output_dir=tmp_path / "out")
+        (y,) = cm.run([x])
+        np.testing.assert_allclose(y, ort_run(m, {"x": x})[0], rtol=1e-5, atol=1e-6)
+        results.append((cm, y))
+    # the earlier instances still run their own model
+    for cm, y in results:
+        np.testing.assert_array_equal(cm.run([x])[0], y)
+    assert not np.allclose(results[0][1], results[1][1])

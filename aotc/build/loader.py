@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import cffi
@@ -35,7 +38,7 @@ class Library:
             const void *{p}_embedded_weights(void);
             const char *{p}_strerror(int status);
         """)
-        self.lib = self.ffi.dlopen(str(lib_path.resolve()))
+        self.lib = _dlopen(self.ffi, lib_path)
         self._run = getattr(self.lib, f"{p}_run_with_weights")
         w = m["weights"]
         if w["mode"] == "external":
@@ -74,6 +77,28 @@ class Library:
             msg = ffi.string(getattr(self.lib, f"{p}_strerror")(status)).decode()
             raise InputError(f"{p}_run failed with status {status}: {msg}")
         return outs
+
+
+# library path -> identity (device, inode, size, mtime) of the file first dlopen()ed under it
+_OPENED: dict[str, tuple] = {}
+
+
+def _dlopen(ffi: cffi.FFI, lib_path: Path):
+    """dlopen() hands back the library already loaded under a path even when the file there
+    has been rebuilt since (compiling into the same directory twice in one process would run
+    the old model). A changed file is loaded from a private copy under a fresh name."""
+    path = str(lib_path.resolve())
+    st = os.stat(path)
+    ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if _OPENED.setdefault(path, ident) == ident:
+        return ffi.dlopen(path)
+    fd, copy = tempfile.mkstemp(prefix=f"{lib_path.stem}-", suffix=".so")
+    os.close(fd)
+    try:
+        shutil.copyfile(path, copy)
+        return ffi.dlopen(copy)
+    finally:
+        os.unlink(copy)          # the mapping stays valid after the name is gone
 
 
 def _aligned(nbytes: int, align: int) -> np.ndarray:
