@@ -317,3 +317,20 @@ def test_initializer_also_listed_as_graph_input(tmp_path):
     assert_parity(m, tmp_path, {"x": x})
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert [i["name"] for i in manifest["inputs"]] == ["x"]
+
+
+def test_const_overrides_an_initializer_listed_as_input(tmp_path):
+    """Such an initializer is only the input's default: --const replaces it, as a feed does in ORT."""
+    x = rand(3, 4, seed=15)
+    g = helper.make_graph([N("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4]),
+                           helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])],
+                          [numpy_helper.from_array(rand(4, 2, seed=16), "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 7
+    w = rand(4, 2, seed=17)
+    res = assert_parity(m, tmp_path, {"x": x}, consts={"w": w})
+    assert res.outputs[0].max_abs_err < 1e-5
+    cm = aotc.load(tmp_path / "out")
+    np.testing.assert_allclose(cm.run([x])[0], x @ w, rtol=1e-5, atol=1e-6)

@@ -169,8 +169,9 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
             raise ShapeError(f"--shape/--const names {k!r}, which is not a graph input",
                              f"graph inputs are: {', '.join(input_names) or '(none)'}")
     for vi in gp.input:
-        if vi.name in g.values:        # an initializer also listed as input (old exporters)
-            continue
+        if vi.name in g.values and vi.name not in consts:
+            continue                   # an initializer also listed as input (old exporters): its default
+                                       # value, unless --const overrides it as ONNX Runtime's feeds would
         try:
             dt, dims = _value_info_type(vi)
         except dtypes.UnsupportedDtype as e:
