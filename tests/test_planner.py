@@ -363,6 +363,28 @@ def test_random_graphs_plan_validly_and_compute_the_same(seed, tmp_path):
     assert_parity(m, tmp_path, {"x": x}, rtol=1e-4, atol=1e-5)
 
 
+def test_random_graphs_unfused_exercise_inplace(tmp_path):
+    """One kernel per node (--no-fuse) leaves many elementwise kernels whose input dies
+    there: in-place reuse is frequent, and must still compute ORT's answer."""
+    from aotc.api import CompiledModel
+    from aotc.compiler import compile_model
+    from tests.test_passes import ort_run
+    reuses = 0
+    for seed in range(12):
+        m, x = random_graph(seed)
+        d = tmp_path / f"g{seed}"
+        d.mkdir()
+        path = d / "m.onnx"
+        onnx.save(m, str(path))
+        c = analyze(path, fuse=False)
+        independent_check(c)
+        reuses += len(c.plan.inplace)
+        got = CompiledModel(compile_model(path, output_dir=d / "out", fuse=False)).run({"x": x})
+        for a, b in zip(got, ort_run(m, {"x": x})):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    assert reuses >= 10, "the random graphs should give in-place reuse a workout"
+
+
 # ------------------------------------------------------------------------------------------ zoo
 ZOO_NAMES = sorted(ZOO)
 
