@@ -382,6 +382,10 @@ OUTPUT_CASES = {
     "view_of_another_output": ([N("Tanh", ["x"], ["r"]), N("Reshape", ["r", "s"], ["y"])], ["y", "r"],
                                {"s": np.array([3, 4])}, 1),
     "plain": ([N("Tanh", ["x"], ["r"]), N("Exp", ["x"], ["e"])], ["r", "e"], {}, 0),
+    # regression: moving r (claimed by y1's view) to a new name must keep it claimed for y2
+    "two_views_and_their_source": ([N("Tanh", ["x"], ["r"]), N("Reshape", ["r", "s"], ["y1"]),
+                                    N("Flatten", ["r"], ["y2"], axis=0)], ["y1", "r", "y2"],
+                                   {"s": np.array([3, 4])}, 2),
 }
 
 

@@ -337,6 +337,9 @@ def materialize_outputs(g: Graph) -> Graph:
         for n in g.nodes:
             n.outputs = [src if x == o else x for x in n.outputs]
             n.inputs = [src if x == o else x for x in n.inputs]
+        if o in claimed:            # an earlier output's storage root was this value: it moved
+            claimed.discard(o)
+            claimed.add(src)
         g.nodes.append(Node("aotc.Copy", [src], [o], {}, f"copy_{o}"))
         claimed.add(o)
         done.append(o)
