@@ -1,0 +1,179 @@
+"""GEMM micro-benchmark: the runtime's reference aotc_sgemm vs the packed aotc_sgemm_packed,
+in GFLOP/s, on the matrix shapes ResNet-50, BERT and GPT-2 spend their time in.
+
+python -m models.gemm_bench [--targets c,c-avx512] [--repeats 7] [--min-time 0.2]
+
+Both kernels are compiled with each target's compiler and flags (and its [gemm] tiles) into a
+small shared library (`GemmLib`, also used by tests/test_gemm.py); each shape runs both
+kernels alternately, `--repeats` times, each time for at least `--min-time` seconds; the
+median rate is reported. "packed A" / "packed B" mark a constant operand packed at compile
+time (Conv weights are A, MatMul weights are B); the other operand is packed at run time.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from aotc.kernel.gemm import GemmTiles, pack_a, pack_b
+from aotc.paths import RUNTIME_DIR
+from aotc.targets import load_target
+
+_SHIM = r"""
+#include <stdint.h>
+#include "aotc_gemm.h"
+#include "aotc_gemm_packed.h"
+
+void ref_sgemm(int64_t reps, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+               const float *B, int64_t ldb, float *C, int64_t ldc, int accumulate)
+{
+    int64_t r;
+    for (r = 0; r < reps; ++r)
+        aotc_sgemm(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+}
+
+void packed_sgemm(int64_t reps, int64_t M, int64_t N, int64_t K,
+                  const float *A, int64_t rsa, int64_t csa, const float *B, int64_t rsb, int64_t csb,
+                  float *C, int64_t ldc, int accumulate, float *work)
+{
+    int64_t r;
+    for (r = 0; r < reps; ++r)
+        aotc_sgemm_packed(M, N, K, A, rsa, csa, B, rsb, csb, C, ldc, accumulate, work);
+}
+"""
+
+_f = ctypes.POINTER(ctypes.c_float)
+_i = ctypes.c_int64
+
+
+class GemmLib:
+    """Both runtime GEMMs compiled for one target, callable on numpy arrays."""
+
+    def __init__(self, target: str, workdir: Path):
+        self.target = load_target(target)
+        self.tiles = GemmTiles.of(self.target)
+        workdir.mkdir(parents=True, exist_ok=True)
+        src = workdir / f"gemm_{target}.c"
+        src.write_text(_SHIM)
+        lib = workdir / f"libgemm_{target}.so"
+        cmd = [self.target.get("cc", "cc"), *self.target["cflags"],
+               *[f"-D{k}={v}" for k, v in self.tiles.macros().items()], f"-I{RUNTIME_DIR}", str(src), "-o", str(lib), *self.target["ldflags"]]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode:
+            raise RuntimeError(f"building the GEMM library for {target} failed:\n{proc.stderr}")
+        self.lib = ctypes.CDLL(str(lib))
+        self.lib.ref_sgemm.argtypes = [_i, _i, _i, _i, _f, _i, _f, _i, _f, _i, ctypes.c_int]
+        self.lib.packed_sgemm.argtypes = [_i, _i, _i, _i, _f, _i, _i, _f, _i, _i, _f, _i, ctypes.c_int, _f]
+
+    @staticmethod
+    def _p(a: np.ndarray):
+        return a.ctypes.data_as(_f)
+
+    def ref(self, A, B, C, accumulate=False, reps=1):
+        """aotc_sgemm on row-major A [M,K], B [K,N], C [M,N] (each may be a row-strided view)."""
+        M, K = A.shape
+        N = B.shape[1]
+        self.lib.ref_sgemm(reps, M, N, K, self._p(A), A.strides[0] // 4, self._p(B), B.strides[0] // 4,
+                           self._p(C), C.strides[0] // 4, int(accumulate))
+
+    def packed(self, M, N, K, A, B, C, accumulate=False, a_packed=False, b_packed=False, reps=1, work=None):
+        """aotc_sgemm_packed. A / B: float32 views with element strides (any layout), or pack_a /
+        pack_b arrays when a_packed / b_packed. Returns the work buffer it used."""
+        def strides(x, packed):
+            return (0, 0) if packed else (x.strides[0] // 4, x.strides[1] // 4)
+        rsa, csa = strides(A, a_packed)
+        rsb, csb = strides(B, b_packed)
+        if work is None:
+            work = np.empty(max(1, self.tiles.work_floats(M, N, K, a_packed, b_packed)), np.float32)
+        self.lib.packed_sgemm(reps, M, N, K, self._p(A), rsa, csa, self._p(B), rsb, csb,
+                              self._p(C), C.strides[0] // 4, int(accumulate), self._p(work))
+        return work
+
+
+# (label, M, N, K, which operand is a compile-time constant)
+SHAPES = [
+    ("resnet50 conv3x3 56x56 64->64", 64, 3136, 576, "A"),
+    ("resnet50 conv1x1 56x56 64->256", 256, 3136, 64, "A"),
+    ("resnet50 conv3x3 28x28 128->128", 128, 784, 1152, "A"),
+    ("resnet50 conv3x3 14x14 256->256", 256, 196, 2304, "A"),
+    ("resnet50 conv1x1 7x7 512->2048", 2048, 49, 512, "A"),
+    ("bert linear 128x768x768", 128, 768, 768, "B"),
+    ("bert ffn-up 128x3072x768", 128, 3072, 768, "B"),
+    ("bert ffn-down 128x768x3072", 128, 768, 3072, "B"),
+    ("gpt2 qkv 64x2304x768", 64, 2304, 768, "B"),
+    ("bert attention q.kT 128x128x64", 128, 128, 64, ""),
+    ("bert attention p.v 128x64x128", 128, 64, 128, ""),
+    ("square 512", 512, 512, 512, ""),
+]
+
+
+def _rate(fn, flops: float, min_time: float) -> float:
+    reps = 1
+    while True:
+        t0 = time.perf_counter()
+        fn(reps)
+        dt = time.perf_counter() - t0
+        if dt >= min_time:
+            return flops * reps / dt * 1e-9
+        reps = max(reps * 2, int(reps * min_time / max(dt, 1e-6) * 1.1))
+
+
+def bench_target(target: str, workdir: Path, repeats: int, min_time: float) -> list[dict]:
+    lib = GemmLib(target, workdir)
+    rng = np.random.default_rng(0)
+    rows = []
+    for label, M, N, K, const in SHAPES:
+        A = rng.standard_normal((M, K)).astype(np.float32)
+        B = rng.standard_normal((K, N)).astype(np.float32)
+        C0, C1 = np.empty((M, N), np.float32), np.empty((M, N), np.float32)
+        Ap = pack_a(A, lib.tiles.mr) if const == "A" else A
+        Bp = pack_b(B, lib.tiles.nr) if const == "B" else B
+        work = lib.packed(M, N, K, Ap, Bp, C1, a_packed=const == "A", b_packed=const == "B")
+        lib.ref(A, B, C0)
+        err = float(np.max(np.abs(C0 - C1)))
+        flops = 2.0 * M * N * K
+        ref, new = [], []
+        for _ in range(repeats):
+            ref.append(_rate(lambda r: lib.ref(A, B, C0, reps=r), flops, min_time))
+            new.append(_rate(lambda r: lib.packed(M, N, K, Ap, Bp, C1, a_packed=const == "A",
+                                                  b_packed=const == "B", reps=r, work=work), flops, min_time))
+        rows.append({"target": target, "shape": label, "M": M, "N": N, "K": K, "packed": const,
+                     "ref_gflops": statistics.median(ref), "packed_gflops": statistics.median(new), "max_abs_diff": err})
+    return rows
+
+
+def render(rows: list[dict]) -> str:
+    L = ["| target | shape | M x N x K | constant | aotc_sgemm GFLOP/s | aotc_sgemm_packed GFLOP/s | speed-up |",
+         "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        L.append(f"| {r['target']} | {r['shape']} | {r['M']} x {r['N']} x {r['K']} | {r['packed'] or '-'} | "
+                 f"{r['ref_gflops']:.1f} | {r['packed_gflops']:.1f} | {r['packed_gflops'] / r['ref_gflops']:.2f}x |")
+    return "\n".join(L)
+
+
+def main() -> None:
+    from .bench import best_simd_target
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--targets", default=None, help="comma-separated targets (default: c and the best SIMD one)")
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--min-time", type=float, default=0.2)
+    a = ap.parse_args()
+    targets = a.targets.split(",") if a.targets else ["c"] + ([best_simd_target()] if best_simd_target() else [])
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for t in targets:
+            for r in bench_target(t, Path(d), a.repeats, a.min_time):
+                rows.append(r)
+                print(f"{t:9} {r['shape']:34} ref {r['ref_gflops']:7.1f}  packed {r['packed_gflops']:7.1f} GFLOP/s",
+                      flush=True)
+    print(render(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""The runtime's packed GEMM (aotc_sgemm_packed) against the reference aotc_sgemm and numpy,
+compiled with each target's flags and tiles: edge sizes (1, primes, not multiples of the
+micro-tile or the cache blocks), transposed and strided operands, operands packed at compile
+time (pack_a / pack_b), accumulate, and no write outside C or past the work buffer."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aotc.kernel.gemm import GemmTiles, pack_a, pack_b
+from aotc.targets import load_target
+from models.bench import _cpu_flags
+from models.gemm_bench import GemmLib
+
+_NEEDS = {"c": set(), "c-avx2": {"avx2", "fma"}, "c-avx512": {"avx512f", "avx512bw", "avx512dq", "avx512vl"}}
+
+
+@pytest.fixture(scope="module", params=["c", "c-avx2", "c-avx512"])
+def lib(request, tmp_path_factory):
+    missing = _NEEDS[request.param] - _cpu_flags()
+    if missing:
+        pytest.skip(f"this CPU lacks {', '.join(sorted(missing))} for target {request.param}")
+    return GemmLib(request.param, tmp_path_factory.mktemp(f"gemm_{request.param}"))
+
+
+def _shapes(t: GemmTiles):
+    """(M, N, K) around every boundary the kernel has: 1, the micro-tile, the cache blocks."""
+    out = {(1, 1, 1), (1, 37, 13), (29, 1, 31), (13, 17, 1), (7, 13, 97), (2, 3, 5)}
+    for m in (t.mr - 1, t.mr, t.mr + 1, 2 * t.mr + 3):
+        for n in (t.nr - 1, t.nr, t.nr + 1, 3 * t.nr + 5):
+            out.add((max(m, 1), max(n, 1), 19))
+    out |= {(t.mc + 1, 2 * t.nr + 1, 23), (t.mc - 1, t.nr, t.kc + 1), (t.mr + 1, t.nc + 3, 11),
+            (5, 7, 2 * t.kc + 3), (t.mc + t.mr + 1, t.nr + 1, t.kc + t.kc // 2 + 1), (61, 67, 71)}
+    return sorted(out)
+
+
+def _rand(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _expected(A, B, C0=None):
+    out = A.astype(np.float64) @ B.astype(np.float64)
+    return out + C0 if C0 is not None else out
+
+
+def _check(C, want, K):
+    np.testing.assert_allclose(C, want, rtol=1e-4, atol=2e-6 * K + 1e-6)
+
+
+def _guarded_c(rng, M, N, pad=5):
+    """C as a view with row stride N + pad inside a larger array whose border must stay intact."""
+    big = _rand(rng, M + 2, N + pad)
+    return big, big[1:M + 1, :N]
+
+
+def test_packed_matches_reference_and_numpy(lib):
+    rng = np.random.default_rng(0)
+    for M, N, K in _shapes(lib.tiles):
+        A, B = _rand(rng, M, K), _rand(rng, K, N)
+        C_ref = np.full((M, N), np.nan, np.float32)
+        lib.ref(A, B, C_ref)
+        big, C = _guarded_c(rng, M, N)
+        before = big.copy()
+        n_work = lib.tiles.work_floats(M, N, K, False, False)
+        work = np.full(n_work + 64, 7.0, np.float32)
+        lib.packed(M, N, K, A, B, C, work=work)
+        _check(C, _expected(A, B), K)
+        np.testing.assert_allclose(C, C_ref, rtol=1e-5, atol=1e-5 * np.sqrt(K), err_msg=f"{M}x{N}x{K}")
+        outside = np.ones(big.shape, bool)
+        outside[1:M + 1, :N] = False
+        assert np.array_equal(big[outside], before[outside]), f"{M}x{N}x{K}: wrote outside C"
+        assert np.all(work[n_work:] == 7.0), f"{M}x{N}x{K}: wrote past the work buffer"
+
+
+def test_accumulate_adds_onto_c(lib):
+    rng = np.random.default_rng(1)
+    for M, N, K in [(1, 1, 1), (7, 33, 5), (lib.tiles.mr + 2, lib.tiles.nr + 3, lib.tiles.kc + 7)]:
+        A, B = _rand(rng, M, K), _rand(rng, K, N)
+        C0 = _rand(rng, M, N)
+        C = C0.copy()
+        lib.packed(M, N, K, A, B, C, accumulate=True)
+        _check(C, _expected(A, B, C0), K)
+        C_ref = C0.copy()
+        lib.ref(A, B, C_ref, accumulate=True)
+        np.testing.assert_allclose(C, C_ref, rtol=1e-5, atol=1e-5 * np.sqrt(K))
+
+
+def test_k_zero_writes_zeros_or_keeps_c(lib):
+    rng = np.random.default_rng(2)
+    A, B = np.zeros((3, 0), np.float32), np.zeros((0, 4), np.float32)
+    C = _rand(rng, 3, 4)
+    keep = C.copy()
+    lib.packed(3, 4, 0, A, B, C, accumulate=True)
+    assert np.array_equal(C, keep)
+    lib.packed(3, 4, 0, A, B, C)
+    assert np.all(C == 0)
+
+
+@pytest.mark.parametrize("layout", ["At", "Bt", "AtBt", "strided"])
+def test_transposed_and_strided_operands(lib, layout):
+    """Operands given by strides: a transposed matrix is its transpose's storage, read by columns."""
+    rng = np.random.default_rng(3)
+    t = lib.tiles
+    for M, N, K in [(1, 5, 3), (t.mr + 3, t.nr + 5, 17), (2 * t.mr + 1, 2 * t.nr + 1, t.kc + 9), (31, 3, 29)]:
+        if "At" in layout:
+            A = _rand(rng, K, M).T                     # element (i, k) at [k*M + i]
+        elif layout == "strided":
+            A = _rand(rng, M, K + 6)[:, 3:K + 3]       # row stride K + 6
+        else:
+            A = _rand(rng, M, K)
+        if "Bt" in layout:
+            B = _rand(rng, N, K).T
+        elif layout == "strided":
+            B = _rand(rng, K, 2 * N + 1)[:, :2 * N:2]   # column stride 2
+        else:
+            B = _rand(rng, K, N)
+        C = np.empty((M, N), np.float32)
+        lib.packed(M, N, K, A, B, C)
+        _check(C, _expected(A, B), K)
+        C_ref = np.empty((M, N), np.float32)
+        lib.ref(np.ascontiguousarray(A), np.ascontiguousarray(B), C_ref)
+        np.testing.assert_allclose(C, C_ref, rtol=1e-5, atol=1e-5 * np.sqrt(K))
+
+
+@pytest.mark.parametrize("which", ["A", "B", "AB"])
+def test_operands_packed_at_compile_time(lib, which):
+    """pack_a / pack_b (what the compiler stores in the weights) read in place, whole K per panel."""
+    rng = np.random.default_rng(4)
+    t = lib.tiles
+    for M, N, K in [(1, 1, 1), (5, 3, 2), (t.mr + 1, t.nr - 1, t.kc + 1), (t.mc + 5, t.nr * 3 + 1, 2 * t.kc + 5),
+                    (3, t.nc + t.nr + 2, 7)]:
+        A, B = _rand(rng, M, K), _rand(rng, K, N)
+        Ap = pack_a(A, t.mr) if "A" in which else A
+        Bp = pack_b(B, t.nr) if "B" in which else B
+        n_work = t.work_floats(M, N, K, "A" in which, "B" in which)
+        work = np.full(n_work + 64, 7.0, np.float32)
+        C = np.empty((M, N), np.float32)
+        lib.packed(M, N, K, Ap, Bp, C, a_packed="A" in which, b_packed="B" in which, work=work)
+        _check(C, _expected(A, B), K)
+        assert np.all(work[n_work:] == 7.0)
+
+
+def test_pack_layouts():
+    a = np.arange(5 * 3, dtype=np.float32).reshape(5, 3)
+    p = pack_a(a, 4)                                   # [2 panels, K=3, MR=4]
+    assert p.shape == (2, 3, 4)
+    assert np.array_equal(p[0, 1], a[0:4, 1]) and np.array_equal(p[1, 2], [a[4, 2], 0, 0, 0])
+    b = np.arange(3 * 5, dtype=np.float32).reshape(3, 5)
+    q = pack_b(b, 4)                                   # [2 panels, K=3, NR=4]
+    assert q.shape == (2, 3, 4)
+    assert np.array_equal(q[0, 2], b[2, 0:4]) and np.array_equal(q[1, 0], [b[0, 4], 0, 0, 0])
+    batched = pack_b(np.stack([b, 2 * b]), 4)
+    assert batched.shape == (2, 2, 3, 4) and np.array_equal(batched[1], 2 * q)
+
+
+def test_every_target_has_gemm_tiles():
+    for name in _NEEDS:
+        t = GemmTiles.of(load_target(name))
+        assert t.mc % t.mr == 0 and t.nc % t.nr == 0
