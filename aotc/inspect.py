@@ -1,6 +1,7 @@
 """`aotc inspect`: what the compiler sees in a model and what it makes of it."""
 from __future__ import annotations
 
+from .codegen.c.emitter import ports
 from .compiler import analyze, default_name, node_opset
 from .frontend import import_model, load_onnx
 from .ops import registry
@@ -32,7 +33,7 @@ def inspect_model(path, target: str = "c", shapes=None, consts=None, progress=No
         "views": sum(1 for grp in c.groups if grp.view),
         "memory_plan": c.plan.summary(),
         "inputs": {n: list(c.graph.values[n].shape) for n in c.graph.inputs},
-        "outputs": {n: list(c.graph.values[n].shape) for n in c.graph.outputs},
+        "outputs": {p.name: list(p.shape) for p in ports(c.graph, c.graph.outputs)},   # ONNX names
     })
     return info
 

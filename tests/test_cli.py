@@ -278,3 +278,13 @@ def test_shape_error_exit_code(tmp_path):
 def test_version():
     p = aotc("--version", check_rc=0)
     assert p.stdout.startswith("aotc ")
+
+
+def test_inspect_reports_outputs_by_their_onnx_names(tmp_path):
+    """An output that is also the graph input is copied under an internal name; inspect (like
+    the manifest) still calls it by the model's name."""
+    m = graph_model([N("Relu", ["x"], ["r"])], {"x": rand(2, 3)}, ["x", "r"])
+    path = tmp_path / "inout.onnx"
+    onnx.save(m, str(path))
+    info = json.loads(aotc("inspect", path, "--json", check_rc=0).stdout)
+    assert info["outputs"] == {"x": [2, 3], "r": [2, 3]}
