@@ -288,3 +288,22 @@ def test_inspect_reports_outputs_by_their_onnx_names(tmp_path):
     onnx.save(m, str(path))
     info = json.loads(aotc("inspect", path, "--json", check_rc=0).stdout)
     assert info["outputs"] == {"x": [2, 3], "r": [2, 3]}
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_check_error_measures(dt):
+    """What `check` prints: max abs/rel error and max ULP (across zero and for either width),
+    NaN equal to NaN, same-signed infinities equal."""
+    from aotc.check.parity import compare
+    tiny = np.finfo(dt).smallest_subnormal
+    one_up = np.nextafter(dt(1), dt(2))
+    ref = np.array([tiny, 1.0, -1.0, np.nan, np.inf, 2.0], dt)
+    got = np.array([-tiny, one_up, np.nextafter(dt(-1), dt(-2)), np.nan, np.inf, 2.0], dt)
+    r = compare("y", got, ref, rtol=0, atol=0)
+    assert r.max_ulp == 2.0                           # -tiny .. +tiny is two steps
+    assert r.max_abs_err == pytest.approx(float(one_up) - 1.0, rel=1e-6)
+    assert r.mismatches == 3 and not r.passed
+    assert compare("y", got, ref, rtol=1e-6, atol=1e-300).passed
+    bad = got.copy()
+    bad[4] = -np.inf
+    assert not compare("y", bad, ref, rtol=1e-3, atol=1e-3).passed
