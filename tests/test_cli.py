@@ -303,7 +303,9 @@ def test_check_error_measures(dt):
     assert r.max_ulp == 2.0                           # -tiny .. +tiny is two steps
     assert r.max_abs_err == pytest.approx(float(one_up) - 1.0, rel=1e-6)
     assert r.mismatches == 3 and not r.passed
-    assert compare("y", got, ref, rtol=1e-6, atol=1e-300).passed
-    bad = got.copy()
-    bad[4] = -np.inf
-    assert not compare("y", bad, ref, rtol=1e-3, atol=1e-3).passed
+    assert compare("y", got, ref, rtol=1e-6, atol=1e-40).passed
+    for k, wrong in ((4, -np.inf), (4, 1e30), (5, np.inf), (5, np.nan), (3, 0.0)):
+        bad = got.copy()
+        bad[k] = wrong                                # an infinity or NaN on one side only
+        r = compare("y", bad, ref, rtol=1e-3, atol=1e-3)
+        assert not r.passed and r.mismatches == 1, (k, wrong)

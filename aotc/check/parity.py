@@ -61,6 +61,8 @@ def compare(name: str, got: np.ndarray, ref: np.ndarray, rtol: float, atol: floa
         abs_err = np.where(np.isnan(abs_err), np.inf, abs_err)
         rel_err = abs_err / np.maximum(np.abs(r64), np.finfo(np.float64).tiny)
     bad = abs_err > atol + rtol * np.abs(np.where(ok_special, 0.0, r64))
+    # an infinity or NaN on one side only is wrong whatever the tolerance (rtol * inf is inf)
+    bad |= ~ok_special & ~(np.isfinite(g64) & np.isfinite(r64))
     n = int(bad.sum())
     return OutputReport(name, str(got.dtype), list(got.shape),
                         float(abs_err.max()) if got.size else 0.0,
