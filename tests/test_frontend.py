@@ -334,3 +334,15 @@ def test_const_overrides_an_initializer_listed_as_input(tmp_path):
     assert res.outputs[0].max_abs_err < 1e-5
     cm = aotc.load(tmp_path / "out")
     np.testing.assert_allclose(cm.run([x])[0], x @ w, rtol=1e-5, atol=1e-6)
+
+
+def test_nodes_out_of_order_unused_inputs_and_no_nodes(tmp_path):
+    """Nodes listed consumer-first are sorted; an unused input stays in the interface (it is
+    part of the model's signature); a model with no nodes copies its input."""
+    x, z = rand(2, 3, seed=18), rand(4, seed=19)
+    m = graph_model([N("Exp", ["r"], ["y"]), N("Relu", ["x"], ["r"])], {"x": x, "z": z}, ["y"])
+    assert [n.op_type for n in import_model(m).nodes] == ["Relu", "Exp"]
+    assert_parity(m, tmp_path / "a", {"x": x, "z": z})
+    assert [i["name"] for i in json.loads((tmp_path / "a" / "out" / "manifest.json").read_text())["inputs"]] == \
+        ["x", "z"]
+    assert_parity(graph_model([], {"x": x}, ["x"]), tmp_path / "b", {"x": x})
