@@ -342,6 +342,8 @@ def test_nodes_out_of_order_unused_inputs_and_no_nodes(tmp_path):
     x, z = rand(2, 3, seed=18), rand(4, seed=19)
     m = graph_model([N("Exp", ["r"], ["y"]), N("Relu", ["x"], ["r"])], {"x": x, "z": z}, ["y"])
     assert [n.op_type for n in import_model(m).nodes] == ["Relu", "Exp"]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
     assert_parity(m, tmp_path / "a", {"x": x, "z": z})
     assert [i["name"] for i in json.loads((tmp_path / "a" / "out" / "manifest.json").read_text())["inputs"]] == \
         ["x", "z"]
