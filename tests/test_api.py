@@ -200,3 +200,16 @@ def test_recompiling_into_the_same_directory_loads_the_new_model(tmp_path):
     for cm, y in results:
         np.testing.assert_array_equal(cm.run([x])[0], y)
     assert not np.allclose(results[0][1], results[1][1])
+
+
+def test_weights_auto_goes_external_above_8_mib(tmp_path):
+    x = rand(2, 1100, seed=14)
+    m = graph_model([N("MatMul", ["x", "w"], ["y"])], {"x": x}, ["y"], {"w": rand(1100, 2000, seed=15)})
+    path = tmp_path / "big.onnx"
+    onnx.save(m, str(path))
+    cm = aotc.compile(path, output_dir=tmp_path / "out")          # weights="auto"
+    assert cm.manifest["weights"]["mode"] == "external"
+    assert (tmp_path / "out" / "big.weights").stat().st_size == cm.manifest["weights"]["bytes"] > 8 << 20
+    assert not (tmp_path / "out" / "big_weights.c").exists()
+    (y,) = cm.run([x])
+    np.testing.assert_allclose(y, ort_run(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
