@@ -105,7 +105,7 @@ def compile_model(path, target: str = "c", output_dir: str | os.PathLike = "out"
     with step("generating C"):
         blob = emitter.weights_blob(g, plan)
         files = {f"{prefix}.h": emitter.emit_header(prefix, g, plan, external),
-                 f"{prefix}.c": emitter.emit_source(prefix, g, c.steps, plan, external)}
+                 f"{prefix}.c": emitter.emit_source(prefix, g, c.steps, plan, external, c.target)}
         if not external:
             files[f"{prefix}_weights.c"] = emitter.emit_weights_c(prefix, blob)
         for fname, text in files.items():

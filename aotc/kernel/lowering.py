@@ -87,11 +87,12 @@ class _Params:
 
 def lower_groups(g: Graph, groups: list[Group], target: dict) -> list[KernelStep]:
     consumers = g.consumers()
+    derived: dict = {}          # constants transformed at compile time, shared between kernels
     steps = []
     for grp in groups:
         if grp.view:
             continue
-        steps.append(_lower_group(g, grp, consumers, target, len(steps)))
+        steps.append(_lower_group(g, grp, consumers, target, len(steps), derived))
     return steps
 
 
@@ -107,7 +108,7 @@ def _stored(g: Graph, grp: Group, consumers) -> list[str]:
     return out
 
 
-def _lower_group(g: Graph, grp: Group, consumers, target, k: int) -> KernelStep:
+def _lower_group(g: Graph, grp: Group, consumers, target, k: int, derived: dict) -> KernelStep:
     stored = _stored(g, grp, consumers)
     b = Builder()
     params = _Params(b)
@@ -142,7 +143,7 @@ def _lower_group(g: Graph, grp: Group, consumers, target, k: int) -> KernelStep:
             raise UnsupportedError([f"{node.op_type} node {node.name!r}: no code generation for this case "
                                     "(its inputs were expected to be compile-time constants)"],
                                    "bind the inputs that feed it with --const or --shape")
-        ctx = LowerCtx(node, g, ins, outs, b, target)
+        ctx = LowerCtx(node, g, ins, outs, b, target, param=lambda v: params.get(v, "in"), derived=derived)
         op.lower(node, ctx)
         scratch.extend(ctx.scratch_buffers)
 

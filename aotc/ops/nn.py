@@ -4,11 +4,12 @@ survive graph passes (BatchNormalization with runtime statistics, InstanceNormal
 All of them take any number of spatial dims (1-D, 2-D, 3-D) in NC[D]HW layout.
 
 Conv lowering, float32:
-  * 1x1, stride 1, no padding: one aotc_sgemm per (batch, group) straight on the input.
+  * 1x1, stride 1, no padding: one GEMM (kernel/gemm.py) per (batch, group) straight on the input.
   * depthwise (one input channel per group): a direct loop nest, one output row at a time,
     the innermost loop over output columns with start/end computed so that no index is
     ever out of range (no padded copy, no branch in the inner loop).
-  * everything else: im2col of one (batch, group) into ctx.scratch, then aotc_sgemm.
+  * everything else: im2col of one (batch, group) into ctx.scratch, then a GEMM.
+The weights are the GEMM's A operand, packed into the micro-kernel's panels at compile time.
 Other dtypes use the direct loop nest. Bias is written first and the GEMM accumulates onto
 it, so the kernel makes one pass over the output; activations and residual adds follow as
 the fused epilogue.
@@ -27,6 +28,8 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
+from ..kernel import gemm
+from ..kernel.gemm import GemmTiles, emit_sgemm, pack_a
 from ..kernel.ir import (F32, I64, BufPtr, Const, Expr, If, binop, call, cast, const, maximum, minimum, select)
 from .common import ints, prod
 from .registry import register
@@ -244,18 +247,25 @@ def _lower_conv(node, ctx):
     else:
         b.comment(f"im2col ({Cg * KK} x {OL}) + GEMM per group")
         col = ctx.scratch((Cg * KK, OL), X.dtype, "col")
+    # weights [M, Cg*KK] per group are the GEMM's A: packed into panels at compile time
+    tiles = GemmTiles.of(ctx.target)
+    Wp = ctx.derived_const(1, f"packed_a{tiles.mr}",
+                           lambda w: pack_a(w.reshape(group, Mg, Cg * KK), tiles.mr))
+    if Wp is not None:
+        b.comment(f"weights packed at compile time into {tiles.mr}-row panels")
+    w_group = Wp.size // group if Wp is not None else Mg * Cg * KK
     with b.loops([N], ["n"]) as (n,):
         if Bias is not None:
             _fill_bias(b, Y, Bias, n, M, OL)
         with b.loops([group], ["g"]) as (g,):
             if pointwise:
-                src, ld = BufPtr(X, (n * C + g * Cg) * SL), SL
+                src = gemm.strided(X, (n * C + g * Cg) * SL, SL, 1)
             else:
                 _im2col(b, X, col, n, g * Cg, Cg, S, O, win)
-                src, ld = BufPtr(col), OL
-            b.call("aotc_sgemm", const(Mg), const(OL), const(Cg * KK),
-                   BufPtr(W, g * (Mg * Cg * KK)), const(Cg * KK), src, const(ld),
-                   BufPtr(Y, (n * M + g * Mg) * OL), const(OL), const(1 if Bias is not None else 0))
+                src = gemm.strided(col, 0, OL, 1)
+            emit_sgemm(ctx, Mg, OL, Cg * KK,
+                       gemm.packed(Wp, g * w_group) if Wp is not None else gemm.strided(W, g * w_group, Cg * KK, 1),
+                       src, BufPtr(Y, (n * M + g * Mg) * OL), OL, accumulate=Bias is not None)
 
 
 UNROLL_TAPS = 11      # kernels at most this wide get one copy of the row loop per tap
@@ -442,17 +452,22 @@ def _lower_convt(node, ctx):
     KK, SL, OL, SLast = prod(win.kernel), prod(S), prod(O), S[-1]
     b = ctx.b
     b.comment(f"GEMM (weights^T x input) into columns, then col2im; {group} group(s)")
-    # A = W^T per group: wt[g, (m, k...), c] = W[g*Cg + c, m, k...]
-    wt = ctx.scratch((group, Mg * KK, Cg), X.dtype, "wt")
-    with b.loops([group, Mg * KK, Cg], ["g", "j", "c"]) as (g, j, c):
-        b.store(wt, (g * (Mg * KK) + j) * Cg + c, W[(g * Cg + c) * (Mg * KK) + j])
+    # A = W^T per group: element ((m, k...), c) at W[g*Cg + c, m, k...]; packed at compile
+    # time when W is a constant, else read through strides
+    tiles = GemmTiles.of(ctx.target)
+    Wp = ctx.derived_const(1, f"packed_at{tiles.mr}",
+                           lambda w: pack_a(w.reshape(group, Cg, Mg * KK).transpose(0, 2, 1), tiles.mr))
+    if Wp is not None:
+        b.comment(f"weights transposed and packed at compile time into {tiles.mr}-row panels")
     col = ctx.scratch((Mg * KK, SL), X.dtype, "col")
     ost, sst, kst = _strides(O), _strides(S), _strides(win.kernel)
     with b.loops([N], ["n"]) as (n,):
         _fill_bias(b, Y, Bias, n, M, OL)
         with b.loops([group], ["g"]) as (g,):
-            b.call("aotc_sgemm", const(Mg * KK), const(SL), const(Cg), BufPtr(wt, g * (Mg * KK * Cg)),
-                   const(Cg), BufPtr(X, (n * C + g * Cg) * SL), const(SL), BufPtr(col), const(SL), const(0))
+            wt = gemm.packed(Wp, g * (Wp.size // group)) if Wp is not None else \
+                gemm.strided(W, g * (Cg * Mg * KK), 1, Mg * KK)
+            emit_sgemm(ctx, Mg * KK, SL, Cg, wt, gemm.strided(X, (n * C + g * Cg) * SL, SL, 1),
+                       BufPtr(col), SL)
             # col2im: Y[n, g*Mg + m, i*s - pb + k*d] += col[(m, k), i]
             with b.loops([Mg, *win.kernel[:-1]], ["m"] + [f"k{i}" for i in range(r - 1)]) as idx:
                 m, ko = idx[0], idx[1:]

@@ -1,14 +1,15 @@
 """Recurrent ops: LSTM, GRU and RNN, with ONNX semantics (opset 14+: `layout`).
 
 Lowering, per direction, inside one kernel:
-  1. the products below want Wᵀ [I, G*H] and Rᵀ [H, G*H] (row-major sgemm whose inner loop
-     runs over the G*H gate columns). Constant weights were transposed at compile time by
-     passes/recurrent.py (the node then carries PACKED_ATTR and W/R shapes [D, in, G*H]);
-     weights that are graph inputs are transposed into scratch, in tiles;
-  2. XG = X · Wᵀ for every time step at once (one sgemm over S*B rows), biases added;
-  3. per time step: GR = H · Rᵀ (one sgemm over the batch), then the gate math for every
+  1. the products below want Wᵀ [I, G*H] and Rᵀ [H, G*H] (GEMMs whose columns are the G*H
+     gate units). Constant weights were transposed at compile time by passes/recurrent.py
+     (the node then carries PACKED_ATTR and W/R shapes [D, in, G*H]) and are packed into the
+     GEMM's panels at lowering (kernel/gemm.py); weights that are graph inputs are read
+     transposed through strides;
+  2. XG = X · Wᵀ for every time step at once (one GEMM over S*B rows), biases added;
+  3. per time step: GR = H · Rᵀ (one GEMM over the batch), then the gate math for every
      (batch, unit) element, which updates the state H (and C) in scratch and writes Y.
-GRU with linear_before_reset=0 needs (r ⊙ H) · Rₕᵀ, so it does a second, smaller sgemm
+GRU with linear_before_reset=0 needs (r ⊙ H) · Rₕᵀ, so it does a second, smaller GEMM
 after the z/r gates of the step.
 
 `sequence_lens` is honoured with masks: a batch entry stops updating its state after its
@@ -24,6 +25,8 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
+from ..kernel import gemm
+from ..kernel.gemm import GemmTiles, emit_sgemm, pack_b
 from ..kernel.ir import BufPtr, call, cast, const, select
 from .registry import register
 
@@ -139,17 +142,6 @@ def _rnn_fold(node, ins):
     return evaluate(node, arrays, _rnn_infer(node, ins))
 
 
-def _transpose_tiled(b, dst, src, src_off: int, rows: int, cols: int) -> None:
-    """dst[c, r] = src[src_off + r * cols + c] for a [rows, cols] matrix, in tiles of rows so
-    the writes stay contiguous and the strided reads touch few cache lines at a time."""
-    tile = next(t for t in (16, 8, 4, 2, 1) if rows % t == 0)
-    with b.loop(rows // tile, "rb") as rb:
-        with b.loop(cols, "c") as c:
-            with b.loop(tile, "ri") as ri:
-                r = rb * tile + ri
-                b.store(dst, c * rows + r, src[src_off + r * cols + c])
-
-
 def _full_length(ctx, S) -> bool:
     """True when sequence_lens is absent or a constant equal to S everywhere."""
     if len(ctx.ins) <= 4 or ctx.ins[4] is None:
@@ -201,15 +193,26 @@ def _lower_rnn(node, ctx):
     def state_at(d, bi, j):
         return (bi * D + d) * H + j if layout else (d * B + bi) * H + j
 
-    packed = bool(node.attr(PACKED_ATTR))
-    Wt = None if packed else ctx.scratch((I, GH), f32, "w_t")
-    Rt = None if packed else ctx.scratch((H, GH), f32, "r_t")
+    transposed = bool(node.attr(PACKED_ATTR))     # W [D, I, GH] and R [D, H, GH]
+    tiles = GemmTiles.of(ctx.target)
 
-    def wt_ptr(d):
-        return BufPtr(W, const(d * I * GH)) if packed else BufPtr(Wt)
+    def weights_t(i, n_in, c0=0, c1=GH):
+        """Direction d -> columns [c0, c1) of Wᵀ (i=1) or Rᵀ (i=2), [n_in, GH] each, as a GEMM
+        operand: packed at compile time when constant, else read through strides."""
+        pk = ctx.derived_const(i, f"packed_b{tiles.nr}" + ("" if (c0, c1) == (0, GH) else f"_cols{c0}_{c1}"),
+                               lambda w: pack_b((w if transposed else w.transpose(0, 2, 1))[:, :, c0:c1], tiles.nr))
+        buf = ctx.ins[i]
+        if pk is not None:
+            return lambda d: gemm.packed(pk, d * (pk.size // D))
+        if transposed:
+            return lambda d: gemm.strided(buf, d * n_in * GH + c0, GH, 1)
+        return lambda d: gemm.strided(buf, (d * GH + c0) * n_in, 1, n_in)
 
-    def rt_ptr(d, col=0):
-        return BufPtr(R, const(d * H * GH + col)) if packed else BufPtr(Rt, const(col))
+    w_t = weights_t(1, I)
+    if kind == "GRU" and not lbr:      # (r ⊙ H) · Rₕᵀ comes after the z and r gates
+        r_t, rh_t = weights_t(2, H, 0, 2 * H), weights_t(2, H, 2 * H, GH)
+    else:
+        r_t = weights_t(2, H)
     XG = ctx.scratch((S * B, GH), f32, "xg")
     GR = ctx.scratch((B, GH), f32, "gr")
     Hs = ctx.scratch((B, H), f32, "h")
@@ -227,13 +230,8 @@ def _lower_rnn(node, ctx):
         g_act = acts[d][1] if len(acts[d]) > 1 else None
         h_act = acts[d][2] if len(acts[d]) > 2 else None
         b.comment(f"direction {d} ({'reverse' if reverse else 'forward'})")
-        if not packed:
-            b.comment("W^T and R^T (the weights are inputs, not constants)")
-            _transpose_tiled(b, Wt, W, d * GH * I, GH, I)
-            _transpose_tiled(b, Rt, R, d * GH * H, GH, H)
         b.comment("input projection of every time step: XG = X . W^T (+ biases)")
-        b.call("aotc_sgemm", const(S * B), const(GH), const(I), BufPtr(X), const(I), wt_ptr(d), const(GH),
-               BufPtr(XG), const(GH), const(0))
+        emit_sgemm(ctx, S * B, GH, I, gemm.strided(X, 0, I, 1), w_t(d), BufPtr(XG), GH)
         if Bias is not None:
             with b.loops((S * B, GH), ["r", "g"]) as (r, g):
                 wb = Bias[d * 2 * GH + g]
@@ -251,12 +249,8 @@ def _lower_rnn(node, ctx):
 
         with b.loop(S, "s") as s:
             step_t = (S - 1) - s if reverse else s
-            if kind == "GRU" and not lbr:
-                b.call("aotc_sgemm", const(B), const(2 * H), const(H), BufPtr(Hs), const(H), rt_ptr(d), const(GH),
-                       BufPtr(GR), const(GH), const(0))
-            else:
-                b.call("aotc_sgemm", const(B), const(GH), const(H), BufPtr(Hs), const(H), rt_ptr(d), const(GH),
-                       BufPtr(GR), const(GH), const(0))
+            emit_sgemm(ctx, B, 2 * H if kind == "GRU" and not lbr else GH, H, gemm.strided(Hs, 0, H, 1), r_t(d),
+                       BufPtr(GR), GH)
 
             def elementwise(body):
                 """Run body(bi, j, t) over the batch and units, masked by sequence length."""
@@ -327,8 +321,7 @@ def _lower_rnn(node, ctx):
 
                 elementwise(gru_gates)
                 if not lbr:
-                    b.call("aotc_sgemm", const(B), const(H), const(H), BufPtr(RH), const(H), rt_ptr(d, 2 * H),
-                           const(GH), BufPtr(GR, const(2 * H)), const(GH), const(0))
+                    emit_sgemm(ctx, B, H, H, gemm.strided(RH, 0, H, 1), rh_t(d), BufPtr(GR, const(2 * H)), GH)
                 elementwise(gru_update)
 
         if Yh is None and Yc is None:

@@ -1,6 +1,7 @@
 """Recurrent weights (LSTM/GRU/RNN W and R) stored as ONNX has them, [D, G*H, in], are
-transposed once at compile time to [D, in, G*H]: the kernels' sgemm calls then read them
-row-major with the gate columns innermost, and no run spends time transposing them."""
+transposed once at compile time to [D, in, G*H]: the GEMM's B operand, with the gate columns
+innermost, which lowering then packs into the GEMM's panels (kernel/gemm.py); no run spends
+time transposing them."""
 from __future__ import annotations
 
 import numpy as np

@@ -7,13 +7,16 @@ import numpy as np
 
 from ...ir import dtypes
 from ...ir.graph import Graph
+from ...kernel.gemm import GemmTiles
 from ...kernel.lowering import KernelStep, c_ident
 from ...memory.planner import MemoryPlan
 from .printer import CPrinter, ctype
 
-RUNTIME_HEADERS = ["aotc_runtime.h", "aotc_gemm.h"]
+RUNTIME_HEADERS = ["aotc_runtime.h", "aotc_gemm.h", "aotc_gemm_packed.h"]
 # runtime micro-kernel -> the header in runtime/ that defines it
-MICRO_KERNELS = {"aotc_sgemm": "aotc_gemm.h"}
+MICRO_KERNELS = {"aotc_sgemm": "aotc_gemm.h", "aotc_sgemm_packed": "aotc_gemm_packed.h"}
+# header -> the target facts it needs as macros, written just before it is included
+HEADER_MACROS = {"aotc_gemm_packed.h": lambda target: GemmTiles.of(target).defines()}
 
 
 def _called(stmts) -> set[str]:
@@ -118,7 +121,8 @@ def _pointer(plan: MemoryPlan, value: str, dt, role: str, in_fields: dict, out_f
     return f"({q}{t} *)(ws + {loc.offset})"
 
 
-def emit_source(prefix: str, g: Graph, steps: list[KernelStep], plan: MemoryPlan, external: bool) -> str:
+def emit_source(prefix: str, g: Graph, steps: list[KernelStep], plan: MemoryPlan, external: bool,
+                target: dict | None = None) -> str:
     P = prefix.upper()
     in_fields = {p.value: p.field for p in ports(g, g.inputs)}
     out_fields = {p.value: p.field for p in ports(g, g.outputs)}
@@ -129,6 +133,9 @@ def emit_source(prefix: str, g: Graph, steps: list[KernelStep], plan: MemoryPlan
          f'#include "{prefix}.h"']
     called = set().union(*[_called(st.kernel.body) for st in steps]) if steps else set()
     for h in sorted({MICRO_KERNELS[f] for f in called if f in MICRO_KERNELS}):
+        if h in HEADER_MACROS:
+            L.append(f"/* {h} configured for target {(target or {}).get('name', '?')} */")
+            L += HEADER_MACROS[h](target or {})
         L.append(f'#include "{h}"')
     L.append("")
     for st in steps:
