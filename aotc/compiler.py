@@ -53,7 +53,7 @@ def default_name(path: str | os.PathLike) -> str:
 
 def node_opset(g: Graph, n) -> int:
     """The opset version the model imports for the node's domain."""
-    return getattr(g, "domain_opsets", {}).get(n.domain or "ai.onnx", g.opset)
+    return g.domain_opsets.get(n.domain or "ai.onnx", g.opset)
 
 
 def check_supported(g: Graph) -> None:

@@ -150,7 +150,7 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
     gp = model.graph
     g = Graph(name, opset)
     # opset per domain, for messages about nodes of other domains (custom ops)
-    g.domain_opsets = {(imp.domain or "ai.onnx"): int(imp.version)  # type: ignore[attr-defined]
+    g.domain_opsets = {(imp.domain or "ai.onnx"): int(imp.version)
                        for imp in model.opset_import}
 
     for t in gp.initializer:

@@ -59,6 +59,12 @@ class Graph:
         self.nodes: list[Node] = []
         self.inputs: list[str] = []
         self.outputs: list[str] = []
+        # opset imported by the model per domain ("ai.onnx" included), and the default-domain
+        # opset before normalize_opset rewrote the nodes to its own
+        self.domain_opsets: dict[str, int] = {}
+        self.source_opset: int = opset
+        # public (ONNX) names of outputs whose value had to be renamed (materialize_outputs)
+        self.output_labels: dict[str, str] = {}
         self._counter = 0
 
     # -- construction -------------------------------------------------------------------
@@ -146,5 +152,8 @@ class Graph:
                    for n in self.nodes]
         g.inputs = list(self.inputs)
         g.outputs = list(self.outputs)
+        g.domain_opsets = dict(self.domain_opsets)
+        g.source_opset = self.source_opset
+        g.output_labels = dict(self.output_labels)
         g._counter = self._counter
         return g

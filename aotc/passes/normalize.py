@@ -23,7 +23,7 @@ def _const_input(g: Graph, n: Node, pos: int, arr, hint: str) -> None:
 
 def normalize_opset(g: Graph) -> Graph:
     v = g.opset
-    g.source_opset = v  # type: ignore[attr-defined]
+    g.source_opset = v
     for n in g.nodes:
         t, a = n.op_type, n.attrs
         if t == "Clip" and v < 11:

@@ -314,7 +314,7 @@ def materialize_outputs(g: Graph) -> Graph:
 
     claimed: set[str] = set()
     done: list[str] = []
-    labels: dict[str, str] = dict(getattr(g, "output_labels", {}))
+    labels: dict[str, str] = dict(g.output_labels)
     for o in g.outputs:
         r = root(o)
         if not (r in g.inputs or g.values[r].const is not None or r in claimed or o in done):
@@ -345,5 +345,5 @@ def materialize_outputs(g: Graph) -> Graph:
         done.append(o)
     g.outputs = done
     # the ONNX name of each renamed output: the artifact's interface keeps the model's names
-    g.output_labels = labels  # type: ignore[attr-defined]
+    g.output_labels = labels
     return g

@@ -42,7 +42,7 @@ class Port:
 
 
 def ports(g: Graph, names: list[str]) -> list[Port]:
-    labels = getattr(g, "output_labels", {})
+    labels = g.output_labels
     used: set[str] = set()
     out = []
     for n in names:
