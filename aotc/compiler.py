@@ -63,7 +63,7 @@ def check_supported(g: Graph) -> None:
             dom = n.domain or "ai.onnx"
             bad.append(f"{n.op_type} (domain {dom}, opset {node_opset(g, n)}) in node {n.name!r}")
     if bad:
-        raise UnsupportedError(bad, "see docs/ONNX_SUPPORT.md for the operators aotc compiles")
+        raise UnsupportedError(bad, "see docs/ONNX_SUPPORT.md for the operators aotc compiles", what="operator(s)")
 
 
 def analyze(path, target: str = "c", name: Optional[str] = None, shapes: Mapping | None = None,

@@ -22,12 +22,13 @@ class ShapeError(AotcError):
 
 
 class UnsupportedError(AotcError):
-    """Operators (or features) this compiler does not handle."""
+    """Operators (or other features: element types, attribute values) aotc does not handle.
+    All of them are listed at once."""
 
-    def __init__(self, items: list[str], hint: str | None = None):
+    def __init__(self, items: list[str], hint: str | None = None, what: str = "feature(s)"):
         self.items = items
         lines = "\n".join(f"  - {i}" for i in items)
-        super().__init__(f"{len(items)} unsupported operator(s):\n{lines}", hint)
+        super().__init__(f"{len(items)} unsupported {what}:\n{lines}", hint)
 
 
 class BuildError(AotcError):

@@ -348,3 +348,16 @@ def test_nodes_out_of_order_unused_inputs_and_no_nodes(tmp_path):
     assert [i["name"] for i in json.loads((tmp_path / "a" / "out" / "manifest.json").read_text())["inputs"]] == \
         ["x", "z"]
     assert_parity(graph_model([], {"x": x}, ["x"]), tmp_path / "b", {"x": x})
+
+
+def test_sparse_initializers_are_named_not_reported_as_dangling():
+    values = numpy_helper.from_array(np.array([1.5, -2.0], np.float32), "w")
+    sparse = helper.make_sparse_tensor(values, numpy_helper.from_array(np.array([0, 3], np.int64), "w_idx"), [4])
+    node = helper.make_node("Add", ["x", "w"], ["y"])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], sparse_initializer=[sparse])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedError) as e:
+        import_model(m)
+    assert "sparse initializer 'w'" in e.value.message
+    assert "operator" not in e.value.message

@@ -153,6 +153,9 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
     g.domain_opsets = {(imp.domain or "ai.onnx"): int(imp.version)
                        for imp in model.opset_import}
 
+    if len(gp.sparse_initializer):
+        raise UnsupportedError([f"sparse initializer {sp.values.name!r}" for sp in gp.sparse_initializer],
+                               "store these initializers densely (onnx.numpy_helper)")
     for t in gp.initializer:
         try:
             arr = numpy_helper.to_array(t)
