@@ -199,13 +199,13 @@ int main(int argc, char **argv)
     if (status != AOTC_OK) { fprintf(stderr, "create: %%s\n", mlp_strerror(status)); return 4; }
     in.x = x;
     out.logits = y;
-    status = mlp_model_run(model, &in, &out);
+    status = mlp_invoke(model, &in, &out);
     if (status != AOTC_OK) { fprintf(stderr, "run: %%s\n", mlp_strerror(status)); return 5; }
     /* a second run on the same instance gives the same answer */
     {
         static float y2[Y_ELEMS];
         out.logits = y2;
-        if (mlp_model_run(model, &in, &out) != AOTC_OK || memcmp(y, y2, sizeof y) != 0) return 6;
+        if (mlp_invoke(model, &in, &out) != AOTC_OK || memcmp(y, y2, sizeof y) != 0) return 6;
     }
     mlp_destroy(model);
     mlp_destroy(NULL);
@@ -217,7 +217,7 @@ int main(int argc, char **argv)
 
 
 @pytest.mark.parametrize("weights", ["embed", "external"])
-def test_create_model_run_destroy(weights, mlp_model, tmp_path):
+def test_create_invoke_destroy(weights, mlp_model, tmp_path):
     out = compile_mlp(mlp_model, tmp_path / "out", weights=weights)
     assert (out / "mlp.weights").is_file() == (weights == "external")
     assert (out / "mlp_weights.c").is_file() == (weights == "embed")
@@ -269,7 +269,7 @@ int main(void)
     out.logits = y;
     report("misaligned", mlp_run(&in, &out, ws + 1));
     report("null_model_arg", mlp_create(NULL, NULL));
-    report("null_model", mlp_model_run(NULL, &in, &out));
+    report("null_model", mlp_invoke(NULL, &in, &out));
     report("unknown", 12345);
     free(ws);
     return 0;
@@ -386,8 +386,8 @@ int main(int argc, char **argv)
     oa.logits = ya;
     ib.%(b_in)s = xb;
     ob.%(b_out)s = yb;
-    if (net_a_model_run(a, &ia, &oa) != AOTC_OK) return 5;
-    if (net_b_model_run(b, &ib, &ob) != AOTC_OK) return 6;
+    if (net_a_invoke(a, &ia, &oa) != AOTC_OK) return 5;
+    if (net_b_invoke(b, &ib, &ob) != AOTC_OK) return 6;
     net_a_destroy(a);
     net_b_destroy(b);
     if (!write_floats(argv[3], ya, YA) || !write_floats(argv[4], yb, YB)) return 7;
@@ -470,3 +470,17 @@ def test_awkward_onnx_names_become_valid_distinct_c_identifiers(names, tmp_path)
         p = subprocess.run([cxx, "-Wall", "-Werror", f"-I{out}", str(tmp_path / "use.cpp"), "-c", "-o",
                             str(tmp_path / "use.o")], capture_output=True, text=True)
         assert p.returncode == 0, p.stderr
+
+
+def test_a_prefix_that_extends_another_does_not_clash(mlp_model, tmp_path):
+    """Model 'mlp' and model 'mlp_model' export disjoint symbols, so both link into one program."""
+    import subprocess
+    symbols = []
+    for name in ("mlp", "mlp_model"):
+        out = compile_mlp(mlp_model, tmp_path / name, name=name)
+        nm = subprocess.run(["nm", "-D", "--defined-only", str(out / f"lib{name}.so")], check=True,
+                            capture_output=True, text=True).stdout
+        symbols.append({line.split()[-1] for line in nm.splitlines() if line.strip()})
+    clash = {s for s in symbols[0] & symbols[1] if s.startswith("mlp")}
+    assert not clash, f"symbols defined by both libraries: {sorted(clash)}"
+    assert "mlp_run" in symbols[0] and "mlp_model_run" in symbols[1]

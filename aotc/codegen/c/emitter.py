@@ -102,7 +102,7 @@ def emit_header(prefix: str, g: Graph, plan: MemoryPlan, external: bool) -> str:
           "   weights_path is ignored for embedded weights and may be NULL). One instance per thread. */",
           f"typedef struct {prefix}_model {prefix}_model;",
           f"int {prefix}_create(const char *weights_path, {prefix}_model **model);",
-          f"int {prefix}_model_run({prefix}_model *model, const {prefix}_inputs *in, {prefix}_outputs *out);",
+          f"int {prefix}_invoke({prefix}_model *model, const {prefix}_inputs *in, {prefix}_outputs *out);",
           f"void {prefix}_destroy({prefix}_model *model);",
           "", "#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {P}_H */", ""]
     return "\n".join(L)
@@ -205,7 +205,7 @@ def _create_destroy(prefix: str, external: bool) -> list[str]:
     else:
         L += ["    (void)weights_path;", f"    m->weights = {prefix}_weights_data;"]
     L += ["    *model = m;", "    return AOTC_OK;", "}", "",
-          f"int {prefix}_model_run({prefix}_model *model, const {prefix}_inputs *in, {prefix}_outputs *out)", "{",
+          f"int {prefix}_invoke({prefix}_model *model, const {prefix}_inputs *in, {prefix}_outputs *out)", "{",
           "    if (!model) return AOTC_ERR_NULL_ARGUMENT;",
           f"    return {prefix}_run_with_weights(model->weights, in, out, model->workspace);", "}", "",
           f"void {prefix}_destroy({prefix}_model *model)", "{", "    if (!model) return;",
