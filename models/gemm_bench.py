@@ -6,8 +6,10 @@ python -m models.gemm_bench [--targets c,c-avx512] [--repeats 7] [--min-time 0.2
 Both kernels are compiled with each target's compiler and flags (and its [gemm] tiles) into a
 small shared library (`GemmLib`, also used by tests/test_gemm.py); each shape runs both
 kernels alternately, `--repeats` times, each time for at least `--min-time` seconds; the
-median rate is reported. "packed A" / "packed B" mark a constant operand packed at compile
-time (Conv weights are A, MatMul weights are B); the other operand is packed at run time.
+median rate is reported. "constant A" / "B" marks an operand packed at compile time (Conv
+weights are A, MatMul weights are B); the other operand is packed at run time. "Constant from
+memory" rotates through copies of that operand that together exceed the caches, as a
+model's weights do (each layer's weights are read once per run).
 """
 from __future__ import annotations
 
@@ -38,13 +40,16 @@ void ref_sgemm(int64_t reps, int64_t M, int64_t N, int64_t K, const float *A, in
         aotc_sgemm(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
 }
 
-void packed_sgemm(int64_t reps, int64_t M, int64_t N, int64_t K,
+/* rep r reads A + (r % copies) * a_step and B + (r % copies) * b_step: with copies of a weight
+   that together exceed the caches, every call streams it from memory, as in a model */
+void packed_sgemm(int64_t reps, int64_t copies, int64_t a_step, int64_t b_step, int64_t M, int64_t N, int64_t K,
                   const float *A, int64_t rsa, int64_t csa, const float *B, int64_t rsb, int64_t csb,
                   float *C, int64_t ldc, int accumulate, float *work)
 {
     int64_t r;
     for (r = 0; r < reps; ++r)
-        aotc_sgemm_packed(M, N, K, A, rsa, csa, B, rsb, csb, C, ldc, accumulate, work);
+        aotc_sgemm_packed(M, N, K, A + r % copies * a_step, rsa, csa, B + r % copies * b_step, rsb, csb,
+                          C, ldc, accumulate, work);
 }
 """
 
@@ -55,13 +60,14 @@ _i = ctypes.c_int64
 class GemmLib:
     """Both runtime GEMMs compiled for one target, callable on numpy arrays."""
 
-    def __init__(self, target: str, workdir: Path):
+    def __init__(self, target: str, workdir: Path, tiles: GemmTiles | None = None):
         self.target = load_target(target)
-        self.tiles = GemmTiles.of(self.target)
+        self.tiles = tiles or GemmTiles.of(self.target)
         workdir.mkdir(parents=True, exist_ok=True)
-        src = workdir / f"gemm_{target}.c"
+        tag = "_".join(str(v) for v in self.tiles.macros().values())
+        src = workdir / f"gemm_{target}_{tag}.c"
         src.write_text(_SHIM)
-        lib = workdir / f"libgemm_{target}.so"
+        lib = workdir / f"libgemm_{target}_{tag}.so"
         cmd = [self.target.get("cc", "cc"), *self.target["cflags"],
                *[f"-D{k}={v}" for k, v in self.tiles.macros().items()], f"-I{RUNTIME_DIR}", str(src), "-o", str(lib), *self.target["ldflags"]]
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -69,7 +75,7 @@ class GemmLib:
             raise RuntimeError(f"building the GEMM library for {target} failed:\n{proc.stderr}")
         self.lib = ctypes.CDLL(str(lib))
         self.lib.ref_sgemm.argtypes = [_i, _i, _i, _i, _f, _i, _f, _i, _f, _i, ctypes.c_int]
-        self.lib.packed_sgemm.argtypes = [_i, _i, _i, _i, _f, _i, _i, _f, _i, _i, _f, _i, ctypes.c_int, _f]
+        self.lib.packed_sgemm.argtypes = [_i, _i, _i, _i, _i, _i, _i, _f, _i, _i, _f, _i, _i, _f, _i, ctypes.c_int, _f]
 
     @staticmethod
     def _p(a: np.ndarray):
@@ -82,16 +88,18 @@ class GemmLib:
         self.lib.ref_sgemm(reps, M, N, K, self._p(A), A.strides[0] // 4, self._p(B), B.strides[0] // 4,
                            self._p(C), C.strides[0] // 4, int(accumulate))
 
-    def packed(self, M, N, K, A, B, C, accumulate=False, a_packed=False, b_packed=False, reps=1, work=None):
+    def packed(self, M, N, K, A, B, C, accumulate=False, a_packed=False, b_packed=False, reps=1, work=None,
+               copies=1, a_step=0, b_step=0):
         """aotc_sgemm_packed. A / B: float32 views with element strides (any layout), or pack_a /
-        pack_b arrays when a_packed / b_packed. Returns the work buffer it used."""
+        pack_b arrays when a_packed / b_packed. Returns the work buffer it used. With copies > 1,
+        rep r reads A + (r % copies) * a_step (B likewise): see packed_sgemm."""
         def strides(x, packed):
             return (0, 0) if packed else (x.strides[0] // 4, x.strides[1] // 4)
         rsa, csa = strides(A, a_packed)
         rsb, csb = strides(B, b_packed)
         if work is None:
             work = np.empty(max(1, self.tiles.work_floats(M, N, K, a_packed, b_packed)), np.float32)
-        self.lib.packed_sgemm(reps, M, N, K, self._p(A), rsa, csa, self._p(B), rsb, csb,
+        self.lib.packed_sgemm(reps, copies, a_step, b_step, M, N, K, self._p(A), rsa, csa, self._p(B), rsb, csb,
                               self._p(C), C.strides[0] // 4, int(accumulate), self._p(work))
         return work
 
@@ -102,11 +110,13 @@ SHAPES = [
     ("resnet50 conv1x1 56x56 64->256", 256, 3136, 64, "A"),
     ("resnet50 conv3x3 28x28 128->128", 128, 784, 1152, "A"),
     ("resnet50 conv3x3 14x14 256->256", 256, 196, 2304, "A"),
+    ("resnet50 conv3x3 7x7 512->512", 512, 49, 4608, "A"),
     ("resnet50 conv1x1 7x7 512->2048", 2048, 49, 512, "A"),
     ("bert linear 128x768x768", 128, 768, 768, "B"),
     ("bert ffn-up 128x3072x768", 128, 3072, 768, "B"),
     ("bert ffn-down 128x768x3072", 128, 768, 3072, "B"),
     ("gpt2 qkv 64x2304x768", 64, 2304, 768, "B"),
+    ("gpt2 lm-head 64x50257x768", 64, 50257, 768, "B"),
     ("bert attention q.kT 128x128x64", 128, 128, 64, ""),
     ("bert attention p.v 128x64x128", 128, 64, 128, ""),
     ("square 512", 512, 512, 512, ""),
@@ -124,36 +134,55 @@ def _rate(fn, flops: float, min_time: float) -> float:
         reps = max(reps * 2, int(reps * min_time / max(dt, 1e-6) * 1.1))
 
 
-def bench_target(target: str, workdir: Path, repeats: int, min_time: float) -> list[dict]:
-    lib = GemmLib(target, workdir)
+COLD_BYTES = 128 << 20      # copies of a constant operand add up to this: more than the caches hold
+
+
+def bench_target(target: str, workdir: Path, repeats: int, min_time: float, tiles: GemmTiles | None = None,
+                 shapes=None) -> list[dict]:
+    lib = GemmLib(target, workdir, tiles)
     rng = np.random.default_rng(0)
     rows = []
-    for label, M, N, K, const in SHAPES:
+    for label, M, N, K, const in shapes or SHAPES:
         A = rng.standard_normal((M, K)).astype(np.float32)
         B = rng.standard_normal((K, N)).astype(np.float32)
         C0, C1 = np.empty((M, N), np.float32), np.empty((M, N), np.float32)
-        Ap = pack_a(A, lib.tiles.mr) if const == "A" else A
-        Bp = pack_b(B, lib.tiles.nr) if const == "B" else B
-        work = lib.packed(M, N, K, Ap, Bp, C1, a_packed=const == "A", b_packed=const == "B")
+        Ap = pack_a(A, lib.tiles) if const == "A" else A
+        Bp = pack_b(B, lib.tiles) if const == "B" else B
+        ap, bp = const == "A", const == "B"
+        work = lib.packed(M, N, K, Ap, Bp, C1, a_packed=ap, b_packed=bp)
         lib.ref(A, B, C0)
         err = float(np.max(np.abs(C0 - C1)))
+        # the constant operand in copies that do not fit in cache, as a model's weights are
+        w = Ap if ap else Bp
+        copies = max(1, COLD_BYTES // w.nbytes) if const else 1
+        cold = np.tile(w.reshape(-1), copies)
+        Ac, Bc = (cold if ap else Ap), (cold if bp else Bp)
         flops = 2.0 * M * N * K
-        ref, new = [], []
+        ref, new, new_cold = [], [], []
         for _ in range(repeats):
             ref.append(_rate(lambda r: lib.ref(A, B, C0, reps=r), flops, min_time))
-            new.append(_rate(lambda r: lib.packed(M, N, K, Ap, Bp, C1, a_packed=const == "A",
-                                                  b_packed=const == "B", reps=r, work=work), flops, min_time))
+            new.append(_rate(lambda r: lib.packed(M, N, K, Ap, Bp, C1, a_packed=ap, b_packed=bp, reps=r,
+                                                  work=work), flops, min_time))
+            if const:
+                new_cold.append(_rate(lambda r: lib.packed(M, N, K, Ac, Bc, C1, a_packed=ap, b_packed=bp, reps=r,
+                                                           work=work, copies=copies, a_step=w.size if ap else 0,
+                                                           b_step=w.size if bp else 0), flops, min_time))
         rows.append({"target": target, "shape": label, "M": M, "N": N, "K": K, "packed": const,
-                     "ref_gflops": statistics.median(ref), "packed_gflops": statistics.median(new), "max_abs_diff": err})
+                     "ref_gflops": statistics.median(ref), "packed_gflops": statistics.median(new),
+                     "packed_cold_gflops": statistics.median(new_cold) if new_cold else None,
+                     "max_abs_diff": err})
     return rows
 
 
 def render(rows: list[dict]) -> str:
-    L = ["| target | shape | M x N x K | constant | aotc_sgemm GFLOP/s | aotc_sgemm_packed GFLOP/s | speed-up |",
-         "|---|---|---|---|---|---|---|"]
+    L = ["| target | shape | M x N x K | constant | aotc_sgemm | aotc_sgemm_packed | speed-up | "
+         "packed, constant from memory |",
+         "|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        cold = f"{r['packed_cold_gflops']:.1f}" if r["packed_cold_gflops"] else "-"
         L.append(f"| {r['target']} | {r['shape']} | {r['M']} x {r['N']} x {r['K']} | {r['packed'] or '-'} | "
-                 f"{r['ref_gflops']:.1f} | {r['packed_gflops']:.1f} | {r['packed_gflops'] / r['ref_gflops']:.2f}x |")
+                 f"{r['ref_gflops']:.1f} | {r['packed_gflops']:.1f} | {r['packed_gflops'] / r['ref_gflops']:.2f}x | "
+                 f"{cold} |")
     return "\n".join(L)
 
 
@@ -170,8 +199,9 @@ def main() -> None:
         for t in targets:
             for r in bench_target(t, Path(d), a.repeats, a.min_time):
                 rows.append(r)
-                print(f"{t:9} {r['shape']:34} ref {r['ref_gflops']:7.1f}  packed {r['packed_gflops']:7.1f} GFLOP/s",
-                      flush=True)
+                cold = f"{r['packed_cold_gflops']:7.1f}" if r["packed_cold_gflops"] else "      -"
+                print(f"{t:9} {r['shape']:34} ref {r['ref_gflops']:7.1f}  packed {r['packed_gflops']:7.1f}  "
+                      f"cold {cold} GFLOP/s", flush=True)
     print(render(rows))
 
 

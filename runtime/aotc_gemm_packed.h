@@ -5,33 +5,40 @@
  * local array with constant bounds (so the compiler keeps it in vector registers), updated
  * once per k from MR values of A and NR contiguous values of B. It reads both operands
  * packed:
- *   A in MR-row panels:    panel p holds rows [p*MR, p*MR + MR), k-major: Ap[k*MR + i]
- *   B in NR-column panels: panel q holds cols [q*NR, q*NR + NR), k-major: Bp[k*NR + j]
+ *   A in MR-row panels:    a panel holds MR rows, k-major: Ap[k*MR + i]
+ *   B in NR-column panels: a panel holds NR columns, k-major: Bp[k*NR + j]
  * zero-padded past M and N, so every tile computes a full MR x NR block and only the
  * edge tiles store part of it.
  *
- * An operand is given either as a strided matrix (element (r, c) at X[r*rs + c*cs], so a
- * transposed operand is just other strides) or, with rs == cs == 0, already packed with
- * its whole K in each panel (panel p at Ap + p*K*MR): constant weights are packed once at
- * compile time that way. Strided operands are packed here, one cache block at a time, into
- * `work` (the caller's scratch, aotc_sgemm_packed_work floats; see aotc/kernel/gemm.py).
+ * K is cut into equal blocks of at most KC (aotc_sgemm_kstep). An operand is given either
+ * as a strided matrix (element (r, c) at X[r*rs + c*cs], so a transposed operand is just
+ * other strides), packed here one cache block at a time into `work` (the caller's scratch,
+ * see aotc/kernel/gemm.py for its size), or, with rs == cs == 0, already packed: constant
+ * weights are packed once at compile time, K block after K block, each block holding all
+ * the panels (Mpad = M rounded up to MR):
+ *   A: block at k0 starts at Ap + k0*Mpad; its panel p at + p*kc*MR   (B likewise with NR)
+ * so the tiles read every operand as one forward stream.
  *
- * Blocking (Goto/BLIS): columns in blocks of NC, K in blocks of at most KC (B block in L2/L3),
- * rows in blocks of MC (A block in L2), then NR x MR tiles (B micro-panel in L1).
+ * Blocking (Goto/BLIS): columns in blocks of NC, K in blocks of KC (B block in L2/L3), rows in
+ * blocks of MC (A block in L2), then NR x MR tiles (B micro-panel in L1). The tile prefetches
+ * both streams AOTC_GEMM_PREFETCH k steps ahead (0: no prefetch), which keeps weights that
+ * come from memory from stalling it.
  *
- * The including file defines the target's tile sizes first (the C emitter writes them from
- * the target description):
- *   AOTC_GEMM_MR, AOTC_GEMM_NR   micro-tile rows / columns (NR: a multiple of the vector width)
+ * The including file defines the target's parameters first (the C emitter writes them from
+ * the target description's [gemm] table):
+ *   AOTC_GEMM_MR, AOTC_GEMM_NR   micro-tile rows / columns (NR: one or two vector widths)
  *   AOTC_GEMM_KC, AOTC_GEMM_MC, AOTC_GEMM_NC   cache blocks (MC a multiple of MR, NC of NR)
- * Plain C99: the compiler vectorizes the tile's loop over NR. */
+ *   AOTC_GEMM_PREFETCH   prefetch distance in k steps
+ * Plain C99: the compiler vectorizes the tile's loop over NR; the unroll pragmas, noinline and
+ * prefetch hints are GCC/Clang spellings and vanish elsewhere. */
 #ifndef AOTC_GEMM_PACKED_H
 #define AOTC_GEMM_PACKED_H
 
 #include <stdint.h>
 
 #if !defined(AOTC_GEMM_MR) || !defined(AOTC_GEMM_NR) || !defined(AOTC_GEMM_KC) || \
-    !defined(AOTC_GEMM_MC) || !defined(AOTC_GEMM_NC)
-#error "define AOTC_GEMM_MR, _NR, _KC, _MC and _NC (the target's GEMM tiles) before including aotc_gemm_packed.h"
+    !defined(AOTC_GEMM_MC) || !defined(AOTC_GEMM_NC) || !defined(AOTC_GEMM_PREFETCH)
+#error "define AOTC_GEMM_MR, _NR, _KC, _MC, _NC and _PREFETCH (the target's [gemm] table) before including aotc_gemm_packed.h"
 #endif
 #if AOTC_GEMM_MC % AOTC_GEMM_MR != 0 || AOTC_GEMM_NC % AOTC_GEMM_NR != 0
 #error "AOTC_GEMM_MC must be a multiple of AOTC_GEMM_MR, and AOTC_GEMM_NC of AOTC_GEMM_NR"
@@ -51,13 +58,24 @@
 #endif
 #if defined(__GNUC__)
 #define AOTC_NOINLINE __attribute__((noinline))
+#define AOTC_PREFETCH(p) __builtin_prefetch(p)
 #else
 #define AOTC_NOINLINE
+#define AOTC_PREFETCH(p) ((void)0)
 #endif
+#define AOTC_CACHE_LINE_FLOATS 16
 
 static int64_t aotc_gemm_min(int64_t a, int64_t b)
 {
     return a < b ? a : b;
+}
+
+/* The K block size for a K: K in ceil(K / KC) blocks as equal as can be, so none is a sliver
+ * (aotc/kernel/gemm.py computes the same to lay out constants packed at compile time). */
+static int64_t aotc_sgemm_kstep(int64_t K)
+{
+    const int64_t blocks = (K + AOTC_GEMM_KC - 1) / AOTC_GEMM_KC;
+    return blocks ? (K + blocks - 1) / blocks : 0;
 }
 
 /* Ap <- rows [0, m) x cols [0, kc) of A (element (i, k) at A[i*rs + k*cs]) as MR-row panels
@@ -114,6 +132,11 @@ AOTC_NOINLINE static void aotc_sgemm_tile(int64_t kc, const float *restrict a, c
         for (j = 0; j < AOTC_GEMM_NR; ++j)
             acc[i][j] = 0.0f;
     for (k = 0; k < kc; ++k) {
+        if (AOTC_GEMM_PREFETCH) {
+            AOTC_PREFETCH(a + (k + AOTC_GEMM_PREFETCH) * AOTC_GEMM_MR);
+            for (j = 0; j < AOTC_GEMM_NR; j += AOTC_CACHE_LINE_FLOATS)
+                AOTC_PREFETCH(b + (k + AOTC_GEMM_PREFETCH) * AOTC_GEMM_NR + j);
+        }
         AOTC_UNROLL_FULLY
         for (i = 0; i < AOTC_GEMM_MR; ++i) {
             AOTC_UNROLL_NOT
@@ -139,18 +162,18 @@ AOTC_NOINLINE static void aotc_sgemm_tile(int64_t kc, const float *restrict a, c
 }
 
 /* C[M,N] (=, or += when accumulate) A[M,K] * B[K,N]. A is (A, rsa, csa): element (i, k) at
- * A[i*rsa + k*csa], or pre-packed when rsa == csa == 0; B likewise with (k, j) at
- * B[k*rsb + j*csb]. `work` holds the packed blocks of the strided operands. */
+ * A[i*rsa + k*csa], or packed at compile time when rsa == csa == 0; B likewise with (k, j)
+ * at B[k*rsb + j*csb]. `work` holds the packed blocks of the strided operands. */
 static void aotc_sgemm_packed(int64_t M, int64_t N, int64_t K,
                               const float *A, int64_t rsa, int64_t csa,
                               const float *B, int64_t rsb, int64_t csb,
                               float *C, int64_t ldc, int accumulate, float *work)
 {
     const int a_packed = rsa == 0 && csa == 0, b_packed = rsb == 0 && csb == 0;
-    /* K in equal blocks of at most KC, so no block is a sliver */
-    const int64_t kblocks = (K + AOTC_GEMM_KC - 1) / AOTC_GEMM_KC;
-    const int64_t kstep = kblocks ? (K + kblocks - 1) / kblocks : 0;
+    const int64_t kstep = aotc_sgemm_kstep(K);
     const int64_t nc_max = aotc_gemm_min(AOTC_GEMM_NC, N);
+    const int64_t Mpad = (M + AOTC_GEMM_MR - 1) / AOTC_GEMM_MR * AOTC_GEMM_MR;
+    const int64_t Npad = (N + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR;
     float *bwork = work;
     float *awork = b_packed ? work : work + kstep * ((nc_max + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR);
     int64_t jc, pc, ic, jr, ir, i, j;
@@ -168,8 +191,8 @@ static void aotc_sgemm_packed(int64_t M, int64_t N, int64_t K,
             const float *bp;
             int64_t bpanel;               /* floats from one B panel to the next */
             if (b_packed) {
-                bp = B + jc * K + pc * AOTC_GEMM_NR;
-                bpanel = K * AOTC_GEMM_NR;
+                bp = B + pc * Npad + jc * kc;
+                bpanel = kc * AOTC_GEMM_NR;
             } else {
                 aotc_sgemm_pack_b(kc, nc, B + pc * rsb + jc * csb, rsb, csb, bwork);
                 bp = bwork;
@@ -180,8 +203,8 @@ static void aotc_sgemm_packed(int64_t M, int64_t N, int64_t K,
                 const float *ap;
                 int64_t apanel;
                 if (a_packed) {
-                    ap = A + ic * K + pc * AOTC_GEMM_MR;
-                    apanel = K * AOTC_GEMM_MR;
+                    ap = A + pc * Mpad + ic * kc;
+                    apanel = kc * AOTC_GEMM_MR;
                 } else {
                     aotc_sgemm_pack_a(mc, kc, A + ic * rsa + pc * csa, rsa, csa, awork);
                     ap = awork;

@@ -130,8 +130,8 @@ def test_operands_packed_at_compile_time(lib, which):
     for M, N, K in [(1, 1, 1), (5, 3, 2), (t.mr + 1, t.nr - 1, t.kc + 1), (t.mc + 5, t.nr * 3 + 1, 2 * t.kc + 5),
                     (3, t.nc + t.nr + 2, 7)]:
         A, B = _rand(rng, M, K), _rand(rng, K, N)
-        Ap = pack_a(A, t.mr) if "A" in which else A
-        Bp = pack_b(B, t.nr) if "B" in which else B
+        Ap = pack_a(A, t) if "A" in which else A
+        Bp = pack_b(B, t) if "B" in which else B
         n_work = t.work_floats(M, N, K, "A" in which, "B" in which)
         work = np.full(n_work + 64, 7.0, np.float32)
         C = np.empty((M, N), np.float32)
@@ -141,16 +141,21 @@ def test_operands_packed_at_compile_time(lib, which):
 
 
 def test_pack_layouts():
-    a = np.arange(5 * 3, dtype=np.float32).reshape(5, 3)
-    p = pack_a(a, 4)                                   # [2 panels, K=3, MR=4]
-    assert p.shape == (2, 3, 4)
-    assert np.array_equal(p[0, 1], a[0:4, 1]) and np.array_equal(p[1, 2], [a[4, 2], 0, 0, 0])
+    """K block after K block, each with all the panels: what aotc_sgemm_packed reads in place."""
+    t = GemmTiles(mr=4, nr=4, kc=2, mc=8, nc=8)
+    a = np.arange(5 * 3, dtype=np.float32).reshape(5, 3)       # K = 3: blocks of k_step(3) = 2, 1
+    assert t.k_step(3) == 2 and t.k_step(4) == 2 and t.k_step(5) == 2 and t.k_step(1) == 1
+    p = pack_a(a, t)
+    assert p.shape == (8 * 3,)
+    blk0, blk1 = p[:8 * 2].reshape(2, 2, 4), p[8 * 2:].reshape(2, 1, 4)   # [panel, k, row]
+    assert np.array_equal(blk0[0, 1], a[0:4, 1]) and np.array_equal(blk0[1, 0], [a[4, 0], 0, 0, 0])
+    assert np.array_equal(blk1[0, 0], a[0:4, 2]) and np.array_equal(blk1[1, 0], [a[4, 2], 0, 0, 0])
     b = np.arange(3 * 5, dtype=np.float32).reshape(3, 5)
-    q = pack_b(b, 4)                                   # [2 panels, K=3, NR=4]
-    assert q.shape == (2, 3, 4)
-    assert np.array_equal(q[0, 2], b[2, 0:4]) and np.array_equal(q[1, 0], [b[0, 4], 0, 0, 0])
-    batched = pack_b(np.stack([b, 2 * b]), 4)
-    assert batched.shape == (2, 2, 3, 4) and np.array_equal(batched[1], 2 * q)
+    q = pack_b(b, t)
+    blk0 = q[:8 * 2].reshape(2, 2, 4)                                    # [panel, k, column]
+    assert np.array_equal(blk0[0, 1], b[1, 0:4]) and np.array_equal(blk0[1, 0], [b[0, 4], 0, 0, 0])
+    batched = pack_b(np.stack([b, 2 * b]), t)
+    assert batched.shape == (2, 8 * 3) and np.array_equal(batched[1], 2 * q)
 
 
 def test_every_target_has_gemm_tiles():

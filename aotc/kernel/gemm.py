@@ -6,11 +6,13 @@ ConvTranspose, LSTM/GRU/RNN).
 
 Each operand is either a *strided* view of a buffer (element (r, c) at ptr[r*rs + c*cs], so
 transposed operands need no copy), which the runtime packs block by block into a scratch
-buffer, or *packed* at compile time: a constant weight laid out in the micro-kernel's panels
-(`pack_a` / `pack_b`), stored in the weights blob instead of the original, read in place.
+buffer, or *packed* at compile time: a constant weight laid out in the micro-kernel's panels,
+K block after K block (`pack_a` / `pack_b`), stored in the weights blob instead of the
+original and streamed in place.
 
-The micro-tile (MR x NR) and the cache blocks (KC, MC, NC) are target facts: the `gemm`
-table of targets/<name>.toml, written into the generated C as AOTC_GEMM_* macros.
+The micro-tile (MR x NR), the cache blocks (KC, MC, NC) and the prefetch distance are target
+facts: the [gemm] table of targets/<name>.toml, written into the generated C as AOTC_GEMM_*
+macros. Packed constants depend on MR/NR/KC, so they are made per target.
 """
 from __future__ import annotations
 
@@ -28,37 +30,46 @@ IntLike = Union[int, Expr]
 @dataclass(frozen=True)
 class GemmTiles:
     mr: int     # micro-tile rows (values of A per k step)
-    nr: int     # micro-tile columns (contiguous values of B per k step): a multiple of the vector width
-    kc: int     # K block
+    nr: int     # micro-tile columns (contiguous values of B per k step): one or two vector widths
+    kc: int     # K block (at most)
     mc: int     # row block (a multiple of mr)
     nc: int     # column block (a multiple of nr)
+    prefetch: int = 0   # k steps the micro-kernel prefetches ahead (0: none)
+
+    _FIELDS = ("mr", "nr", "kc", "mc", "nc", "prefetch")
 
     @classmethod
     def of(cls, target: dict) -> "GemmTiles":
         t = target.get("gemm")
         name = target.get("name", "?")
         if not isinstance(t, dict):
-            raise AotcError(f"target {name!r} has no [gemm] table (mr, nr, kc, mc, nc)",
+            raise AotcError(f"target {name!r} has no [gemm] table (mr, nr, kc, mc, nc, prefetch)",
                             "add one to its file under targets/")
         try:
-            tiles = cls(*(int(t[k]) for k in ("mr", "nr", "kc", "mc", "nc")))
+            tiles = cls(*(int(t[k]) for k in cls._FIELDS[:5]), int(t.get("prefetch", 0)))
         except KeyError as e:
             raise AotcError(f"target {name!r}: gemm.{e.args[0]} is missing") from None
-        if min(tiles.mr, tiles.nr, tiles.kc, tiles.mc, tiles.nc) < 1 or tiles.mc % tiles.mr or tiles.nc % tiles.nr:
+        if min(tiles.mr, tiles.nr, tiles.kc, tiles.mc, tiles.nc) < 1 or tiles.prefetch < 0 \
+                or tiles.mc % tiles.mr or tiles.nc % tiles.nr:
             raise AotcError(f"target {name!r}: gemm tiles {t} must be positive, mc a multiple of mr "
                             "and nc a multiple of nr")
         return tiles
 
     def macros(self) -> dict[str, int]:
         """The C macros aotc_gemm_packed.h reads."""
-        return {f"AOTC_GEMM_{k.upper()}": getattr(self, k) for k in ("mr", "nr", "kc", "mc", "nc")}
+        return {f"AOTC_GEMM_{k.upper()}": getattr(self, k) for k in self._FIELDS}
 
     def defines(self) -> list[str]:
         return [f"#define {k} {v}" for k, v in self.macros().items()]
 
+    def k_step(self, K: int) -> int:
+        """K block size: K in ceil(K / kc) equal blocks (aotc_sgemm_kstep in the runtime)."""
+        blocks = -(-K // self.kc)
+        return -(-K // blocks) if blocks else 0
+
     def work_floats(self, M: int, N: int, K: int, a_packed: bool, b_packed: bool) -> int:
         """Scratch floats aotc_sgemm_packed needs for the blocks of its strided operands."""
-        kc = min(self.kc, K)
+        kc = self.k_step(K)
         n = 0
         if not b_packed:
             n += kc * _round_up(min(self.nc, N), self.nr)
@@ -71,24 +82,30 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def pack_a(a: np.ndarray, mr: int) -> np.ndarray:
-    """[..., M, K] -> [..., ceil(M/mr), K, mr]: MR-row panels, k-major, rows past M zero."""
-    a = np.asarray(a, dtype=np.float32)
-    *batch, M, K = a.shape
-    P = -(-M // mr)
-    pad = np.zeros((*batch, P * mr, K), np.float32)
-    pad[..., :M, :] = a
-    return np.ascontiguousarray(pad.reshape(*batch, P, mr, K).swapaxes(-1, -2))
+def _pack(x: np.ndarray, width: int, kstep: int) -> np.ndarray:
+    """[..., R, K] -> [..., ceil(R/width)*width*K]: K block after K block (kstep each, the
+    last one shorter), each holding all the panels of `width` rows, k-major; rows past R zero."""
+    x = np.asarray(x, dtype=np.float32)
+    *batch, R, K = x.shape
+    P = -(-R // width)
+    pad = np.zeros((*batch, P * width, K), np.float32)
+    pad[..., :R, :] = x
+    blocks = [pad[..., k0:k0 + kstep].reshape(*batch, P, width, -1).swapaxes(-1, -2).reshape(*batch, -1)
+              for k0 in range(0, K, max(kstep, 1))]
+    return np.ascontiguousarray(np.concatenate(blocks, axis=-1)) if blocks else pad.reshape(*batch, 0)
 
 
-def pack_b(b: np.ndarray, nr: int) -> np.ndarray:
-    """[..., K, N] -> [..., ceil(N/nr), K, nr]: NR-column panels, k-major, columns past N zero."""
+def pack_a(a: np.ndarray, tiles: GemmTiles) -> np.ndarray:
+    """A [..., M, K] as aotc_sgemm_packed reads a packed A: MR-row panels, K-block-major,
+    flattened to [..., ceil(M/MR)*MR*K]."""
+    return _pack(a, tiles.mr, tiles.k_step(a.shape[-1]))
+
+
+def pack_b(b: np.ndarray, tiles: GemmTiles) -> np.ndarray:
+    """B [..., K, N] as aotc_sgemm_packed reads a packed B: NR-column panels, K-block-major,
+    flattened to [..., ceil(N/NR)*NR*K]."""
     b = np.asarray(b, dtype=np.float32)
-    *batch, K, N = b.shape
-    Q = -(-N // nr)
-    pad = np.zeros((*batch, K, Q * nr), np.float32)
-    pad[..., :N] = b
-    return np.ascontiguousarray(pad.reshape(*batch, K, Q, nr).swapaxes(-3, -2))
+    return _pack(b.swapaxes(-1, -2), tiles.nr, tiles.k_step(b.shape[-2]))
 
 
 @dataclass(frozen=True)

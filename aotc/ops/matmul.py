@@ -68,8 +68,8 @@ def _lower_matmul(node, ctx):
         nb = 0
     tiles = GemmTiles.of(ctx.target)
     # a constant operand is packed into the micro-kernel's panels once, at compile time
-    Ap = ctx.derived_const(0, f"packed_a{tiles.mr}", lambda a: pack_a(a.reshape(a2), tiles.mr))
-    Bp = ctx.derived_const(1, f"packed_b{tiles.nr}", lambda w: pack_b(w.reshape(b2), tiles.nr)) \
+    Ap = ctx.derived_const(0, "packed_a", lambda a: pack_a(a.reshape(a2), tiles))
+    Bp = ctx.derived_const(1, "packed_b", lambda w: pack_b(w.reshape(b2), tiles)) \
         if Ap is None else None
     a_mat = -(-M // tiles.mr) * tiles.mr * K if Ap is not None else M * K
     b_mat = -(-N // tiles.nr) * tiles.nr * K if Bp is not None else K * N
@@ -130,8 +130,8 @@ def _lower_gemm(node, ctx):
             b.store(Y, (m, n), acc)
     else:
         tiles = GemmTiles.of(ctx.target)
-        Ap = ctx.derived_const(0, f"packed_a{tiles.mr}", lambda a: pack_a(a.T if ta else a, tiles.mr))
-        Bp = ctx.derived_const(1, f"packed_b{tiles.nr}", lambda w: pack_b(w.T if tb else w, tiles.nr)) \
+        Ap = ctx.derived_const(0, "packed_a", lambda a: pack_a(a.T if ta else a, tiles))
+        Bp = ctx.derived_const(1, "packed_b", lambda w: pack_b(w.T if tb else w, tiles)) \
             if Ap is None else None
         # Y = alpha * A.B + beta * C: with alpha == beta == 1, C is written first and the GEMM
         # accumulates onto it (one pass over Y)

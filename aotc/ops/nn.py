@@ -249,8 +249,8 @@ def _lower_conv(node, ctx):
         col = ctx.scratch((Cg * KK, OL), X.dtype, "col")
     # weights [M, Cg*KK] per group are the GEMM's A: packed into panels at compile time
     tiles = GemmTiles.of(ctx.target)
-    Wp = ctx.derived_const(1, f"packed_a{tiles.mr}",
-                           lambda w: pack_a(w.reshape(group, Mg, Cg * KK), tiles.mr))
+    Wp = ctx.derived_const(1, "packed_a",
+                           lambda w: pack_a(w.reshape(group, Mg, Cg * KK), tiles))
     if Wp is not None:
         b.comment(f"weights packed at compile time into {tiles.mr}-row panels")
     w_group = Wp.size // group if Wp is not None else Mg * Cg * KK
@@ -455,8 +455,8 @@ def _lower_convt(node, ctx):
     # A = W^T per group: element ((m, k...), c) at W[g*Cg + c, m, k...]; packed at compile
     # time when W is a constant, else read through strides
     tiles = GemmTiles.of(ctx.target)
-    Wp = ctx.derived_const(1, f"packed_at{tiles.mr}",
-                           lambda w: pack_a(w.reshape(group, Cg, Mg * KK).transpose(0, 2, 1), tiles.mr))
+    Wp = ctx.derived_const(1, "packed_at",
+                           lambda w: pack_a(w.reshape(group, Cg, Mg * KK).transpose(0, 2, 1), tiles))
     if Wp is not None:
         b.comment(f"weights transposed and packed at compile time into {tiles.mr}-row panels")
     col = ctx.scratch((Mg * KK, SL), X.dtype, "col")

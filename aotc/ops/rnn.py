@@ -199,8 +199,8 @@ def _lower_rnn(node, ctx):
     def weights_t(i, n_in, c0=0, c1=GH):
         """Direction d -> columns [c0, c1) of Wᵀ (i=1) or Rᵀ (i=2), [n_in, GH] each, as a GEMM
         operand: packed at compile time when constant, else read through strides."""
-        pk = ctx.derived_const(i, f"packed_b{tiles.nr}" + ("" if (c0, c1) == (0, GH) else f"_cols{c0}_{c1}"),
-                               lambda w: pack_b((w if transposed else w.transpose(0, 2, 1))[:, :, c0:c1], tiles.nr))
+        pk = ctx.derived_const(i, "packed_b" + ("" if (c0, c1) == (0, GH) else f"_cols{c0}_{c1}"),
+                               lambda w: pack_b((w if transposed else w.transpose(0, 2, 1))[:, :, c0:c1], tiles))
         buf = ctx.ins[i]
         if pk is not None:
             return lambda d: gemm.packed(pk, d * (pk.size // D))
