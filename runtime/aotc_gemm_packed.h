@@ -87,7 +87,11 @@ static void aotc_sgemm_pack_a(int64_t m, int64_t kc, const float *A, int64_t rs,
     for (i0 = 0; i0 < m; i0 += AOTC_GEMM_MR, Ap += kc * AOTC_GEMM_MR) {
         const int64_t mr = aotc_gemm_min(AOTC_GEMM_MR, m - i0);
         const float *a = A + i0 * rs;
-        if (mr == AOTC_GEMM_MR) {
+        if (mr == AOTC_GEMM_MR && rs == 1) {          /* A stored transposed: copy MR at a time */
+            for (k = 0; k < kc; ++k)
+                for (i = 0; i < AOTC_GEMM_MR; ++i)
+                    Ap[k * AOTC_GEMM_MR + i] = a[k * cs + i];
+        } else if (mr == AOTC_GEMM_MR) {
             for (k = 0; k < kc; ++k)
                 for (i = 0; i < AOTC_GEMM_MR; ++i)
                     Ap[k * AOTC_GEMM_MR + i] = a[i * rs + k * cs];

@@ -162,3 +162,71 @@ def test_every_target_has_gemm_tiles():
     for name in _NEEDS:
         t = GemmTiles.of(load_target(name))
         assert t.mc % t.mr == 0 and t.nc % t.nr == 0
+
+
+# ----------------------------------------------------------------------------- through the compiler
+def _target_or_skip(name):
+    missing = _NEEDS[name] - _cpu_flags()
+    if missing:
+        pytest.skip(f"this CPU lacks {', '.join(sorted(missing))} for target {name}")
+    return GemmTiles.of(load_target(name))
+
+
+# (x shape, w shape, attrs): convolutions whose GEMM runs as Y = W.col and as Y^T = col^T.W^T
+# (small outputs, long K), 1x1 and im2col, grouped, with and without bias
+CONVS = [
+    ((1, 128, 7, 7), (64, 128, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 96, 14, 14), (40, 96, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+    ((1, 512, 3, 3), (64, 512, 1, 1), {}),
+    ((2, 256, 5, 5), (48, 128, 3, 3), dict(pads=[1, 1, 1, 1], group=2)),
+    ((1, 64, 7, 7), (96, 64, 1, 1), {}),
+    ((1, 3, 19, 17), (13, 3, 5, 5), dict(strides=[2, 2], pads=[2, 2, 2, 2])),
+]
+
+
+def _conv_gemm(x, w, attrs):
+    group = attrs.get("group", 1)
+    k = w[1] * w[2] * w[3]
+    s = attrs.get("strides", [1, 1])[0]
+    p = attrs.get("pads", [0, 0, 0, 0])[0]
+    ol = ((x[2] + 2 * p - w[2]) // s + 1) * ((x[3] + 2 * p - w[3]) // s + 1)
+    return w[0] // group, ol, k
+
+
+@pytest.mark.parametrize("target", ["c", "c-avx512"])
+def test_conv_gemm_both_orientations(target, tmp_path):
+    from tests.helpers import assert_parity, rand, single_op_model
+    tiles = _target_or_skip(target)
+    taken = set()
+    for i, (xs, ws, attrs) in enumerate(CONVS):
+        taken.add(tiles.prefers_transposed(*_conv_gemm(xs, ws, attrs)))
+        x = rand(*xs, seed=i)
+        inits = {"w": rand(*ws, seed=10 + i) * 0.1}
+        if i % 2 == 0:
+            inits["b"] = rand(ws[0], seed=20 + i)
+        m = single_op_model("Conv", {"x": x}, inits=inits, **attrs)
+        (tmp_path / f"conv{i}").mkdir()
+        assert_parity(m, tmp_path / f"conv{i}", {"x": x}, target=target)
+    assert taken == {False, True}, f"the cases should take both GEMM orientations on {target}"
+
+
+@pytest.mark.parametrize("target", ["c", "c-avx512"])
+def test_matmul_and_gemm_operand_forms(target, tmp_path):
+    """Constant B (packed at compile time), constant A, both at run time, batched with a
+    broadcast B (rows folded into one GEMM), Gemm with transposed run-time operands and bias."""
+    from onnx import helper
+    from tests.helpers import assert_parity, graph_model, rand
+    _target_or_skip(target)
+    N = helper.make_node
+    x, y = rand(3, 37, 45, seed=1), rand(45, 19, seed=2)
+    x2 = rand(19, 45, seed=3)
+    nodes = [N("MatMul", ["x", "w"], ["a"]),                 # [3,37,45] x const [45,70]
+             N("MatMul", ["wa", "y"], ["b"]),                # const [29,45] x [45,19]
+             N("MatMul", ["x", "y"], ["c"]),                 # both at run time, B broadcast
+             N("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),  # [3,45,37]
+             N("MatMul", ["xt", "x"], ["d"]),                # batched, both at run time
+             N("Gemm", ["y", "x2"], ["e"], transA=1, transB=1, alpha=0.5),   # [19,19]
+             N("Gemm", ["x2", "y", "bias"], ["f"])]          # [19,19] + bias, accumulated onto
+    inits = {"w": rand(45, 70, seed=4), "wa": rand(29, 45, seed=5), "bias": rand(19, seed=6)}
+    m = graph_model(nodes, {"x": x, "y": y, "x2": x2}, ["a", "b", "c", "d", "e", "f"], inits)
+    assert_parity(m, tmp_path, {"x": x, "y": y, "x2": x2}, target=target)

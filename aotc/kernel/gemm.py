@@ -67,6 +67,22 @@ class GemmTiles:
         blocks = -(-K // self.kc)
         return -(-K // blocks) if blocks else 0
 
+    def padded_madds(self, M: int, N: int) -> int:
+        """Multiply-adds per k the micro-tiles spend on an M x N result (M, N padded to MR, NR)."""
+        return _round_up(M, self.mr) * _round_up(N, self.nr)
+
+    # what transposing one result element back costs, in micro-tile multiply-adds (measured on
+    # ResNet-50's 1x1 convolutions, where the GEMM alone got faster but the whole did not)
+    TRANSPOSE_COST = 64
+
+    def prefers_transposed(self, M: int, N: int, K: int, margin: float = 0.05) -> bool:
+        """True when computing Cᵀ = Bᵀ·Aᵀ (the roles of M and N swapped) and transposing the
+        result back is `margin` cheaper than computing C: an N of 49 pads to 64 on a 32-wide
+        tile, where an M of 49 pads to 56 on an 8-row one."""
+        plain = self.padded_madds(M, N) * K
+        swapped = self.padded_madds(N, M) * K + self.TRANSPOSE_COST * M * N
+        return swapped < (1 - margin) * plain
+
     def work_floats(self, M: int, N: int, K: int, a_packed: bool, b_packed: bool) -> int:
         """Scratch floats aotc_sgemm_packed needs for the blocks of its strided operands."""
         kc = self.k_step(K)

@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..kernel import gemm
-from ..kernel.gemm import GemmTiles, emit_sgemm, pack_a
+from ..kernel.gemm import GemmTiles, emit_sgemm, pack_a, pack_b
 from ..kernel.ir import (F32, I64, BufPtr, Const, Expr, If, binop, call, cast, const, maximum, minimum, select)
 from .common import ints, prod
 from .registry import register
@@ -247,13 +247,17 @@ def _lower_conv(node, ctx):
     else:
         b.comment(f"im2col ({Cg * KK} x {OL}) + GEMM per group")
         col = ctx.scratch((Cg * KK, OL), X.dtype, "col")
-    # weights [M, Cg*KK] per group are the GEMM's A: packed into panels at compile time
+    K = Cg * KK
     tiles = GemmTiles.of(ctx.target)
-    Wp = ctx.derived_const(1, "packed_a",
-                           lambda w: pack_a(w.reshape(group, Mg, Cg * KK), tiles))
+    if tiles.prefers_transposed(Mg, OL, K):
+        _conv_gemm_transposed(ctx, X, W, Bias, Y, tiles, group, col if not pointwise else None,
+                              lambda n, g: _im2col(b, X, col, n, g * Cg, Cg, S, O, win))
+        return
+    # weights [Mg, K] per group are the GEMM's A: packed into panels at compile time
+    Wp = ctx.derived_const(1, "packed_a", lambda w: pack_a(w.reshape(group, Mg, K), tiles))
     if Wp is not None:
         b.comment(f"weights packed at compile time into {tiles.mr}-row panels")
-    w_group = Wp.size // group if Wp is not None else Mg * Cg * KK
+    w_group = Wp.size // group if Wp is not None else Mg * K
     with b.loops([N], ["n"]) as (n,):
         if Bias is not None:
             _fill_bias(b, Y, Bias, n, M, OL)
@@ -263,9 +267,43 @@ def _lower_conv(node, ctx):
             else:
                 _im2col(b, X, col, n, g * Cg, Cg, S, O, win)
                 src = gemm.strided(col, 0, OL, 1)
-            emit_sgemm(ctx, Mg, OL, Cg * KK,
-                       gemm.packed(Wp, g * w_group) if Wp is not None else gemm.strided(W, g * w_group, Cg * KK, 1),
+            emit_sgemm(ctx, Mg, OL, K,
+                       gemm.packed(Wp, g * w_group) if Wp is not None else gemm.strided(W, g * w_group, K, 1),
                        src, BufPtr(Y, (n * M + g * Mg) * OL), OL, accumulate=Bias is not None)
+
+
+def _conv_gemm_transposed(ctx, X, W, Bias, Y, tiles, group, col, im2col):
+    """Y per (batch, group) as Yᵀ[OL, Mg] = colᵀ · Wᵀ, then transposed into Y with the bias
+    added: for small outputs (7x7, 14x14) whose OL pads badly to the micro-tile's width while
+    the channel count does not (see GemmTiles.prefers_transposed)."""
+    b = ctx.b
+    N, C, SL = X.shape[0], X.shape[1], prod(X.shape[2:])
+    M, OL = W.shape[0], prod(Y.shape[2:])
+    Cg, Mg = C // group, M // group
+    K = prod(W.shape[1:])
+    b.comment(f"GEMM transposed (output positions as rows): Y^T [{OL}, {Mg}] = col^T . W^T, then "
+              f"transposed into Y")
+    Wt = ctx.derived_const(1, "packed_bt", lambda w: pack_b(w.reshape(group, Mg, K).swapaxes(-1, -2), tiles))
+    if Wt is not None:
+        b.comment(f"weights transposed and packed at compile time into {tiles.nr}-column panels")
+    yt = ctx.scratch((OL, Mg), Y.dtype, "y_t")
+    with b.loops([N, group], ["n", "g"]) as (n, g):
+        if col is None:
+            src = gemm.strided(X, (n * C + g * Cg) * SL, 1, SL)
+        else:
+            im2col(n, g)
+            src = gemm.strided(col, 0, 1, OL)
+        wt = gemm.packed(Wt, g * (Wt.size // group)) if Wt is not None else gemm.strided(W, g * Mg * K, 1, K)
+        emit_sgemm(ctx, OL, Mg, K, src, wt, BufPtr(yt), Mg)
+        # channels in blocks of TB, so each read of Y^T takes a whole cache line and the TB rows
+        # of Y are written as TB forward streams (a plain column walk of Y^T, Mg apart, thrashes)
+        tb = next(t for t in (16, 8, 4, 2, 1) if Mg % t == 0)
+        with b.loops([Mg // tb, OL, tb], ["mb", "p", "mi"]) as (mb, p, mi):
+            m = mb * tb + mi
+            v = yt[p * Mg + m]
+            if Bias is not None:
+                v = v + Bias[g * Mg + m]
+            b.store(Y, (n * M + g * Mg + m) * OL + p, v)
 
 
 UNROLL_TAPS = 11      # kernels at most this wide get one copy of the row loop per tap
