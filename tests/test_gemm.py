@@ -156,6 +156,8 @@ def test_pack_layouts():
     assert np.array_equal(blk0[0, 1], b[1, 0:4]) and np.array_equal(blk0[1, 0], [b[0, 4], 0, 0, 0])
     batched = pack_b(np.stack([b, 2 * b]), t)
     assert batched.shape == (2, 8 * 3) and np.array_equal(batched[1], 2 * q)
+    assert pack_a(np.zeros((0, 3), np.float32), t).size == 0 and pack_b(np.zeros((3, 0), np.float32), t).size == 0
+    assert pack_a(np.zeros((2, 5, 0), np.float32), t).shape == (2, 0)
 
 
 def test_every_target_has_gemm_tiles():

@@ -106,9 +106,11 @@ def _pack(x: np.ndarray, width: int, kstep: int) -> np.ndarray:
     P = -(-R // width)
     pad = np.zeros((*batch, P * width, K), np.float32)
     pad[..., :R, :] = x
+    if P == 0 or K == 0:
+        return pad.reshape(*batch, 0)
     blocks = [pad[..., k0:k0 + kstep].reshape(*batch, P, width, -1).swapaxes(-1, -2).reshape(*batch, -1)
-              for k0 in range(0, K, max(kstep, 1))]
-    return np.ascontiguousarray(np.concatenate(blocks, axis=-1)) if blocks else pad.reshape(*batch, 0)
+              for k0 in range(0, K, kstep)]
+    return np.ascontiguousarray(np.concatenate(blocks, axis=-1))
 
 
 def pack_a(a: np.ndarray, tiles: GemmTiles) -> np.ndarray:
