@@ -232,3 +232,25 @@ def test_matmul_and_gemm_operand_forms(target, tmp_path):
     inits = {"w": rand(45, 70, seed=4), "wa": rand(29, 45, seed=5), "bias": rand(19, seed=6)}
     m = graph_model(nodes, {"x": x, "y": y, "x2": x2}, ["a", "b", "c", "d", "e", "f"], inits)
     assert_parity(m, tmp_path, {"x": x, "y": y, "x2": x2}, target=target)
+
+
+@pytest.mark.parametrize("target", ["c", "c-avx512"])
+def test_weights_given_at_run_time_are_read_through_strides(target, tmp_path):
+    """Conv in both orientations and grouped ConvTranspose with W a graph input: no packing at
+    compile time, the GEMM reads W (or W^T) where it lies."""
+    from onnx import helper
+    from tests.helpers import assert_parity, graph_model, rand
+    tiles = _target_or_skip(target)
+    N = helper.make_node
+    cases = [((1, 512, 3, 3), (64, 512, 1, 1), {}), ((1, 16, 9, 9), (24, 8, 3, 3), dict(group=2, pads=[1, 1, 1, 1]))]
+    assert tiles.prefers_transposed(*_conv_gemm(*cases[0])) and not tiles.prefers_transposed(*_conv_gemm(*cases[1]))
+    for i, (xs, ws, attrs) in enumerate(cases):
+        feeds = {"x": rand(*xs, seed=i), "w": rand(*ws, seed=5 + i) * 0.1}
+        m = graph_model([N("Conv", ["x", "w"], ["y"], **attrs)], feeds, ["y"])
+        (tmp_path / f"conv{i}").mkdir()
+        assert_parity(m, tmp_path / f"conv{i}", feeds, target=target)
+    feeds = {"x": rand(1, 6, 5, 4, seed=9), "w": rand(6, 2, 3, 3, seed=10), "b": rand(4, seed=11)}
+    m = graph_model([N("ConvTranspose", ["x", "w", "b"], ["y"], group=2, strides=[2, 2], pads=[1, 0, 1, 0])],
+                    feeds, ["y"])
+    (tmp_path / "convt").mkdir()
+    assert_parity(m, tmp_path / "convt", feeds, target=target)
