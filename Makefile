@@ -34,7 +34,7 @@ zoo-full: venv
 
 # aotc vs ONNX Runtime, medians and ratios; updates the table in docs/PERFORMANCE.md.
 bench: venv
-	$(BIN)/python -m models.bench --size small --runs 50 --report docs/PERFORMANCE.md
+	$(BIN)/python -m models.bench --size full --models resnet50,mobilenetv2,yolo,bert,gpt2,vit --runs 15 --report docs/PERFORMANCE.md
 
 # Regenerates docs/ONNX_SUPPORT.md from the op registry.
 support-matrix: venv
