@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
-
 from . import __version__
 from .codegen.c import emitter
 from .errors import AotcError, UnsupportedError

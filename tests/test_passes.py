@@ -13,7 +13,6 @@ import signal
 from contextlib import contextmanager
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
