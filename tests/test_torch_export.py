@@ -18,7 +18,7 @@ class ConvNet(nn.Module):
 
     def forward(self, x):
         y = nn.functional.silu(self.bn(self.c1(x)))
-        y = nn.functional.relu6(self.dw(y))
+        y = nn.functional.relu6(self.dw(y)) + nn.functional.hardswish(self.dw(y))
         y = nn.functional.interpolate(y, scale_factor=2, mode="nearest")
         y = nn.functional.max_pool2d(y, 2) + nn.functional.avg_pool2d(y, 2)
         return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(y, 1), 1))
