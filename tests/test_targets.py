@@ -1,0 +1,32 @@
+"""The SIMD targets compile every zoo model (small) to the same answers as ONNX Runtime.
+Targets this CPU cannot run are left out of the parameter list (they still compile in
+test_gemm's cross-checks)."""
+import onnx
+import pytest
+
+from aotc.check.runner import run_check
+from aotc.targets import available, load_target
+from models.bench import _cpu_flags
+from models.zoo import ZOO
+
+_NEEDS = {"c-avx2": {"avx2", "fma"}, "c-avx512": {"avx512f", "avx512bw", "avx512dq", "avx512vl", "fma"}}
+RUNNABLE = [t for t in available() if t != "c" and _NEEDS.get(t, set()) <= _cpu_flags()]
+
+
+def test_every_target_file_loads():
+    for t in available():
+        tgt = load_target(t)
+        assert tgt["name"] == t and tgt["cflags"]
+
+
+@pytest.mark.parametrize("target", RUNNABLE)
+@pytest.mark.parametrize("name", ["resnet50", "mobilenetv2", "bert", "gpt2", "lstm", "yolo"])
+def test_zoo_on_simd_target(name, target, tmp_path):
+    e = ZOO[name]
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(e.build("small"), str(path))
+    res = run_check(path, target=target, shapes=e.shapes_for("small"), rtol=e.rtol, atol=e.atol,
+                    output_dir=tmp_path / "out", seed=5)
+    assert res.outputs
+    for o in res.outputs:
+        assert o.passed, f"{name}/{o.name} on {target}: max_abs={o.max_abs_err:.3g} {o.note}"
