@@ -26,7 +26,7 @@ demo: venv
 	$(BIN)/aotc check build/demo/mlp.onnx --target c --shape x=1x64
 
 test: venv
-	$(BIN)/python -m pytest -q -n $(JOBS) -m "not slow" tests
+	$(BIN)/python -m pytest -q -n $(JOBS) tests
 
 # Full-size zoo models (ResNet-50, BERT-base, GPT-2 small, ...) through `aotc check`; writes docs/ZOO.md.
 zoo-full: venv
