@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 JOBS   ?= 2
 
-.PHONY: all venv demo test test-fast zoo-full bench support-matrix clean
+.PHONY: all venv demo test test-fast zoo-full conformance bench support-matrix clean
 
 all: test
 
@@ -31,6 +31,10 @@ test: venv
 # Full-size zoo models (ResNet-50, BERT-base, GPT-2 small, ...) through `aotc check`; writes docs/ZOO.md.
 zoo-full: venv
 	$(BIN)/python -m models.check_zoo --size full --report docs/ZOO.md
+
+# Every ONNX backend node test case compiled and run by aotc (about 3 minutes on 2 cores); writes docs/CONFORMANCE.md.
+conformance: venv
+	$(BIN)/python -m models.conformance --report docs/CONFORMANCE.md
 
 # aotc vs ONNX Runtime, medians and ratios; updates the table in docs/PERFORMANCE.md.
 bench: venv
