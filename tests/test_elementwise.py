@@ -89,3 +89,11 @@ def test_int_arithmetic(tmp_path):
     nodes = [helper.make_node("Mul", ["a", "b"], ["m"]), helper.make_node("Add", ["m", "a"], ["s"]),
              helper.make_node("Mod", ["s", "b"], ["y"])]
     assert_parity(graph_model(nodes, {"a": a, "b": b}, ["y", "s"]), tmp_path, {"a": a, "b": b})
+
+
+def test_operand_read_only_for_its_type(tmp_path):
+    """CastLike's second input gives only a type: the fused loop must not load it (an unused
+    local would fail -Werror)."""
+    x, like = rand(3, 4, seed=14) * 3, np.arange(12, dtype=np.int64).reshape(3, 4)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("CastLike", ["r", "like"], ["y"])]
+    assert_parity(graph_model(nodes, {"x": x, "like": like}, ["y"], opset=19), tmp_path, {"x": x, "like": like})

@@ -211,20 +211,23 @@ def _lower_chain(g: Graph, grp: Group, stored, params: _Params, anchor_buf, b: B
                 off = off + var * st_full[members[-1]]
             return off
 
+        # Operands are read where the chain uses them (an operand no node reads, like
+        # CastLike's type-only input, is never loaded). Every value is computed into a local
+        # before the first store, so an output written over an operand (in-place) cannot
+        # change what a later node reads.
         env: dict[str, Expr] = dict(scalars)
         for name, buf in operands.items():
-            env[name] = b.local("x", Load(buf, offset(all_strides[name])))
+            env[name] = Load(buf, offset(all_strides[name]))
         out_off = offset(out_strides)
         for n in grp.chain:
             op = registry.get(n.op_type)
             args = [env[i] if i else None for i in n.inputs]
             val = op.pointwise(n, args)
-            o = n.outputs[0]
-            if not isinstance(val, (Load, Const)) and not (isinstance(val, Var)):
+            if not isinstance(val, (Const, Var)):
                 val = b.local("t", val)
-            env[o] = val
-            if o in outs:
-                b.store(outs[o], out_off, val)
+            env[n.outputs[0]] = val
+        for o, buf in outs.items():
+            b.store(buf, out_off, env[o])
 
 
 def _merge_dims(shape, strides_list):
