@@ -264,3 +264,14 @@ def test_lrn(size, tmp_path):
     x = rand(1, 7, 4, 5, seed=24)
     m = single_op_model("LRN", {"x": x}, size=size, alpha=1e-3, beta=0.75, bias=2.0)
     assert_parity(m, tmp_path, {"x": x})
+
+
+def test_pad_with_runtime_fill_value_and_nothing_to_pad(tmp_path):
+    """A run-time fill value that is never needed (all pads 0) must not leave an unused local."""
+    from onnx import helper as h
+    from tests.helpers import assert_parity, graph_model
+    x = np.random.default_rng(21).standard_normal((2, 3)).astype(np.float32)
+    v = np.array(1.5, np.float32)
+    m = graph_model([h.make_node("Pad", ["x", "pads", "v"], ["y"], mode="constant")], {"x": x, "v": v}, ["y"],
+                    {"pads": np.zeros(4, np.int64)})
+    assert_parity(m, tmp_path, {"x": x, "v": v})

@@ -709,7 +709,7 @@ def _lower_pad(node, ctx):
         if cv is not None:
             fill = const(np.asarray(cv).reshape(-1)[0].item() if np.asarray(cv).size else 0, X.dtype)
         elif ctx.has_input(2):
-            fill = b.local("fill", ctx.ins[2][const(0)])
+            fill = ctx.ins[2][const(0)]        # read where it is used: no padding, no read
         else:
             fill = const(0, X.dtype)
     xst = _strides(X.shape)
