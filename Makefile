@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 JOBS   ?= 2
 
-.PHONY: all venv demo test test-fast zoo-full conformance bench support-matrix clean
+.PHONY: all venv demo test zoo-full conformance bench support-matrix clean
 
 all: test
 
