@@ -109,7 +109,8 @@ def compile_model(path, target: str = "c", output_dir: str | os.PathLike = "out"
             files[f"{prefix}_weights.c"] = emitter.emit_weights_c(prefix, blob)
         for fname, text in files.items():
             _write_if_changed(out / fname, text)
-        for h in emitter.RUNTIME_HEADERS:
+        headers = emitter.runtime_headers(c.steps)
+        for h in headers:
             shutil.copyfile(RUNTIME_DIR / h, out / h)
         weights_file = None
         if external:
@@ -132,7 +133,7 @@ def compile_model(path, target: str = "c", output_dir: str | os.PathLike = "out"
         "target": c.target["name"],
         "library": lib.name,
         "header": f"{prefix}.h",
-        "sources": sorted(files) + emitter.RUNTIME_HEADERS,
+        "sources": sorted(files) + headers,
         "inputs": [_port(p) for p in emitter.ports(g, g.inputs)],
         "outputs": [_port(p) for p in emitter.ports(g, g.outputs)],
         "workspace_bytes": plan.arena_bytes,

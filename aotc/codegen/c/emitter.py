@@ -12,11 +12,16 @@ from ...kernel.lowering import KernelStep, c_ident
 from ...memory.planner import MemoryPlan
 from .printer import CPrinter, ctype
 
-RUNTIME_HEADERS = ["aotc_runtime.h", "aotc_gemm.h", "aotc_gemm_packed.h"]
 # runtime micro-kernel -> the header in runtime/ that defines it
 MICRO_KERNELS = {"aotc_sgemm": "aotc_gemm.h", "aotc_sgemm_packed": "aotc_gemm_packed.h"}
 # header -> the target facts it needs as macros, written just before it is included
 HEADER_MACROS = {"aotc_gemm_packed.h": lambda target: GemmTiles.of(target).defines()}
+
+
+def runtime_headers(steps: list[KernelStep]) -> list[str]:
+    """The runtime/ headers an artifact needs: status codes, plus the micro-kernels it calls."""
+    called = set().union(*[_called(st.kernel.body) for st in steps]) if steps else set()
+    return ["aotc_runtime.h"] + sorted({MICRO_KERNELS[f] for f in called if f in MICRO_KERNELS})
 
 
 def _called(stmts) -> set[str]:
@@ -131,8 +136,7 @@ def emit_source(prefix: str, g: Graph, steps: list[KernelStep], plan: MemoryPlan
          f"   {len(steps)} kernels; workspace {plan.arena_bytes} bytes; weights {plan.weights_bytes} bytes. */",
          "#include <math.h>", "#include <stdint.h>", "#include <stdio.h>", "#include <stdlib.h>", "",
          f'#include "{prefix}.h"']
-    called = set().union(*[_called(st.kernel.body) for st in steps]) if steps else set()
-    for h in sorted({MICRO_KERNELS[f] for f in called if f in MICRO_KERNELS}):
+    for h in runtime_headers(steps)[1:]:
         if h in HEADER_MACROS:
             L.append(f"/* {h} configured for target {(target or {}).get('name', '?')} */")
             L += HEADER_MACROS[h](target or {})
