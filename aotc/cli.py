@@ -17,6 +17,9 @@ from .errors import AotcError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="aotc: ahead-of-time compiler from ONNX models to C shared libraries.")
+_TARGET_HELP = ("Target: native (the best CPU target this machine runs: c-avx512, c-avx2 or c), c (portable "
+                "C99), c-avx2, c-avx512 (see targets/).")
+_THREADS_HELP = "Most threads the artifact runs on; 0 = every core of this machine."
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 _state = {"verbose": False}
@@ -109,8 +112,10 @@ def _load_arrays(items: List[str], flag: str) -> dict:
 @app.command("compile")
 def compile_cmd(
     model: Path = typer.Argument(..., help="The .onnx file."),
-    target: str = typer.Option("c", "--target", "-t", help="Target: c, c-avx2, c-avx512 (see targets/)."),
+    target: str = typer.Option("native", "--target", "-t", help=_TARGET_HELP),
     output: Path = typer.Option(..., "--output", "-o", help="Directory to write the artifact into."),
+    threads: int = typer.Option(0, "--threads", help=_THREADS_HELP + " The workspace holds per-thread "
+                                "scratch for this many; an instance can be asked for fewer at run time."),
     name: Optional[str] = typer.Option(None, "--name", help="C prefix for every symbol (default: file name)."),
     shape: List[str] = typer.Option([], "--shape", help="Fix an input's shape: NAME=1x3x224x224. Repeatable."),
     const: List[str] = typer.Option([], "--const", help="Bind an input to a constant: NAME=file.npy. Repeatable."),
@@ -123,9 +128,10 @@ def compile_cmd(
         from .compiler import compile_model
         d = compile_model(model, target=target, output_dir=output, name=name, shapes=_parse_shapes(shape),
                           consts=_load_arrays(const, "--const"), weights=weights, fuse=not no_fuse,
-                          progress=_progress)
+                          progress=_progress, threads=threads)
         m = json.loads((d / "manifest.json").read_text())
-        out.print(f"wrote {d}/{m['library']} ({m['kernels']} kernels, workspace {m['workspace_bytes']} bytes, "
+        out.print(f"wrote {d}/{m['library']} (target {m['target']}, {len(m['kernels'])} kernels, up to "
+                  f"{m['threads']} thread(s), workspace {m['workspace_bytes']} bytes, "
                   f"weights {m['weights']['bytes']} bytes {m['weights']['mode']})")
     except typer.Exit:
         raise
@@ -138,11 +144,13 @@ def run_cmd(
     artifact: Path = typer.Argument(..., help="Directory written by `aotc compile`."),
     input: List[str] = typer.Option([], "--input", "-i", help="NAME=file.npy, or a .npz with every input."),
     output_dir: Path = typer.Option(Path("."), "--output-dir", help="Where to write <output>.npy files."),
+    threads: int = typer.Option(0, "--threads", help="Threads to run on; 0 = every core, up to what the "
+                                "artifact was compiled for."),
 ):
     """Run a compiled artifact on inputs from .npy/.npz files; writes one .npy per output."""
     try:
         from .api import load
-        m = load(artifact)
+        m = load(artifact, threads=threads)
         arrays = _load_arrays(input, "--input")
         results = m.run(arrays)
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -161,7 +169,8 @@ def run_cmd(
 @app.command("check")
 def check_cmd(
     model: Path = typer.Argument(..., help="The .onnx file."),
-    target: str = typer.Option("c", "--target", "-t", help="Target to compile for."),
+    target: str = typer.Option("native", "--target", "-t", help=_TARGET_HELP),
+    threads: int = typer.Option(0, "--threads", help=_THREADS_HELP),
     input: List[str] = typer.Option([], "--input", "-i", help="NAME=file.npy (default: seeded random inputs)."),
     shape: List[str] = typer.Option([], "--shape", help="NAME=1x3x224x224, as for compile."),
     const: List[str] = typer.Option([], "--const", help="NAME=file.npy, as for compile."),
@@ -178,13 +187,14 @@ def check_cmd(
         from .check.runner import junit_xml, run_check
         arrays = _load_arrays(input, "--input") or None
         res = run_check(model, target=target, inputs=arrays, rtol=rtol, atol=atol, shapes=_parse_shapes(shape),
-                        consts=_load_arrays(const, "--const"), output_dir=keep, seed=seed, progress=_progress)
+                        consts=_load_arrays(const, "--const"), output_dir=keep, seed=seed, progress=_progress,
+                        threads=threads)
     except typer.Exit:
         raise
     except Exception as e:
         _fail(e)
         return
-    out.print(f"{model.name} on target {target} (rtol {rtol:g}, atol {atol:g})")
+    out.print(f"{model.name} on target {res.target} (rtol {rtol:g}, atol {atol:g})")
     out.print(f"  {'output':24} {'shape':>18} {'max abs err':>12} {'max rel err':>12} {'max ULP':>10}  result")
     for o in res.outputs:
         verdict = "[green]ok[/]" if o.passed else f"[red]MISMATCH ({o.mismatches} elements) {o.note}[/]"
@@ -201,7 +211,7 @@ def check_cmd(
 @app.command("inspect")
 def inspect_cmd(
     model: Path = typer.Argument(..., help="The .onnx file."),
-    target: str = typer.Option("c", "--target", "-t"),
+    target: str = typer.Option("native", "--target", "-t", help=_TARGET_HELP),
     shape: List[str] = typer.Option([], "--shape", help="NAME=1x3x224x224, as for compile."),
     const: List[str] = typer.Option([], "--const", help="NAME=file.npy, as for compile."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional
 
 from . import __version__
-from .codegen.c import emitter
+from .codegen import abi, get_backend
 from .errors import AotcError, UnsupportedError
 from .frontend import import_model, load_onnx
 from .frontend.onnx_import import model_sha256
@@ -21,11 +21,15 @@ from .ir import dtypes
 from .ir.graph import Graph
 from .kernel.lowering import KernelStep, c_ident, lower_groups
 from .memory import MemoryPlan, plan_memory
+from .memory.planner import mark_aliased
 from .ops import registry
 from .passes.manager import PassManager
 from .paths import RUNTIME_DIR
-from .targets import load_target
+from .program import Program
+from .targets import NATIVE, load_target
 
+# The target when none is given: the best CPU target this machine runs.
+DEFAULT_TARGET = NATIVE
 # Above this many bytes of weights, `--weights auto` writes them to a file instead of C source.
 EMBED_LIMIT_BYTES = 8 << 20
 
@@ -39,7 +43,9 @@ class Compiled:
     groups: list[Group]
     steps: list[KernelStep]
     plan: MemoryPlan
+    program: Program
     target: dict
+    threads: int
     opset: int
     node_count_before: int
 
@@ -65,9 +71,24 @@ def check_supported(g: Graph) -> None:
         raise UnsupportedError(bad, "see docs/ONNX_SUPPORT.md for the operators aotc compiles", what="operator(s)")
 
 
-def analyze(path, target: str = "c", name: Optional[str] = None, shapes: Mapping | None = None,
-            consts: Mapping | None = None, fuse: bool = True, progress: Optional[Progress] = None) -> Compiled:
+def resolve_threads(threads: int | None, backend) -> int:
+    """--threads: 0 (or None) means every core of this machine; GPU backends run on 1 host thread."""
+    if threads is None:
+        threads = 0
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+        raise AotcError(f"threads must be a non-negative integer, not {threads!r}", "0 means all cores")
+    if not backend.host_threads:
+        return 1
+    return threads or backend.default_threads()
+
+
+def analyze(path, target: str = DEFAULT_TARGET, name: Optional[str] = None, shapes: Mapping | None = None,
+            consts: Mapping | None = None, fuse: bool = True, progress: Optional[Progress] = None,
+            threads: int | None = 0) -> Compiled:
     step = progress or (lambda s: nullcontext())
+    tgt = load_target(target)
+    backend = get_backend(tgt["language"])
+    n_threads = resolve_threads(threads, backend)
     with step("reading model"):
         model = load_onnx(path)
     with step("importing graph"):
@@ -75,41 +96,46 @@ def analyze(path, target: str = "c", name: Optional[str] = None, shapes: Mapping
     hist = g.op_histogram()
     n_before = len(g.nodes)
     check_supported(g)
-    tgt = load_target(target)
     with step("optimizing graph"):
         opset = g.opset
         g = PassManager().run(g)
     with step("fusing and lowering kernels"):
         groups = form_groups(g, fuse=fuse)
-        steps = lower_groups(g, groups, tgt)
+        steps = lower_groups(g, groups)
+    with step(f"scheduling for {tgt['name']}"):
+        backend.schedule(g, steps, tgt, n_threads)
     with step("planning memory"):
-        plan = plan_memory(g, groups, steps, align=int(tgt.get("alignment", 64)))
-    return Compiled(g, hist, groups, steps, plan, tgt, opset, n_before)
+        plan = plan_memory(g, groups, steps, align=int(tgt.get("alignment", 64)), threads=n_threads)
+        mark_aliased(g, steps, plan)
+    program = backend.program(g, steps, plan, tgt)
+    return Compiled(g, hist, groups, steps, plan, program, tgt, n_threads, opset, n_before)
 
 
-def compile_model(path, target: str = "c", output_dir: str | os.PathLike = "out", name: Optional[str] = None,
-                  shapes: Mapping | None = None, consts: Mapping | None = None, weights: str = "auto",
-                  fuse: bool = True, progress: Optional[Progress] = None) -> Path:
+def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathLike = "out",
+                  name: Optional[str] = None, shapes: Mapping | None = None, consts: Mapping | None = None,
+                  weights: str = "auto", fuse: bool = True, progress: Optional[Progress] = None,
+                  threads: int | None = 0) -> Path:
     if weights not in ("auto", "embed", "external"):
         raise AotcError(f"--weights must be auto, embed or external, not {weights!r}")
     prefix = c_ident(name).lower() if name else default_name(path)
     if not re.match(r"^[a-z_][a-z0-9_]*$", prefix):
         raise AotcError(f"--name {name!r} is not usable as a C identifier prefix")
-    c = analyze(path, target, prefix, shapes, consts, fuse, progress)
+    c = analyze(path, target, prefix, shapes, consts, fuse, progress, threads)
+    backend = get_backend(c.target["language"])
     step = progress or (lambda s: nullcontext())
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     external = weights == "external" or (weights == "auto" and c.plan.weights_bytes > EMBED_LIMIT_BYTES)
     g, plan = c.graph, c.plan
-    with step("generating C"):
-        blob = emitter.weights_blob(g, plan)
-        files = {f"{prefix}.h": emitter.emit_header(prefix, g, plan, external),
-                 f"{prefix}.c": emitter.emit_source(prefix, g, c.steps, plan, external, c.target)}
+    with step("generating code"):
+        blob = abi.weights_blob(g, plan)
+        files = {f"{prefix}.h": abi.emit_header(prefix, g, plan, external, c.threads, c.target)}
+        files.update(backend.sources(prefix, g, c.program, plan, external, c.target, c.threads))
         if not external:
-            files[f"{prefix}_weights.c"] = emitter.emit_weights_c(prefix, blob)
+            files[f"{prefix}_weights.c"] = abi.emit_weights_c(prefix, blob)
         for fname, text in files.items():
             _write_if_changed(out / fname, text)
-        headers = emitter.runtime_headers(c.steps)
+        headers = backend.runtime_headers(c.program)
         for h in headers:
             shutil.copyfile(RUNTIME_DIR / h, out / h)
         weights_file = None
@@ -121,27 +147,29 @@ def compile_model(path, target: str = "c", output_dir: str | os.PathLike = "out"
         if (out / f"{prefix}_weights.c").exists() and external:
             (out / f"{prefix}_weights.c").unlink()
     lib = out / f"lib{prefix}.so"
-    with step("compiling C"):
-        from .build.toolchain import build_shared
-        srcs = [out / f"{prefix}.c"] + ([] if external else [out / f"{prefix}_weights.c"])
-        build_shared(srcs, lib, c.target, [out])
+    with step("compiling"):
+        srcs = [out / f for f in sorted(files) if f.endswith((".c", ".cu"))]
+        backend.build(srcs, lib, c.target, [out])
     manifest = {
         "aotc_version": __version__,
         "name": prefix,
         "model": Path(path).name,
         "model_sha256": model_sha256(path),
         "target": c.target["name"],
+        "target_requested": c.target.get("requested", c.target["name"]),
+        "language": c.target["language"],
+        "threads": c.threads,
         "library": lib.name,
         "header": f"{prefix}.h",
         "sources": sorted(files) + headers,
-        "inputs": [_port(p) for p in emitter.ports(g, g.inputs)],
-        "outputs": [_port(p) for p in emitter.ports(g, g.outputs)],
+        "inputs": [_port(p) for p in abi.ports(g, g.inputs)],
+        "outputs": [_port(p) for p in abi.ports(g, g.outputs)],
         "workspace_bytes": plan.arena_bytes,
         "workspace_alignment": plan.alignment,
         "weights": {"mode": "external" if external else "embedded", "file": weights_file,
                     "bytes": plan.weights_bytes, "sha256": hashlib.sha256(blob).hexdigest()},
         "memory_plan": plan.summary(),
-        "kernels": len(c.steps),
+        "kernels": [{"name": ln.kernel.name, "nodes": ln.kernel.comment} for ln in c.program.launches()],
         "opset": c.opset,
     }
     _write_if_changed(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
@@ -156,4 +184,3 @@ def _write_if_changed(path: Path, text: str) -> None:
     if path.exists() and path.read_text() == text:
         return
     path.write_text(text)
-

@@ -41,3 +41,7 @@ class InputError(AotcError):
 
 class ArtifactError(AotcError):
     """An artifact directory is missing files or is inconsistent."""
+
+
+class RunError(AotcError):
+    """A compiled model stopped with an error status (an index out of range in the data, say)."""

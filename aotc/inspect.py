@@ -1,13 +1,13 @@
 """`aotc inspect`: what the compiler sees in a model and what it makes of it."""
 from __future__ import annotations
 
-from .codegen.c.emitter import ports
+from .codegen.abi import ports
 from .compiler import analyze, default_name, node_opset
 from .frontend import import_model, load_onnx
 from .ops import registry
 
 
-def inspect_model(path, target: str = "c", shapes=None, consts=None, progress=None) -> dict:
+def inspect_model(path, target: str = "native", shapes=None, consts=None, progress=None) -> dict:
     g = import_model(load_onnx(path), default_name(path), shapes, consts)
     info = {
         "model": str(path),

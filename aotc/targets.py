@@ -1,22 +1,74 @@
-"""Target descriptions: data files under targets/, one per target."""
+"""Target descriptions: data files under targets/, one per target, plus `native`.
+
+`native` is not a file: it is the best CPU target this machine runs, picked by the ISA
+extensions each target file `requires` (from /proc/cpuinfo) and its `native_rank`.
+"""
 from __future__ import annotations
 
+import platform
 import tomllib
+from functools import lru_cache
+from pathlib import Path
 
 from .errors import AotcError
 from .paths import TARGETS_DIR
 
+NATIVE = "native"
+
 
 def available() -> list[str]:
-    return sorted(p.stem for p in TARGETS_DIR.glob("*.toml"))
+    """Target names: the files under targets/, and native."""
+    return sorted(p.stem for p in TARGETS_DIR.glob("*.toml")) + [NATIVE]
 
 
-def load_target(name: str) -> dict:
+def _read(name: str) -> dict:
     p = TARGETS_DIR / f"{name}.toml"
     if not p.is_file():
         raise AotcError(f"unknown target {name!r}", f"available targets: {', '.join(available())}")
     with open(p, "rb") as f:
-        t = tomllib.load(f)
-    if t.get("language") != "c":
-        raise AotcError(f"target {name!r} ({t.get('language')}) has no emitter yet", "use --target c")
+        return tomllib.load(f)
+
+
+@lru_cache(maxsize=1)
+def cpu_flags() -> frozenset:
+    """The ISA extensions of this CPU (x86 flags from /proc/cpuinfo; empty elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def runs_here(t: dict) -> bool:
+    """Can this machine run code built for target t?"""
+    req = set(t.get("requires", []))
+    if req and platform.machine() not in ("x86_64", "AMD64", "i686", "i386"):
+        return False
+    return req <= cpu_flags()
+
+
+def native_target() -> str:
+    """The best CPU target this machine runs."""
+    best, rank = "c", -1
+    for p in sorted(TARGETS_DIR.glob("*.toml")):
+        t = _read(p.stem)
+        if t.get("language") == "c" and "native_rank" in t and runs_here(t) and t["native_rank"] > rank:
+            best, rank = p.stem, t["native_rank"]
+    return best
+
+
+def load_target(name: str) -> dict:
+    """A target description; `native` resolves to the best CPU target of this machine (its
+    `requested` field then says native)."""
+    from .codegen import languages
+    requested = name
+    if name == NATIVE:
+        name = native_target()
+    t = _read(name)
+    t["requested"] = requested
+    if t.get("language") not in languages():
+        raise AotcError(f"target {name!r} has language {t.get('language')!r}, which aotc has no backend for",
+                        f"backends: {', '.join(languages())}")
     return t

@@ -46,7 +46,7 @@ def main() -> None:
             worst_rel = max(o.max_rel_err for o in res.outputs)
             ok = res.passed
             rows.append(f"| {n} | {'PASS' if ok else 'FAIL'} | {e.rtol:g} / {e.atol:g} | {worst_abs:.3g} | "
-                        f"{worst_rel:.3g} | {man['kernels']} | {mp['weights_bytes'] / 2**20:.1f} "
+                        f"{worst_rel:.3g} | {len(man['kernels'])} | {mp['weights_bytes'] / 2**20:.1f} "
                         f"({man['weights']['mode']}) | {mp['arena_bytes'] / 2**20:.2f} | "
                         f"{mp['lower_bound_bytes'] / 2**20:.2f} | {t1 - t0:.1f} | {t2 - t1:.1f} |")
             failed |= not ok

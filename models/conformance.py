@@ -17,11 +17,10 @@ import multiprocessing as mp
 import multiprocessing.connection
 import os
 import re
-import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np

@@ -1,7 +1,7 @@
-"""GEMM micro-benchmark: the runtime's reference aotc_sgemm vs the packed aotc_sgemm_packed,
+"""GEMM micro-benchmark: the runtime's reference aotc_sgemm_reference vs the packed aotc_sgemm,
 in GFLOP/s, on the matrix shapes ResNet-50, BERT and GPT-2 spend their time in.
 
-python -m models.gemm_bench [--targets c,c-avx512] [--repeats 7] [--min-time 0.2]
+python -m models.gemm_bench [--targets c,c-avx512] [--repeats 7] [--min-time 0.2] [--threads 2]
 
 Both kernels are compiled with each target's compiler and flags (and its [gemm] tiles) into a
 small shared library (`GemmLib`, also used by tests/test_gemm.py); each shape runs both
@@ -23,11 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from aotc.kernel.gemm import GemmTiles, pack_a, pack_b
+from aotc.schedule.gemm_cpu import GemmTiles, pack_a, pack_b
 from aotc.paths import RUNTIME_DIR
 from aotc.targets import load_target
 
 _SHIM = r"""
+#define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include "aotc_gemm.h"
 #include "aotc_gemm_packed.h"
@@ -37,19 +38,51 @@ void ref_sgemm(int64_t reps, int64_t M, int64_t N, int64_t K, const float *A, in
 {
     int64_t r;
     for (r = 0; r < reps; ++r)
-        aotc_sgemm(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+        aotc_sgemm_reference(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+}
+
+/* the epilogue the tests use: C(i, j) = max(C(i, j) + bias[j], 0), and a count of the elements
+   it saw (each exactly once, or the test fails) */
+typedef struct { float *C; int64_t rsc, csc; const float *bias; int64_t *seen; int64_t N; } bias_relu_args;
+static void bias_relu(void *p, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
+{
+    bias_relu_args *a = (bias_relu_args *)p;
+    int64_t i, j;
+    for (i = i0; i < i1; ++i)
+        for (j = j0; j < j1; ++j) {
+            float v = a->C[i * a->rsc + j * a->csc] + a->bias[j];
+            a->C[i * a->rsc + j * a->csc] = v > 0.0f ? v : 0.0f;
+            __atomic_fetch_add(&a->seen[i * a->N + j], 1, __ATOMIC_RELAXED);
+        }
 }
 
 /* rep r reads A + (r % copies) * a_step and B + (r % copies) * b_step: with copies of a weight
-   that together exceed the caches, every call streams it from memory, as in a model */
-void packed_sgemm(int64_t reps, int64_t copies, int64_t a_step, int64_t b_step, int64_t M, int64_t N, int64_t K,
-                  const float *A, int64_t rsa, int64_t csa, const float *B, int64_t rsb, int64_t csb,
-                  float *C, int64_t ldc, int accumulate, float *work)
+   that together exceed the caches, every call streams it from memory, as in a model.
+   threads > 1 splits C among a pool's threads as `split` says (AOTC_GEMM_SPLIT_*); bias != NULL
+   runs the bias_relu epilogue. */
+int packed_sgemm(int64_t reps, int64_t copies, int64_t a_step, int64_t b_step, int64_t M, int64_t N, int64_t K,
+                 const float *A, int64_t rsa, int64_t csa, const float *B, int64_t rsb, int64_t csb,
+                 float *C, int64_t rsc, int64_t csc, int accumulate, float *work, int64_t work_floats,
+                 int threads, int split, const float *bias, int64_t *seen)
 {
     int64_t r;
-    for (r = 0; r < reps; ++r)
-        aotc_sgemm_packed(M, N, K, A + r % copies * a_step, rsa, csa, B + r % copies * b_step, rsb, csb,
-                          C, ldc, accumulate, work);
+    int status;
+    aotc_pool *pool = aotc_pool_create(threads, &status);
+    bias_relu_args ep = { C, rsc, csc, bias, seen, N };
+    aotc_sgemm_call g = { 0 };
+    if (status)
+        return status;
+    g.M = M; g.N = N; g.K = K; g.rsa = rsa; g.csa = csa; g.rsb = rsb; g.csb = csb;
+    g.C = C; g.rsc = rsc; g.csc = csc; g.accumulate = accumulate; g.split = threads > 1 ? split : 0;
+    g.work = work; g.work_floats = work_floats;
+    if (bias) { g.epilogue = bias_relu; g.epilogue_args = &ep; }
+    for (r = 0; r < reps; ++r) {
+        g.A = A + r % copies * a_step;
+        g.B = B + r % copies * b_step;
+        aotc_sgemm(pool, &g);
+    }
+    aotc_pool_destroy(pool);
+    return 0;
 }
 """
 
@@ -68,39 +101,48 @@ class GemmLib:
         src = workdir / f"gemm_{target}_{tag}.c"
         src.write_text(_SHIM)
         lib = workdir / f"libgemm_{target}_{tag}.so"
-        cmd = [self.target.get("cc", "cc"), *self.target["cflags"],
+        cmd = [self.target.get("cc", "cc"), *self.target["cflags"], "-Wno-unused-function",
                *[f"-D{k}={v}" for k, v in self.tiles.macros().items()], f"-I{RUNTIME_DIR}", str(src), "-o", str(lib), *self.target["ldflags"]]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
             raise RuntimeError(f"building the GEMM library for {target} failed:\n{proc.stderr}")
         self.lib = ctypes.CDLL(str(lib))
         self.lib.ref_sgemm.argtypes = [_i, _i, _i, _i, _f, _i, _f, _i, _f, _i, ctypes.c_int]
-        self.lib.packed_sgemm.argtypes = [_i, _i, _i, _i, _i, _i, _i, _f, _i, _i, _f, _i, _i, _f, _i, ctypes.c_int, _f]
+        self.lib.packed_sgemm.argtypes = [_i, _i, _i, _i, _i, _i, _i, _f, _i, _i, _f, _i, _i, _f, _i, _i, ctypes.c_int,
+                                          _f, _i, ctypes.c_int, ctypes.c_int, _f, ctypes.POINTER(ctypes.c_int64)]
 
     @staticmethod
     def _p(a: np.ndarray):
         return a.ctypes.data_as(_f)
 
     def ref(self, A, B, C, accumulate=False, reps=1):
-        """aotc_sgemm on row-major A [M,K], B [K,N], C [M,N] (each may be a row-strided view)."""
+        """aotc_sgemm_reference on row-major A [M,K], B [K,N], C [M,N] (each may be a row-strided view)."""
         M, K = A.shape
         N = B.shape[1]
         self.lib.ref_sgemm(reps, M, N, K, self._p(A), A.strides[0] // 4, self._p(B), B.strides[0] // 4,
                            self._p(C), C.strides[0] // 4, int(accumulate))
 
     def packed(self, M, N, K, A, B, C, accumulate=False, a_packed=False, b_packed=False, reps=1, work=None,
-               copies=1, a_step=0, b_step=0):
-        """aotc_sgemm_packed. A / B: float32 views with element strides (any layout), or pack_a /
-        pack_b arrays when a_packed / b_packed. Returns the work buffer it used. With copies > 1,
-        rep r reads A + (r % copies) * a_step (B likewise): see packed_sgemm."""
+               copies=1, a_step=0, b_step=0, threads=1, split="rows", bias=None, seen=None):
+        """aotc_sgemm. A / B / C: float32 views with element strides (any layout), or pack_a /
+        pack_b arrays when a_packed / b_packed. Returns the work buffer it used (per thread:
+        `threads` copies). With copies > 1, rep r reads A + (r % copies) * a_step (B likewise):
+        see packed_sgemm. threads > 1 splits C by `split` (rows / cols) on a thread pool; `bias`
+        runs the bias + ReLU epilogue, counting the elements it sees into `seen` [M, N] int64."""
         def strides(x, packed):
             return (0, 0) if packed else (x.strides[0] // 4, x.strides[1] // 4)
         rsa, csa = strides(A, a_packed)
         rsb, csb = strides(B, b_packed)
+        per_thread = max(1, self.tiles.work_floats(M, N, K, a_packed, b_packed))
         if work is None:
-            work = np.empty(max(1, self.tiles.work_floats(M, N, K, a_packed, b_packed)), np.float32)
-        self.lib.packed_sgemm(reps, copies, a_step, b_step, M, N, K, self._p(A), rsa, csa, self._p(B), rsb, csb,
-                              self._p(C), C.strides[0] // 4, int(accumulate), self._p(work))
+            work = np.empty(per_thread * threads, np.float32)
+        sp = {"none": 0, "rows": 1, "cols": 2}[split]
+        status = self.lib.packed_sgemm(reps, copies, a_step, b_step, M, N, K, self._p(A), rsa, csa, self._p(B), rsb,
+                                       csb, self._p(C), C.strides[0] // 4, C.strides[1] // 4, int(accumulate),
+                                       self._p(work), per_thread, threads, sp,
+                                       self._p(bias) if bias is not None else None,
+                                       seen.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)) if seen is not None else None)
+        assert status == 0, f"packed_sgemm: pool creation failed ({status})"
         return work
 
 
@@ -187,13 +229,14 @@ def render(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    from .bench import best_simd_target
+    from aotc.targets import native_target
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--targets", default=None, help="comma-separated targets (default: c and the best SIMD one)")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--min-time", type=float, default=0.2)
     a = ap.parse_args()
-    targets = a.targets.split(",") if a.targets else ["c"] + ([best_simd_target()] if best_simd_target() else [])
+    best = native_target()
+    targets = a.targets.split(",") if a.targets else ["c"] + ([best] if best != "c" else [])
     rows = []
     with tempfile.TemporaryDirectory() as d:
         for t in targets:

@@ -1,4 +1,5 @@
-/* aotc runtime: single-precision matrix multiply micro-kernel, row-major.
+/* aotc runtime: the reference single-precision matrix multiply, row-major: the simple kernel
+ * the packed one (aotc_gemm_packed.h) is tested against; generated models do not use it.
  *   C[M,N] (=, or += when accumulate) A[M,K] * B[K,N]
  * lda/ldb/ldc are row strides in elements. Plain C99 written so that the compiler
  * vectorizes the inner loop over N: four rows of C are updated per pass over a row of B,
@@ -10,10 +11,10 @@
 
 #define AOTC_GEMM_KBLOCK 256
 
-static void aotc_sgemm(int64_t M, int64_t N, int64_t K,
-                       const float *A, int64_t lda,
-                       const float *B, int64_t ldb,
-                       float *C, int64_t ldc, int accumulate)
+static void aotc_sgemm_reference(int64_t M, int64_t N, int64_t K,
+                                 const float *A, int64_t lda,
+                                 const float *B, int64_t ldb,
+                                 float *C, int64_t ldc, int accumulate)
 {
     int64_t i, j, k, k0;
     const int64_t M4 = M - M % 4;    /* rows done four at a time */

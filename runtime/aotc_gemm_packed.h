@@ -1,5 +1,5 @@
 /* aotc runtime: blocked single-precision matrix multiply on packed panels.
- *   C[M,N] (=, or += when accumulate) A[M,K] * B[K,N]
+ *   C[M,N] (=, or += when accumulate) A[M,K] * B[K,N], then an epilogue on every tile
  *
  * The work is done by one micro-kernel, aotc_sgemm_tile: an MR x NR block of C held in a
  * local array with constant bounds (so the compiler keeps it in vector registers), updated
@@ -24,6 +24,15 @@
  * both streams AOTC_GEMM_PREFETCH k steps ahead (0: no prefetch), which keeps weights that
  * come from memory from stalling it.
  *
+ * C is strided too (element (i, j) at C[i*rsc + j*csc]), so a product computed transposed
+ * lands in place. When a tile's last K block is stored, the call's `epilogue` (if any) runs on
+ * it while it is in cache: that is where the compiler puts bias, activation and residual adds.
+ *
+ * Threads: with a pool, `split` says how C is shared: rows (each thread takes whole MR-row
+ * panels; best when B is packed at compile time, so no thread packs what another packs) or
+ * columns (NR-column panels; best when A is packed). Each thread packs into its own part of
+ * `work` (thread t at work + t * work_floats).
+ *
  * The including file defines the target's parameters first (the C emitter writes them from
  * the target description's [gemm] table):
  *   AOTC_GEMM_MR, AOTC_GEMM_NR   micro-tile rows / columns (NR: one or two vector widths)
@@ -34,7 +43,10 @@
 #ifndef AOTC_GEMM_PACKED_H
 #define AOTC_GEMM_PACKED_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "aotc_threads.h"
 
 #if !defined(AOTC_GEMM_MR) || !defined(AOTC_GEMM_NR) || !defined(AOTC_GEMM_KC) || \
     !defined(AOTC_GEMM_MC) || !defined(AOTC_GEMM_NC) || !defined(AOTC_GEMM_PREFETCH)
@@ -125,9 +137,10 @@ static void aotc_sgemm_pack_b(int64_t kc, int64_t n, const float *B, int64_t rs,
 }
 
 /* The micro-kernel: C[0:mr, 0:nr] (=, or += when accumulate) a * b over kc steps, where a is
- * one packed A panel (kc x MR) and b one packed B panel (kc x NR). */
+ * one packed A panel (kc x MR) and b one packed B panel (kc x NR); element (i, j) of C at
+ * C[i*rsc + j*csc]. */
 AOTC_NOINLINE static void aotc_sgemm_tile(int64_t kc, const float *restrict a, const float *restrict b,
-                                          float *restrict C, int64_t ldc, int64_t mr, int64_t nr,
+                                          float *restrict C, int64_t rsc, int64_t csc, int64_t mr, int64_t nr,
                                           int accumulate)
 {
     float acc[AOTC_GEMM_MR][AOTC_GEMM_NR];
@@ -148,81 +161,139 @@ AOTC_NOINLINE static void aotc_sgemm_tile(int64_t kc, const float *restrict a, c
                 acc[i][j] += a[k * AOTC_GEMM_MR + i] * b[k * AOTC_GEMM_NR + j];
         }
     }
-    if (mr == AOTC_GEMM_MR && nr == AOTC_GEMM_NR) {
+    if (mr == AOTC_GEMM_MR && nr == AOTC_GEMM_NR && csc == 1) {
         if (accumulate) {
             for (i = 0; i < AOTC_GEMM_MR; ++i)
                 for (j = 0; j < AOTC_GEMM_NR; ++j)
-                    C[i * ldc + j] += acc[i][j];
+                    C[i * rsc + j] += acc[i][j];
         } else {
             for (i = 0; i < AOTC_GEMM_MR; ++i)
                 for (j = 0; j < AOTC_GEMM_NR; ++j)
-                    C[i * ldc + j] = acc[i][j];
+                    C[i * rsc + j] = acc[i][j];
         }
+    } else if (rsc == 1) {         /* C stored transposed: columns are contiguous */
+        for (j = 0; j < nr; ++j)
+            for (i = 0; i < mr; ++i)
+                C[j * csc + i] = accumulate ? C[j * csc + i] + acc[i][j] : acc[i][j];
     } else {
         for (i = 0; i < mr; ++i)
             for (j = 0; j < nr; ++j)
-                C[i * ldc + j] = accumulate ? C[i * ldc + j] + acc[i][j] : acc[i][j];
+                C[i * rsc + j * csc] = accumulate ? C[i * rsc + j * csc] + acc[i][j] : acc[i][j];
     }
 }
 
-/* C[M,N] (=, or += when accumulate) A[M,K] * B[K,N]. A is (A, rsa, csa): element (i, k) at
- * A[i*rsa + k*csa], or packed at compile time when rsa == csa == 0; B likewise with (k, j)
- * at B[k*rsb + j*csb]. `work` holds the packed blocks of the strided operands. */
-static void aotc_sgemm_packed(int64_t M, int64_t N, int64_t K,
-                              const float *A, int64_t rsa, int64_t csa,
-                              const float *B, int64_t rsb, int64_t csb,
-                              float *C, int64_t ldc, int accumulate, float *work)
+/* What runs on a finished tile: rows [i0, i1) x columns [j0, j1) of C. */
+typedef void (*aotc_tile_fn)(void *args, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
+
+#define AOTC_GEMM_SPLIT_NONE 0
+#define AOTC_GEMM_SPLIT_ROWS 1
+#define AOTC_GEMM_SPLIT_COLS 2
+
+/* One GEMM: C[M,N] (=, or += when accumulate) A[M,K] * B[K,N]. A is (A, rsa, csa): element
+ * (i, k) at A[i*rsa + k*csa], or packed at compile time when rsa == csa == 0; B likewise with
+ * (k, j) at B[k*rsb + j*csb]; C with (i, j) at C[i*rsc + j*csc]. `work` holds the packed
+ * blocks of the strided operands (work_floats per thread). */
+typedef struct {
+    int64_t M, N, K;
+    const float *A;
+    int64_t rsa, csa;
+    const float *B;
+    int64_t rsb, csb;
+    float *C;
+    int64_t rsc, csc;
+    int accumulate;
+    int split;                  /* AOTC_GEMM_SPLIT_*: how threads share C */
+    float *work;
+    int64_t work_floats;
+    aotc_tile_fn epilogue;      /* NULL: none */
+    void *epilogue_args;
+} aotc_sgemm_call;
+
+/* Rows [m0, m1) x columns [n0, n1) of C (m0 a multiple of MR, n0 of NR, so that packed
+ * operands can be entered at their panels). */
+static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+                             float *work)
 {
-    const int a_packed = rsa == 0 && csa == 0, b_packed = rsb == 0 && csb == 0;
+    const int a_packed = g->rsa == 0 && g->csa == 0, b_packed = g->rsb == 0 && g->csb == 0;
+    const int64_t K = g->K, M = m1 - m0, N = n1 - n0;
     const int64_t kstep = aotc_sgemm_kstep(K);
     const int64_t nc_max = aotc_gemm_min(AOTC_GEMM_NC, N);
-    const int64_t Mpad = (M + AOTC_GEMM_MR - 1) / AOTC_GEMM_MR * AOTC_GEMM_MR;
-    const int64_t Npad = (N + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR;
+    const int64_t Mpad = (g->M + AOTC_GEMM_MR - 1) / AOTC_GEMM_MR * AOTC_GEMM_MR;
+    const int64_t Npad = (g->N + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR;
     float *bwork = work;
     float *awork = b_packed ? work : work + kstep * ((nc_max + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR);
+    float *C0 = g->C + m0 * g->rsc + n0 * g->csc;
     int64_t jc, pc, ic, jr, ir, i, j;
+    if (M <= 0 || N <= 0)
+        return;
     if (K == 0) {
-        if (!accumulate)
+        if (!g->accumulate)
             for (i = 0; i < M; ++i)
                 for (j = 0; j < N; ++j)
-                    C[i * ldc + j] = 0.0f;
+                    C0[i * g->rsc + j * g->csc] = 0.0f;
+        if (g->epilogue)
+            g->epilogue(g->epilogue_args, m0, m1, n0, n1);
         return;
     }
     for (jc = 0; jc < N; jc += AOTC_GEMM_NC) {
         const int64_t nc = aotc_gemm_min(AOTC_GEMM_NC, N - jc);
         for (pc = 0; pc < K; pc += kstep) {
             const int64_t kc = aotc_gemm_min(kstep, K - pc);
+            const int last = pc + kc == K;
             const float *bp;
-            int64_t bpanel;               /* floats from one B panel to the next */
             if (b_packed) {
-                bp = B + pc * Npad + jc * kc;
-                bpanel = kc * AOTC_GEMM_NR;
+                bp = g->B + pc * Npad + (n0 + jc) * kc;
             } else {
-                aotc_sgemm_pack_b(kc, nc, B + pc * rsb + jc * csb, rsb, csb, bwork);
+                aotc_sgemm_pack_b(kc, nc, g->B + pc * g->rsb + (n0 + jc) * g->csb, g->rsb, g->csb, bwork);
                 bp = bwork;
-                bpanel = kc * AOTC_GEMM_NR;
             }
             for (ic = 0; ic < M; ic += AOTC_GEMM_MC) {
                 const int64_t mc = aotc_gemm_min(AOTC_GEMM_MC, M - ic);
                 const float *ap;
-                int64_t apanel;
                 if (a_packed) {
-                    ap = A + pc * Mpad + ic * kc;
-                    apanel = kc * AOTC_GEMM_MR;
+                    ap = g->A + pc * Mpad + (m0 + ic) * kc;
                 } else {
-                    aotc_sgemm_pack_a(mc, kc, A + ic * rsa + pc * csa, rsa, csa, awork);
+                    aotc_sgemm_pack_a(mc, kc, g->A + (m0 + ic) * g->rsa + pc * g->csa, g->rsa, g->csa, awork);
                     ap = awork;
-                    apanel = kc * AOTC_GEMM_MR;
                 }
                 for (jr = 0; jr < nc; jr += AOTC_GEMM_NR)
-                    for (ir = 0; ir < mc; ir += AOTC_GEMM_MR)
-                        aotc_sgemm_tile(kc, ap + ir / AOTC_GEMM_MR * apanel, bp + jr / AOTC_GEMM_NR * bpanel,
-                                        C + (ic + ir) * ldc + jc + jr, ldc,
-                                        aotc_gemm_min(AOTC_GEMM_MR, mc - ir), aotc_gemm_min(AOTC_GEMM_NR, nc - jr),
-                                        accumulate || pc > 0);
+                    for (ir = 0; ir < mc; ir += AOTC_GEMM_MR) {
+                        const int64_t mr = aotc_gemm_min(AOTC_GEMM_MR, mc - ir);
+                        const int64_t nr = aotc_gemm_min(AOTC_GEMM_NR, nc - jr);
+                        aotc_sgemm_tile(kc, ap + ir * kc, bp + jr * kc,
+                                        C0 + (ic + ir) * g->rsc + (jc + jr) * g->csc, g->rsc, g->csc,
+                                        mr, nr, g->accumulate || pc > 0);
+                        if (last && g->epilogue)
+                            g->epilogue(g->epilogue_args, m0 + ic + ir, m0 + ic + ir + mr,
+                                        n0 + jc + jr, n0 + jc + jr + nr);
+                    }
             }
         }
     }
+}
+
+/* Thread `thread` of a split GEMM: panels [begin, end) of the split dimension. */
+static void aotc_sgemm_part(void *args, int64_t begin, int64_t end, int thread)
+{
+    const aotc_sgemm_call *g = (const aotc_sgemm_call *)args;
+    float *work = g->work ? g->work + thread * g->work_floats : NULL;
+    if (g->split == AOTC_GEMM_SPLIT_ROWS)
+        aotc_sgemm_block(g, begin * AOTC_GEMM_MR, aotc_gemm_min(end * AOTC_GEMM_MR, g->M), 0, g->N, work);
+    else
+        aotc_sgemm_block(g, 0, g->M, begin * AOTC_GEMM_NR, aotc_gemm_min(end * AOTC_GEMM_NR, g->N), work);
+}
+
+/* Runs one GEMM, split among the pool's threads as g->split says (pool NULL: this thread). */
+static void aotc_sgemm(aotc_pool *pool, const aotc_sgemm_call *g)
+{
+    if (!pool || g->split == AOTC_GEMM_SPLIT_NONE) {
+        aotc_sgemm_block(g, 0, g->M, 0, g->N, g->work);
+        return;
+    }
+    if (g->split == AOTC_GEMM_SPLIT_ROWS)
+        aotc_parallel_for(pool, (g->M + AOTC_GEMM_MR - 1) / AOTC_GEMM_MR, aotc_sgemm_part, (void *)g);
+    else
+        aotc_parallel_for(pool, (g->N + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR, aotc_sgemm_part, (void *)g);
 }
 
 #endif

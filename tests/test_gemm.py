@@ -1,23 +1,23 @@
-"""The runtime's packed GEMM (aotc_sgemm_packed) against the reference aotc_sgemm and numpy,
+"""The runtime's packed GEMM (aotc_sgemm) against the reference aotc_sgemm_reference and numpy,
 compiled with each target's flags and tiles: edge sizes (1, primes, not multiples of the
-micro-tile or the cache blocks), transposed and strided operands, operands packed at compile
-time (pack_a / pack_b), accumulate, and no write outside C or past the work buffer."""
+micro-tile or the cache blocks), transposed and strided operands and results, operands packed
+at compile time (pack_a / pack_b), accumulate, split among threads by rows and by columns,
+the per-tile epilogue, and no write outside C or past the work buffer."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from aotc.kernel.gemm import GemmTiles, pack_a, pack_b
-from aotc.targets import load_target
-from models.bench import _cpu_flags
+from aotc.schedule.gemm_cpu import GemmTiles, pack_a, pack_b
+from aotc.targets import cpu_flags, load_target
 from models.gemm_bench import GemmLib
 
-_NEEDS = {"c": set(), "c-avx2": {"avx2", "fma"}, "c-avx512": {"avx512f", "avx512bw", "avx512dq", "avx512vl"}}
+_NEEDS = {name: set(load_target(name).get("requires", [])) for name in ("c", "c-avx2", "c-avx512")}
 
 
 @pytest.fixture(scope="module", params=["c", "c-avx2", "c-avx512"])
 def lib(request, tmp_path_factory):
-    missing = _NEEDS[request.param] - _cpu_flags()
+    missing = _NEEDS[request.param] - cpu_flags()
     if missing:
         pytest.skip(f"this CPU lacks {', '.join(sorted(missing))} for target {request.param}")
     return GemmLib(request.param, tmp_path_factory.mktemp(f"gemm_{request.param}"))
@@ -61,7 +61,7 @@ def test_packed_matches_reference_and_numpy(lib):
         lib.ref(A, B, C_ref)
         big, C = _guarded_c(rng, M, N)
         before = big.copy()
-        n_work = lib.tiles.work_floats(M, N, K, False, False)
+        n_work = max(1, lib.tiles.work_floats(M, N, K, False, False))
         work = np.full(n_work + 64, 7.0, np.float32)
         lib.packed(M, N, K, A, B, C, work=work)
         _check(C, _expected(A, B), K)
@@ -132,7 +132,7 @@ def test_operands_packed_at_compile_time(lib, which):
         A, B = _rand(rng, M, K), _rand(rng, K, N)
         Ap = pack_a(A, t) if "A" in which else A
         Bp = pack_b(B, t) if "B" in which else B
-        n_work = t.work_floats(M, N, K, "A" in which, "B" in which)
+        n_work = max(1, t.work_floats(M, N, K, "A" in which, "B" in which))
         work = np.full(n_work + 64, 7.0, np.float32)
         C = np.empty((M, N), np.float32)
         lib.packed(M, N, K, Ap, Bp, C, a_packed="A" in which, b_packed="B" in which, work=work)
@@ -160,6 +160,52 @@ def test_pack_layouts():
     assert pack_a(np.zeros((2, 5, 0), np.float32), t).shape == (2, 0)
 
 
+@pytest.mark.parametrize("split", ["rows", "cols"])
+def test_threads_split_c_and_match_one_thread(lib, split):
+    """Two and three threads, each packing into its own part of the work buffer, give what one
+    thread gives (bit for bit: every element is computed by one thread in the same order)."""
+    rng = np.random.default_rng(7)
+    t = lib.tiles
+    for M, N, K in [(1, 3 * t.nr + 1, 9), (3 * t.mr + 1, 1, 9), (2 * t.mr + 3, 2 * t.nr + 5, t.kc + 3),
+                    (t.mc + 2 * t.mr + 1, t.nr * 5, 2 * t.kc + 1), (5, 7, 0)]:
+        for packed in ("", "A", "B"):
+            A, B = _rand(rng, M, K), _rand(rng, K, N)
+            Ap = pack_a(A, t) if packed == "A" else A
+            Bp = pack_b(B, t) if packed == "B" else B
+            one = np.full((M, N), np.nan, np.float32)
+            lib.packed(M, N, K, Ap, Bp, one, a_packed=packed == "A", b_packed=packed == "B")
+            for threads in (2, 3):
+                per = max(1, t.work_floats(M, N, K, packed == "A", packed == "B"))
+                work = np.full(per * threads + 64, 7.0, np.float32)
+                C = np.full((M, N), np.nan, np.float32)
+                lib.packed(M, N, K, Ap, Bp, C, a_packed=packed == "A", b_packed=packed == "B", threads=threads,
+                           split=split, work=work)
+                assert np.array_equal(C, one), f"{M}x{N}x{K} packed {packed or '-'}: {threads} threads differ"
+                assert np.all(work[per * threads:] == 7.0), "wrote past the work buffer"
+            _check(one, _expected(A, B), K)
+
+
+def test_transposed_result_and_epilogue(lib):
+    """C written through strides (transposed, inside a larger array), and the epilogue sees every
+    element of C exactly once, after its last K block (so it sees the whole product)."""
+    rng = np.random.default_rng(8)
+    t = lib.tiles
+    for M, N, K in [(1, 1, 1), (t.mr + 3, 2 * t.nr + 1, t.kc + 5), (2 * t.mc + 1, 3, 2 * t.kc + 1)]:
+        for threads, split in ((1, "none"), (2, "rows"), (2, "cols")):
+            A, B, bias = _rand(rng, M, K), _rand(rng, K, N), _rand(rng, N)
+            big = _rand(rng, N + 3, M + 2)
+            before = big.copy()
+            C = big[1:N + 1, 1:M + 1].T                     # element (i, j) at big[1 + j, 1 + i]
+            seen = np.zeros((M, N), np.int64)
+            lib.packed(M, N, K, A, B, C, threads=threads, split=split, bias=bias, seen=seen)
+            want = np.maximum(_expected(A, B) + bias, 0)
+            _check(C, want, K)
+            assert np.all(seen == 1), f"{M}x{N}x{K}: epilogue saw elements {np.unique(seen)} times"
+            outside = np.ones(big.shape, bool)
+            outside[1:N + 1, 1:M + 1] = False
+            assert np.array_equal(big[outside], before[outside]), "wrote outside C"
+
+
 def test_every_target_has_gemm_tiles():
     for name in _NEEDS:
         t = GemmTiles.of(load_target(name))
@@ -168,7 +214,7 @@ def test_every_target_has_gemm_tiles():
 
 # ----------------------------------------------------------------------------- through the compiler
 def _target_or_skip(name):
-    missing = _NEEDS[name] - _cpu_flags()
+    missing = _NEEDS[name] - cpu_flags()
     if missing:
         pytest.skip(f"this CPU lacks {', '.join(sorted(missing))} for target {name}")
     return GemmTiles.of(load_target(name))

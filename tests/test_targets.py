@@ -5,18 +5,24 @@ import onnx
 import pytest
 
 from aotc.check.runner import run_check
-from aotc.targets import available, load_target
-from models.bench import _cpu_flags
+from aotc.targets import NATIVE, available, load_target, native_target, runs_here
 from models.zoo import ZOO
 
-_NEEDS = {"c-avx2": {"avx2", "fma"}, "c-avx512": {"avx512f", "avx512bw", "avx512dq", "avx512vl", "fma"}}
-RUNNABLE = [t for t in available() if t != "c" and _NEEDS.get(t, set()) <= _cpu_flags()]
+RUNNABLE = [t for t in available() if t not in ("c", NATIVE) and runs_here(load_target(t))]
 
 
 def test_every_target_file_loads():
     for t in available():
         tgt = load_target(t)
-        assert tgt["name"] == t and tgt["cflags"]
+        assert tgt["requested"] == t
+        assert tgt["name"] == t or t == NATIVE
+
+
+def test_native_is_the_best_target_this_cpu_runs():
+    best = native_target()
+    assert load_target(NATIVE)["name"] == best and runs_here(load_target(best))
+    for t in RUNNABLE:
+        assert load_target(t)["native_rank"] <= load_target(best)["native_rank"]
 
 
 @pytest.mark.parametrize("target", RUNNABLE)

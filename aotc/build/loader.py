@@ -10,11 +10,15 @@ from pathlib import Path
 import cffi
 import numpy as np
 
-from ..errors import ArtifactError, InputError
+from ..errors import ArtifactError, InputError, RunError
 from ..ir import dtypes
 
 
 class Library:
+    """An artifact's library, used through its model-instance API (create / invoke / destroy),
+    which every target has: CPU instances own a workspace and a thread pool, GPU instances a
+    device context."""
+
     def __init__(self, directory: str | Path):
         d = Path(directory)
         mf = d / "manifest.json"
@@ -34,30 +38,49 @@ class Library:
         self.ffi.cdef(f"""
             typedef struct {{ {fields_in} }} {p}_inputs;
             typedef struct {{ {fields_out} }} {p}_outputs;
-            int {p}_run_with_weights(const void *weights, const {p}_inputs *in, {p}_outputs *out, void *workspace);
-            const void *{p}_embedded_weights(void);
+            typedef struct {{ int threads; int platform; int device; }} aotc_options;
+            typedef struct {p}_model {p}_model;
+            int {p}_create_with_options(const char *weights_path, const aotc_options *options, {p}_model **model);
+            int {p}_invoke({p}_model *model, const {p}_inputs *in, {p}_outputs *out);
+            int {p}_threads(const {p}_model *model);
+            const char *{p}_failure(const {p}_model *model);
+            void {p}_destroy({p}_model *model);
             const char *{p}_strerror(int status);
         """)
         self.lib = _dlopen(self.ffi, lib_path)
-        self._run = getattr(self.lib, f"{p}_run_with_weights")
         w = m["weights"]
+        self.weights_path = None
         if w["mode"] == "external":
             wf = d / w["file"]
             if not wf.is_file() or wf.stat().st_size != w["bytes"]:
                 raise ArtifactError(f"weights file {wf} is missing or has the wrong size")
-            raw = np.fromfile(wf, dtype=np.uint8)
-            self._weights_buf = _aligned(len(raw), 64)
-            self._weights_buf[:] = raw
-            self.weights = self.ffi.from_buffer(self._weights_buf)
-        else:
-            self.weights = getattr(self.lib, f"{p}_embedded_weights")()
+            self.weights_path = str(wf)
         self.inputs = [(x["name"], x["c_name"], np.dtype(x["dtype"]), tuple(x["shape"])) for x in m["inputs"]]
         self.outputs = [(x["name"], x["c_name"], np.dtype(x["dtype"]), tuple(x["shape"])) for x in m["outputs"]]
 
-    def new_workspace(self) -> np.ndarray:
-        return _aligned(self.manifest["workspace_bytes"], self.manifest["workspace_alignment"])
+    def _fn(self, name: str):
+        return getattr(self.lib, f"{self.prefix}_{name}")
 
-    def run(self, arrays: list[np.ndarray], workspace: np.ndarray | None = None) -> list[np.ndarray]:
+    def error(self, status: int) -> str:
+        return self.ffi.string(self._fn("strerror")(status)).decode()
+
+    def create(self, threads: int = 0, device: int = 0, platform: int = 0):
+        """A model instance (freed when the returned handle is collected)."""
+        opts = self.ffi.new("aotc_options *", {"threads": threads, "platform": platform, "device": device})
+        out = self.ffi.new(f"{self.prefix}_model **")
+        path = self.ffi.new("char[]", self.weights_path.encode()) if self.weights_path else self.ffi.NULL
+        status = self._fn("create_with_options")(path, opts, out)
+        if status != 0:
+            hint = None
+            if "threads" in self.error(status) or status == 6:
+                hint = f"this artifact was compiled for at most {self.manifest.get('threads', 1)} threads"
+            raise ArtifactError(f"{self.prefix}_create failed with status {status}: {self.error(status)}", hint)
+        return self.ffi.gc(out[0], self._fn("destroy"))
+
+    def threads(self, instance) -> int:
+        return int(self._fn("threads")(instance))
+
+    def run(self, instance, arrays: list[np.ndarray]) -> list[np.ndarray]:
         ffi, p = self.ffi, self.prefix
         cin = ffi.new(f"{p}_inputs *")
         cout = ffi.new(f"{p}_outputs *")
@@ -71,11 +94,11 @@ class Library:
             o = np.empty(shape, dtype=dt)
             outs.append(o)
             setattr(cout, field, ffi.from_buffer(o))
-        ws = workspace if workspace is not None else self.new_workspace()
-        status = self._run(self.weights, cin, cout, ffi.from_buffer(ws))
+        status = self._fn("invoke")(instance, cin, cout)
         if status != 0:
-            msg = ffi.string(getattr(self.lib, f"{p}_strerror")(status)).decode()
-            raise InputError(f"{p}_run failed with status {status}: {msg}")
+            where = self._fn("failure")(instance)
+            at = f" in kernel {ffi.string(where).decode()}" if where != ffi.NULL else ""
+            raise RunError(f"{p} failed{at}: {self.error(status)} (status {status})")
         return outs
 
 
@@ -99,12 +122,6 @@ def _dlopen(ffi: cffi.FFI, lib_path: Path):
         return ffi.dlopen(copy)
     finally:
         os.unlink(copy)          # the mapping stays valid after the name is gone
-
-
-def _aligned(nbytes: int, align: int) -> np.ndarray:
-    raw = np.empty(nbytes + align, dtype=np.uint8)
-    off = (-raw.ctypes.data) % align
-    return raw[off:off + nbytes]
 
 
 def check_inputs(lib: Library, feeds) -> list[np.ndarray]:

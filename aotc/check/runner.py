@@ -56,10 +56,10 @@ def _check_input_names(model_path, inputs: Mapping, consts: Mapping) -> None:
                          "give every input with --input (or none, to draw seeded random inputs)")
 
 
-def run_check(model_path, target: str = "c", inputs: Optional[Mapping[str, np.ndarray]] = None,
+def run_check(model_path, target: str = "native", inputs: Optional[Mapping[str, np.ndarray]] = None,
               rtol: float = 1e-4, atol: float = 1e-5, shapes: Optional[Mapping] = None,
               consts: Optional[Mapping] = None, output_dir=None, seed: int = 0, weights: str = "auto",
-              progress=None) -> CheckResult:
+              progress=None, threads: int = 0) -> CheckResult:
     consts = dict(consts or {})
     shapes = dict(shapes or {})
     if inputs:
@@ -72,8 +72,8 @@ def run_check(model_path, target: str = "c", inputs: Optional[Mapping[str, np.nd
         output_dir = tmp.name
     try:
         out = compile_model(model_path, target=target, output_dir=output_dir, shapes=shapes, consts=consts,
-                            weights=weights, progress=progress)
-        m = CompiledModel(out)
+                            weights=weights, progress=progress, threads=threads)
+        m = CompiledModel(out, threads=threads)
         if inputs is None:
             g = import_model(load_onnx(model_path), "check", shapes, consts)
             feeds = sample_inputs(g, seed)
@@ -81,7 +81,7 @@ def run_check(model_path, target: str = "c", inputs: Optional[Mapping[str, np.nd
             feeds = {k: np.asarray(v) for k, v in inputs.items()}
         got = m.run({k: feeds[k] for k in m.input_names})
         ref = reference_outputs(model_path, {**feeds, **{k: np.asarray(v) for k, v in consts.items()}})
-        res = CheckResult(str(model_path), target, rtol, atol)
+        res = CheckResult(str(model_path), m.manifest["target"], rtol, atol)
         for name, a, b in zip(m.output_names, got, ref):
             res.outputs.append(compare(name, a, b, rtol, atol))
         return res

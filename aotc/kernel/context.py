@@ -1,7 +1,8 @@
-"""What an op's `lower` function gets: its node, its buffers, and a builder to emit into."""
+"""What an op's `lower` function gets: its node, its buffers, and a builder to emit into.
+Nothing here names a target: the op says what to compute; the schedule decides how."""
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -10,18 +11,13 @@ from .ir import Buffer, Builder
 
 
 class LowerCtx:
-    def __init__(self, node: Node, graph: Graph, ins: list[Optional[Buffer]], outs: list[Buffer],
-                 b: Builder, target: dict, param: Optional[Callable[[Value], Buffer]] = None,
-                 derived: Optional[dict] = None):
+    def __init__(self, node: Node, graph: Graph, ins: list[Optional[Buffer]], outs: list[Buffer], b: Builder):
         self.node = node
         self.graph = graph
         self.ins = ins
         self.outs = outs
         self.b = b
-        self.target = target
         self.scratch_buffers: list[Buffer] = []
-        self._param = param                    # graph value -> this kernel's input buffer for it
-        self._derived = {} if derived is None else derived   # (input value, tag) -> derived constant
 
     def value(self, i: int) -> Optional[Value]:
         name = self.node.inputs[i] if i < len(self.node.inputs) else ""
@@ -42,18 +38,3 @@ class LowerCtx:
         buf = Buffer(self.b.fresh(hint), np.dtype(dtype), tuple(int(d) for d in shape), "scratch")
         self.scratch_buffers.append(buf)
         return buf
-
-    def derived_const(self, i: int, tag: str, make: Callable[[np.ndarray], np.ndarray]) -> Optional[Buffer]:
-        """A compile-time transform of constant input i (a weight packed into GEMM panels, say):
-        `make(array)` becomes a new constant, read by this kernel instead of the input, so the
-        weights blob holds the original only if some other kernel still reads it. Every kernel
-        asking for the same (input, tag) shares one copy. None when input i is not a constant."""
-        arr = self.const(i)
-        if arr is None or self._param is None:
-            return None
-        src = self.node.inputs[i]
-        name = self._derived.get((src, tag))
-        if name is None:
-            name = self.graph.add_const(np.ascontiguousarray(make(arr)), f"{src}_{tag}")
-            self._derived[(src, tag)] = name
-        return self._param(self.graph.values[name])

@@ -1,26 +1,57 @@
-"""Kernel IR: loop nests over flat buffers, printed by every target's emitter.
+"""Kernel IR: what a kernel computes, and (after the schedule step) how it runs.
 
-A Kernel is one generated function. It reads and writes Buffers (flat, contiguous
-arrays of one dtype) through scalar expressions. Loops carry a schedule annotation
-(`serial`, `parallel`, `vector`) that each emitter maps to its own machinery: a plain
-`for` in C, a thread index on a GPU. Ops that are better served by a hand-written
-micro-kernel emit a `Call` to a runtime function instead of loops.
+A Kernel is one generated function per fusion group. It reads and writes Buffers through
+typed scalar expressions, in loop nests, and calls typed micro-kernel statements (`Gemm`).
 
-Expressions are immutable; the smart constructors fold constants and drop `*1`, `+0`
-so that generated index arithmetic stays readable.
+What the ops say (their `lower()` functions, target-independent):
+  * loop *roles*: `spatial` (iterations independent: each writes its own elements and reads
+    nothing another iteration writes), `reduction` (iterations combine into one accumulator;
+    their order changes only rounding) or `ordered` (the default: iterations depend on earlier
+    ones, or write places that come from data);
+  * accumulators (`Builder.accumulator`): locals a reduction sums into, in the value's dtype;
+  * `Gemm` statements: sizes, strided operands, where the product lands and what is done with
+    each element of it (the epilogue);
+  * `Fail`: the kernel stops and the run returns a status (an index out of range).
+
+What the schedule step says (aotc/schedule, driven by targets/*.toml), never the ops:
+  * loop *kinds*: `serial`, `parallel` (split across a thread pool), `vectorized`,
+    `unrolled`, `bound` (a GPU grid/work-group axis: `axis` names it);
+  * buffers' address spaces (`global`, `local` (GPU shared memory), `private`, `constant`),
+    per-thread scratch, operand layouts (weights packed into GEMM panels), accumulation
+    precision (kernel/retype.py), GEMM threading and orientation.
+
+Storage dtype and compute dtype are apart: a Buffer holds `dtype` elements and its values are
+computed in `compute` (float16 stored, float32 computed); Load yields the compute dtype and
+every printer converts at the load and the store.
+
+Expressions are immutable; the smart constructors fold constants and drop `*1`, `+0` so that
+generated index arithmetic stays readable.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Sequence, Union
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
 from ..ir import dtypes
 
 I64 = dtypes.INT64
+I32 = dtypes.INT32
 F32 = dtypes.FLOAT32
+F64 = dtypes.FLOAT64
 BOOL = dtypes.BOOL
+
+# loop roles (the op's statement about a loop)
+SPATIAL, REDUCTION, ORDERED = "spatial", "reduction", "ordered"
+ROLES = (SPATIAL, REDUCTION, ORDERED)
+# loop kinds (the schedule's choice)
+SERIAL, PARALLEL, VECTORIZED, UNROLLED, BOUND = "serial", "parallel", "vectorized", "unrolled", "bound"
+KINDS = (SERIAL, PARALLEL, VECTORIZED, UNROLLED, BOUND)
+# GPU index axes a bound loop can take: global (one work-item per iteration), group and local
+GPU_AXES = tuple(f"{k}.{d}" for k in ("global", "group", "local") for d in range(3))
+# buffer address spaces
+GLOBAL, LOCAL, PRIVATE, CONSTANT = "global", "local", "private", "constant"
 
 
 # ----------------------------------------------------------------------------- expressions
@@ -67,12 +98,12 @@ class Load(Expr):
 
     @property
     def dtype(self):  # type: ignore[override]
-        return self.buf.dtype
+        return self.buf.value_dtype
 
 
 @dataclass(frozen=True, eq=False)
 class BinOp(Expr):
-    op: str          # + - * / % < <= > >= == != && || min max
+    op: str          # + - * / % < <= > >= == != && || << >> min max
     a: Expr
     b: Expr
     dtype: np.dtype
@@ -87,8 +118,8 @@ class Unary(Expr):
 
 @dataclass(frozen=True, eq=False)
 class Call(Expr):
-    """A math function by its generic name (exp, tanh, sqrt, erf, pow...); the emitter
-    picks the typed variant (expf/exp)."""
+    """A math function by its generic name (exp, tanh, sqrt, erf, pow...); each printer picks
+    the spelling for its language and the dtype (expf / exp)."""
     fn: str
     args: tuple
     dtype: np.dtype
@@ -197,11 +228,22 @@ def minimum(a, b) -> Expr:
 @dataclass(frozen=True, eq=False)
 class Buffer:
     """A flat array a kernel reads or writes. `shape` is for readable indexing only; the
-    memory is contiguous (row-major). `name` is the kernel parameter's name."""
+    memory is contiguous (row-major). `name` is the kernel parameter's name.
+
+    role: in | out | scratch (kernel-private memory the planner places) | local (declared
+    inside the kernel, in `space`). `dtype` is how elements are stored, `compute` (when set)
+    the dtype they are computed in. `per_thread`: scratch with one copy per thread."""
     name: str
     dtype: np.dtype
     shape: tuple
-    role: str = "in"      # in | out | scratch
+    role: str = "in"      # in | out | scratch | local
+    space: str = GLOBAL   # global | local | private | constant
+    compute: Optional[np.dtype] = None
+    per_thread: bool = False
+
+    @property
+    def value_dtype(self) -> np.dtype:
+        return self.compute if self.compute is not None else self.dtype
 
     @property
     def size(self) -> int:
@@ -209,6 +251,10 @@ class Buffer:
         for d in self.shape:
             n *= d
         return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
 
     def strides(self) -> list[int]:
         st, acc = [], 1
@@ -236,6 +282,17 @@ class Buffer:
         return Load(self, self.flat(idx))
 
 
+@dataclass(frozen=True, eq=False)
+class BufPtr(Expr):
+    """A pointer into a buffer at an element offset (a runtime call's argument)."""
+    buf: Buffer
+    offset: Expr = field(default_factory=lambda: const(0))
+
+    @property
+    def dtype(self):  # type: ignore[override]
+        return self.buf.dtype
+
+
 # ----------------------------------------------------------------------------- statements
 class Stmt:
     pass
@@ -250,9 +307,13 @@ class Store(Stmt):
 
 @dataclass(eq=False)
 class Decl(Stmt):
-    """Declare a local scalar (`var`) with an initial value."""
+    """Declare a local scalar (`var`) with an initial value. `accumulator`: a reduction sums
+    into it (the schedule may widen it, kernel/retype.py); `pinned`: its dtype was chosen by
+    the op and stays, whatever its initial value becomes."""
     var: Var
     init: Expr
+    accumulator: bool = False
+    pinned: bool = False
 
 
 @dataclass(eq=False)
@@ -266,8 +327,10 @@ class Loop(Stmt):
     var: Var
     extent: Expr
     body: list[Stmt] = field(default_factory=list)
-    kind: str = "serial"      # serial | parallel | vector
+    kind: str = SERIAL        # the schedule's choice, see KINDS
     start: Expr = field(default_factory=lambda: const(0))
+    role: str = ORDERED       # the op's statement, see ROLES
+    axis: Optional[str] = None   # bound loops: the GPU index axis (GPU_AXES)
 
 
 @dataclass(eq=False)
@@ -279,7 +342,7 @@ class If(Stmt):
 
 @dataclass(eq=False)
 class CallStmt(Stmt):
-    """Call a runtime micro-kernel: args are Buffers (passed as pointers) or Exprs."""
+    """Call a runtime function: args are Buffers / BufPtrs (passed as pointers) or Exprs."""
     fn: str
     args: list
 
@@ -290,12 +353,287 @@ class Comment(Stmt):
 
 
 @dataclass(eq=False)
+class Barrier(Stmt):
+    """Every work-item of a GPU work-group waits here until all have arrived, and sees their
+    writes to `local` buffers (scope 'local') or to global memory too (scope 'global')."""
+    scope: str = "local"
+
+
+@dataclass(eq=False)
+class Fail(Stmt):
+    """Stop the kernel; the run function returns `status` (a name from runtime/aotc_runtime.h,
+    e.g. AOTC_ERR_INDEX_OUT_OF_RANGE) and says which kernel failed."""
+    status: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class Matrix:
+    """A matrix operand: element (r, c) at buf[offset + r*rs + c*cs]. `layout` other than
+    'strided' names a layout the schedule packed a constant into (schedule/gemm_cpu.py);
+    then rs and cs are 0 and `offset` is where this matrix's panels start."""
+    buf: Buffer
+    offset: Expr
+    rs: int
+    cs: int
+    layout: str = "strided"
+
+    @property
+    def packed(self) -> bool:
+        return self.layout != "strided"
+
+    def at(self, r: Expr, c: Expr) -> Expr:
+        return self.offset + wrap(r) * self.rs + wrap(c) * self.cs
+
+    def transposed(self) -> "Matrix":
+        return Matrix(self.buf, self.offset, self.cs, self.rs, self.layout)
+
+
+def matrix(buf: Buffer, offset=0, rs: int = 0, cs: int = 1) -> Matrix:
+    return Matrix(buf, wrap(offset), int(rs), int(cs))
+
+
+@dataclass(frozen=True, eq=False)
+class GemmDest:
+    """Where C(i, j) of a Gemm lands in its output buffer, as a multi-index of `buf.shape`:
+    the dims in `rows` are walked by i (row-major over them), the dims in `cols` by j, every
+    other dim d stays at index[d]; for a walked dim, index[d] is where the walk starts. This is
+    what lets fusion evaluate the elementwise ops that follow at (i, j) (lowering.py)."""
+    buf: Buffer
+    index: tuple
+    rows: tuple
+    cols: tuple
+
+    def matrix(self) -> Matrix:
+        st = self.buf.strides()
+        off = const(0)
+        for d, ix in enumerate(self.index):
+            off = off + wrap(ix) * st[d]
+        rs = st[self.rows[-1]] if self.rows else 0
+        cs = st[self.cols[-1]] if self.cols else 0
+        return Matrix(self.buf, off, rs, cs)
+
+
+@dataclass(eq=False)
+class Gemm(Stmt):
+    """C[M, N] = A[M, K] . B[K, N] (+ C when `accumulate`), float32, then for every element
+    (i, j) the `epilogue` runs with `value` holding the result; `row_epilogue` is its part
+    that depends on i only (hoisted out of the column loop). No epilogue: C(i, j) = value.
+
+    `dest` (when the op gives one) says where C lands in the op's output, `result` what the
+    op makes of each value (bias, alpha/beta): lowering turns them, plus any fused
+    elementwise ops, into the epilogue. The schedule sets `parallel` (the GEMM itself is
+    split across threads), `work` (its packing scratch) and operand layouts."""
+    M: int
+    N: int
+    K: int
+    a: Matrix
+    b: Matrix
+    c: Matrix
+    accumulate: bool = False
+    i: Var = field(default_factory=lambda: Var("i"))
+    j: Var = field(default_factory=lambda: Var("j"))
+    value: Var = field(default_factory=lambda: Var("acc", F32))
+    dest: Optional[GemmDest] = None
+    result: Optional[Expr] = None
+    epilogue: list[Stmt] = field(default_factory=list)
+    row_epilogue: list[Stmt] = field(default_factory=list)
+    parallel: bool = False
+    split: str = "none"       # how a parallel GEMM splits C among threads: rows | cols | none
+    work: Optional[Buffer] = None
+
+
+@dataclass(eq=False)
 class Kernel:
+    """One generated function. `params`: the buffers it is given (inputs, then outputs);
+    `scratch`: kernel-private memory the planner places; `aliased`: names of params that may
+    share memory with another param (no `restrict` for them; set after memory planning)."""
     name: str
     comment: str
     params: list[Buffer]
     body: list[Stmt]
     scratch: list[Buffer] = field(default_factory=list)
+    aliased: frozenset = frozenset()
+    names_used: set = field(default_factory=set)     # identifiers taken (see Builder.fresh)
+
+    def fresh(self, hint: str) -> str:
+        """A new identifier for this kernel (the schedule adds parameters and scratch)."""
+        name, k = hint, 0
+        while name in self.names_used or name in RESERVED:
+            k += 1
+            name = f"{hint}{k}"
+        self.names_used.add(name)
+        return name
+
+    @property
+    def can_fail(self) -> bool:
+        return any(isinstance(s, Fail) for s in walk_stmts(self.body))
+
+
+# ----------------------------------------------------------------------------- traversal
+def children(s: Stmt) -> list[list[Stmt]]:
+    """The statement lists nested in a statement."""
+    if isinstance(s, Loop):
+        return [s.body]
+    if isinstance(s, If):
+        return [s.then, s.orelse]
+    if isinstance(s, Gemm):
+        return [s.row_epilogue, s.epilogue]
+    return []
+
+
+def walk_stmts(stmts: list[Stmt]) -> Iterator[Stmt]:
+    """Every statement, depth first, in program order."""
+    for s in stmts:
+        yield s
+        for body in children(s):
+            yield from walk_stmts(body)
+
+
+def stmt_exprs(s: Stmt) -> list:
+    """The expressions a statement uses directly (not those of nested statements)."""
+    if isinstance(s, Store):
+        return [Load(s.buf, s.index), s.value]
+    if isinstance(s, Decl):
+        return [s.init]
+    if isinstance(s, Assign):
+        return [s.value]
+    if isinstance(s, Loop):
+        return [s.extent, s.start]
+    if isinstance(s, If):
+        return [s.cond]
+    if isinstance(s, CallStmt):
+        return list(s.args)
+    if isinstance(s, Gemm):
+        out = []
+        for m in (s.a, s.b, s.c):
+            out += [BufPtr(m.buf, m.offset)]
+        if s.work is not None:
+            out.append(s.work)
+        return out
+    return []
+
+
+def walk_expr(e) -> Iterator:
+    """Every sub-expression (Buffers appear as themselves), depth first."""
+    yield e
+    if isinstance(e, Load):
+        yield from walk_expr(e.index)
+    elif isinstance(e, BinOp):
+        yield from walk_expr(e.a)
+        yield from walk_expr(e.b)
+    elif isinstance(e, (Unary, Cast)):
+        yield from walk_expr(e.a)
+    elif isinstance(e, Call):
+        for a in e.args:
+            yield from walk_expr(a)
+    elif isinstance(e, Select):
+        yield from walk_expr(e.cond)
+        yield from walk_expr(e.a)
+        yield from walk_expr(e.b)
+    elif isinstance(e, BufPtr):
+        yield from walk_expr(e.offset)
+
+
+def map_expr(e, f: Callable):
+    """Rebuild an expression bottom-up: f(node with rebuilt children) -> replacement."""
+    if isinstance(e, Load):
+        e = Load(e.buf, map_expr(e.index, f))
+    elif isinstance(e, BinOp):
+        e = BinOp(e.op, map_expr(e.a, f), map_expr(e.b, f), e.dtype)
+    elif isinstance(e, Unary):
+        e = Unary(e.op, map_expr(e.a, f), e.dtype)
+    elif isinstance(e, Cast):
+        e = Cast(map_expr(e.a, f), e.dtype)
+    elif isinstance(e, Call):
+        e = Call(e.fn, tuple(map_expr(a, f) for a in e.args), e.dtype)
+    elif isinstance(e, Select):
+        e = Select(map_expr(e.cond, f), map_expr(e.a, f), map_expr(e.b, f), e.dtype)
+    elif isinstance(e, BufPtr):
+        e = BufPtr(e.buf, map_expr(e.offset, f))
+    return f(e)
+
+
+def map_stmts(stmts: list[Stmt], f: Callable) -> list[Stmt]:
+    """Rebuild a statement list with every expression mapped by map_expr(., f); statements
+    keep their identity where nothing changes structurally (loops keep their kinds)."""
+    out = []
+    for s in stmts:
+        if isinstance(s, Store):
+            s = Store(s.buf, map_expr(s.index, f), map_expr(s.value, f))
+        elif isinstance(s, Decl):
+            s = Decl(map_expr(s.var, f), map_expr(s.init, f), s.accumulator, s.pinned)
+        elif isinstance(s, Assign):
+            s = Assign(map_expr(s.var, f), map_expr(s.value, f))
+        elif isinstance(s, Loop):
+            s = replace(s, var=map_expr(s.var, f), extent=map_expr(s.extent, f), start=map_expr(s.start, f),
+                        body=map_stmts(s.body, f))
+        elif isinstance(s, If):
+            s = If(map_expr(s.cond, f), map_stmts(s.then, f), map_stmts(s.orelse, f))
+        elif isinstance(s, CallStmt):
+            s = CallStmt(s.fn, [map_expr(a, f) if isinstance(a, Expr) else a for a in s.args])
+        elif isinstance(s, Gemm):
+            s = replace(s, a=_map_matrix(s.a, f), b=_map_matrix(s.b, f), c=_map_matrix(s.c, f),
+                        i=map_expr(s.i, f), j=map_expr(s.j, f), value=map_expr(s.value, f),
+                        result=map_expr(s.result, f) if s.result is not None else None,
+                        epilogue=map_stmts(s.epilogue, f), row_epilogue=map_stmts(s.row_epilogue, f))
+        out.append(s)
+    return out
+
+
+def _map_matrix(m: Matrix, f) -> Matrix:
+    return Matrix(m.buf, map_expr(m.offset, f), m.rs, m.cs, m.layout)
+
+
+def walk_buffers(stmts: list[Stmt]) -> list[Buffer]:
+    """Every buffer a statement list touches, in first-use order."""
+    seen: dict[int, Buffer] = {}
+    for s in walk_stmts(stmts):
+        if isinstance(s, Store):
+            seen.setdefault(id(s.buf), s.buf)
+        for e in stmt_exprs(s):
+            for x in walk_expr(e):
+                if isinstance(x, (Load, BufPtr)):
+                    seen.setdefault(id(x.buf), x.buf)
+                elif isinstance(x, Buffer):
+                    seen.setdefault(id(x), x)
+    return list(seen.values())
+
+
+def replace_buffers(stmts: list[Stmt], mapping: dict) -> list[Stmt]:
+    """The statements with buffers swapped as `mapping` ({old Buffer: new Buffer}) says."""
+    def swap(e):
+        if isinstance(e, Load) and e.buf in mapping:
+            return Load(mapping[e.buf], e.index)
+        if isinstance(e, BufPtr) and e.buf in mapping:
+            return BufPtr(mapping[e.buf], e.offset)
+        if isinstance(e, Buffer) and e in mapping:
+            return mapping[e]
+        return e
+
+    def fix(ss):
+        out = []
+        for s in ss:
+            if isinstance(s, Store) and s.buf in mapping:
+                s = Store(mapping[s.buf], s.index, s.value)
+            elif isinstance(s, Gemm):
+                s = replace(s, a=_swap_matrix(s.a, mapping), b=_swap_matrix(s.b, mapping),
+                            c=_swap_matrix(s.c, mapping),
+                            dest=replace(s.dest, buf=mapping.get(s.dest.buf, s.dest.buf)) if s.dest else None,
+                            work=mapping.get(s.work, s.work) if s.work is not None else None,
+                            epilogue=fix(s.epilogue), row_epilogue=fix(s.row_epilogue))
+            elif isinstance(s, Loop):
+                s = replace(s, body=fix(s.body))
+            elif isinstance(s, If):
+                s = If(s.cond, fix(s.then), fix(s.orelse))
+            out.append(s)
+        return out
+
+    return map_stmts(fix(stmts), swap)
+
+
+def _swap_matrix(m: Matrix, mapping) -> Matrix:
+    return Matrix(mapping.get(m.buf, m.buf), m.offset, m.rs, m.cs, m.layout)
 
 
 # ----------------------------------------------------------------------------- builder
@@ -303,9 +641,12 @@ class Kernel:
 RESERVED = frozenset("""auto break case char const continue default do double else enum extern float for goto if
 inline int long register restrict return short signed sizeof static struct switch typedef union unsigned void
 volatile while _Bool _Complex _Imaginary int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t
-size_t ptrdiff_t uintptr_t NULL INFINITY NAN main""".split()) | frozenset(
+size_t ptrdiff_t uintptr_t NULL INFINITY NAN main half uchar ushort uint ulong kernel global local private
+constant""".split()) | frozenset(
     f"{f}{s}" for f in """exp log sqrt tanh erf floor ceil rint sin cos tan atan asin acos sinh cosh pow fmod
 log1p fabs atan2 fmax fmin round nearbyint expm1 log2 exp2 cbrt hypot trunc""".split() for s in ("", "f"))
+
+
 class Builder:
     """Builds a statement list with `with b.loop(n) as i:` blocks, like the code it becomes."""
 
@@ -329,22 +670,35 @@ class Builder:
     def comment(self, text: str) -> None:
         self.emit(Comment(text))
 
-    def loop(self, extent, name: str = "i", kind: str = "serial", start=0):
-        return _LoopCtx(self, Loop(Var(self.fresh(name)), wrap(extent), [], kind, wrap(start)))
+    def loop(self, extent, name: str = "i", role: str = ORDERED, start=0):
+        """A loop; `role` says what it is (SPATIAL / REDUCTION / ORDERED, see the module doc)."""
+        assert role in ROLES, role
+        return _LoopCtx(self, Loop(Var(self.fresh(name)), wrap(extent), [], SERIAL, wrap(start), role))
 
-    def loops(self, shape: Sequence[int], names: Sequence[str] | None = None, kind: str = "serial"):
-        """Nested loops over a whole shape; yields the index variables."""
-        return _NestCtx(self, shape, names, kind)
+    def loops(self, shape: Sequence[int], names: Sequence[str] | None = None, role: str = ORDERED):
+        """Nested loops over a whole shape, all of one role; yields the index variables."""
+        assert role in ROLES, role
+        return _NestCtx(self, shape, names, role)
 
     def if_(self, cond):
         return _IfCtx(self, If(wrap(cond)))
 
     def local(self, hint: str, init, dtype=None) -> Var:
+        """A local scalar. With `dtype`, the local has that type whatever its initial value
+        becomes later (the accumulation precision the schedule picks, say)."""
         init = wrap(init)
         if dtype is not None:
             init = cast(init, dtype)
         v = Var(self.fresh(hint), init.dtype)
-        self.emit(Decl(v, init))
+        self.emit(Decl(v, init, pinned=dtype is not None))
+        return v
+
+    def accumulator(self, hint: str, init) -> Var:
+        """A local a reduction accumulates into, in the dtype of `init`: the schedule may widen
+        it (float32 sums in float64 on CPU targets, kernel/retype.py)."""
+        init = wrap(init)
+        v = Var(self.fresh(hint), init.dtype)
+        self.emit(Decl(v, init, accumulator=True))
         return v
 
     def assign(self, var: Var, value) -> None:
@@ -352,10 +706,24 @@ class Builder:
 
     def store(self, buf: Buffer, idx, value) -> None:
         index = buf.flat(idx) if isinstance(idx, (tuple, list)) else wrap(idx)
-        self.emit(Store(buf, index, cast(wrap(value, None), buf.dtype)))
+        self.emit(Store(buf, index, cast(wrap(value, None), buf.value_dtype)))
 
     def call(self, fn: str, *args) -> None:
         self.emit(CallStmt(fn, list(args)))
+
+    def fail(self, status: str, detail: str = "") -> None:
+        self.emit(Fail(status, detail))
+
+    def gemm(self, M: int, N: int, K: int, a: Matrix, b: Matrix, dest: GemmDest, accumulate: bool = False,
+             result: Callable | None = None) -> Gemm:
+        """C = A.B (+ C when accumulate) landing in `dest`; `result(value, i, j)` is what the
+        op makes of each element (bias, alpha/beta), default the value itself."""
+        i, j = Var(self.fresh("i")), Var(self.fresh("j"))
+        value = Var(self.fresh("acc"), F32)
+        g = Gemm(int(M), int(N), int(K), a, b, dest.matrix(), accumulate, i, j, value, dest,
+                 result(value, i, j) if result is not None else None)
+        self.emit(g)
+        return g
 
 
 class _LoopCtx:
@@ -372,8 +740,8 @@ class _LoopCtx:
 
 
 class _NestCtx:
-    def __init__(self, b, shape, names, kind):
-        self.b, self.shape, self.kind = b, list(shape), kind
+    def __init__(self, b, shape, names, role):
+        self.b, self.shape, self.role = b, list(shape), role
         self.names = list(names) if names else [f"i{k}" for k in range(len(shape))]
         self.depth = 0
 
@@ -383,7 +751,7 @@ class _NestCtx:
             if d == 1:
                 idx.append(const(0))
                 continue
-            lp = Loop(Var(self.b.fresh(nm)), const(d), [], self.kind)
+            lp = Loop(Var(self.b.fresh(nm)), const(d), [], SERIAL, const(0), self.role)
             self.b.emit(lp)
             self.b._stack.append(lp.body)
             self.depth += 1
@@ -408,52 +776,59 @@ class _IfCtx:
         self.b._stack.pop()
 
 
-@dataclass(frozen=True, eq=False)
-class BufPtr:
-    """A pointer into a buffer at an element offset: a micro-kernel call argument."""
-    buf: Buffer
-    offset: Expr = field(default_factory=lambda: const(0))
+def free_variables(stmts: list[Stmt], bound: Sequence[Var] = ()) -> tuple[list[Buffer], list[Var]]:
+    """What a statement list needs from outside: the buffers it touches (not kernel-local
+    ones) and the variables it reads without defining them (`bound` counts as defined).
+    Raises ValueError when it assigns a variable defined outside (iterations would race)."""
+    defined = {v.name for v in bound}
+    free: dict[str, Var] = {}
+    for s in walk_stmts(stmts):
+        if isinstance(s, Assign) and s.var.name not in defined:
+            raise ValueError(f"{s.var.name!r} is assigned here but defined outside")
+        for e in stmt_exprs(s):
+            for x in walk_expr(e):
+                if isinstance(x, Var) and x.name not in defined:
+                    free.setdefault(x.name, x)
+        if isinstance(s, Decl):
+            defined.add(s.var.name)
+        elif isinstance(s, Loop):
+            defined.add(s.var.name)
+        elif isinstance(s, Gemm):
+            defined |= {s.i.name, s.j.name, s.value.name}
+    bufs = [b for b in walk_buffers(stmts) if b.role != "local"]
+    return bufs, list(free.values())
 
 
-def walk_buffers(stmts: list[Stmt]) -> list[Buffer]:
-    """Every buffer a statement list touches, in first-use order."""
-    seen: dict[int, Buffer] = {}
+def evaluate(e: Expr, env: dict) -> Union[int, float, bool]:
+    """The value of an index expression for variable values `env` (name -> number), with C's
+    integer division and remainder."""
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, Var):
+        return env[e.name]
+    if isinstance(e, BinOp):
+        a, b = evaluate(e.a, env), evaluate(e.b, env)
+        if e.op == "/" and e.dtype.kind in "iu":
+            q = abs(a) // abs(b)
+            return q if (a >= 0) == (b >= 0) else -q
+        if e.op == "%" and e.dtype.kind in "iu":
+            return a - b * evaluate(BinOp("/", Const(a, e.dtype), Const(b, e.dtype), e.dtype), {})
+        return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b,
+                "<": lambda: a < b, "<=": lambda: a <= b, ">": lambda: a > b, ">=": lambda: a >= b,
+                "==": lambda: a == b, "!=": lambda: a != b, "&&": lambda: bool(a and b),
+                "||": lambda: bool(a or b), "min": lambda: min(a, b), "max": lambda: max(a, b),
+                "<<": lambda: a << b, ">>": lambda: a >> b}[e.op]()
+    if isinstance(e, Unary):
+        a = evaluate(e.a, env)
+        return -a if e.op == "-" else (not a)
+    if isinstance(e, Select):
+        return evaluate(e.a, env) if evaluate(e.cond, env) else evaluate(e.b, env)
+    if isinstance(e, Cast):
+        v = evaluate(e.a, env)
+        return int(v) if e.dtype.kind in "iu" else (bool(v) if e.dtype.kind == "b" else float(v))
+    raise ValueError(f"cannot evaluate {e!r} at compile time")
 
-    def ex(e):
-        if isinstance(e, Load):
-            seen.setdefault(id(e.buf), e.buf)
-            ex(e.index)
-        elif isinstance(e, BinOp):
-            ex(e.a); ex(e.b)
-        elif isinstance(e, (Unary, Cast)):
-            ex(e.a)
-        elif isinstance(e, Call):
-            for a in e.args:
-                ex(a)
-        elif isinstance(e, Select):
-            ex(e.cond); ex(e.a); ex(e.b)
-        elif isinstance(e, BufPtr):
-            seen.setdefault(id(e.buf), e.buf)
-            ex(e.offset)
-        elif isinstance(e, Buffer):
-            seen.setdefault(id(e), e)
 
-    def st(ss):
-        for s in ss:
-            if isinstance(s, Store):
-                seen.setdefault(id(s.buf), s.buf)
-                ex(s.index); ex(s.value)
-            elif isinstance(s, (Decl,)):
-                ex(s.init)
-            elif isinstance(s, Assign):
-                ex(s.value)
-            elif isinstance(s, Loop):
-                ex(s.extent); ex(s.start); st(s.body)
-            elif isinstance(s, If):
-                ex(s.cond); st(s.then); st(s.orelse)
-            elif isinstance(s, CallStmt):
-                for a in s.args:
-                    ex(a)
-
-    st(stmts)
-    return list(seen.values())
+def expr_vars(e) -> list[str]:
+    """Names of the variables an expression reads, in first-use order."""
+    return list(dict.fromkeys(x.name for x in walk_expr(e) if isinstance(x, Var)))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
@@ -11,15 +11,20 @@ from ..fusion.groups import Group
 from ..ir.graph import Graph, Value
 from ..ops import registry
 from .context import LowerCtx
-from .ir import Buffer, Builder, Const, Expr, Kernel, Load, Var, const, walk_buffers
+from .ir import (SPATIAL, Buffer, Builder, Const, Expr, Gemm, If, Kernel, Load, Loop, Store, Var, const,
+                 walk_buffers)
 
 
 @dataclass
 class KernelStep:
+    """A kernel and the graph values its parameters are bound to."""
     kernel: Kernel
     group: Group
     binds: dict[str, str]                    # kernel param name -> graph value name
-    scratch: list[Buffer] = field(default_factory=list)
+
+    @property
+    def scratch(self) -> list[Buffer]:
+        return self.kernel.scratch
 
     @property
     def reads(self) -> list[str]:
@@ -34,6 +39,27 @@ class KernelStep:
             if p.name == name:
                 return p
         raise KeyError(name)
+
+    def param_for(self, v: Value) -> Buffer:
+        """The input parameter bound to graph value `v`, added when the kernel has none (a
+        constant the schedule made, say)."""
+        for p in self.kernel.params:
+            if self.binds.get(p.name) == v.name and p.role == "in":
+                return p
+        buf = Buffer(self.kernel.fresh(c_ident(v.name)), v.dtype, tuple(v.shape), "in")
+        n_in = sum(1 for p in self.kernel.params if p.role == "in")
+        self.kernel.params.insert(n_in, buf)
+        self.binds[buf.name] = v.name
+        return buf
+
+    def drop_unused_params(self) -> None:
+        """Inputs the body no longer reads (a weight replaced by its packed copy) leave the kernel."""
+        used = {id(b) for b in walk_buffers(self.kernel.body)}
+        keep = [p for p in self.kernel.params if p.role != "in" or id(p) in used]
+        for p in self.kernel.params:
+            if p not in keep:
+                del self.binds[p.name]
+        self.kernel.params = keep
 
 
 _MATH_NAMES = """exp exp2 expm1 log log2 log10 log1p sqrt cbrt pow hypot sin cos tan asin acos atan atan2
@@ -85,14 +111,14 @@ class _Params:
         return buf
 
 
-def lower_groups(g: Graph, groups: list[Group], target: dict) -> list[KernelStep]:
+def lower_groups(g: Graph, groups: list[Group]) -> list[KernelStep]:
+    """Every fusion group as a kernel that says what to compute (no target decisions)."""
     consumers = g.consumers()
-    derived: dict = {}          # constants transformed at compile time, shared between kernels
     steps = []
     for grp in groups:
         if grp.view:
             continue
-        steps.append(_lower_group(g, grp, consumers, target, len(steps), derived))
+        steps.append(_lower_group(g, grp, consumers, len(steps)))
     return steps
 
 
@@ -108,7 +134,7 @@ def _stored(g: Graph, grp: Group, consumers) -> list[str]:
     return out
 
 
-def _lower_group(g: Graph, grp: Group, consumers, target, k: int, derived: dict) -> KernelStep:
+def _lower_group(g: Graph, grp: Group, consumers, k: int) -> KernelStep:
     stored = _stored(g, grp, consumers)
     b = Builder()
     params = _Params(b)
@@ -143,10 +169,11 @@ def _lower_group(g: Graph, grp: Group, consumers, target, k: int, derived: dict)
             raise UnsupportedError([f"{node.op_type} node {node.name!r}: no code generation for this case "
                                     "(its inputs were expected to be compile-time constants)"],
                                    "bind the inputs that feed it with --const or --shape")
-        ctx = LowerCtx(node, g, ins, outs, b, target, param=lambda v: params.get(v, "in"), derived=derived)
+        ctx = LowerCtx(node, g, ins, outs, b)
         op.lower(node, ctx)
         scratch.extend(ctx.scratch_buffers)
 
+    b.body[:] = _finish_gemms(b.body)
     if grp.chain:
         _lower_chain(g, grp, stored, params, anchor_buf, b)
 
@@ -159,9 +186,23 @@ def _lower_group(g: Graph, grp: Group, consumers, target, k: int, derived: dict)
         if p.role == "out" and p not in ordered:
             ordered.append(p)
     scratch_used = [p for p in used if p.role == "scratch"]
-    kern = Kernel(name, names, ordered, b.body, scratch_used)
+    kern = Kernel(name, names, ordered, b.body, scratch_used, names_used=b.names)
     binds = {p.name: v for v, p in params.by_value.items() if p in ordered}
-    return KernelStep(kern, grp, binds, scratch_used)
+    return KernelStep(kern, grp, binds)
+
+
+def _finish_gemms(stmts: list) -> list:
+    """A Gemm whose op gave a result expression (bias, alpha/beta) stores it in its epilogue."""
+    out = []
+    for s in stmts:
+        if isinstance(s, Gemm) and s.result is not None and not s.epilogue:
+            s = replace(s, epilogue=[Store(s.c.buf, s.c.at(s.i, s.j), s.result)])
+        elif isinstance(s, Loop):
+            s = replace(s, body=_finish_gemms(s.body))
+        elif isinstance(s, If):
+            s = If(s.cond, _finish_gemms(s.then), _finish_gemms(s.orelse))
+        out.append(s)
+    return out
 
 
 def _chain_home(g: Graph, grp: Group, stored: list[str], v: Value) -> Optional[str]:
@@ -204,7 +245,7 @@ def _lower_chain(g: Graph, grp: Group, stored, params: _Params, anchor_buf, b: B
     out_strides = bstrides(shape)
     dims = _merge_dims(shape, list(all_strides.values()) + [out_strides])
     loop_shape = [d for d, _ in dims]
-    with b.loops(loop_shape, [f"i{k}" for k in range(len(loop_shape))]) as idx:
+    with b.loops(loop_shape, [f"i{k}" for k in range(len(loop_shape))], role=SPATIAL) as idx:
         def offset(st_full):
             off = const(0)
             for (extent, members), var in zip(dims, idx):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ..fusion.groups import Group
 from ..ir.graph import Graph
 from ..kernel.lowering import KernelStep
+from ..program.ir import scratch_bytes
 from .liveness import Interval, peak_live_bytes
 from .validator import validate
 
@@ -73,7 +74,9 @@ class _Sets:
 
 
 def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: int = 64,
-                inplace: bool = True) -> MemoryPlan:
+                inplace: bool = True, threads: int = 1) -> MemoryPlan:
+    """Where every value and every kernel's scratch lives; per-thread scratch takes `threads`
+    copies (thread t's at offset + t * its size)."""
     sets = _Sets()
     for grp in groups:
         if grp.view:
@@ -167,7 +170,7 @@ def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: i
         for buf in st.scratch:
             key = f"scratch:{t}:{buf.name}"
             scratch_keys[(t, buf.name)] = key
-            intervals.append(Interval(key, _round(buf.size * buf.dtype.itemsize, align), t, t))
+            intervals.append(Interval(key, _round(scratch_bytes(buf, threads), align), t, t))
 
     offsets, arena = plan_offsets(intervals, align)
     validate(intervals, offsets, arena, align)
@@ -301,3 +304,24 @@ def fit_under_cap(intervals: list[Interval], cap: int, align: int, work: int) ->
             if i < 0:
                 return None
     return {order[k].key: offs[k] for k in range(n)}
+
+
+def mark_aliased(g: Graph, steps: list[KernelStep], plan: MemoryPlan) -> None:
+    """Record on every kernel which parameters may share bytes with another parameter one of
+    them writes (an elementwise kernel writing over its input in place): the printers give
+    every other pointer `restrict`."""
+    for st in steps:
+        spans = []
+        for p in st.kernel.params:
+            loc = plan.locations.get(st.binds[p.name])
+            if loc is None:
+                continue
+            key = (loc.kind, loc.name) if loc.kind in ("input", "output") else (loc.kind, "")
+            start = loc.offset if loc.kind in ("arena", "weight") else 0
+            spans.append((p, key, start, start + g.values[st.binds[p.name]].nbytes))
+        aliased = set()
+        for i, (p, k, a0, a1) in enumerate(spans):
+            for q, k2, b0, b1 in spans[i + 1:]:
+                if k == k2 and a0 < b1 and b0 < a1 and (p.role == "out" or q.role == "out"):
+                    aliased |= {p.name, q.name}
+        st.kernel.aliased = frozenset(aliased)

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
-from ..kernel.ir import const
+from ..kernel.ir import SPATIAL, const
 from .common import ints
 from .registry import register
 
@@ -63,7 +63,7 @@ def _lower_constant_of_shape(node, ctx):
     y = ctx.outs[0]
     v = node.attr("value")
     fill = np.asarray(v).reshape(-1)[0].item() if v is not None else 0.0
-    with ctx.b.loop(y.size, "i") as i:
+    with ctx.b.loop(y.size, "i", role=SPATIAL) as i:
         ctx.b.store(y, i, const(fill, y.dtype))
 
 

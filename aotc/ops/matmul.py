@@ -1,13 +1,12 @@
-"""MatMul and Gemm. float32 goes to the runtime's packed GEMM (kernel/gemm.py): a constant
-operand is packed into the micro-kernel's panels at compile time, transposed operands are
-read through strides. Other types get a plain loop nest."""
+"""MatMul and Gemm. float32 products are Gemm statements (kernel/ir.py): the operands as
+strided matrices (a transposed operand is only other strides), where C lands in the output,
+and what Gemm makes of each element (alpha, beta * C); the schedule decides tiles, packing
+and threads. Other types get a plain loop nest."""
 from __future__ import annotations
 
 from ..errors import ShapeError
 from ..ir import dtypes
-from ..kernel import gemm
-from ..kernel.gemm import GemmTiles, emit_sgemm, pack_a, pack_b
-from ..kernel.ir import BufPtr, const
+from ..kernel.ir import REDUCTION, SPATIAL, GemmDest, const, matrix
 from .common import broadcast, prod
 from .registry import register
 
@@ -48,44 +47,32 @@ def _lower_matmul(node, ctx):
     nb = len(batch)
     a_batch = (1,) * (nb - ra) + tuple(a2[:-2])
     b_batch = (1,) * (nb - rb) + tuple(b2[:-2])
+    sa, sb, sy = _batch_strides(a_batch, M * K), _batch_strides(b_batch, K * N), _batch_strides(batch, M * N)
     if A.dtype != dtypes.FLOAT32:
-        sa, sb, sy = (_batch_strides(a_batch, M * K), _batch_strides(b_batch, K * N),
-                      _batch_strides(batch, M * N))
-        with b.loops(batch, [f"b{k}" for k in range(nb)]) as idx:
+        with b.loops(batch, [f"b{k}" for k in range(nb)], role=SPATIAL) as idx:
             oa = sum((i * s for i, s in zip(idx, sa) if s), const(0))
             ob = sum((i * s for i, s in zip(idx, sb) if s), const(0))
             oy = sum((i * s for i, s in zip(idx, sy) if s), const(0))
-            with b.loop(M, "m") as m:
-                with b.loop(N, "n") as n:
-                    acc = b.local("acc", const(0, A.dtype))
-                    with b.loop(K, "k") as k:
-                        b.assign(acc, acc + A[oa + m * K + k] * B[ob + k * N + n])
-                    b.store(Y, oy + m * N + n, acc)
+            with b.loops((M, N), ["m", "n"], role=SPATIAL) as (m, n):
+                acc = b.accumulator("acc", const(0, A.dtype))
+                with b.loop(K, "k", role=REDUCTION) as k:
+                    b.assign(acc, acc + A[oa + m * K + k] * B[ob + k * N + n])
+                b.store(Y, oy + m * N + n, acc)
         return
+    # Y's dims: the batch, then M unless A is a vector, then N unless B is a vector
+    m_dim = [nb] if len(A.shape) > 1 else []
+    n_dim = [nb + len(m_dim)] if len(B.shape) > 1 else []
     if prod(b_batch) == 1 and tuple(a_batch) == tuple(batch):
         # B is one matrix for the whole batch: the batch's rows of A are one taller matrix
-        M, a_batch, batch = M * prod(batch), (), ()
-        nb = 0
-    tiles = GemmTiles.of(ctx.target)
-    # a constant operand is packed into the micro-kernel's panels once, at compile time
-    Ap = ctx.derived_const(0, "packed_a", lambda a: pack_a(a.reshape(a2), tiles))
-    Bp = ctx.derived_const(1, "packed_b", lambda w: pack_b(w.reshape(b2), tiles)) \
-        if Ap is None else None
-    a_mat = -(-M // tiles.mr) * tiles.mr * K if Ap is not None else M * K
-    b_mat = -(-N // tiles.nr) * tiles.nr * K if Bp is not None else K * N
-    sa, sb, sy = _batch_strides(a_batch, a_mat), _batch_strides(b_batch, b_mat), _batch_strides(batch, M * N)
-    if Ap is not None:
-        b.comment(f"A packed at compile time into {tiles.mr}-row panels")
-    if Bp is not None:
-        b.comment(f"B packed at compile time into {tiles.nr}-column panels")
-    with b.loops(batch, [f"b{k}" for k in range(nb)]) as idx:
+        b.comment(f"{prod(batch)} x {M} rows of A times one B")
+        dest = GemmDest(Y, (0,) * len(Y.shape), tuple(range(nb)) + tuple(m_dim), tuple(n_dim))
+        b.gemm(M * prod(batch), N, K, matrix(A, 0, K, 1), matrix(B, 0, N, 1), dest)
+        return
+    with b.loops(batch, [f"b{k}" for k in range(nb)], role=SPATIAL) as idx:
         oa = sum((i * s for i, s in zip(idx, sa) if s), const(0))
         ob = sum((i * s for i, s in zip(idx, sb) if s), const(0))
-        oy = sum((i * s for i, s in zip(idx, sy) if s), const(0))
-        emit_sgemm(ctx, M, N, K,
-                   gemm.packed(Ap, oa) if Ap is not None else gemm.strided(A, oa, K, 1),
-                   gemm.packed(Bp, ob) if Bp is not None else gemm.strided(B, ob, N, 1),
-                   BufPtr(Y, oy), N)
+        dest = GemmDest(Y, tuple(idx) + (0,) * (len(Y.shape) - nb), tuple(m_dim), tuple(n_dim))
+        b.gemm(M, N, K, matrix(A, oa, K, 1), matrix(B, ob, N, 1), dest)
 
 
 @register("MatMul", lower=_lower_matmul)
@@ -120,43 +107,27 @@ def _lower_gemm(node, ctx):
         cn = n if cshape[1] != 1 else 0
         return C[cm * cshape[1] + cn] if len(C.shape) else C[const(0)]
 
+    def result(v, m, n):
+        """Y = alpha * A.B + beta * C, element (m, n)."""
+        if alpha != 1.0:
+            v = v * const(alpha, Y.dtype)
+        if C is not None:
+            c = c_at(m, n)
+            v = v + (c * const(beta, Y.dtype) if beta != 1.0 else c)
+        return v
+
     if A.dtype != dtypes.FLOAT32:
-        with b.loops((M, N), ["m", "n"]) as (m, n):
-            acc = b.local("acc", const(0, A.dtype))
-            with b.loop(K, "k") as k:
+        with b.loops((M, N), ["m", "n"], role=SPATIAL) as (m, n):
+            acc = b.accumulator("acc", const(0, A.dtype))
+            with b.loop(K, "k", role=REDUCTION) as k:
                 a = A[k, m] if ta else A[m, k]
                 w = B[n, k] if tb else B[k, n]
                 b.assign(acc, acc + a * w)
-            b.store(Y, (m, n), acc)
-    else:
-        tiles = GemmTiles.of(ctx.target)
-        Ap = ctx.derived_const(0, "packed_a", lambda a: pack_a(a.T if ta else a, tiles))
-        Bp = ctx.derived_const(1, "packed_b", lambda w: pack_b(w.T if tb else w, tiles)) \
-            if Ap is None else None
-        # Y = alpha * A.B + beta * C: with alpha == beta == 1, C is written first and the GEMM
-        # accumulates onto it (one pass over Y)
-        bias_first = C is not None and alpha == 1.0 and beta == 1.0
-        if bias_first:
-            with b.loops((M, N), ["m", "n"]) as (m, n):
-                b.store(Y, (m, n), c_at(m, n))
-        for name, op, tiles_n in (("A", Ap, tiles.mr), ("B", Bp, tiles.nr)):
-            if op is not None:
-                b.comment(f"{name} packed at compile time into {tiles_n}-{'row' if name == 'A' else 'column'} panels")
-        emit_sgemm(ctx, M, N, K,
-                   gemm.packed(Ap) if Ap is not None else gemm.strided(A, 0, *((1, M) if ta else (K, 1))),
-                   gemm.packed(Bp) if Bp is not None else gemm.strided(B, 0, *((1, K) if tb else (N, 1))),
-                   BufPtr(Y), N, accumulate=bias_first)
-        if bias_first:
-            return
-    if alpha != 1.0 or C is not None:
-        with b.loops((M, N), ["m", "n"]) as (m, n):
-            v = Y[m, n]
-            if alpha != 1.0:
-                v = v * const(alpha, Y.dtype)
-            if C is not None:
-                c = c_at(m, n)
-                v = v + (c * const(beta, Y.dtype) if beta != 1.0 else c)
-            b.store(Y, (m, n), v)
+            b.store(Y, (m, n), result(acc, m, n))
+        return
+    b.gemm(M, N, K, matrix(A, 0, *((1, M) if ta else (K, 1))), matrix(B, 0, *((1, K) if tb else (N, 1))),
+           GemmDest(Y, (0, 0), (0,), (1,)),
+           result=result if (alpha != 1.0 or C is not None) else None)
 
 
 @register("Gemm", lower=_lower_gemm)

@@ -4,15 +4,16 @@ survive graph passes (BatchNormalization with runtime statistics, InstanceNormal
 All of them take any number of spatial dims (1-D, 2-D, 3-D) in NC[D]HW layout.
 
 Conv lowering, float32:
-  * 1x1, stride 1, no padding: one GEMM (kernel/gemm.py) per (batch, group) straight on the input.
+  * 1x1, stride 1, no padding: one GEMM per (batch, group) straight on the input.
   * depthwise (one input channel per group): a direct loop nest, one output row at a time,
     the innermost loop over output columns with start/end computed so that no index is
     ever out of range (no padded copy, no branch in the inner loop).
   * everything else: im2col of one (batch, group) into ctx.scratch, then a GEMM.
-The weights are the GEMM's A operand, packed into the micro-kernel's panels at compile time.
-Other dtypes use the direct loop nest. Bias is written first and the GEMM accumulates onto
-it, so the kernel makes one pass over the output; activations and residual adds follow as
-the fused epilogue.
+The weights are the GEMM's A operand, the output positions its columns; the bias is what the
+GEMM makes of each element (its epilogue, applied to each tile as it is finished), and the
+activations and residual adds that fusion puts after the Conv follow there too. The schedule
+decides the rest (weights packed into panels, the product computed transposed when that
+fits the tiles better, threads). Other dtypes use the direct loop nest.
 
 Window bounds: for output position o, the taps k with 0 <= o*s - pb + k*d < S are
 k in [ceil((pb - o*s)/d), ceil((S + pb - o*s)/d)), clamped to [0, K). `_ceil_div` does that
@@ -28,9 +29,8 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
-from ..kernel import gemm
-from ..kernel.gemm import GemmTiles, emit_sgemm, pack_a, pack_b
-from ..kernel.ir import (F32, I64, BufPtr, Const, Expr, If, binop, call, cast, const, maximum, minimum, select)
+from ..kernel.ir import (F32, I64, ORDERED, REDUCTION, SPATIAL, Const, Expr, GemmDest, If, binop, call, cast, const,
+                         matrix, maximum, minimum, select)
 from .common import ints, prod
 from .registry import register
 
@@ -101,16 +101,16 @@ class _Branch:
 
 
 class _Nest:
-    """Loops opened one at a time, so that each level can hoist its own locals; a loop of
-    extent 1 opens nothing and its index is the constant 0."""
+    """Loops of one role opened one at a time, so that each level can hoist its own locals; a
+    loop of extent 1 opens nothing and its index is the constant 0."""
 
-    def __init__(self, b):
-        self.b, self._open = b, []
+    def __init__(self, b, role: str):
+        self.b, self.role, self._open = b, role, []
 
     def loop(self, extent, name: str, start=0) -> Expr:
         if isinstance(extent, int) and extent == 1 and isinstance(start, int) and start == 0:
             return const(0)
-        lp = self.b.loop(extent, name, start=start)
+        lp = self.b.loop(extent, name, role=self.role, start=start)
         var = lp.__enter__()
         self._open.append(lp)
         return var
@@ -220,12 +220,6 @@ def _conv_infer(node, ins):
     return [(x.dtype, (x.shape[0], w.shape[0], *win.out))]
 
 
-def _fill_bias(b, Y, Bias, n, M, OL):
-    """Y[n, m, :] = bias[m] (or 0)."""
-    with b.loops([M, OL], ["m", "p"]) as (m, p):
-        b.store(Y, (n * M + m) * OL + p, Bias[m] if Bias is not None else const(0, Y.dtype))
-
-
 def _lower_conv(node, ctx):
     X, W = ctx.ins[0], ctx.ins[1]
     Bias = ctx.ins[2] if len(ctx.ins) > 2 else None
@@ -248,62 +242,18 @@ def _lower_conv(node, ctx):
         b.comment(f"im2col ({Cg * KK} x {OL}) + GEMM per group")
         col = ctx.scratch((Cg * KK, OL), X.dtype, "col")
     K = Cg * KK
-    tiles = GemmTiles.of(ctx.target)
-    if tiles.prefers_transposed(Mg, OL, K):
-        _conv_gemm_transposed(ctx, X, W, Bias, Y, tiles, group, col if not pointwise else None,
-                              lambda n, g: _im2col(b, X, col, n, g * Cg, Cg, S, O, win))
-        return
-    # weights [Mg, K] per group are the GEMM's A: packed into panels at compile time
-    Wp = ctx.derived_const(1, "packed_a", lambda w: pack_a(w.reshape(group, Mg, K), tiles))
-    if Wp is not None:
-        b.comment(f"weights packed at compile time into {tiles.mr}-row panels")
-    w_group = Wp.size // group if Wp is not None else Mg * K
-    with b.loops([N], ["n"]) as (n,):
-        if Bias is not None:
-            _fill_bias(b, Y, Bias, n, M, OL)
-        with b.loops([group], ["g"]) as (g,):
-            if pointwise:
-                src = gemm.strided(X, (n * C + g * Cg) * SL, SL, 1)
-            else:
-                _im2col(b, X, col, n, g * Cg, Cg, S, O, win)
-                src = gemm.strided(col, 0, OL, 1)
-            emit_sgemm(ctx, Mg, OL, K,
-                       gemm.packed(Wp, g * w_group) if Wp is not None else gemm.strided(W, g * w_group, K, 1),
-                       src, BufPtr(Y, (n * M + g * Mg) * OL), OL, accumulate=Bias is not None)
-
-
-def _conv_gemm_transposed(ctx, X, W, Bias, Y, tiles, group, col, im2col):
-    """Y per (batch, group) as Yᵀ[OL, Mg] = colᵀ · Wᵀ, then transposed into Y with the bias
-    added: for small outputs (7x7, 14x14) whose OL pads badly to the micro-tile's width while
-    the channel count does not (see GemmTiles.prefers_transposed)."""
-    b = ctx.b
-    N, C, SL = X.shape[0], X.shape[1], prod(X.shape[2:])
-    M, OL = W.shape[0], prod(Y.shape[2:])
-    Cg, Mg = C // group, M // group
-    K = prod(W.shape[1:])
-    b.comment(f"GEMM transposed (output positions as rows): Y^T [{OL}, {Mg}] = col^T . W^T, then "
-              f"transposed into Y")
-    Wt = ctx.derived_const(1, "packed_bt", lambda w: pack_b(w.reshape(group, Mg, K).swapaxes(-1, -2), tiles))
-    if Wt is not None:
-        b.comment(f"weights transposed and packed at compile time into {tiles.nr}-column panels")
-    yt = ctx.scratch((OL, Mg), Y.dtype, "y_t")
-    with b.loops([N, group], ["n", "g"]) as (n, g):
-        if col is None:
-            src = gemm.strided(X, (n * C + g * Cg) * SL, 1, SL)
+    r = len(S)
+    # one batch entry and group at a time (the im2col scratch is reused): ordered loops
+    with b.loops([N, group], ["n", "g"], role=ORDERED) as (n, g):
+        if pointwise:
+            src = matrix(X, (n * C + g * Cg) * SL, SL, 1)
         else:
-            im2col(n, g)
-            src = gemm.strided(col, 0, 1, OL)
-        wt = gemm.packed(Wt, g * (Wt.size // group)) if Wt is not None else gemm.strided(W, g * Mg * K, 1, K)
-        emit_sgemm(ctx, OL, Mg, K, src, wt, BufPtr(yt), Mg)
-        # channels in blocks of TB, so each read of Y^T takes a whole cache line and the TB rows
-        # of Y are written as TB forward streams (a plain column walk of Y^T, Mg apart, thrashes)
-        tb = next(t for t in (16, 8, 4, 2, 1) if Mg % t == 0)
-        with b.loops([Mg // tb, OL, tb], ["mb", "p", "mi"]) as (mb, p, mi):
-            m = mb * tb + mi
-            v = yt[p * Mg + m]
-            if Bias is not None:
-                v = v + Bias[g * Mg + m]
-            b.store(Y, (n * M + g * Mg + m) * OL + p, v)
+            _im2col(b, X, col, n, g * Cg, Cg, S, O, win)
+            src = matrix(col, 0, OL, 1)
+        # C(i, j): output channel g*Mg + i at output position j
+        dest = GemmDest(Y, (n, g * Mg) + (0,) * r, (1,), tuple(range(2, 2 + r)))
+        b.gemm(Mg, OL, K, matrix(W, g * (Mg * K), K, 1), src, dest,
+               result=(lambda v, i, j: v + Bias[g * Mg + i]) if Bias is not None else None)
 
 
 UNROLL_TAPS = 11      # kernels at most this wide get one copy of the row loop per tap
@@ -337,10 +287,11 @@ def _each_tap(b, win: _Window, size: int, n_out: int, body) -> None:
 
 
 def _span(b, start: Expr, end: Expr, name: str = "p"):
-    """A loop over [start, end), or None when constant bounds make it empty."""
+    """A loop over output positions [start, end) of a row (each writes its own element), or
+    None when constant bounds make it empty."""
     if isinstance(start, Const) and isinstance(end, Const) and start.value >= end.value:
         return None
-    return b.loop(end, name, start=start)
+    return b.loop(end, name, role=SPATIAL, start=start)
 
 
 def _im2col(b, X, col, n, c0, Cg, S, O, win: _Window):
@@ -351,12 +302,12 @@ def _im2col(b, X, col, n, c0, Cg, S, O, win: _Window):
     xst, ost, kst = _strides(S), _strides(O), _strides(win.kernel)
     s_l, d_l, pb_l = win.strides[-1], win.dilations[-1], win.pads_begin[-1]
     zero = const(0, col.dtype)
-    with b.loops([Cg, *win.kernel[:-1]], ["c"] + [f"k{i}" for i in range(r - 1)]) as idx:
+    with b.loops([Cg, *win.kernel[:-1]], ["c"] + [f"k{i}" for i in range(r - 1)], role=SPATIAL) as idx:
         c, ko = idx[0], idx[1:]
 
         def tap(k_l, lo, hi):
             row = (c * prod(win.kernel) + _dot(list(ko) + [k_l], kst)) * OL
-            with b.loops(O[:-1], [f"o{i}" for i in range(r - 1)]) as oo:
+            with b.loops(O[:-1], [f"o{i}" for i in range(r - 1)], role=SPATIAL) as oo:
                 pos = [o * win.strides[i] - win.pads_begin[i] + ko[i] * win.dilations[i] for i, o in enumerate(oo)]
                 dst = row + _dot(oo, ost[:-1])
                 src = _plus((n * C + c0 + c) * SL + _dot(pos, xst[:-1]), k_l * d_l - pb_l)
@@ -395,14 +346,15 @@ def _conv_direct(ctx, X, W, Bias, Y, win: _Window, group: int):
     SL, OL, OLast = prod(S), prod(O), O[-1]
     xst, ost, kst = _strides(S), _strides(O), _strides(win.kernel)
     s_l, d_l, pb_l = win.strides[-1], win.dilations[-1], win.pads_begin[-1]
-    with b.loops([N, M], ["n", "m"]) as (n, m):
+    with b.loops([N, M], ["n", "m"], role=SPATIAL) as (n, m):
         cin0 = (m / Mg) * Cg if group > 1 else const(0)
-        with b.loops(O[:-1], [f"o{i}" for i in range(r - 1)]) as oo:
+        with b.loops(O[:-1], [f"o{i}" for i in range(r - 1)], role=SPATIAL) as oo:
             dst = (n * M + m) * OL + _dot(oo, ost[:-1])
-            with b.loop(OLast, "p") as p:
+            with b.loop(OLast, "p", role=SPATIAL) as p:
                 b.store(Y, dst + p, Bias[m] if Bias is not None else const(0, Y.dtype))
-            # input channels and the outer kernel dims; the row test hoisted above the last dim
-            with b.loops([Cg, *win.kernel[:-1]], ["c"] + [f"k{i}" for i in range(r - 1)]) as idx:
+            # input channels and the outer kernel dims, summed into the output row; the row
+            # test hoisted above the last dim
+            with b.loops([Cg, *win.kernel[:-1]], ["c"] + [f"k{i}" for i in range(r - 1)], role=REDUCTION) as idx:
                 c, ko = idx[0], idx[1:]
                 pos = [o * win.strides[i] - win.pads_begin[i] + ko[i] * win.dilations[i] for i, o in enumerate(oo)]
                 inside = _inside(pos, S, win)
@@ -490,30 +442,23 @@ def _lower_convt(node, ctx):
     KK, SL, OL, SLast = prod(win.kernel), prod(S), prod(O), S[-1]
     b = ctx.b
     b.comment(f"GEMM (weights^T x input) into columns, then col2im; {group} group(s)")
-    # A = W^T per group: element ((m, k...), c) at W[g*Cg + c, m, k...]; packed at compile
-    # time when W is a constant, else read through strides
-    tiles = GemmTiles.of(ctx.target)
-    Wp = ctx.derived_const(1, "packed_at",
-                           lambda w: pack_a(w.reshape(group, Cg, Mg * KK).transpose(0, 2, 1), tiles))
-    if Wp is not None:
-        b.comment(f"weights transposed and packed at compile time into {tiles.mr}-row panels")
     col = ctx.scratch((Mg * KK, SL), X.dtype, "col")
     ost, sst, kst = _strides(O), _strides(S), _strides(win.kernel)
-    with b.loops([N], ["n"]) as (n,):
-        _fill_bias(b, Y, Bias, n, M, OL)
-        with b.loops([group], ["g"]) as (g,):
-            wt = gemm.packed(Wp, g * (Wp.size // group)) if Wp is not None else \
-                gemm.strided(W, g * (Cg * Mg * KK), 1, Mg * KK)
-            emit_sgemm(ctx, Mg * KK, SL, Cg, wt, gemm.strided(X, (n * C + g * Cg) * SL, SL, 1),
-                       BufPtr(col), SL)
-            # col2im: Y[n, g*Mg + m, i*s - pb + k*d] += col[(m, k), i]
-            with b.loops([Mg, *win.kernel[:-1]], ["m"] + [f"k{i}" for i in range(r - 1)]) as idx:
-                m, ko = idx[0], idx[1:]
+    with b.loops([N], ["n"], role=ORDERED) as (n,):
+        with b.loops([M, OL], ["m", "p"], role=SPATIAL) as (m, p):
+            b.store(Y, (n * M + m) * OL + p, Bias[m] if Bias is not None else const(0, Y.dtype))
+        with b.loops([group], ["g"], role=ORDERED) as (g,):
+            # A = W^T of the group: element ((m, k...), c) at W[g*Cg + c, m, k...]
+            b.gemm(Mg * KK, SL, Cg, matrix(W, g * (Cg * Mg * KK), 1, Mg * KK),
+                   matrix(X, (n * C + g * Cg) * SL, SL, 1), GemmDest(col, (0, 0), (0,), (1,)))
+            # col2im: Y[n, g*Mg + m, i*s - pb + k*d] += col[(m, k), i]; taps of one m overlap
+            with b.loops([Mg], ["m"], role=SPATIAL) as (m,), \
+                    b.loops(win.kernel[:-1], [f"k{i}" for i in range(r - 1)], role=ORDERED) as ko:
                 s_l, d_l, pb_l = win.strides[-1], win.dilations[-1], win.pads_begin[-1]
 
                 def tap(k_l, lo, hi):
                     row = (m * KK + _dot(list(ko) + [k_l], kst)) * SL
-                    with b.loops(S[:-1], [f"i{q}" for q in range(r - 1)]) as ii:
+                    with b.loops(S[:-1], [f"i{q}" for q in range(r - 1)], role=SPATIAL) as ii:
                         pos = [i * win.strides[q] - win.pads_begin[q] + ko[q] * win.dilations[q]
                                for q, i in enumerate(ii)]
                         dst = _plus((n * M + g * Mg + m) * OL + _dot(pos, ost[:-1]), k_l * d_l - pb_l)
@@ -582,10 +527,10 @@ def _lower_pool(node, ctx):
     else:
         ist = xst
     b = ctx.b
-    with b.loops([N, C], ["n", "c"]) as (n, c):
+    with b.loops([N, C], ["n", "c"], role=SPATIAL) as (n, c):
         base = (n * C + c) * SL
         bounds, oo = [], []
-        outer = _Nest(b)
+        outer = _Nest(b, SPATIAL)
         for i in range(r):          # one loop per output dim, its tap range hoisted to its level
             o = outer.loop(O[i], f"o{i}")
             lo, hi = _bounds(o, S[i], win, i)
@@ -596,8 +541,8 @@ def _lower_pool(node, ctx):
             acc = b.local("acc", _lowest(X.dtype))
             arg = b.local("arg", const(0)) if I is not None else None
         else:
-            acc = b.local("acc", const(0, X.dtype))
-        inner = _Nest(b)
+            acc = b.accumulator("acc", const(0, X.dtype))
+        inner = _Nest(b, REDUCTION)
         ks = [inner.loop(bounds[i][1], f"k{i}", start=bounds[i][0]) for i in range(r)]
         pos = [o * win.strides[i] - win.pads_begin[i] + k * win.dilations[i]
                for i, (o, k) in enumerate(zip(oo, ks))]
@@ -647,9 +592,9 @@ def _lower_global(node, ctx):
     SL = prod(X.shape[2:])
     is_max = node.op_type == "GlobalMaxPool"
     b = ctx.b
-    with b.loops([N * C], ["nc"]) as (nc,):
-        acc = b.local("acc", _lowest(X.dtype) if is_max else const(0, X.dtype))
-        with b.loop(SL, "p") as p:
+    with b.loops([N * C], ["nc"], role=SPATIAL) as (nc,):
+        acc = b.local("acc", _lowest(X.dtype)) if is_max else b.accumulator("acc", const(0, X.dtype))
+        with b.loop(SL, "p", role=REDUCTION) as p:
             v = X[nc * SL + p]
             b.assign(acc, select(v > acc, v, acc) if is_max else acc + v)
         b.store(Y, nc, acc if is_max else acc / const(SL, X.dtype))
@@ -714,7 +659,7 @@ def _lower_pad(node, ctx):
             fill = const(0, X.dtype)
     xst = _strides(X.shape)
     srcs, valid, oo = [], [], []
-    nest = _Nest(b)
+    nest = _Nest(b, SPATIAL)
     for i in range(r):
         o = nest.loop(out[i], f"i{i}")
         oo.append(o)
@@ -887,7 +832,7 @@ def _lower_resize(node, ctx):
     linear = mode == "linear" and X.dtype.kind == "f"
     if mode == "linear" and not linear:
         raise UnsupportedError([f"Resize node {node.name!r}: linear mode on {X.dtype}"])
-    nest = _Nest(b)
+    nest = _Nest(b, SPATIAL)
     oo = []
     idx_terms = []            # per axis: [(index expr, weight expr or None), ...] (1 or 2 entries)
     for i in range(r):
@@ -958,10 +903,10 @@ def _lower_bn(node, ctx):
     SL = prod(X.shape[2:])
     b = ctx.b
     dt = X.dtype
-    with b.loops([N, C], ["n", "c"]) as (n, c):
+    with b.loops([N, C], ["n", "c"], role=SPATIAL) as (n, c):
         s = b.local("s", sc[c] / call("sqrt", var[c] + const(eps, dt)))
         t = b.local("t", bi[c] - mean[c] * s)
-        with b.loop(SL, "p") as p:
+        with b.loop(SL, "p", role=SPATIAL) as p:
             at = (n * C + c) * SL + p
             b.store(Y, at, X[at] * s + t)
 
@@ -984,21 +929,20 @@ def _lower_instnorm(node, ctx):
     SL = prod(X.shape[2:])
     b = ctx.b
     dt = X.dtype
-    F64 = dtypes.FLOAT64
-    with b.loops([N, C], ["n", "c"]) as (n, c):
+    with b.loops([N, C], ["n", "c"], role=SPATIAL) as (n, c):
         base = (n * C + c) * SL
-        acc = b.local("sum", const(0.0, F64))
-        with b.loop(SL, "p") as p:
-            b.assign(acc, acc + cast(X[base + p], F64))
-        mean = b.local("mean", acc / const(float(SL), F64))
-        sq = b.local("sq", const(0.0, F64))
-        with b.loop(SL, "p") as p:
-            d = b.local("d", cast(X[base + p], F64) - mean)
+        acc = b.accumulator("sum", const(0.0, dt))
+        with b.loop(SL, "p", role=REDUCTION) as p:
+            b.assign(acc, acc + X[base + p])
+        mean = b.local("mean", acc / const(float(SL), dt))
+        sq = b.accumulator("sq", const(0.0, dt))
+        with b.loop(SL, "p", role=REDUCTION) as p:
+            d = b.local("d", X[base + p] - mean)
             b.assign(sq, sq + d * d)
-        s = b.local("s", cast(sc[c], F64) / call("sqrt", sq / const(float(SL), F64) + const(eps, F64)))
-        t = b.local("t", cast(bi[c], F64) - mean * s)
-        with b.loop(SL, "p") as p:
-            b.store(Y, base + p, cast(cast(X[base + p], F64) * s + t, dt))
+        s = b.local("s", sc[c] / call("sqrt", sq / const(float(SL), dt) + const(eps, dt)))
+        t = b.local("t", bi[c] - mean * s)
+        with b.loop(SL, "p", role=SPATIAL) as p:
+            b.store(Y, base + p, X[base + p] * s + t)
 
 
 register("InstanceNormalization", lower=_lower_instnorm)(_in_infer)
@@ -1013,12 +957,12 @@ def _lower_lrn(node, ctx):
     lo_off, hi_off = (size - 1) // 2, -(-(size - 1) // 2)
     b = ctx.b
     dt = X.dtype
-    with b.loops([N, C], ["n", "c"]) as (n, c):
+    with b.loops([N, C], ["n", "c"], role=SPATIAL) as (n, c):
         lo = b.local("lo", maximum(const(0), c - lo_off))
         hi = b.local("hi", minimum(const(C), c + (hi_off + 1)))
-        with b.loop(SL, "p") as p:
-            acc = b.local("acc", const(0, dt))
-            with b.loop(hi, "j", start=lo) as j:
+        with b.loop(SL, "p", role=SPATIAL) as p:
+            acc = b.accumulator("acc", const(0, dt))
+            with b.loop(hi, "j", role=REDUCTION, start=lo) as j:
                 v = X[(n * C + j) * SL + p]
                 b.assign(acc, acc + v * v)
             at = (n * C + c) * SL + p
@@ -1044,7 +988,7 @@ def _lower_dropout(node, ctx):
     X, Y = ctx.ins[0], ctx.outs[0]
     mask = ctx.outs[1] if len(ctx.outs) > 1 else None
     b = ctx.b
-    with b.loop(X.size, "p") as p:
+    with b.loop(X.size, "p", role=SPATIAL) as p:
         if Y is not None:
             b.store(Y, p, X[p])
         if mask is not None:

@@ -1,11 +1,11 @@
 """Reductions and the normalizations built on them: ReduceSum/Mean/Max/Min/Prod/L1/L2/
 SumSquare/LogSum/LogSumExp, Softmax/LogSoftmax/Hardmax, LayerNormalization.
 
-A reduction is a loop nest over the kept dims with the reduced dims innermost, accumulating
-in a local. float32 sums accumulate in double: it costs nothing next to the loads and keeps
-long reductions (LayerNorm over 768 channels, means over images) closer to the exact value
-than any float order would be. All of them accept elementwise epilogues: they write their
-whole output first, and the chain then runs over it.
+A reduction is a loop nest over the kept dims (spatial) with the reduced dims innermost
+(reduction), summing into an accumulator declared in the value's dtype: the schedule picks
+the precision it is summed in (float32 sums in float64 on CPU targets, kernel/retype.py). All
+of them accept elementwise epilogues: they write their whole output first, and the chain
+then runs over it.
 """
 from __future__ import annotations
 
@@ -13,17 +13,12 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import dtypes
-from ..kernel.ir import Buffer, Builder, Expr, Load, binop, call, cast, const, select
+from ..kernel.ir import ORDERED, REDUCTION, SPATIAL, Buffer, Builder, Expr, Load, binop, call, cast, const, select
 from .common import ints, norm_axis, prod
 from .registry import register
 from .tensor import _bstrides, contiguous_strides, strided_copy
 
 F64 = dtypes.FLOAT64
-
-
-def _acc_dtype(dt) -> np.dtype:
-    dt = np.dtype(dt)
-    return F64 if dt == dtypes.FLOAT32 else dt
 
 
 def _lowest(dt, sign: int) -> Expr:
@@ -64,9 +59,9 @@ def _reduce_shape(node, x, axes):
     return tuple(1 if k in axes else d for k, d in enumerate(x.shape) if keep or k not in axes)
 
 
-# op -> (initial accumulator, accumulate(acc, x), finalize(acc, count))
+# op -> (initial value, accumulate(acc, x), finalize(acc, count), is a sum (an accumulator))
 def _sum_like(term, final=lambda s, n: s):
-    return (lambda dt: const(0, _acc_dtype(dt)), lambda acc, x: acc + cast(term(x), acc.dtype), final)
+    return (lambda dt: const(0, dt), lambda acc, x: acc + term(x), final, True)
 
 
 _REDUCERS = {
@@ -77,9 +72,9 @@ _REDUCERS = {
     "ReduceL2": _sum_like(lambda x: x * x, lambda s, n: call("sqrt", s) if s.dtype.kind == "f"
                           else cast(call("sqrt", cast(s, F64)), s.dtype)),
     "ReduceLogSum": _sum_like(lambda x: x, lambda s, n: call("log", s)),
-    "ReduceProd": (lambda dt: const(1, _acc_dtype(dt)), lambda acc, x: acc * cast(x, acc.dtype), lambda s, n: s),
-    "ReduceMax": (lambda dt: _lowest(dt, -1), lambda acc, x: select(x > acc, x, acc), lambda s, n: s),
-    "ReduceMin": (lambda dt: _lowest(dt, +1), lambda acc, x: select(x < acc, x, acc), lambda s, n: s),
+    "ReduceProd": (lambda dt: const(1, dt), lambda acc, x: acc * x, lambda s, n: s, True),
+    "ReduceMax": (lambda dt: _lowest(dt, -1), lambda acc, x: select(x > acc, x, acc), lambda s, n: s, False),
+    "ReduceMin": (lambda dt: _lowest(dt, +1), lambda acc, x: select(x < acc, x, acc), lambda s, n: s, False),
 }
 
 
@@ -116,28 +111,28 @@ def _lower_reduce(node, ctx):
     if node.op_type == "ReduceLogSumExp":
         _lower_logsumexp(b, X, Y, kept, red)
         return
-    init, step, final = _REDUCERS[node.op_type]
-    with b.loops([d for d, _, _ in kept], [f"o{k}" for k in range(len(kept))]) as oidx:
+    init, step, final, is_sum = _REDUCERS[node.op_type]
+    with b.loops([d for d, _, _ in kept], [f"o{k}" for k in range(len(kept))], role=SPATIAL) as oidx:
         base = sum((i * s for i, (_, s, _) in zip(oidx, kept)), const(0))
-        acc = b.local("acc", init(X.dtype))
-        with b.loops([d for d, _ in red], [f"r{k}" for k in range(len(red))]) as ridx:
+        acc = b.accumulator("acc", init(X.dtype)) if is_sum else b.local("acc", init(X.dtype))
+        with b.loops([d for d, _ in red], [f"r{k}" for k in range(len(red))], role=REDUCTION) as ridx:
             off = base + sum((i * s for i, (_, s) in zip(ridx, red)), const(0))
             b.assign(acc, step(acc, Load(X, off)))
         b.store(Y, sum((i * o for i, (_, _, o) in zip(oidx, kept)), const(0)), final(acc, count))
 
 
 def _lower_logsumexp(b: Builder, X: Buffer, Y: Buffer, kept, red):
-    with b.loops([d for d, _, _ in kept], [f"o{k}" for k in range(len(kept))]) as oidx:
+    with b.loops([d for d, _, _ in kept], [f"o{k}" for k in range(len(kept))], role=SPATIAL) as oidx:
         base = sum((i * s for i, (_, s, _) in zip(oidx, kept)), const(0))
         mx = b.local("mx", _lowest(X.dtype, -1))
-        with b.loops([d for d, _ in red], [f"r{k}" for k in range(len(red))]) as ridx:
+        with b.loops([d for d, _ in red], [f"r{k}" for k in range(len(red))], role=REDUCTION) as ridx:
             off = base + sum((i * s for i, (_, s) in zip(ridx, red)), const(0))
             v = b.local("v", Load(X, off))
             b.assign(mx, select(v > mx, v, mx))
-        acc = b.local("acc", const(0, _acc_dtype(X.dtype)))
-        with b.loops([d for d, _ in red], [f"r{k}" for k in range(len(red))]) as ridx:
+        acc = b.accumulator("acc", const(0, X.dtype))
+        with b.loops([d for d, _ in red], [f"r{k}" for k in range(len(red))], role=REDUCTION) as ridx:
             off = base + sum((i * s for i, (_, s) in zip(ridx, red)), const(0))
-            b.assign(acc, acc + cast(call("exp", Load(X, off) - mx), acc.dtype))
+            b.assign(acc, acc + call("exp", Load(X, off) - mx))
         b.store(Y, sum((i * o for i, (_, _, o) in zip(oidx, kept)), const(0)),
                 cast(call("log", acc), X.dtype) + mx)
 
@@ -169,35 +164,35 @@ def _lower_softmax(node, ctx):
     op = node.op_type
     b = ctx.b
     b.comment(f"{op} over {n} elements, stride {inner}")
-    with b.loops([outer, inner], ["p", "q"]) as (p, q):
+    with b.loops([outer, inner], ["p", "q"], role=SPATIAL) as (p, q):
         def at(k):
             return (p * n + k) * inner + q
 
         mx = b.local("mx", Load(X, at(const(0))))
-        with b.loop(n, "k", start=1) as k:
+        with b.loop(n, "k", role=REDUCTION, start=1) as k:
             v = b.local("v", Load(X, at(k)))
             b.assign(mx, select(v > mx, v, mx))      # inlines, unlike fmaxf
         if op == "Hardmax":
             arg = b.local("arg", const(-1))
-            with b.loop(n, "k") as k:
+            with b.loop(n, "k", role=ORDERED) as k:
                 with b.if_(binop("&&", arg < 0, Load(X, at(k)).eq(mx))):
                     b.assign(arg, k)
-            with b.loop(n, "k") as k:
+            with b.loop(n, "k", role=SPATIAL) as k:
                 b.store(Y, at(k), select(k.eq(arg), const(1, Y.dtype), const(0, Y.dtype)))
             return
-        s = b.local("sum", const(0.0, _acc_dtype(X.dtype)))
-        with b.loop(n, "k") as k:
+        s = b.accumulator("sum", const(0.0, X.dtype))
+        with b.loop(n, "k", role=REDUCTION) as k:
             e = b.local("e", call("exp", Load(X, at(k)) - mx))
             if op == "Softmax":
                 b.store(Y, at(k), e)
-            b.assign(s, s + cast(e, s.dtype))
+            b.assign(s, s + e)
         if op == "Softmax":
-            inv = b.local("inv", cast(const(1.0, s.dtype) / s, X.dtype))
-            with b.loop(n, "k") as k:
+            inv = b.local("inv", const(1.0, X.dtype) / s, dtype=X.dtype)
+            with b.loop(n, "k", role=SPATIAL) as k:
                 b.store(Y, at(k), Load(Y, at(k)) * inv)
         else:
             shift = b.local("shift", mx + cast(call("log", s), X.dtype))
-            with b.loop(n, "k") as k:
+            with b.loop(n, "k", role=SPATIAL) as k:
                 b.store(Y, at(k), Load(X, at(k)) - shift)
 
 
@@ -245,25 +240,25 @@ def _lower_layernorm(node, ctx):
     axis, outer, norm = _ln_dims(node, X.shape)
     n = prod(norm)
     eps = float(node.attr("epsilon", 1e-5))
-    acc_t = _acc_dtype(X.dtype)
+    dt = X.dtype
     b = ctx.b
     b.comment(f"normalize over the last {len(norm)} dim(s), {n} elements; epsilon {eps:g}")
     s_st = _bstrides(S.shape, norm)
     b_st = _bstrides(B.shape, norm) if B is not None else None
-    with b.loops([outer], ["p"]) as (p,):
+    with b.loops([outer], ["p"], role=SPATIAL) as (p,):
         row = p * n
-        s = b.local("sum", const(0.0, acc_t))
-        with b.loop(n, "j") as j:
-            b.assign(s, s + cast(Load(X, row + j), acc_t))
-        mean = b.local("mean", s / const(float(n), acc_t))
-        v = b.local("var", const(0.0, acc_t))
-        with b.loop(n, "j") as j:
-            d = b.local("d", cast(Load(X, row + j), acc_t) - mean)
+        s = b.accumulator("sum", const(0.0, dt))
+        with b.loop(n, "j", role=REDUCTION) as j:
+            b.assign(s, s + Load(X, row + j))
+        mean = b.local("mean", s / const(float(n), dt))
+        v = b.accumulator("var", const(0.0, dt))
+        with b.loop(n, "j", role=REDUCTION) as j:
+            d = b.local("d", Load(X, row + j) - mean)
             b.assign(v, v + d * d)
-        rstd = b.local("rstd", const(1.0, acc_t) / call("sqrt", v / const(float(n), acc_t) + const(eps, acc_t)))
-        with b.loops(norm, [f"j{k}" for k in range(len(norm))]) as idx:
+        rstd = b.local("rstd", const(1.0, dt) / call("sqrt", v / const(float(n), dt) + const(eps, dt)))
+        with b.loops(norm, [f"j{k}" for k in range(len(norm))], role=SPATIAL) as idx:
             xo = row + sum((i * st for i, st in zip(idx, contiguous_strides(norm))), const(0))
-            y = cast((cast(Load(X, xo), acc_t) - mean) * rstd, X.dtype)
+            y = cast((Load(X, xo) - mean) * rstd, X.dtype)
             y = y * Load(S, sum((i * st for i, st in zip(idx, s_st)), const(0)))
             if B is not None:
                 y = y + Load(B, sum((i * st for i, st in zip(idx, b_st)), const(0)))

@@ -3,9 +3,9 @@
 Lowering, per direction, inside one kernel:
   1. the products below want Wᵀ [I, G*H] and Rᵀ [H, G*H] (GEMMs whose columns are the G*H
      gate units). Constant weights were transposed at compile time by passes/recurrent.py
-     (the node then carries PACKED_ATTR and W/R shapes [D, in, G*H]) and are packed into the
-     GEMM's panels at lowering (kernel/gemm.py); weights that are graph inputs are read
-     transposed through strides;
+     (the node then carries PACKED_ATTR and W/R shapes [D, in, G*H]); weights that are graph
+     inputs are read transposed through strides. Either way they are strided GEMM operands,
+     which the schedule may pack;
   2. XG = X · Wᵀ for every time step at once (one GEMM over S*B rows), biases added;
   3. per time step: GR = H · Rᵀ (one GEMM over the batch), then the gate math for every
      (batch, unit) element, which updates the state H (and C) in scratch and writes Y.
@@ -25,9 +25,7 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
-from ..kernel import gemm
-from ..kernel.gemm import GemmTiles, emit_sgemm, pack_b
-from ..kernel.ir import BufPtr, call, cast, const, select
+from ..kernel.ir import ORDERED, SPATIAL, GemmDest, call, cast, const, matrix, select
 from .registry import register
 
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")
@@ -194,23 +192,17 @@ def _lower_rnn(node, ctx):
         return (bi * D + d) * H + j if layout else (d * B + bi) * H + j
 
     transposed = bool(node.attr(PACKED_ATTR))     # W [D, I, GH] and R [D, H, GH]
-    tiles = GemmTiles.of(ctx.target)
 
-    def weights_t(i, n_in, c0=0, c1=GH):
-        """Direction d -> columns [c0, c1) of Wᵀ (i=1) or Rᵀ (i=2), [n_in, GH] each, as a GEMM
-        operand: packed at compile time when constant, else read through strides."""
-        pk = ctx.derived_const(i, "packed_b" + ("" if (c0, c1) == (0, GH) else f"_cols{c0}_{c1}"),
-                               lambda w: pack_b((w if transposed else w.transpose(0, 2, 1))[:, :, c0:c1], tiles))
+    def weights_t(i, n_in, c0=0):
+        """Direction d -> Wᵀ (i=1) or Rᵀ (i=2) from column c0 on, [n_in, GH] each, as a GEMM operand."""
         buf = ctx.ins[i]
-        if pk is not None:
-            return lambda d: gemm.packed(pk, d * (pk.size // D))
         if transposed:
-            return lambda d: gemm.strided(buf, d * n_in * GH + c0, GH, 1)
-        return lambda d: gemm.strided(buf, (d * GH + c0) * n_in, 1, n_in)
+            return lambda d: matrix(buf, d * n_in * GH + c0, GH, 1)
+        return lambda d: matrix(buf, (d * GH + c0) * n_in, 1, n_in)
 
     w_t = weights_t(1, I)
     if kind == "GRU" and not lbr:      # (r ⊙ H) · Rₕᵀ comes after the z and r gates
-        r_t, rh_t = weights_t(2, H, 0, 2 * H), weights_t(2, H, 2 * H, GH)
+        r_t, rh_t = weights_t(2, H, 0), weights_t(2, H, 2 * H)
     else:
         r_t = weights_t(2, H)
     XG = ctx.scratch((S * B, GH), f32, "xg")
@@ -221,7 +213,7 @@ def _lower_rnn(node, ctx):
 
     if masked and Y is not None:
         b.comment("steps past a sequence's length output zeros")
-        with b.loop(Y.size, "i") as i:
+        with b.loop(Y.size, "i", role=SPATIAL) as i:
             b.store(Y, i, const(0.0, f32))
 
     for d in range(D):
@@ -231,9 +223,9 @@ def _lower_rnn(node, ctx):
         h_act = acts[d][2] if len(acts[d]) > 2 else None
         b.comment(f"direction {d} ({'reverse' if reverse else 'forward'})")
         b.comment("input projection of every time step: XG = X . W^T (+ biases)")
-        emit_sgemm(ctx, S * B, GH, I, gemm.strided(X, 0, I, 1), w_t(d), BufPtr(XG), GH)
+        b.gemm(S * B, GH, I, matrix(X, 0, I, 1), w_t(d), GemmDest(XG, (0, 0), (0,), (1,)))
         if Bias is not None:
-            with b.loops((S * B, GH), ["r", "g"]) as (r, g):
+            with b.loops((S * B, GH), ["r", "g"], role=SPATIAL) as (r, g):
                 wb = Bias[d * 2 * GH + g]
                 rb = Bias[d * 2 * GH + GH + g]
                 if lbr:       # GRU: Rb of the h gate goes inside r * (...)
@@ -242,26 +234,26 @@ def _lower_rnn(node, ctx):
                     v = XG[r, g] + wb + rb
                 b.store(XG, (r, g), v)
         b.comment("initial state")
-        with b.loops((B, H), ["bi", "j"]) as (bi, j):
+        with b.loops((B, H), ["bi", "j"], role=SPATIAL) as (bi, j):
             b.store(Hs, (bi, j), h0[state_at(d, bi, j)] if h0 is not None else const(0.0, f32))
             if Cs is not None:
                 b.store(Cs, (bi, j), c0[state_at(d, bi, j)] if c0 is not None else const(0.0, f32))
 
-        with b.loop(S, "s") as s:
+        with b.loop(S, "s", role=ORDERED) as s:       # each step needs the state the last one made
             step_t = (S - 1) - s if reverse else s
-            emit_sgemm(ctx, B, 2 * H if kind == "GRU" and not lbr else GH, H, gemm.strided(Hs, 0, H, 1), r_t(d),
-                       BufPtr(GR), GH)
+            b.gemm(B, 2 * H if kind == "GRU" and not lbr else GH, H, matrix(Hs, 0, H, 1), r_t(d),
+                   GemmDest(GR, (0, 0), (0,), (1,)))
 
             def elementwise(body):
                 """Run body(bi, j, t) over the batch and units, masked by sequence length."""
                 with contextlib.ExitStack() as scope:
-                    bi = scope.enter_context(b.loop(B, "bi")) if B > 1 else const(0)
+                    bi = scope.enter_context(b.loop(B, "bi", role=SPATIAL)) if B > 1 else const(0)
                     t = step_t
                     if masked:
                         length = b.local("len", cast(seq[bi], dtypes.INT64))
                         scope.enter_context(b.if_(s < length))
                         t = b.local("t", (length - 1) - s) if reverse else s
-                    with b.loop(H, "j") as j:
+                    with b.loop(H, "j", role=SPATIAL) as j:
                         body(bi, j, t)
 
             if kind == "LSTM":
@@ -321,13 +313,13 @@ def _lower_rnn(node, ctx):
 
                 elementwise(gru_gates)
                 if not lbr:
-                    emit_sgemm(ctx, B, H, H, gemm.strided(RH, 0, H, 1), rh_t(d), BufPtr(GR, const(2 * H)), GH)
+                    b.gemm(B, H, H, matrix(RH, 0, H, 1), rh_t(d), GemmDest(GR, (0, 2 * H), (0,), (1,)))
                 elementwise(gru_update)
 
         if Yh is None and Yc is None:
             continue
         b.comment("final state")
-        with b.loops((B, H), ["bi", "j"]) as (bi, j):
+        with b.loops((B, H), ["bi", "j"], role=SPATIAL) as (bi, j):
             if Yh is not None:
                 b.store(Yh, state_at(d, bi, j), Hs[bi, j])
             if Yc is not None:

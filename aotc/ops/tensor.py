@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import dtypes
-from ..kernel.ir import I64, Buffer, Builder, Expr, Load, binop, call, cast, const, select
+from ..kernel.ir import I64, ORDERED, SPATIAL, Buffer, Builder, Expr, Load, binop, call, cast, const, select
 from .common import broadcast, const_ints, ints, norm_axis, prod
 from .registry import register
 
@@ -52,7 +52,7 @@ def strided_copy(b: Builder, dst: Buffer, src: Buffer, shape: Sequence[int], dst
             merged[-1] = [merged[-1][0] * n, ds, ss]
             continue
         merged.append([int(n), int(ds), int(ss)])
-    with b.loops([m[0] for m in merged]) as idx:
+    with b.loops([m[0] for m in merged], role=SPATIAL) as idx:
         do: Expr = const(dst_off)
         so: Expr = const(src_off)
         for i, (_, ds, ss) in zip(idx, merged):
@@ -232,11 +232,10 @@ def _lower_gather(node, ctx):
         b.comment(f"index {j} along axis {axis}")
         strided_copy(b, Y, X, (pre, post), (post, 1), (n * post, 1), src_off=j * post)
         return
-    with b.loops([pre], ["p"]) as (p,):
-        with b.loops([ni], ["t"]) as (t,):
-            j = _index(b, Load(I, t), n)
-            with b.loops([post], ["q"]) as (q,):
-                b.store(Y, (p * ni + t) * post + q, Load(X, (p * n + j) * post + q))
+    with b.loops([pre, ni], ["p", "t"], role=SPATIAL) as (p, t):
+        j = _index(b, Load(I, t), n)
+        with b.loops([post], ["q"], role=SPATIAL) as (q,):
+            b.store(Y, (p * ni + t) * post + q, Load(X, (p * n + j) * post + q))
 
 
 @register("Gather", lower=_lower_gather)
@@ -250,7 +249,7 @@ def _lower_gather_elements(node, ctx):
     axis = norm_axis(int(node.attr("axis", 0)), len(X.shape), node)
     xs = contiguous_strides(X.shape)
     b = ctx.b
-    with b.loops(I.shape) as idx:
+    with b.loops(I.shape, role=SPATIAL) as idx:
         j = _index(b, Load(I, I.flat(idx)), X.shape[axis])
         off: Expr = const(0)
         for k, (i, s) in enumerate(zip(idx, xs)):
@@ -282,13 +281,13 @@ def _lower_gather_nd(node, ctx):
     xs = contiguous_strides(X.shape)
     batch_stride = prod(X.shape[bd:])
     b = ctx.b
-    with b.loops([nb, nt], ["bb", "t"]) as (bb, t):
+    with b.loops([nb, nt], ["bb", "t"], role=SPATIAL) as (bb, t):
         row = (bb * nt + t) * last
         off = b.local("off", bb * batch_stride)
         for m in range(last):
             j = _index(b, Load(I, row + m), X.shape[bd + m], f"j{m}")
             b.assign(off, off + j * xs[bd + m])
-        with b.loops([post], ["q"]) as (q,):
+        with b.loops([post], ["q"], role=SPATIAL) as (q,):
             b.store(Y, (bb * nt + t) * post + q, Load(X, off + q))
 
 
@@ -322,12 +321,13 @@ def _lower_scatter_nd(node, ctx):
     b = ctx.b
     b.comment("copy data, then write the updates")
     strided_copy(b, Y, X, (X.size,), (1,), (1,))
-    with b.loops([nt], ["t"]) as (t,):
+    # updates in order: two of them may name the same element
+    with b.loops([nt], ["t"], role=ORDERED) as (t,):
         off = b.local("off", const(0))
         for m in range(last):
             j = _index(b, Load(I, t * last + m), X.shape[m], f"j{m}")
             b.assign(off, off + j * xs[m])
-        with b.loops([post], ["q"]) as (q,):
+        with b.loops([post], ["q"], role=SPATIAL) as (q,):
             b.store(Y, off + q, _combine(node, Load(Y, off + q), Load(U, t * post + q)))
 
 
@@ -343,7 +343,7 @@ def _lower_scatter_elements(node, ctx):
     b = ctx.b
     b.comment("copy data, then write the updates")
     strided_copy(b, Y, X, (X.size,), (1,), (1,))
-    with b.loops(I.shape) as idx:
+    with b.loops(I.shape, role=ORDERED) as idx:      # updates may name the same element
         j = _index(b, Load(I, I.flat(idx)), X.shape[axis])
         off: Expr = const(0)
         for k, (i, s) in enumerate(zip(idx, xs)):
@@ -412,7 +412,7 @@ def _range_args(node, get):
 def _lower_range(node, ctx):
     Y = ctx.outs[0]
     start, _, delta = _range_args(node, lambda p, w: ctx.const(p))
-    with ctx.b.loop(Y.size, "i") as i:
+    with ctx.b.loop(Y.size, "i", role=SPATIAL) as i:
         ctx.b.store(Y, i, const(start, Y.dtype) + cast(i, Y.dtype) * const(delta, Y.dtype))
 
 
@@ -438,7 +438,7 @@ def _lower_trilu(node, ctx):
     *batch, n, m = X.shape
     b = ctx.b
     b.comment(f"keep the {'upper' if upper else 'lower'} triangle, diagonal {k}")
-    with b.loops([prod(batch), n, m], ["p", "r", "c"]) as (p, r, c):
+    with b.loops([prod(batch), n, m], ["p", "r", "c"], role=SPATIAL) as (p, r, c):
         keep = (c - r >= k) if upper else (c - r <= k)
         off = (p * n + r) * m + c
         b.store(Y, off, select(keep, Load(X, off), const(0, X.dtype)))
@@ -468,10 +468,10 @@ def _lower_arg(node, ctx):
     better = {("ArgMax", 0): ">", ("ArgMax", 1): ">=", ("ArgMin", 0): "<", ("ArgMin", 1): "<="}[
         (node.op_type, last)]
     b = ctx.b
-    with b.loops([pre, post], ["p", "q"]) as (p, q):
+    with b.loops([pre, post], ["p", "q"], role=SPATIAL) as (p, q):
         best = b.local("best", Load(X, p * n * post + q))
         arg = b.local("arg", const(0))
-        with b.loop(n, "k", start=1) as k:
+        with b.loop(n, "k", role=ORDERED, start=1) as k:       # the first of equal values wins
             v = b.local("v", Load(X, (p * n + k) * post + q))
             with b.if_(binop(better, v, best)):
                 b.assign(best, v)
@@ -506,7 +506,7 @@ def _lower_topk(node, ctx):
     def before(va, ia, vb, ib):
         return binop("||", binop(gt, va, vb), binop("&&", va.eq(vb), ia < ib))
 
-    with b.loops([pre, post], ["p", "q"]) as (p, q):
+    with b.loops([pre, post], ["p", "q"], role=SPATIAL) as (p, q):
         pv = b.local("pv", const(0, X.dtype))
         pi = b.local("pi", const(-1))
         with b.loop(k, "r") as r:
@@ -548,11 +548,11 @@ def _lower_onehot(node, ctx):
     pre, post = prod(I.shape[:axis]), prod(I.shape[axis:])
     b = ctx.b
     off_v, on_v = b.local("off_value", Load(Vals, const(0))), b.local("on_value", Load(Vals, const(1)))
-    with b.loops([pre, post], ["p", "q"]) as (p, q):
+    with b.loops([pre, post], ["p", "q"], role=SPATIAL) as (p, q):
         raw = Load(I, p * post + q)
         j = b.local("j", cast(call("floor", raw) if raw.dtype.kind == "f" else raw, I64))
         b.assign(j, select(j < 0, j + depth, j))
-        with b.loop(depth, "d") as d:
+        with b.loop(depth, "d", role=SPATIAL) as d:
             b.store(Y, (p * depth + d) * post + q, select(j.eq(d), on_v, off_v))
 
 

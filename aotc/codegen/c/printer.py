@@ -1,152 +1,207 @@
-"""Prints kernel IR as C99."""
-from __future__ import annotations
+"""Kernel IR as C99, for CPU targets.
 
-import math
+What C needs beyond the shared C-style printer:
+  * parallel loops are outlined: the loop body becomes a task function over a range of the
+    loop's iterations, its free variables travel in an args struct, and the kernel hands it
+    to the model's thread pool (`aotc_parallel_for`, runtime/aotc_threads.h);
+  * a Gemm is a call of the runtime's packed GEMM (`aotc_sgemm`, runtime/aotc_gemm_packed.h)
+    whose epilogue, when it has one, is outlined the same way and called on every finished
+    tile while the tile is still in cache;
+  * vectorized / unrolled loops get the pragmas of runtime/aotc_runtime.h;
+  * float16 / bfloat16 buffers are stored as uint16_t and converted at every access.
+"""
+from __future__ import annotations
 
 import numpy as np
 
 from ...ir import dtypes
-from ...kernel.ir import (Assign, BinOp, BufPtr, Buffer, Call, CallStmt, Cast, Comment, Const, Decl, Expr,
-                          If, Kernel, Load, Loop, Select, Stmt, Store, Unary, Var)
+from ...kernel.ir import (PARALLEL, UNROLLED, VECTORIZED, Buffer, BufPtr, Fail, Gemm, Kernel, Load, Loop, Stmt, Store, Var,
+                          free_variables, walk_stmts)
+from ..cstyle import CStylePrinter, PrintError
 
-# generic math name -> (float variant, double variant)
-_MATH = {
-    "exp": ("expf", "exp"), "log": ("logf", "log"), "sqrt": ("sqrtf", "sqrt"), "tanh": ("tanhf", "tanh"),
-    "erf": ("erff", "erf"), "floor": ("floorf", "floor"), "ceil": ("ceilf", "ceil"), "rint": ("rintf", "rint"),
-    "sin": ("sinf", "sin"), "cos": ("cosf", "cos"), "tan": ("tanf", "tan"), "atan": ("atanf", "atan"),
-    "asin": ("asinf", "asin"), "acos": ("acosf", "acos"), "sinh": ("sinhf", "sinh"), "cosh": ("coshf", "cosh"),
-    "pow": ("powf", "pow"), "fmod": ("fmodf", "fmod"), "log1p": ("log1pf", "log1p"), "abs": ("fabsf", "fabs"),
-    "atan2": ("atan2f", "atan2"),
-}
-_ARITH = {"+", "-", "*", "/", "%"}
-_PREC = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 4, "<=": 4, ">": 4, ">=": 4, "<<": 5, ">>": 5,
-         "+": 6, "-": 6, "*": 7, "/": 7, "%": 7}
+_HALF = {"float16": "aotc_half", "bfloat16": "aotc_bf16"}
 
 
-def ctype(dt) -> str:
-    return dtypes.c_type(dt)
+def uses_pool(k: Kernel) -> bool:
+    """Does the kernel hand work to the thread pool (parallel loops or parallel GEMMs)?"""
+    return any((isinstance(s, Loop) and s.kind == PARALLEL) or (isinstance(s, Gemm) and s.parallel)
+               for s in walk_stmts(k.body))
 
 
-def literal(value, dt) -> str:
-    dt = np.dtype(dt)
-    if dt.kind == "f":
-        v = float(value)
-        suffix = "f" if dt == np.float32 else ""
-        if math.isnan(v):
-            return "NAN" if dt == np.float32 else "(double)NAN"
-        if math.isinf(v):
-            s = "INFINITY" if dt == np.float32 else "(double)INFINITY"
-            return s if v > 0 else f"(-{s})"
-        r = repr(float(np.float32(v))) if dt == np.float32 else repr(v)
-        if "e" not in r and "." not in r:
-            r += ".0"
-        return f"{r}{suffix}" if not r.startswith("-") else f"({r}{suffix})"
-    if dt.kind == "b":
-        return "1" if value else "0"
-    v = int(value)
-    if dt == np.int64:
-        return f"INT64_C({v})" if abs(v) > 2**31 - 1 else str(v)
-    if dt == np.uint64:
-        return f"UINT64_C({v})"
-    return str(v)
+class CPrinter(CStylePrinter):
+    language = "C99"
 
-
-class CPrinter:
     def __init__(self):
-        self.lines: list[str] = []
+        super().__init__()
+        self._task = 0
+        self._in_task: list[str] = []       # names of the args structs of the tasks being printed
 
-    # ---------------------------------------------------------------- expressions
-    def expr(self, e: Expr, parent: int = 0) -> str:
-        if isinstance(e, Const):
-            return literal(e.value, e.dtype)
-        if isinstance(e, Var):
-            return e.name
-        if isinstance(e, Load):
-            return f"{e.buf.name}[{self.expr(e.index)}]"
-        if isinstance(e, BinOp):
-            if e.op in ("max", "min"):
-                a, b = self.expr(e.a), self.expr(e.b)
-                cmp = ">" if e.op == "max" else "<"
-                if e.dtype.kind == "f":
-                    fn = ("fmaxf" if e.op == "max" else "fminf") if e.dtype == np.float32 else \
-                         ("fmax" if e.op == "max" else "fmin")
-                    return f"{fn}({a}, {b})"
-                return f"(({a}) {cmp} ({b}) ? ({a}) : ({b}))"
-            p = _PREC[e.op]
-            s = f"{self._operand(e, e.a, p)} {e.op} {self._operand(e, e.b, p + 1)}"
-            return f"({s})" if p < parent else s
-        if isinstance(e, Unary):
-            return f"{e.op}{self.expr(e.a, 99)}"
-        if isinstance(e, Call):
-            args = ", ".join(self.expr(a) for a in e.args)
-            if e.fn == "abs" and e.dtype.kind in "iu":
-                a = self.expr(e.args[0], 99)
-                return f"({a} < 0 ? -{a} : {a})"
-            pair = _MATH.get(e.fn)
-            if pair is None:
-                return f"{e.fn}({args})"
-            return f"{pair[0] if e.dtype == np.float32 else pair[1]}({args})"
-        if isinstance(e, Select):
-            s = f"{self.expr(e.cond, 1)} ? {self.expr(e.a, 1)} : {self.expr(e.b, 1)}"
-            return f"({s})"
-        if isinstance(e, Cast):
-            return f"({ctype(e.dtype)}){self.expr(e.a, 99)}"
-        if isinstance(e, BufPtr):
-            off = self.expr(e.offset)
-            return e.buf.name if off == "0" else f"{e.buf.name} + {off}"
-        if isinstance(e, Buffer):
-            return e.name
-        raise TypeError(f"cannot print {e!r}")
+    # ----------------------------------------------------------------- types and accesses
+    def type_name(self, dt) -> str:
+        dt = np.dtype(dt)
+        if dt.name in _HALF:
+            return "uint16_t"
+        return dtypes.c_type(dt)
 
-    def _operand(self, parent: BinOp, child: Expr, prec: int) -> str:
-        """Parenthesize mixes of comparison/logic/shift operators, as gcc -Wall asks."""
-        if isinstance(child, BinOp) and child.op in _PREC and (child.op not in _ARITH or parent.op not in _ARITH):
-            return f"({self.expr(child)})"
-        return self.expr(child, prec)
+    def load(self, buf: Buffer, index: str) -> str:
+        if buf.dtype.name in _HALF and buf.value_dtype != buf.dtype:
+            return f"{_HALF[buf.dtype.name]}_to_float({buf.name}[{index}])"
+        return f"{buf.name}[{index}]"
 
-    # ---------------------------------------------------------------- statements
-    def stmts(self, ss: list[Stmt], ind: int) -> None:
-        for s in ss:
-            self.stmt(s, ind)
+    def store(self, buf: Buffer, index: str, value: str) -> str:
+        if buf.dtype.name in _HALF and buf.value_dtype != buf.dtype:
+            return f"{buf.name}[{index}] = {_HALF[buf.dtype.name]}_from_float({value});"
+        return f"{buf.name}[{index}] = {value};"
+
+    def param_decl(self, buf: Buffer) -> str:
+        q = "const " if buf.role == "in" else ""
+        r = "" if buf.name in self.kernel_.aliased else f"{self.restrict} "
+        return f"{q}{self.type_name(buf.dtype)} *{r}{buf.name}"
+
+    def field_decl(self, buf: Buffer) -> str:
+        q = "const " if buf.role == "in" else ""
+        return f"{q}{self.type_name(buf.dtype)} *{buf.name}"
+
+    def kernel_header(self, k: Kernel, params: list[str]) -> list[str]:
+        if uses_pool(k):
+            params = params + ["aotc_pool *pool"]
+        ret = "int" if k.can_fail else "void"
+        return [f"static {ret} {k.name}({', '.join(params) or 'void'})"]
+
+    def kernel_epilogue(self, k: Kernel) -> None:
+        if k.can_fail:
+            self.out(f"{self.indent}return AOTC_OK;")
+
+    def loop_pragma(self, s: Loop) -> str:
+        if s.kind == VECTORIZED:
+            return "AOTC_VECTORIZE"
+        if s.kind == UNROLLED:
+            return "AOTC_UNROLL"
+        return ""
+
+    def fail(self, s: Fail) -> list[str]:
+        why = f"  /* {s.detail} */" if s.detail else ""
+        if self._in_task:
+            return [f"aotc_set_status(&args->status, {s.status});{why}", "return;"]
+        return [f"return {s.status};{why}"]
+
+    # ----------------------------------------------------------------- parallel loops
+    def loop_open(self, s: Loop, ind: int) -> None:
+        if s.kind != PARALLEL:
+            return super().loop_open(s, ind)
+        self._parallel(s, ind)
+
+    def loop_close(self, s: Loop, ind: int) -> None:
+        if s.kind != PARALLEL:
+            super().loop_close(s, ind)
 
     def stmt(self, s: Stmt, ind: int) -> None:
-        pad = "    " * ind
-        out = self.lines.append
-        if isinstance(s, Store):
-            out(f"{pad}{s.buf.name}[{self.expr(s.index)}] = {self.expr(s.value)};")
-        elif isinstance(s, Decl):
-            out(f"{pad}{ctype(s.var.dtype)} {s.var.name} = {self.expr(s.init)};")
-        elif isinstance(s, Assign):
-            out(f"{pad}{s.var.name} = {self.expr(s.value)};")
-        elif isinstance(s, Loop):
-            v = s.var.name
-            out(f"{pad}for (int64_t {v} = {self.expr(s.start)}; {v} < {self.expr(s.extent)}; ++{v}) {{")
-            self.stmts(s.body, ind + 1)
-            out(f"{pad}}}")
-        elif isinstance(s, If):
-            out(f"{pad}if ({self.expr(s.cond)}) {{")
-            self.stmts(s.then, ind + 1)
-            if s.orelse:
-                out(f"{pad}}} else {{")
-                self.stmts(s.orelse, ind + 1)
-            out(f"{pad}}}")
-        elif isinstance(s, CallStmt):
-            out(f"{pad}{s.fn}({', '.join(self.expr(a) for a in s.args)});")
-        elif isinstance(s, Comment):
-            out(f"{pad}/* {s.text} */")
-        else:
-            raise TypeError(f"cannot print {s!r}")
+        if isinstance(s, Loop) and s.kind == PARALLEL:
+            self._parallel(s, ind)
+            return
+        super().stmt(s, ind)
 
-    # ---------------------------------------------------------------- kernels
-    def kernel(self, k: Kernel) -> str:
-        self.lines = []
-        params = []
-        for p in k.params + k.scratch:
-            const_q = "const " if p.role == "in" else ""
-            params.append(f"{const_q}{ctype(p.dtype)} *{p.name}")
-        self.lines.append(f"/* {k.comment} */")
-        self.lines.append(f"static void {k.name}({', '.join(params) or 'void'})")
-        self.lines.append("{")
-        self.stmts(k.body, 1)
-        self.lines.append("}")
-        return "\n".join(self.lines)
+    def _outline(self, stem: str, body_stmts: list[Stmt], bound: list[Var], signature: str, prologue: list[str],
+                 print_body, can_fail: bool) -> tuple[str, list[str]]:
+        """Print a helper function for `body_stmts` (whose variables `bound` are defined by the
+        helper itself); returns (args struct name, initializer values) for the call site."""
+        bufs, vars_ = free_variables(body_stmts, bound)
+        name = f"{self.kernel_.name}_{stem}"
+        struct = f"{name}_args"
+        fields = [f"    {self.field_decl(b)};" for b in bufs]
+        fields += [f"    {self.type_name(v.dtype)} {v.name};" for v in vars_]
+        if can_fail:
+            fields.append("    int status;")
+        unpack = [f"    {self.param_decl(b)} = args->{b.name};" for b in bufs]
+        unpack += [f"    const {self.type_name(v.dtype)} {v.name} = args->{v.name};" for v in vars_]
+        self._in_task.append(struct)
+        try:
+            body = self.capture(print_body)
+        finally:
+            self._in_task.pop()
+        text = ["typedef struct {"] + (fields or ["    int unused;"]) + [f"}} {struct};", "",
+                f"static void {name}({signature})", "{",
+                f"    {struct} *args = ({struct} *)task_args;"] + unpack + prologue + body + ["}"]
+        self.helpers.append("\n".join(text))
+        init = [b.name for b in bufs] + [v.name for v in vars_] + (["0"] if can_fail else [])
+        return struct, init
+
+    def _parallel(self, s: Loop, ind: int) -> None:
+        """A parallel loop: its body as a task over [begin, end) of the iterations."""
+        pad = self.indent * ind
+        self._task += 1
+        can_fail = any(isinstance(x, Fail) for x in walk_stmts(s.body))
+        v = s.var
+
+        def body():
+            self.out(f"    for ({self.type_name(v.dtype)} {v.name} = begin; {v.name} < end; ++{v.name}) {{")
+            self.stmts(s.body, 2)
+            self.out("    }")
+
+        struct, init = self._outline(
+            f"task{self._task}", s.body, [v], "void *task_args, int64_t begin, int64_t end, int thread",
+            ["    (void)thread;"], body, can_fail)
+        start = self.expr(s.start)
+        if start != "0":
+            raise PrintError(f"parallel loop {v.name!r} must start at 0 (the schedule normalizes it)")
+        self.out(f"{pad}{{")
+        self.out(f"{pad}    {struct} args = {{ {', '.join(init)} }};")
+        self.out(f"{pad}    aotc_parallel_for(pool, {self.expr(s.extent)}, {self.kernel_.name}_task{self._task}, &args);")
+        if can_fail:
+            self.out(f"{pad}    if (args.status != AOTC_OK)")
+            self.out(f"{pad}        {self._propagate('args.status')}")
+        self.out(f"{pad}}}")
+
+    def _propagate(self, status: str) -> str:
+        if self._in_task:
+            return f"{{ aotc_set_status(&args->status, {status}); return; }}"
+        return f"return {status};"
+
+    # ----------------------------------------------------------------- GEMM
+    def gemm(self, s: Gemm, ind: int) -> None:
+        pad = self.indent * ind
+        A, B, C = s.a, s.b, s.c
+        fields = [("M", str(s.M)), ("N", str(s.N)), ("K", str(s.K)),
+                  ("A", self.expr(_ptr(A))), ("rsa", str(A.rs)), ("csa", str(A.cs)),
+                  ("B", self.expr(_ptr(B))), ("rsb", str(B.rs)), ("csb", str(B.cs)),
+                  ("C", self.expr(_ptr(C))), ("rsc", str(C.rs)), ("csc", str(C.cs)),
+                  ("accumulate", "1" if s.accumulate else "0"),
+                  ("split", f"AOTC_GEMM_SPLIT_{s.split.upper()}" if s.parallel else "AOTC_GEMM_SPLIT_NONE")]
+        if s.work is not None:      # per thread when the GEMM is split: thread t packs at work + t * work_floats
+            fields += [("work", s.work.name), ("work_floats", str(s.work.size))]
+        struct = None
+        if s.epilogue:
+            self._task += 1
+            stem = f"epilogue{self._task}"
+            struct, init = self._epilogue(s, stem)
+            fields += [("epilogue", f"{self.kernel_.name}_{stem}"), ("epilogue_args", "&epilogue")]
+        self.out(f"{pad}{{")
+        if struct:
+            self.out(f"{pad}    {struct} epilogue = {{ {', '.join(init)} }};")
+        text = ", ".join(f".{k} = {v}" for k, v in fields)
+        self.out(f"{pad}    const aotc_sgemm_call gemm = {{ {text} }};")
+        self.out(f"{pad}    aotc_sgemm({'pool' if s.parallel else 'NULL'}, &gemm);")
+        self.out(f"{pad}}}")
+
+    def _epilogue(self, s: Gemm, stem: str):
+        C = s.c
+        value_at = C.at(s.i, s.j)
+
+        def body():
+            i, j = s.i.name, s.j.name
+            self.out(f"    for (int64_t {i} = i0; {i} < i1; ++{i}) {{")
+            self.stmts(s.row_epilogue, 2)
+            self.out(f"        for (int64_t {j} = j0; {j} < j1; ++{j}) {{")
+            self.out(f"            const float {s.value.name} = {self.load(C.buf, self.expr(value_at))};")
+            self.stmts(s.epilogue, 3)
+            self.out("        }")
+            self.out("    }")
+
+        reads_c = [Store(C.buf, value_at, Load(C.buf, value_at))]     # the epilogue reads C too
+        return self._outline(stem, s.row_epilogue + s.epilogue + reads_c, [s.i, s.j, s.value],
+                             "void *task_args, int64_t i0, int64_t i1, int64_t j0, int64_t j1", [],
+                             body, False)
+
+
+def _ptr(m) -> BufPtr:
+    return BufPtr(m.buf, m.offset)

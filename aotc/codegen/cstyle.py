@@ -1,0 +1,262 @@
+"""The C-style printer every kernel language shares: expressions, statements and loops of the
+kernel IR as C-family source. C99 (codegen/c), OpenCL C (codegen/opencl) and CUDA C++
+(codegen/cuda) are subclasses that override the hooks below, and nothing else:
+
+    type_name        the spelling of a dtype (float, int64_t / long, half...)
+    math_name        a generic math function for a dtype (expf / exp / __expf)
+    load / store     an element access, converting storage to compute dtype and back
+    param_decl       a kernel parameter (address-space qualifier, const, restrict)
+    kernel_header    the kernel's signature (static void / __kernel void / __global__ void)
+    loop_open        how a loop of each kind opens (pragma, bound GPU index)
+    gpu_index        a GPU index axis (get_global_id(0) / blockIdx.x * blockDim.x + ...)
+    barrier / fail / gemm / local_decl
+
+Every kernel is one function named after its fused ONNX nodes, with a comment naming them.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import dtypes
+from ..kernel.ir import (BOUND, PARALLEL, Assign, Barrier, BinOp, BufPtr, Buffer,
+                         Call, CallStmt, Cast, Comment, Const, Decl, Expr, Fail, Gemm, If, Kernel, Load, Loop,
+                         Select, Stmt, Store, Unary, Var)
+
+_ARITH = {"+", "-", "*", "/", "%"}
+_PREC = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 4, "<=": 4, ">": 4, ">=": 4, "<<": 5, ">>": 5,
+         "+": 6, "-": 6, "*": 7, "/": 7, "%": 7}
+# generic math names with a float (`f` suffix in C99) and a double variant
+MATH_FUNCTIONS = ("exp", "log", "sqrt", "tanh", "erf", "floor", "ceil", "rint", "sin", "cos", "tan", "atan",
+                  "asin", "acos", "sinh", "cosh", "pow", "fmod", "log1p", "atan2", "round", "expm1", "fabs")
+
+
+class PrintError(Exception):
+    """The IR holds something this language cannot express (a schedule bug)."""
+
+
+class CStylePrinter:
+    language = "c-style"
+    restrict = "restrict"
+    indent = "    "
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.kernel_: Kernel | None = None
+
+    # ================================================================= hooks (override)
+    def type_name(self, dt) -> str:
+        return dtypes.c_type(dt)
+
+    def int_literal(self, v: int, dt) -> str:
+        dt = np.dtype(dt)
+        if dt == np.int64 and abs(v) > 2**31 - 1:
+            return f"INT64_C({v})"
+        if dt == np.uint64:
+            return f"UINT64_C({v})"
+        return str(v)
+
+    def float_literal(self, v: float, dt) -> str:
+        dt = np.dtype(dt)
+        single = dt != np.float64
+        if math.isnan(v):
+            return "NAN" if single else "(double)NAN"
+        if math.isinf(v):
+            s = "INFINITY" if single else "(double)INFINITY"
+            return s if v > 0 else f"(-{s})"
+        r = repr(float(np.float32(v))) if single else repr(v)
+        if "e" not in r and "." not in r:
+            r += ".0"
+        r = f"{r}f" if single else r
+        return f"({r})" if r.startswith("-") else r
+
+    def math_name(self, fn: str, dt) -> str:
+        """C99 spelling: expf for float, exp for double."""
+        base = "fabs" if fn == "abs" else fn
+        return f"{base}f" if np.dtype(dt) == np.float32 else base
+
+    def minmax(self, op: str, dt, a: str, b: str) -> str:
+        if np.dtype(dt).kind == "f":
+            return f"{self.math_name('fmax' if op == 'max' else 'fmin', dt)}({a}, {b})"
+        cmp = ">" if op == "max" else "<"
+        return f"(({a}) {cmp} ({b}) ? ({a}) : ({b}))"
+
+    def load(self, buf: Buffer, index: str) -> str:
+        return f"{buf.name}[{index}]"
+
+    def store(self, buf: Buffer, index: str, value: str) -> str:
+        return f"{buf.name}[{index}] = {value};"
+
+    def param_decl(self, buf: Buffer) -> str:
+        raise NotImplementedError
+
+    def kernel_header(self, k: Kernel, params: list[str]) -> list[str]:
+        raise NotImplementedError
+
+    def gpu_index(self, axis: str) -> str:
+        raise PrintError(f"{self.language} has no GPU index {axis!r}")
+
+    def barrier(self, s: Barrier) -> list[str]:
+        raise PrintError(f"{self.language} kernels have no work-group barriers")
+
+    def fail(self, s: Fail) -> list[str]:
+        return [f"return {s.status};"]
+
+    def gemm(self, s: Gemm, ind: int) -> None:
+        raise PrintError(f"{self.language}: a Gemm statement must have been lowered by the schedule")
+
+    def local_decl(self, buf: Buffer) -> str:
+        return f"{self.type_name(buf.dtype)} {buf.name}[{buf.size}];"
+
+    def loop_open(self, s: Loop, ind: int) -> None:
+        """Print the opening of a loop (and any pragma); the caller prints the body and `}`."""
+        pad = self.indent * ind
+        v, ext, start = s.var.name, self.expr(s.extent), self.expr(s.start)
+        if s.kind == BOUND:
+            self.out(f"{pad}{{ const {self.type_name(s.var.dtype)} {v} = {start} + {self.gpu_index(s.axis)};")
+            self.out(f"{pad}if ({v} < {ext}) {{")
+            return
+        if s.kind == PARALLEL:
+            raise PrintError(f"{self.language}: parallel loop {v!r} has no lowering here")
+        pragma = self.loop_pragma(s)
+        if pragma:
+            self.out(f"{pad}{pragma}")
+        ty = self.type_name(s.var.dtype)
+        self.out(f"{pad}for ({ty} {v} = {start}; {v} < {ext}; ++{v}) {{")
+
+    def loop_close(self, s: Loop, ind: int) -> None:
+        pad = self.indent * ind
+        self.out(f"{pad}}}}}" if s.kind == BOUND else f"{pad}}}")
+
+    def loop_pragma(self, s: Loop) -> str:
+        return ""
+
+    # ================================================================= expressions
+    def literal(self, value, dt) -> str:
+        dt = np.dtype(dt)
+        if dt.kind == "f":
+            return self.float_literal(float(value), dt)
+        if dt.kind == "b":
+            return "1" if value else "0"
+        return self.int_literal(int(value), dt)
+
+    def expr(self, e, parent: int = 0) -> str:
+        if isinstance(e, Const):
+            return self.literal(e.value, e.dtype)
+        if isinstance(e, Var):
+            return e.name
+        if isinstance(e, Load):
+            return self.load(e.buf, self.expr(e.index))
+        if isinstance(e, BinOp):
+            if e.op in ("max", "min"):
+                return self.minmax(e.op, e.dtype, self.expr(e.a), self.expr(e.b))
+            p = _PREC[e.op]
+            s = f"{self._operand(e, e.a, p)} {e.op} {self._operand(e, e.b, p + 1)}"
+            return f"({s})" if p < parent else s
+        if isinstance(e, Unary):
+            return f"{e.op}{self.expr(e.a, 99)}"
+        if isinstance(e, Call):
+            if e.fn == "abs" and e.dtype.kind in "iu":
+                a = self.expr(e.args[0], 99)
+                return f"({a} < 0 ? -{a} : {a})"
+            args = ", ".join(self.expr(a) for a in e.args)
+            return f"{self.math_name(e.fn, e.dtype)}({args})"
+        if isinstance(e, Select):
+            return f"({self.expr(e.cond, 1)} ? {self.expr(e.a, 1)} : {self.expr(e.b, 1)})"
+        if isinstance(e, Cast):
+            return self.cast(e)
+        if isinstance(e, BufPtr):
+            off = self.expr(e.offset)
+            return e.buf.name if off == "0" else f"{e.buf.name} + {off}"
+        if isinstance(e, Buffer):
+            return e.name
+        raise PrintError(f"cannot print {e!r}")
+
+    def cast(self, e: Cast) -> str:
+        return f"({self.type_name(e.dtype)}){self.expr(e.a, 99)}"
+
+    def _operand(self, parent: BinOp, child: Expr, prec: int) -> str:
+        """Parenthesize mixes of comparison/logic/shift operators, as compilers' warnings ask."""
+        if isinstance(child, BinOp) and child.op in _PREC and (child.op not in _ARITH or parent.op not in _ARITH):
+            return f"({self.expr(child)})"
+        return self.expr(child, prec)
+
+    # ================================================================= statements
+    def out(self, line: str) -> None:
+        self.lines.append(line)
+
+    def stmts(self, ss: list[Stmt], ind: int) -> None:
+        for s in ss:
+            self.stmt(s, ind)
+
+    def stmt(self, s: Stmt, ind: int) -> None:
+        pad = self.indent * ind
+        if isinstance(s, Store):
+            self.out(pad + self.store(s.buf, self.expr(s.index), self.expr(s.value)))
+        elif isinstance(s, Decl):
+            self.out(f"{pad}{self.type_name(s.var.dtype)} {s.var.name} = {self.expr(s.init)};")
+        elif isinstance(s, Assign):
+            self.out(f"{pad}{s.var.name} = {self.expr(s.value)};")
+        elif isinstance(s, Loop):
+            self.loop_open(s, ind)
+            self.stmts(s.body, ind + 1)
+            self.loop_close(s, ind)
+        elif isinstance(s, If):
+            self.out(f"{pad}if ({self.expr(s.cond)}) {{")
+            self.stmts(s.then, ind + 1)
+            if s.orelse:
+                self.out(f"{pad}}} else {{")
+                self.stmts(s.orelse, ind + 1)
+            self.out(f"{pad}}}")
+        elif isinstance(s, CallStmt):
+            self.out(f"{pad}{s.fn}({', '.join(self.expr(a) for a in s.args)});")
+        elif isinstance(s, Comment):
+            self.out(f"{pad}/* {s.text} */")
+        elif isinstance(s, Barrier):
+            for line in self.barrier(s):
+                self.out(pad + line)
+        elif isinstance(s, Fail):
+            for line in self.fail(s):
+                self.out(pad + line)
+        elif isinstance(s, Gemm):
+            self.gemm(s, ind)
+        else:
+            raise PrintError(f"cannot print {s!r}")
+
+    # ================================================================= kernels
+    def kernel(self, k: Kernel) -> str:
+        """The kernel as one function, preceded by the helpers the language needs for it
+        (C: the outlined bodies of parallel loops and GEMM epilogues)."""
+        self.kernel_ = k
+        self.helpers: list[str] = []
+        self.lines = []
+        params = [self.param_decl(p) for p in self.kernel_params(k)]
+        self.lines.append(f"/* {k.comment} */")
+        self.lines.extend(self.kernel_header(k, params))
+        self.lines.append("{")
+        for buf in self.kernel_locals(k):
+            self.out(self.indent + self.local_decl(buf))
+        self.stmts(k.body, 1)
+        self.kernel_epilogue(k)
+        self.lines.append("}")
+        return "\n\n".join(self.helpers + ["\n".join(self.lines)])
+
+    def capture(self, fn) -> list[str]:
+        """The lines `fn()` prints, printed aside (for a helper function)."""
+        saved, self.lines = self.lines, []
+        try:
+            fn()
+            return self.lines
+        finally:
+            self.lines = saved
+
+    def kernel_params(self, k: Kernel) -> list[Buffer]:
+        return k.params + k.scratch
+
+    def kernel_locals(self, k: Kernel) -> list[Buffer]:
+        from ..kernel.ir import walk_buffers
+        return [b for b in walk_buffers(k.body) if b.role == "local"]
+
+    def kernel_epilogue(self, k: Kernel) -> None:
+        """Lines before the closing brace (C kernels that can fail return AOTC_OK there)."""

@@ -1,0 +1,100 @@
+"""Host program IR: the run function as data, which every backend prints.
+
+A Program is a list of operations on the memory plan's storage:
+  * Launch: run one kernel, with every parameter bound to a Slot (a caller's input or
+    output, an offset in the weights, an offset in the workspace); a kernel that can fail
+    returns a status, and the run stops there and reports which kernel it was;
+  * HostLoop: repeat a body with a loop index the launches inside receive as an argument
+    (a GPU schedule splits a kernel whose stages cannot be one launch into such loops;
+    Loop/Scan will compile to them too);
+  * Copy: bytes from one slot to another.
+On CPU targets a program is one Launch per kernel, in the kernel order the memory plan was
+made for; the kernel itself hands its parallel loops to the thread pool.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator, Union
+
+from ..kernel.ir import Buffer, Kernel
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a kernel argument lives during a run."""
+    kind: str            # input | output | weight | arena
+    name: str = ""       # input / output: the graph value
+    offset: int = 0      # weight / arena: bytes from the start
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name or self.offset}"
+
+
+@dataclass
+class Launch:
+    index: int                       # the kernel's number in the program (failure reports)
+    kernel: Kernel
+    args: list[Slot]                 # one per kernel parameter, then one per scratch buffer
+    scalars: list[str] = field(default_factory=list)    # host loop indices it receives
+    grid: tuple = ()                 # GPU: work-items per axis (global size)
+    block: tuple = ()                # GPU: work-group size per axis (empty: the driver's choice)
+
+
+@dataclass
+class HostLoop:
+    var: str
+    extent: int
+    body: list = field(default_factory=list)
+
+
+@dataclass
+class Copy:
+    dst: Slot
+    src: Slot
+    nbytes: int
+
+
+Op = Union[Launch, HostLoop, Copy]
+
+
+@dataclass
+class Program:
+    body: list[Op]
+
+    def launches(self) -> Iterator[Launch]:
+        def walk(ops):
+            for op in ops:
+                if isinstance(op, Launch):
+                    yield op
+                elif isinstance(op, HostLoop):
+                    yield from walk(op.body)
+        return walk(self.body)
+
+    def kernels(self) -> list[Kernel]:
+        """Every kernel the program launches, each once, in first-launch order."""
+        seen: dict[int, Kernel] = {}
+        for ln in self.launches():
+            seen.setdefault(id(ln.kernel), ln.kernel)
+        return list(seen.values())
+
+
+def slot_of(plan, value: str) -> Slot:
+    loc = plan.locations[value]
+    if loc.kind in ("input", "output"):
+        return Slot(loc.kind, loc.name)
+    return Slot(loc.kind, "", loc.offset)
+
+
+def build_program(steps, plan) -> Program:
+    """One launch per kernel step, its parameters bound to where the plan put their values."""
+    body = []
+    for t, st in enumerate(steps):
+        args = [slot_of(plan, st.binds[p.name]) for p in st.kernel.params]
+        args += [Slot("arena", "", plan.scratch[(t, s.name)]) for s in st.kernel.scratch]
+        body.append(Launch(t, st.kernel, args))
+    return Program(body)
+
+
+def scratch_bytes(buf: Buffer, threads: int) -> int:
+    """Bytes a scratch buffer takes in the workspace (one copy per thread when per-thread)."""
+    return buf.nbytes * (threads if buf.per_thread else 1)

@@ -1,0 +1,181 @@
+"""The CPU schedule: how each kernel runs on a multi-core CPU (targets c, c-avx2, c-avx512).
+
+Decisions, all from the kernel IR's facts (loop roles, sizes) and the target's data:
+  * GEMMs (gemm_cpu.py): constant operands packed at compile time into the micro-kernel's
+    panels; the orientation (Cᵀ = Bᵀ.Aᵀ when that pads less to the tile); with threads, the
+    GEMM is split among them (rows or columns) when it is big enough; its packing scratch
+    is per thread.
+  * Parallel loops: the outermost `spatial` loop whose work pays for a hand-off to the pool
+    (`[threads] min_parallel_work` in the target file) runs in parallel; loops inside it,
+    and GEMMs inside it, run on the thread that runs the iteration.
+  * Vectorization hints: innermost spatial loops are marked `vectorized` (the printer gives
+    the compiler `ivdep`: their iterations are independent by the op's word).
+  * Accumulation precision: float32 accumulators are widened to the target's
+    `[numerics] accumulate_float32` (kernel/retype.py).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..errors import AotcError
+from ..kernel.ir import (F32, PARALLEL, REDUCTION, SPATIAL, VECTORIZED, Assign, Buffer, CallStmt, Const, Decl, Gemm,
+                         If, Loop, Stmt, Store, children, walk_buffers, walk_stmts)
+from ..kernel.retype import widen_accumulators
+from .gemm_cpu import ConstPacker, GemmTiles, choose_split, gemm_macs, swap_orientation
+
+# a loop of unknown trip count (bounds from data or from outer indices) counts as this many
+UNKNOWN_TRIPS = 8
+
+
+def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
+    """Schedule every kernel of `steps` in place for `threads` threads."""
+    tiles = GemmTiles.of(target)
+    packer = ConstPacker(graph, tiles)
+    knobs = target.get("threads", {})
+    min_work = int(knobs.get("min_parallel_work", 32768))
+    min_gemm = int(knobs.get("min_parallel_gemm_macs", 262144))
+    acc = target.get("numerics", {}).get("accumulate_float32", "float64")
+    for st in steps:
+        k = st.kernel
+        k.body = _gemms(k.body, [], st, packer, tiles, threads, min_gemm)
+        if threads > 1:
+            k.body = _parallelize(k.body, min_work)
+        k.body = _vectorize(k.body)
+        k.body = widen_accumulators(k.body, F32, acc)
+        work = [g for g in walk_stmts(k.body) if isinstance(g, Gemm) and g.work is not None]
+        _share_work_buffer(st, work, threads)
+        st.drop_unused_params()
+
+
+# ----------------------------------------------------------------------------- GEMMs
+def _gemms(stmts: list[Stmt], loops: list[Loop], st, packer: ConstPacker, tiles: GemmTiles, threads: int,
+           min_gemm: int, inside_parallel: bool = False) -> list[Stmt]:
+    out = []
+    for s in stmts:
+        if isinstance(s, Gemm):
+            s = _schedule_gemm(s, loops, st, packer, tiles, threads, min_gemm)
+        elif isinstance(s, Loop):
+            s = replace(s, body=_gemms(s.body, loops + [s], st, packer, tiles, threads, min_gemm))
+        elif isinstance(s, If):
+            s = If(s.cond, _gemms(s.then, loops, st, packer, tiles, threads, min_gemm),
+                   _gemms(s.orelse, loops, st, packer, tiles, threads, min_gemm))
+        out.append(s)
+    return out
+
+
+def _schedule_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int, min_gemm: int) -> Gemm:
+    if tiles.prefers_transposed(g.M, g.N, g.K):
+        g = swap_orientation(g)
+    pa = packer.pack(st, g, "a", loops)
+    if pa is not None:
+        g = replace(g, a=pa)
+    else:
+        pb = packer.pack(st, g, "b", loops)
+        if pb is not None:
+            g = replace(g, b=pb)
+    parallel = threads > 1 and gemm_macs(g) >= min_gemm
+    split = choose_split(g, tiles, threads) if parallel else "none"
+    n_work = tiles.work_floats(g.M, g.N, g.K, g.a.packed, g.b.packed)
+    work = Buffer("gemm_work", F32, (max(n_work, 1),), "scratch", per_thread=split != "none") if n_work else None
+    return replace(g, parallel=split != "none", split=split, work=work)
+
+
+def _share_work_buffer(st, gemms: list[Gemm], threads: int) -> None:
+    """One packing scratch per kernel, as large as its largest GEMM needs (per thread when any
+    GEMM of the kernel is split), shared by its GEMMs, which run one after the other."""
+    if not gemms:
+        return
+    size = max(g.work.size for g in gemms)
+    per_thread = any(g.work.per_thread for g in gemms)
+    buf = Buffer(st.kernel.fresh("gemm_work"), F32, (size,), "scratch", per_thread=per_thread)
+    mapping = {g.work: buf for g in gemms}
+
+    def fix(stmts):
+        out = []
+        for s in stmts:
+            if isinstance(s, Gemm) and s.work in mapping:
+                s = replace(s, work=mapping[s.work])
+            elif isinstance(s, Loop):
+                s = replace(s, body=fix(s.body))
+            elif isinstance(s, If):
+                s = If(s.cond, fix(s.then), fix(s.orelse))
+            out.append(s)
+        return out
+
+    st.kernel.body = fix(st.kernel.body)
+    st.kernel.scratch.append(buf)
+
+
+# ----------------------------------------------------------------------------- parallel loops
+def work_estimate(stmts: list[Stmt]) -> int:
+    """Rough cost of running a statement list once: statements times trip counts (a GEMM
+    counts its multiply-adds / 16, what a vector unit does per step)."""
+    total = 0
+    for s in stmts:
+        if isinstance(s, Loop):
+            n = s.extent.value - (s.start.value if isinstance(s.start, Const) else 0) \
+                if isinstance(s.extent, Const) else UNKNOWN_TRIPS
+            total += max(n, 0) * max(work_estimate(s.body), 1)
+        elif isinstance(s, If):
+            total += 1 + max(work_estimate(s.then), work_estimate(s.orelse))
+        elif isinstance(s, Gemm):
+            total += gemm_macs(s) // 16 + s.M * s.N * max(work_estimate(s.epilogue), 1)
+        elif isinstance(s, (Store, Assign, Decl, CallStmt)):
+            total += 1
+    return total
+
+
+def _parallelize(stmts: list[Stmt], min_work: int) -> list[Stmt]:
+    """Mark the outermost spatial loops worth a hand-off to the pool as parallel."""
+    out = []
+    for s in stmts:
+        if isinstance(s, Loop):
+            if _can_parallelize(s) and work_estimate([s]) >= min_work:
+                s = replace(s, kind=PARALLEL, body=_serial_inside(s.body))
+            else:
+                s = replace(s, body=_parallelize(s.body, min_work))
+        elif isinstance(s, If):
+            s = If(s.cond, _parallelize(s.then, min_work), _parallelize(s.orelse, min_work))
+        out.append(s)
+    return out
+
+
+def _can_parallelize(lp: Loop) -> bool:
+    """Spatial, starting at 0, with at least two iterations, and no GEMM inside (a GEMM is
+    split across threads itself)."""
+    if lp.role != SPATIAL or not (isinstance(lp.start, Const) and lp.start.value == 0):
+        return False
+    if isinstance(lp.extent, Const) and lp.extent.value < 2:
+        return False
+    return not any(isinstance(x, Gemm) and x.parallel for x in walk_stmts(lp.body))
+
+
+def _serial_inside(stmts: list[Stmt]) -> list[Stmt]:
+    return [replace(s, body=_serial_inside(s.body)) if isinstance(s, Loop) else s for s in stmts]
+
+
+# ----------------------------------------------------------------------------- vector hints
+def _vectorize(stmts: list[Stmt]) -> list[Stmt]:
+    """Innermost spatial loops get the `vectorized` kind (iterations are independent)."""
+    out = []
+    for s in stmts:
+        if isinstance(s, Loop):
+            if s.role in (SPATIAL,) and s.kind != PARALLEL and not any(children(x) for x in s.body) \
+                    and not any(isinstance(x, Gemm) for x in s.body):
+                s = replace(s, kind=VECTORIZED)
+            else:
+                s = replace(s, body=_vectorize(s.body))
+        elif isinstance(s, If):
+            s = If(s.cond, _vectorize(s.then), _vectorize(s.orelse))
+        out.append(s)
+    return out
+
+
+def check_threads(threads: int) -> int:
+    if not isinstance(threads, int) or threads < 0:
+        raise AotcError(f"--threads must be a non-negative integer, not {threads!r}",
+                        "0 means all cores of this machine")
+    return threads
+
+
+__all__ = ["schedule_cpu", "work_estimate", "check_threads", "REDUCTION", "walk_buffers"]

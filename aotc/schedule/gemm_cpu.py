@@ -1,0 +1,218 @@
+"""The CPU schedule's matrix multiply: tiles from the target, operands packed at compile time,
+orientation and threading of every Gemm statement (printed as a call of the runtime's
+blocked GEMM, runtime/aotc_gemm_packed.h).
+
+    C[M,N] (=, or += when accumulate) A[M,K] . B[K,N], then the epilogue on every tile
+
+A *constant* operand (a weight) is packed here, at compile time, into the micro-kernel's
+panels, K block after K block (`pack_a` / `pack_b`), and the packed copy replaces it in the
+weights; the runtime packs run-time operands one cache block at a time into `work`.
+The micro-tile (MR x NR), the cache blocks (KC, MC, NC) and the prefetch distance are the
+target's [gemm] table (targets/<name>.toml), written into the generated C as AOTC_GEMM_*
+macros; packed constants depend on them, so they are made per target.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..errors import AotcError
+from ..kernel.ir import (Gemm, Loop, Matrix, Stmt, children, const, evaluate, expr_vars)
+
+@dataclass(frozen=True)
+class GemmTiles:
+    mr: int     # micro-tile rows (values of A per k step)
+    nr: int     # micro-tile columns (contiguous values of B per k step): one or two vector widths
+    kc: int     # K block (at most)
+    mc: int     # row block (a multiple of mr)
+    nc: int     # column block (a multiple of nr)
+    prefetch: int = 0   # k steps the micro-kernel prefetches ahead (0: none)
+
+    _FIELDS = ("mr", "nr", "kc", "mc", "nc", "prefetch")
+
+    @classmethod
+    def of(cls, target: dict) -> "GemmTiles":
+        t = target.get("gemm")
+        name = target.get("name", "?")
+        if not isinstance(t, dict):
+            raise AotcError(f"target {name!r} has no [gemm] table (mr, nr, kc, mc, nc, prefetch)",
+                            "add one to its file under targets/")
+        try:
+            tiles = cls(*(int(t[k]) for k in cls._FIELDS[:5]), int(t.get("prefetch", 0)))
+        except KeyError as e:
+            raise AotcError(f"target {name!r}: gemm.{e.args[0]} is missing") from None
+        if min(tiles.mr, tiles.nr, tiles.kc, tiles.mc, tiles.nc) < 1 or tiles.prefetch < 0 \
+                or tiles.mc % tiles.mr or tiles.nc % tiles.nr:
+            raise AotcError(f"target {name!r}: gemm tiles {t} must be positive, mc a multiple of mr "
+                            "and nc a multiple of nr")
+        return tiles
+
+    def macros(self) -> dict[str, int]:
+        """The C macros aotc_gemm_packed.h reads."""
+        return {f"AOTC_GEMM_{k.upper()}": getattr(self, k) for k in self._FIELDS}
+
+    def defines(self) -> list[str]:
+        return [f"#define {k} {v}" for k, v in self.macros().items()]
+
+    def k_step(self, K: int) -> int:
+        """K block size: K in ceil(K / kc) equal blocks (aotc_sgemm_kstep in the runtime)."""
+        blocks = -(-K // self.kc)
+        return -(-K // blocks) if blocks else 0
+
+    def padded_madds(self, M: int, N: int) -> int:
+        """Multiply-adds per k the micro-tiles spend on an M x N result (M, N padded to MR, NR)."""
+        return _round_up(M, self.mr) * _round_up(N, self.nr)
+
+    # what transposing one result element back costs, in micro-tile multiply-adds (measured on
+    # ResNet-50's 1x1 convolutions, where the GEMM alone got faster but the whole did not)
+    TRANSPOSE_COST = 64
+
+    def prefers_transposed(self, M: int, N: int, K: int, margin: float = 0.05) -> bool:
+        """True when computing Cᵀ = Bᵀ·Aᵀ (the roles of M and N swapped) and transposing the
+        result back is `margin` cheaper than computing C: an N of 49 pads to 64 on a 32-wide
+        tile, where an M of 49 pads to 56 on an 8-row one."""
+        plain = self.padded_madds(M, N) * K
+        swapped = self.padded_madds(N, M) * K + self.TRANSPOSE_COST * M * N
+        return swapped < (1 - margin) * plain
+
+    def work_floats(self, M: int, N: int, K: int, a_packed: bool, b_packed: bool) -> int:
+        """Scratch floats aotc_sgemm_packed needs for the blocks of its strided operands."""
+        kc = self.k_step(K)
+        n = 0
+        if not b_packed:
+            n += kc * _round_up(min(self.nc, N), self.nr)
+        if not a_packed:
+            n += kc * _round_up(min(self.mc, M), self.mr)
+        return n
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def _pack(x: np.ndarray, width: int, kstep: int) -> np.ndarray:
+    """[..., R, K] -> [..., ceil(R/width)*width*K]: K block after K block (kstep each, the
+    last one shorter), each holding all the panels of `width` rows, k-major; rows past R zero."""
+    x = np.asarray(x, dtype=np.float32)
+    *batch, R, K = x.shape
+    P = -(-R // width)
+    pad = np.zeros((*batch, P * width, K), np.float32)
+    pad[..., :R, :] = x
+    if P == 0 or K == 0:
+        return pad.reshape(*batch, 0)
+    blocks = [pad[..., k0:k0 + kstep].reshape(*batch, P, width, -1).swapaxes(-1, -2).reshape(*batch, -1)
+              for k0 in range(0, K, kstep)]
+    return np.ascontiguousarray(np.concatenate(blocks, axis=-1))
+
+
+def pack_a(a: np.ndarray, tiles: GemmTiles) -> np.ndarray:
+    """A [..., M, K] as aotc_sgemm_packed reads a packed A: MR-row panels, K-block-major,
+    flattened to [..., ceil(M/MR)*MR*K]."""
+    return _pack(a, tiles.mr, tiles.k_step(a.shape[-1]))
+
+
+def pack_b(b: np.ndarray, tiles: GemmTiles) -> np.ndarray:
+    """B [..., K, N] as aotc_sgemm_packed reads a packed B: NR-column panels, K-block-major,
+    flattened to [..., ceil(N/NR)*NR*K]."""
+    b = np.asarray(b, dtype=np.float32)
+    return _pack(b.swapaxes(-1, -2), tiles.nr, tiles.k_step(b.shape[-2]))
+
+
+
+
+def gemm_macs(g: Gemm) -> int:
+    return g.M * g.N * max(g.K, 1)
+
+
+def swap_orientation(g: Gemm) -> Gemm:
+    """Cᵀ = Bᵀ.Aᵀ: the same product with the roles of rows and columns exchanged. The
+    epilogue keeps its variables (the new rows walk the old j), so it is unchanged, except that
+    its per-row part now depends on the inner index and joins the element part."""
+    dest = replace(g.dest, rows=g.dest.cols, cols=g.dest.rows) if g.dest is not None else None
+    return replace(g, M=g.N, N=g.M, a=g.b.transposed(), b=g.a.transposed(), c=g.c.transposed(),
+                   i=g.j, j=g.i, dest=dest, epilogue=g.row_epilogue + g.epilogue, row_epilogue=[])
+
+
+class ConstPacker:
+    """Packs constant GEMM operands into new weights, once per (weight, layout) across kernels."""
+
+    def __init__(self, graph, tiles: GemmTiles):
+        self.graph, self.tiles = graph, tiles
+        self._made: dict = {}
+
+    def pack(self, step, g: Gemm, which: str, loops: list[Loop]) -> Matrix | None:
+        """The operand `which` ('a' or 'b') of g packed, or None when it is not a constant (or
+        its offset depends on something other than the enclosing loops' indices)."""
+        m: Matrix = getattr(g, which)
+        if m.packed or m.buf.role != "in":
+            return None
+        src = step.binds.get(m.buf.name)
+        arr = self.graph.const(src) if src is not None else None
+        if arr is None:
+            return None
+        ranges = {lp.var.name: lp for lp in loops}
+        names = expr_vars(m.offset)
+        if any(n not in ranges or not _constant_range(ranges[n]) for n in names):
+            return None
+        extents = [int(ranges[n].extent.value) for n in names]
+        rows, cols = (g.M, g.K) if which == "a" else (g.K, g.N)
+        flat = np.ascontiguousarray(arr, dtype=np.float32).reshape(-1)
+        offsets = [int(evaluate(m.offset, dict(zip(names, combo))))
+                   for combo in itertools.product(*[range(e) for e in extents])]
+        key = (src, which, rows, cols, m.rs, m.cs, tuple(offsets))
+        name = self._made.get(key)
+        r = np.arange(rows)[:, None] * m.rs + np.arange(cols)[None, :] * m.cs
+        if name is None:
+            mats = np.stack([flat[o + r] for o in offsets])          # [instances, rows, cols]
+            packed = pack_a(mats, self.tiles) if which == "a" else pack_b(mats, self.tiles)
+            name = self.graph.add_const(np.ascontiguousarray(packed.reshape(-1)), f"{src}_packed_{which}")
+            self._made[key] = name
+        size = self.graph.values[name].size // len(offsets)
+        buf = step.param_for(self.graph.values[name])
+        index = const(0)
+        for n, e in zip(names, extents):              # instance number, loop order, mixed radix
+            index = index * e + ranges[n].var
+        return Matrix(buf, index * size, 0, 0, f"panels_{which}")
+
+
+def _constant_range(lp: Loop) -> bool:
+    from ..kernel.ir import Const
+    return isinstance(lp.extent, Const) and isinstance(lp.start, Const) and lp.start.value == 0
+
+
+def enclosing_loops(stmts: list[Stmt], target: Stmt, stack=None) -> list[Loop] | None:
+    """The loops around `target`, outermost first (None if it is not in `stmts`)."""
+    stack = stack or []
+    for s in stmts:
+        if s is target:
+            return stack
+        for body in children(s):
+            found = enclosing_loops(body, target, stack + ([s] if isinstance(s, Loop) else []))
+            if found is not None:
+                return found
+    return None
+
+
+def choose_split(g: Gemm, tiles: GemmTiles, threads: int) -> str:
+    """How threads share C: whole row panels or whole column panels, whichever costs least:
+    the slowest thread's multiply-adds plus what it packs (every thread packs its own part of
+    the operand it splits, and all of the other operand when that one is not packed)."""
+    M, N, K = g.M, g.N, max(g.K, 1)
+    pack_weight = 16          # one packed float costs about this many multiply-adds (measured loosely)
+    row_panels, col_panels = -(-M // tiles.mr), -(-N // tiles.nr)
+
+    def cost(split):
+        if split == "rows":
+            share = -(-row_panels // threads) * tiles.mr
+            work = share * N * K
+            packing = (share * K if not g.a.packed else 0) + (K * N if not g.b.packed else 0)
+        else:
+            share = -(-col_panels // threads) * tiles.nr
+            work = M * share * K
+            packing = (share * K if not g.b.packed else 0) + (M * K if not g.a.packed else 0)
+        return work + pack_weight * packing
+
+    options = [s for s, n in (("rows", row_panels), ("cols", col_panels)) if n >= 2]
+    return min(options, key=cost) if options else "none"
