@@ -38,23 +38,30 @@ class Group:
 def form_groups(g: Graph, fuse: bool = True) -> list[Group]:
     groups: list[Group] = []
     made_by: dict[str, Group] = {}          # value name -> group that computes it
+    view_of: dict[str, str] = {}            # view output -> its source (through chains of views)
+
+    def source(value: str) -> str:
+        while value in view_of:
+            value = view_of[value]
+        return value
+
+    def inside(value: str, grp: Group) -> bool:
+        """Is the value made in grp, itself or as a view of something made there?"""
+        return made_by.get(source(value)) is grp
 
     def ready_before(value: str, grp: Group) -> bool:
         src = made_by.get(value)
-        return src is None or src is grp or src.index < grp.index
-
-    def group_shape(grp: Group):
-        last = grp.nodes[-1]
-        return g.values[last.outputs[0]].shape
+        return src is None or src is grp or src.index < grp.index or inside(value, grp)
 
     for node in g.nodes:
         op = registry.get(node.op_type)
         if op.view:
             grp = Group(len(groups), node, view=True)
+            view_of[node.outputs[0]] = node.inputs[0]
         elif op.pointwise is not None:
             grp = None
             if fuse:
-                grp = _find_host(g, node, made_by, ready_before, group_shape)
+                grp = _find_host(g, node, made_by, source, ready_before)
             if grp is not None:
                 grp.chain.append(node)
                 for o in node.outputs:
@@ -70,18 +77,30 @@ def form_groups(g: Graph, fuse: bool = True) -> list[Group]:
     return groups
 
 
-def _find_host(g: Graph, node: Node, made_by, ready_before, group_shape) -> Optional[Group]:
-    shape = g.values[node.outputs[0]].shape
-    candidates = sorted({made_by[i].index: made_by[i] for i in node.inputs if i in made_by}.items(),
-                        reverse=True)
-    for _, grp in candidates:
+def group_shapes(g: Graph, grp: Group) -> list[tuple]:
+    """The shapes a group's elementwise positions are seen under (its nodes' outputs)."""
+    return [tuple(g.values[n.outputs[0]].shape) for n in grp.nodes]
+
+
+def _find_host(g: Graph, node: Node, made_by, source, ready_before) -> Optional[Group]:
+    """The latest group that makes one of the node's inputs (directly, or through Reshape-family
+    views) and can take the node as one more link of its chain: same number of elements, shapes
+    that nest (kernel/space.py), every other input ready before that group runs."""
+    from ..kernel.space import IndexSpace
+    shape = tuple(g.values[node.outputs[0]].shape)
+    producers = {}
+    for i in node.inputs:
+        if i and source(i) in made_by:
+            grp = made_by[source(i)]
+            producers[grp.index] = grp
+    for _, grp in sorted(producers.items(), reverse=True):
         if grp.view:
             continue
         if grp.anchor is not None:
             op = registry.get(grp.anchor.op_type)
             if not op.accepts_epilogue or len([o for o in grp.anchor.outputs if o]) != 1:
                 continue
-        if group_shape(grp) != shape:
+        if not IndexSpace.fits(group_shapes(g, grp) + [shape]):
             continue
         if all(not i or ready_before(i, grp) for i in node.inputs):
             return grp

@@ -7,12 +7,13 @@ from typing import Optional
 
 import numpy as np
 
-from ..fusion.groups import Group
+from ..fusion.groups import Group, group_shapes
 from ..ir.graph import Graph, Value
 from ..ops import registry
 from .context import LowerCtx
-from .ir import (SPATIAL, Buffer, Builder, Const, Expr, Gemm, If, Kernel, Load, Loop, Store, Var, const,
-                 walk_buffers)
+from .ir import (SPATIAL, Buffer, Builder, Const, Decl, Expr, Gemm, If, Kernel, Load, Loop, Store, Var, cast,
+                 const, stmt_exprs, walk_buffers, walk_expr, walk_stmts, wrap)
+from .space import IndexSpace
 
 
 @dataclass
@@ -101,12 +102,14 @@ class _Params:
         self.by_value: dict[str, Buffer] = {}
         self.b = b
 
-    def get(self, v: Value, role: str) -> Buffer:
+    def get(self, v: Value, role: str, shape=None) -> Buffer:
+        """The parameter holding value v (seen under `shape` when given: a value of the same size
+        that the kernel writes under another shape, the anchor's result into its chain's output)."""
         buf = self.by_value.get(v.name)
         if buf is not None:
             return buf
         name = self.b.fresh(c_ident(v.name))
-        buf = Buffer(name, v.dtype, tuple(v.shape), role)
+        buf = Buffer(name, v.dtype, tuple(v.shape if shape is None else shape), role)
         self.by_value[v.name] = buf
         return buf
 
@@ -122,16 +125,27 @@ def lower_groups(g: Graph, groups: list[Group]) -> list[KernelStep]:
     return steps
 
 
+def _view_sources(g: Graph) -> dict[str, str]:
+    """View output -> its source, for every Reshape-family node."""
+    return {n.outputs[0]: n.inputs[0] for n in g.nodes if registry.get(n.op_type).view}
+
+
 def _stored(g: Graph, grp: Group, consumers) -> list[str]:
+    """Values made in the group that something outside it needs: a graph output, a node of
+    another kernel, or a view that one of those reads."""
     inside = {id(n) for n in grp.nodes}
-    out = []
-    for n in grp.nodes:
-        for o in n.outputs:
-            if not o:
+
+    def needed(v: str) -> bool:
+        if v in g.outputs:
+            return True
+        for c in consumers.get(v, []):
+            if id(c) in inside:
                 continue
-            if o in g.outputs or any(id(c) not in inside for c in consumers.get(o, [])):
-                out.append(o)
-    return out
+            if not registry.get(c.op_type).view or needed(c.outputs[0]):
+                return True
+        return False
+
+    return [o for n in grp.nodes for o in n.outputs if o and needed(o)]
 
 
 def _lower_group(g: Graph, grp: Group, consumers, k: int) -> KernelStep:
@@ -156,9 +170,9 @@ def _lower_group(g: Graph, grp: Group, consumers, k: int) -> KernelStep:
             else:
                 # an internal value: the anchor writes it into the chain's stored output
                 # when that has the same type, else into scratch
-                target_val = _chain_home(g, grp, stored, v)
-                if target_val is not None:
-                    buf = params.get(g.values[target_val], "out")
+                home = _chain_home(g, grp, stored, v)
+                if home is not None:
+                    buf = params.get(g.values[home], "out", shape=v.shape)
                 else:
                     buf = Buffer(b.fresh(c_ident(o)), v.dtype, tuple(v.shape), "scratch")
                     scratch.append(buf)
@@ -173,9 +187,16 @@ def _lower_group(g: Graph, grp: Group, consumers, k: int) -> KernelStep:
         op.lower(node, ctx)
         scratch.extend(ctx.scratch_buffers)
 
-    b.body[:] = _finish_gemms(b.body)
     if grp.chain:
-        _lower_chain(g, grp, stored, params, anchor_buf, b)
+        chain = _Chain(g, grp, stored, params, anchor_buf, _view_sources(g))
+        gemms = chain.gemm_producers(b.body)
+        if gemms is not None:
+            b.body[:] = chain.into_gemms(b.body, gemms, b)
+        else:
+            b.body[:] = _finish_gemms(b.body)
+            chain.loop_nest(b)
+    else:
+        b.body[:] = _finish_gemms(b.body)
 
     label = "_".join(n.op_type.lower().replace(".", "_") for n in grp.nodes)
     name = f"k{k:03d}_{label}"[:60]
@@ -212,63 +233,196 @@ def _chain_home(g: Graph, grp: Group, stored: list[str], v: Value) -> Optional[s
     return None
 
 
-def _lower_chain(g: Graph, grp: Group, stored, params: _Params, anchor_buf, b: Builder) -> None:
-    """One loop nest over the group's shape computing the elementwise chain."""
-    shape = tuple(g.values[grp.chain[-1].outputs[0]].shape)
-    produced = {o for n in grp.chain for o in n.outputs}
-    # operands read from memory: anchor outputs and values from outside the group
-    operands: dict[str, Buffer] = {}
-    scalars: dict[str, Expr] = {}
-    for n in grp.chain:
-        for i in n.inputs:
-            if not i or i in produced or i in operands or i in scalars:
-                continue
-            v = g.values[i]
-            if v.const is not None and v.size == 1:
-                scalars[i] = _scalar(v)
-            elif i in anchor_buf:
-                operands[i] = anchor_buf[i]
-            else:
-                operands[i] = params.get(v, "in")
-    outs = {o: params.get(g.values[o], "out") for o in stored if o in produced}
+class _Chain:
+    """A group's elementwise chain: one value per position of the group's index space
+    (kernel/space.py), computed either in its own loop nest over the anchor's stored output, or
+    in the epilogue of the GEMMs that produce the anchor's output, as each tile is finished."""
 
-    rank = len(shape)
-    def bstrides(vshape):
-        vshape = (1,) * (rank - len(vshape)) + tuple(vshape)
-        st, acc = [0] * rank, 1
-        for d in range(rank - 1, -1, -1):
-            st[d] = 0 if vshape[d] == 1 else acc
-            acc *= vshape[d]
-        return st
+    def __init__(self, g: Graph, grp: Group, stored, params: _Params, anchor_buf, view_src: dict):
+        self.g, self.grp, self.params, self.anchor_buf = g, grp, params, anchor_buf
+        self.space = IndexSpace(group_shapes(g, grp))
+        produced = {o for n in grp.nodes for o in n.outputs if o}
+        self.chain_made = {o for n in grp.chain for o in n.outputs if o}
 
-    all_strides = {name: bstrides(buf.shape) for name, buf in operands.items()}
-    out_strides = bstrides(shape)
-    dims = _merge_dims(shape, list(all_strides.values()) + [out_strides])
-    loop_shape = [d for d, _ in dims]
-    with b.loops(loop_shape, [f"i{k}" for k in range(len(loop_shape))], role=SPATIAL) as idx:
-        def offset(st_full):
-            off = const(0)
-            for (extent, members), var in zip(dims, idx):
-                off = off + var * st_full[members[-1]]
-            return off
+        def resolve(v: str) -> str:       # a view of a value made here is that value
+            s_ = v
+            while s_ in view_src:
+                s_ = view_src[s_]
+            return s_ if s_ in produced else v
 
-        # Operands are read where the chain uses them (an operand no node reads, like
-        # CastLike's type-only input, is never loaded). Every value is computed into a local
-        # before the first store, so an output written over an operand (in-place) cannot
-        # change what a later node reads.
-        env: dict[str, Expr] = dict(scalars)
-        for name, buf in operands.items():
-            env[name] = Load(buf, offset(all_strides[name]))
-        out_off = offset(out_strides)
+        self.resolve = resolve
+        # operands read from memory, keyed by (value, strides over the loop dims)
+        self.operands: dict[tuple, tuple[Buffer, list[int]]] = {}
+        self.scalars: dict[str, Expr] = {}
         for n in grp.chain:
-            op = registry.get(n.op_type)
-            args = [env[i] if i else None for i in n.inputs]
-            val = op.pointwise(n, args)
+            nshape = g.values[n.outputs[0]].shape
+            for i in n.inputs:
+                if not i:
+                    continue
+                src = resolve(i)
+                if src in self.chain_made or src in self.scalars:
+                    continue
+                v = g.values[src]
+                if v.const is not None and v.size == 1:
+                    self.scalars[src] = _scalar(v)
+                    continue
+                if src in anchor_buf:
+                    buf = anchor_buf[src]
+                    strides = list(self.space.strides)          # the anchor's output, position by position
+                else:
+                    buf = params.get(g.values[i], "in")
+                    strides = self.space.operand_strides(nshape, g.values[i].shape)
+                self.operands[(src, tuple(strides))] = (buf, strides)
+        self.outs = {o: params.get(g.values[o], "out") for o in stored if o in self.chain_made}
+        self.anchor_out = next((o for o in (grp.anchor.outputs if grp.anchor else []) if o), None)
+        self.anchor_stored = self.anchor_out in stored if self.anchor_out else False
+
+    # ------------------------------------------------------------------ the chain's values
+    def _compute(self, b: Builder, load) -> dict[str, Expr]:
+        """Every chain value at one position; load(key) -> the Expr reading an operand (a key of
+        self.operands) there. Each value goes into a local before anything is stored, so an
+        output written over an operand (in place) cannot change what a later node reads."""
+        env: dict[str, Expr] = dict(self.scalars)
+        cache: dict[tuple, Expr] = {}
+        for n in self.grp.chain:
+            nshape = self.g.values[n.outputs[0]].shape
+            args = []
+            for i in n.inputs:
+                if not i:
+                    args.append(None)
+                    continue
+                src = self.resolve(i)
+                if src in env:
+                    args.append(env[src])
+                    continue
+                if src in self.anchor_buf:
+                    key = (src, tuple(self.space.strides))
+                else:
+                    key = (src, tuple(self.space.operand_strides(nshape, self.g.values[i].shape)))
+                if key not in cache:
+                    cache[key] = load(key)
+                args.append(cache[key])
+            val = registry.get(n.op_type).pointwise(n, args)
             if not isinstance(val, (Const, Var)):
                 val = b.local("t", val)
             env[n.outputs[0]] = val
-        for o, buf in outs.items():
-            b.store(buf, out_off, env[o])
+        return env
+
+    # ------------------------------------------------------------------ its own loop nest
+    def loop_nest(self, b: Builder) -> None:
+        """One loop nest over the index space, dims merged where every operand walks them
+        contiguously."""
+        space = self.space
+        all_strides = [st for _, st in self.operands.values()] + [list(space.strides)]
+        dims = _merge_dims(space.extents, all_strides)
+        with b.loops([d for d, _ in dims], [f"i{k}" for k in range(len(dims))], role=SPATIAL) as idx:
+            def offset(st_full):
+                off = const(0)
+                for (extent, members), var in zip(dims, idx):
+                    off = off + var * st_full[members[-1]]
+                return off
+
+            env = self._compute(b, lambda key: Load(self.operands[key][0], offset(list(key[1]))))
+            out_off = offset(list(space.strides))
+            for o, buf in self.outs.items():
+                b.store(buf, out_off, env[o])
+
+    # ------------------------------------------------------------------ in GEMM epilogues
+    def gemm_producers(self, body) -> Optional[list[Gemm]]:
+        """The GEMMs that produce the anchor's output, when nothing else in the kernel writes
+        or reads it (then the chain can run in their epilogues); else None."""
+        if self.anchor_out is None:
+            return None
+        buf = self.anchor_buf[self.anchor_out]
+        gemms = []
+        for s in walk_stmts(body):
+            if isinstance(s, Gemm) and s.dest is not None and s.dest.buf is buf:
+                gemms.append(s)
+                continue
+            if isinstance(s, Gemm) and buf in (s.a.buf, s.b.buf, s.c.buf):
+                return None
+            if isinstance(s, Store) and s.buf is buf:
+                return None
+            for e in stmt_exprs(s):
+                if any(isinstance(x, Load) and x.buf is buf for x in walk_expr(e)):
+                    return None
+        return gemms or None
+
+    def into_gemms(self, body, gemms: list[Gemm], b: Builder) -> list:
+        targets = {id(gm) for gm in gemms}
+        out = []
+        for s in body:
+            if isinstance(s, Gemm) and id(s) in targets:
+                s = self._epilogue(s, b)
+            elif isinstance(s, Loop):
+                s = replace(s, body=self.into_gemms(s.body, gemms, b))
+            elif isinstance(s, If):
+                s = If(s.cond, self.into_gemms(s.then, gemms, b), self.into_gemms(s.orelse, gemms, b))
+            out.append(s)
+        return out
+
+    def _epilogue(self, gm: Gemm, b: Builder) -> Gemm:
+        """The chain at C(i, j): operand offsets split into a per-row part (hoisted) and a
+        per-column part, from where the GEMM's C lands in the anchor's output (gm.dest)."""
+        dest, space = gm.dest, self.space
+        runs = space.runs(dest.buf.shape)
+        row_b, elem_b = _Sub(b), _Sub(b)
+        row_cache: dict[tuple, Expr] = {}
+
+        def split(strides) -> tuple[Expr, Expr]:
+            rpart: Expr = const(0)
+            cpart: Expr = const(0)
+            for walk, var, acc in ((dest.rows, gm.i, "r"), (dest.cols, gm.j, "c")):
+                inner = 1
+                for d in reversed(walk):
+                    size = dest.buf.shape[d]
+                    x = var / inner if inner != 1 else var
+                    if d != walk[0]:
+                        x = x % size
+                    x = wrap(dest.index[d]) + x if len(walk) == 1 else x
+                    term = space.dim_offset(runs[d], x, strides)
+                    if acc == "r":
+                        rpart = rpart + term
+                    else:
+                        cpart = cpart + term
+                    inner *= size
+            for d in range(len(dest.buf.shape)):
+                if d not in dest.rows and d not in dest.cols:
+                    rpart = rpart + space.dim_offset(runs[d], dest.index[d], strides)
+            return rpart, cpart
+
+        def at(strides) -> Expr:
+            key = tuple(strides)
+            rpart, cpart = split(strides)
+            if key not in row_cache:
+                row_cache[key] = rpart if isinstance(rpart, (Const, Var)) else row_b.local("row", rpart)
+            return row_cache[key] + cpart
+
+        value = gm.value if gm.result is None else elem_b.local("y", gm.result)
+        env = self._compute(elem_b, lambda key: value if key[0] == self.anchor_out
+                            else Load(self.operands[key][0], at(key[1])))
+        out_at = at(space.strides)
+        if self.anchor_stored:
+            elem_b.store(self.anchor_buf[self.anchor_out], out_at, value)
+        for o, buf in self.outs.items():
+            elem_b.store(buf, out_at, env[o])
+        return replace(gm, row_epilogue=row_b.body, epilogue=elem_b.body)
+
+
+class _Sub:
+    """A Builder writing into its own statement list, sharing the kernel's names."""
+
+    def __init__(self, b: Builder):
+        self.body: list = []
+        self._b = b
+
+    def local(self, hint: str, init) -> Var:
+        v = Var(self._b.fresh(hint), init.dtype)
+        self.body.append(Decl(v, init))
+        return v
+
+    def store(self, buf: Buffer, idx, value) -> None:
+        self.body.append(Store(buf, idx, cast(wrap(value, None), buf.value_dtype)))
 
 
 def _merge_dims(shape, strides_list):

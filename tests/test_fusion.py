@@ -1,0 +1,166 @@
+"""Fusion structure: which nodes end up in one kernel, and that elementwise ops after a GEMM run
+in its epilogue (on each finished tile, no second pass over memory), across Reshape-family
+views; the index-space math that makes it possible; parity with ONNX Runtime for every shape
+of epilogue (rows folded over a batch with a broadcast operand, the product computed
+transposed, a residual add)."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from aotc.compiler import analyze
+from aotc.kernel.ir import Gemm, Loop, Store, evaluate, walk_stmts
+from aotc.kernel.space import IndexSpace
+from models.zoo import ZOO
+from tests.helpers import assert_parity, graph_model, rand
+
+N = helper.make_node
+
+
+def _analyze(model, tmp_path, **kw):
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path))
+    return analyze(path, **kw)
+
+
+def _kernels(c) -> list[str]:
+    """Each kernel as 'Op+Op+...' (its fused ONNX nodes)."""
+    return [st.group.label for st in c.steps]
+
+
+def _epilogue_stores(st) -> int:
+    return sum(1 for g in walk_stmts(st.kernel.body) if isinstance(g, Gemm)
+               for s in walk_stmts(g.epilogue) if isinstance(s, Store))
+
+
+def _outer_loops(st) -> int:
+    return sum(1 for s in st.kernel.body if isinstance(s, Loop))
+
+
+# ----------------------------------------------------------------------------- index space
+def test_index_space_refines_nesting_shapes_and_refuses_crossing_ones():
+    sp = IndexSpace([(16, 3072), (1, 16, 3072)])
+    assert sp.extents == [16, 3072] and sp.strides == [3072, 1]
+    assert sp.runs((1, 16, 3072)) == [[], [0], [1]]
+    sp = IndexSpace([(6, 4), (3, 8)])            # boundaries 4 | 8 | 24 nest
+    assert sp.extents == [3, 2, 4]
+    assert sp.runs((6, 4)) == [[0, 1], [2]] and sp.runs((3, 8)) == [[0], [1, 2]]
+    assert not IndexSpace.fits([(6, 4), (4, 6)])    # 4 and 6 cross
+    assert not IndexSpace.fits([(6, 4), (5, 4)])    # sizes differ
+
+
+def test_dim_offset_matches_broadcast_indexing():
+    """The offset fusion computes for a dim index equals numpy's broadcast indexing, for
+    operands that walk the dim's loop dims contiguously, with gaps, or not at all."""
+    rng = np.random.default_rng(0)
+    cases = [((6, 4), (3, 8), (3, 1)), ((6, 4), (3, 8), (1, 8)), ((2, 3, 4), (6, 4), (6, 1)),
+             ((2, 3, 4), (6, 4), (1, 4)), ((4, 6), (2, 2, 6), (2, 1, 6)), ((4, 6), (2, 2, 6), (1, 2, 1))]
+    for anchor, shape, operand in cases:
+        sp = IndexSpace([anchor, shape])
+        strides = sp.operand_strides(shape, operand)
+        data = rng.standard_normal(operand).astype(np.float32)
+        want = np.broadcast_to(data, shape).reshape(anchor)         # operand seen at anchor positions
+        runs = sp.runs(anchor)
+        from aotc.kernel.ir import Var
+        xs = [Var(f"x{d}") for d in range(len(anchor))]
+        exprs = [sp.dim_offset(runs[d], xs[d], strides) for d in range(len(anchor))]
+        flat = data.reshape(-1)
+        for idx in itertools.product(*[range(d) for d in anchor]):
+            env = {f"x{d}": v for d, v in enumerate(idx)}
+            off = sum(int(evaluate(e, env)) for e in exprs)
+            assert flat[off] == want[idx], (anchor, shape, operand, idx)
+
+
+# ----------------------------------------------------------------------------- structure
+def test_transformer_block_fuses_into_gemm_epilogues(tmp_path):
+    """GPT-2 (small zoo variant): the QKV Gemm keeps its bias in the epilogue; the MLP's
+    Gemm -> Reshape -> tanh-GELU (8 elementwise nodes) and each projection's residual Add run
+    in the GEMM's epilogue; attention is MatMul+Div+Where, Softmax, MatMul."""
+    e = ZOO["gpt2"]
+    c = _analyze(e.build("small"), tmp_path, shapes=e.shapes_for("small"), target="c", threads=1)
+    labels = _kernels(c)
+    gelu = "Gemm+Pow+Mul+Add+Mul+Tanh+Mul+Add+Mul"
+    layers = 2
+    assert labels.count(gelu) == layers, labels
+    assert labels.count("Gemm+Add") == 2 * layers, labels      # attention and MLP projections + residual
+    assert labels.count("MatMul+Div+Where") == layers and labels.count("Softmax") == layers, labels
+    for st in c.steps:
+        if st.group.label in (gelu, "Gemm+Add"):
+            assert _epilogue_stores(st) == 1, f"{st.group.label}: one store, of the chain's last value"
+            assert _outer_loops(st) == 0, f"{st.group.label}: no loop nest besides the GEMM"
+    assert len(c.steps) == 31, labels      # 39 before chains crossed the Reshape after each Gemm
+
+
+def test_conv_block_fuses_bias_relu_and_residual(tmp_path):
+    """ResNet-50 (small): every Conv's bias, ReLU and the bottleneck's residual Add + ReLU run in
+    the GEMM epilogue; the only loop nests next to GEMMs are im2col."""
+    e = ZOO["resnet50"]
+    c = _analyze(e.build("small"), tmp_path, shapes=e.shapes_for("small"), target="c", threads=1)
+    labels = _kernels(c)
+    assert labels.count("Conv+Add+Relu") == 5, labels           # one per bottleneck
+    assert labels.count("Conv+Relu") == 11, labels
+    assert len(c.steps) == 23, labels
+    for st in c.steps:
+        if st.group.anchor is not None and st.group.anchor.op_type == "Conv" and st.group.chain:
+            gemms = [g for g in walk_stmts(st.kernel.body) if isinstance(g, Gemm)]
+            assert gemms and all(g.epilogue for g in gemms), st.group.label
+            assert not any(isinstance(s, Loop) and s.body and isinstance(s.body[-1], Store)
+                           and s.body[-1].buf is gemms[0].c.buf for s in st.kernel.body), \
+                f"{st.kernel.name}: the chain runs in a second pass"
+
+
+def test_chain_does_not_cross_a_view_whose_shapes_cross(tmp_path):
+    x = rand(6, 4, seed=1)
+    w = rand(4, 4, seed=2)
+    nodes = [N("MatMul", ["x", "w"], ["a"]), N("Reshape", ["a", "s"], ["b"]), N("Relu", ["b"], ["y"])]
+    m = graph_model(nodes, {"x": x}, ["y"], {"w": w, "s": np.array([4, 6])})
+    assert _kernels(_analyze(m, tmp_path, target="c")) == ["MatMul", "Relu"]
+    m = graph_model(nodes, {"x": x}, ["y"], {"w": w, "s": np.array([3, 8])})
+    assert _kernels(_analyze(m, tmp_path, target="c")) == ["MatMul+Relu"]
+    assert_parity(m, tmp_path, {"x": x}, target="c")
+
+
+# ----------------------------------------------------------------------------- parity
+@pytest.mark.parametrize("threads", [1, 2])
+def test_epilogue_with_rows_folded_over_a_batch(threads, tmp_path):
+    """MatMul [2, 3, 8] x [8, 5]: one GEMM of 6 rows; the mask [1, 3, 5] is broadcast over the
+    batch (row i reads mask row i % 3), the bias over rows, the residual everywhere; then a
+    Reshape to [6, 5] and a Sigmoid, still in the epilogue; the MatMul's own output is a graph
+    output too (stored by the epilogue as well)."""
+    x = rand(2, 3, 8, seed=3)
+    inits = {"w": rand(8, 5, seed=4), "mask": rand(1, 3, 5, seed=5), "bias": rand(5, seed=6),
+             "s": np.array([6, 5])}
+    res = rand(2, 3, 5, seed=7)
+    nodes = [N("MatMul", ["x", "w"], ["a"]), N("Mul", ["a", "mask"], ["b"]), N("Add", ["b", "bias"], ["c"]),
+             N("Add", ["c", "res"], ["d"]), N("Reshape", ["d", "s"], ["e"]), N("Sigmoid", ["e"], ["y"])]
+    m = graph_model(nodes, {"x": x, "res": res}, ["y", "a"], inits)
+    c = _analyze(m, tmp_path, target="c", threads=threads)
+    assert _kernels(c) == ["MatMul+Mul+Add+Add+Sigmoid"]
+    assert _epilogue_stores(c.steps[0]) == 2
+    assert_parity(m, tmp_path, {"x": x, "res": res}, target="c", threads=threads)
+
+
+@pytest.mark.parametrize("target", ["c", "native"])
+def test_epilogue_when_the_product_is_computed_transposed(target, tmp_path):
+    """A conv with a 3x3 output (9 positions pad badly to a tile's width) and a long K is computed
+    as Yᵀ = colᵀ.Wᵀ (the schedule swaps the GEMM's orientation); its bias, the residual Add and
+    the ReLU still land where they belong."""
+    from aotc.schedule.gemm_cpu import GemmTiles
+    from aotc.targets import load_target
+    x = rand(1, 256, 3, 3, seed=8)
+    res = rand(1, 48, 3, 3, seed=9)
+    w = rand(48, 256, 3, 3, seed=10) * 0.05
+    nodes = [N("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), N("Add", ["c", "res"], ["d"]),
+             N("Relu", ["d"], ["y"])]
+    m = graph_model(nodes, {"x": x, "res": res}, ["y"], {"w": w, "b": rand(48, seed=11)})
+    tiles = GemmTiles.of(load_target(target))
+    assert tiles.prefers_transposed(48, 9, 256 * 9)
+    c = _analyze(m, tmp_path, target=target)
+    assert _kernels(c) == ["Conv+Add+Relu"]
+    g = next(s for s in walk_stmts(c.steps[0].kernel.body) if isinstance(s, Gemm))
+    assert (g.M, g.N) == (9, 48) and g.c.rs == 1, "computed transposed, written through strides"
+    assert_parity(m, tmp_path, {"x": x, "res": res}, target=target)
