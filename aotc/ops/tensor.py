@@ -13,8 +13,9 @@ sides walk contiguously, so the C reads like the index math it implements:
                 y[i0 * 128 + i1 * 8 + i2] = x[i1 * 32 + i0 * 8 + i2];
 
 Ops whose index comes from data (Gather & co.) read it at run time; a negative index counts
-from the end, and an index out of range is clamped so a bad input cannot read or write
-outside its buffer.
+from the end, and an index out of range stops the run with AOTC_ERR_INDEX_OUT_OF_RANGE (the
+run function returns it and names the kernel), as the ONNX spec says it is an error: nothing
+is read or written outside a buffer, and no clamped value is passed off as a result.
 """
 from __future__ import annotations
 
@@ -67,10 +68,12 @@ def _ctx_ints(ctx, pos) -> list[int] | None:
 
 
 def _index(b: Builder, raw: Expr, n: int, hint: str = "j") -> Expr:
-    """A run-time index into a dim of size n: negative counts from the end, then clamped to [0, n)."""
+    """A run-time index into a dim of size n: negative counts from the end; outside [-n, n) the
+    kernel fails with AOTC_ERR_INDEX_OUT_OF_RANGE."""
     j = b.local(hint, cast(raw, I64))
+    with b.if_(binop("||", j < -n, j >= n)):
+        b.fail("AOTC_ERR_INDEX_OUT_OF_RANGE", f"an index outside [-{n}, {n})")
     b.assign(j, select(j < 0, j + n, j))
-    b.assign(j, select(j < 0, const(0), select(j > n - 1, const(n - 1), j)))
     return j
 
 
@@ -228,7 +231,9 @@ def _lower_gather(node, ctx):
     idx_const = ctx.const(1)
     if idx_const is not None and idx_const.size == 1:
         j = int(idx_const.reshape(-1)[0])
-        j = min(max(j + n if j < 0 else j, 0), n - 1)
+        if not -n <= j < n:
+            raise ShapeError(f"Gather node {node.name!r}: index {j} is out of range for axis {axis} of size {n}")
+        j = j + n if j < 0 else j
         b.comment(f"index {j} along axis {axis}")
         strided_copy(b, Y, X, (pre, post), (post, 1), (n * post, 1), src_off=j * post)
         return
