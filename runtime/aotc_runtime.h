@@ -6,6 +6,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #define AOTC_OK 0
 #define AOTC_ERR_NULL_ARGUMENT 1      /* a required pointer was NULL */
@@ -43,6 +45,43 @@ typedef struct {
     int platform;      /* OpenCL: platform index (0: the first with a suitable device) */
     int device;        /* OpenCL, CUDA: device index on that platform (0: the first) */
 } aotc_options;
+
+/* `bytes` of memory aligned to `align` (a power of two); *raw is what to free(). */
+static inline void *aotc_aligned_alloc(size_t bytes, size_t align, void **raw)
+{
+    unsigned char *p = (unsigned char *)malloc(bytes + align);
+    *raw = p;
+    if (!p)
+        return NULL;
+    return p + (align - (uintptr_t)p % align) % align;
+}
+
+/* Reads a weights file of exactly `bytes` bytes into 64-byte aligned memory: AOTC_OK, or
+ * AOTC_ERR_WEIGHTS_FILE (missing, unreadable, shorter or longer), AOTC_ERR_OUT_OF_MEMORY. */
+static inline int aotc_read_weights(const char *path, size_t bytes, void **raw, const void **weights)
+{
+    FILE *f;
+    void *buf;
+    size_t got;
+    *raw = NULL;
+    *weights = NULL;
+    if (!path)
+        return AOTC_ERR_NULL_ARGUMENT;
+    buf = aotc_aligned_alloc(bytes, 64, raw);
+    if (!buf)
+        return AOTC_ERR_OUT_OF_MEMORY;
+    f = fopen(path, "rb");
+    if (!f)
+        return AOTC_ERR_WEIGHTS_FILE;
+    got = fread(buf, 1, bytes, f);
+    if (got != bytes || fgetc(f) != EOF) {
+        fclose(f);
+        return AOTC_ERR_WEIGHTS_FILE;
+    }
+    fclose(f);
+    *weights = buf;
+    return AOTC_OK;
+}
 
 /* Loop pragmas the printer writes: the iterations of a vectorized loop are independent (the
  * op says so), so the compiler need not prove it; an unrolled loop is unrolled. */

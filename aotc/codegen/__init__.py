@@ -15,7 +15,7 @@ import importlib
 from ..errors import AotcError
 
 # language -> module implementing the Backend interface
-_BACKENDS = {"c": "aotc.codegen.c.backend"}
+_BACKENDS = {"c": "aotc.codegen.c.backend", "opencl": "aotc.codegen.opencl.backend"}
 
 
 def languages() -> list[str]:

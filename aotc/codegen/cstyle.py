@@ -21,7 +21,7 @@ import numpy as np
 
 from ..ir import dtypes
 from ..kernel.ir import (BOUND, PARALLEL, Assign, Barrier, BinOp, BufPtr, Buffer,
-                         Call, CallStmt, Cast, Comment, Const, Decl, Expr, Fail, Gemm, If, Kernel, Load, Loop,
+                         Call, GpuIndex, CallStmt, Cast, Comment, Const, Decl, Expr, Fail, Gemm, If, Kernel, Load, Loop,
                          Select, Stmt, Store, Unary, Var)
 
 _ARITH = {"+", "-", "*", "/", "%"}
@@ -166,6 +166,8 @@ class CStylePrinter:
             return f"({self.expr(e.cond, 1)} ? {self.expr(e.a, 1)} : {self.expr(e.b, 1)})"
         if isinstance(e, Cast):
             return self.cast(e)
+        if isinstance(e, GpuIndex):
+            return self.gpu_index(e.axis)
         if isinstance(e, BufPtr):
             off = self.expr(e.offset)
             return e.buf.name if off == "0" else f"{e.buf.name} + {off}"

@@ -139,6 +139,14 @@ class Cast(Expr):
     dtype: np.dtype
 
 
+@dataclass(frozen=True, eq=False)
+class GpuIndex(Expr):
+    """A work-item's index on a GPU axis (GPU_AXES: global.0, group.1, local.0...), where the
+    launch covers the axis exactly (a bound loop is the guarded form)."""
+    axis: str
+    dtype: np.dtype = I64
+
+
 def const(v, dtype=None) -> Const:
     if dtype is None:
         dtype = F32 if isinstance(v, float) else (BOOL if isinstance(v, bool) else I64)
@@ -455,6 +463,8 @@ class Kernel:
     scratch: list[Buffer] = field(default_factory=list)
     aliased: frozenset = frozenset()
     names_used: set = field(default_factory=set)     # identifiers taken (see Builder.fresh)
+    index: int = -1          # device kernels: the number of the fusion kernel they come from
+    scalars: list = field(default_factory=list)      # device kernels: host loop indices they take
 
     def fresh(self, hint: str) -> str:
         """A new identifier for this kernel (the schedule adds parameters and scratch)."""
@@ -776,15 +786,19 @@ class _IfCtx:
         self.b._stack.pop()
 
 
-def free_variables(stmts: list[Stmt], bound: Sequence[Var] = ()) -> tuple[list[Buffer], list[Var]]:
+def free_variables(stmts: list[Stmt], bound: Sequence[Var] = (), strict: bool = True
+                   ) -> tuple[list[Buffer], list[Var]]:
     """What a statement list needs from outside: the buffers it touches (not kernel-local
     ones) and the variables it reads without defining them (`bound` counts as defined).
-    Raises ValueError when it assigns a variable defined outside (iterations would race)."""
+    When `strict`, assigning a variable defined outside is a ValueError (iterations would race);
+    else such a variable counts as free."""
     defined = {v.name for v in bound}
     free: dict[str, Var] = {}
     for s in walk_stmts(stmts):
         if isinstance(s, Assign) and s.var.name not in defined:
-            raise ValueError(f"{s.var.name!r} is assigned here but defined outside")
+            if strict:
+                raise ValueError(f"{s.var.name!r} is assigned here but defined outside")
+            free.setdefault(s.var.name, s.var)
         for e in stmt_exprs(s):
             for x in walk_expr(e):
                 if isinstance(x, Var) and x.name not in defined:

@@ -370,22 +370,15 @@ class _Chain:
         row_cache: dict[tuple, Expr] = {}
 
         def split(strides) -> tuple[Expr, Expr]:
-            rpart: Expr = const(0)
-            cpart: Expr = const(0)
-            for walk, var, acc in ((dest.rows, gm.i, "r"), (dest.cols, gm.j, "c")):
-                inner = 1
-                for d in reversed(walk):
-                    size = dest.buf.shape[d]
-                    x = var / inner if inner != 1 else var
-                    if d != walk[0]:
-                        x = x % size
-                    x = wrap(dest.index[d]) + x if len(walk) == 1 else x
-                    term = space.dim_offset(runs[d], x, strides)
-                    if acc == "r":
-                        rpart = rpart + term
-                    else:
-                        cpart = cpart + term
-                    inner *= size
+            """A walk over several dims starts at 0 in each (the ops' GEMMs do): the variable is
+            then one index over the walk's loop dims, merged where the operand is contiguous."""
+            parts = []
+            for walk, var in ((dest.rows, gm.i), (dest.cols, gm.j)):
+                if len(walk) == 1:
+                    parts.append(space.dim_offset(runs[walk[0]], wrap(dest.index[walk[0]]) + var, strides))
+                else:
+                    parts.append(space.dim_offset([k for d in walk for k in runs[d]], var, strides))
+            rpart, cpart = parts
             for d in range(len(dest.buf.shape)):
                 if d not in dest.rows and d not in dest.cols:
                     rpart = rpart + space.dim_offset(runs[d], dest.index[d], strides)

@@ -38,6 +38,7 @@ class Launch:
     scalars: list[str] = field(default_factory=list)    # host loop indices it receives
     grid: tuple = ()                 # GPU: work-items per axis (global size)
     block: tuple = ()                # GPU: work-group size per axis (empty: the driver's choice)
+    slots: dict = field(default_factory=dict)    # GPU: buffer name -> Slot, for the device printer
 
 
 @dataclass
@@ -98,3 +99,47 @@ def build_program(steps, plan) -> Program:
 def scratch_bytes(buf: Buffer, threads: int) -> int:
     """Bytes a scratch buffer takes in the workspace (one copy per thread when per-thread)."""
     return buf.nbytes * (threads if buf.per_thread else 1)
+
+
+def step_slots(t: int, st, plan) -> dict[str, Slot]:
+    """Where each buffer of kernel step t lives: its parameters' values and its scratch."""
+    slots = {p.name: slot_of(plan, st.binds[p.name]) for p in st.kernel.params}
+    slots.update({s.name: Slot("arena", "", plan.scratch[(t, s.name)]) for s in st.kernel.scratch})
+    return slots
+
+
+def storage_args(kernel: Kernel, slots: dict[str, Slot]) -> list[tuple[Slot, Buffer | None]]:
+    """The storages a device kernel is given, in order: the workspace and the weights (each
+    once, as a whole: the kernel knows its buffers' offsets), and each graph input or output
+    one of its buffers is bound to (with that buffer)."""
+    out, seen = [], set()
+    for b in kernel.params:
+        s = slots[b.name]
+        if s.kind in ("arena", "weight"):
+            if s.kind not in seen:
+                seen.add(s.kind)
+                out.append((Slot(s.kind), None))
+        else:
+            out.append((s, b))
+    return out
+
+
+def build_device_program(steps, plan) -> Program:
+    """The host program of a GPU target: every step's device launches and host loops (from the
+    GPU schedule), in kernel order; each launch's args are the storages its kernel takes."""
+    def convert(ops, t, slots):
+        out = []
+        for op in ops:
+            if hasattr(op, "grid"):
+                args = [s for s, _ in storage_args(op.kernel, slots)]
+                out.append(Launch(t, op.kernel, args, [v.name for v in op.scalars], op.grid, op.block, slots))
+            else:
+                out.append(HostLoop(op.var.name, op.extent, convert(op.body, t, slots)))
+        return out
+
+    body = []
+    for t, st in enumerate(steps):
+        slots = step_slots(t, st, plan)
+        st.slots = slots
+        body += convert(st.device, t, slots)
+    return Program(body)

@@ -149,13 +149,9 @@ def _model_functions(prefix: str, external: bool, program: Program) -> list[str]
           "    void *workspace_raw;", "    void *workspace;", "    void *weights_raw;", "    const void *weights;",
           "    aotc_pool *pool;", "    int failed;              /* kernel index of the last failure, -1: none */",
           "};", "",
-          "static void *aotc_aligned_alloc(size_t bytes, size_t align, void **raw)", "{",
-          "    unsigned char *p = (unsigned char *)malloc(bytes + align);", "    *raw = p;",
-          "    if (!p) return NULL;",
-          "    return p + (align - (uintptr_t)p % align) % align;", "}", "",
           f"int {prefix}_create_with_options(const char *weights_path, const aotc_options *options, {prefix}_model **model)",
           "{",
-          f"    {prefix}_model *m;", "    int threads, pool_status;",
+          f"    {prefix}_model *m;", "    int threads, pool_status, status;",
           "    if (!model) return AOTC_ERR_NULL_ARGUMENT;", "    *model = NULL;",
           "    threads = options && options->threads > 0 ? options->threads : aotc_cpu_count();",
           f"    if (options && options->threads > {P}_THREADS) return AOTC_ERR_BAD_OPTION;",
@@ -167,20 +163,11 @@ def _model_functions(prefix: str, external: bool, program: Program) -> list[str]
           "    m->pool = aotc_pool_create(threads, &pool_status);",
           f"    if (pool_status) {{ {prefix}_destroy(m); return pool_status == 1 ? AOTC_ERR_OUT_OF_MEMORY : AOTC_ERR_THREADS; }}"]
     if external:
-        L += ["    {",
-              "        FILE *f;", "        size_t got;", "        void *buf;",
-              f"        if (!weights_path) {{ {prefix}_destroy(m); return AOTC_ERR_NULL_ARGUMENT; }}",
-              f"        buf = aotc_aligned_alloc({P}_WEIGHTS_BYTES, 64, &m->weights_raw);",
-              f"        if (!buf) {{ {prefix}_destroy(m); return AOTC_ERR_OUT_OF_MEMORY; }}",
-              "        f = fopen(weights_path, \"rb\");",
-              f"        if (!f) {{ {prefix}_destroy(m); return AOTC_ERR_WEIGHTS_FILE; }}",
-              f"        got = fread(buf, 1, {P}_WEIGHTS_BYTES, f);",
-              "        if (got != " + f"{P}_WEIGHTS_BYTES || fgetc(f) != EOF) {{",
-              f"            fclose(f); {prefix}_destroy(m); return AOTC_ERR_WEIGHTS_FILE;", "        }",
-              "        fclose(f);", "        m->weights = buf;", "    }"]
+        L += [f"    status = aotc_read_weights(weights_path, {P}_WEIGHTS_BYTES, &m->weights_raw, &m->weights);",
+              f"    if (status != AOTC_OK) {{ {prefix}_destroy(m); return status; }}"]
     else:
         L += ["    (void)weights_path;", f"    m->weights = {prefix}_weights_data;"]
-    L += ["    *model = m;", "    return AOTC_OK;", "}", "",
+    L += ["    (void)status;", "    *model = m;", "    return AOTC_OK;", "}", "",
           f"int {prefix}_create(const char *weights_path, {prefix}_model **model)", "{",
           f"    return {prefix}_create_with_options(weights_path, NULL, model);", "}", "",
           f"int {prefix}_invoke({prefix}_model *model, const {prefix}_inputs *in, {prefix}_outputs *out)", "{",

@@ -1,0 +1,1 @@
+"""The OpenCL backend: OpenCL C kernels (the GPU schedule's launches) and C host code."""
