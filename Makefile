@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 JOBS   ?= 2
 
-.PHONY: all venv demo test zoo-full conformance bench support-matrix clean
+.PHONY: all venv demo test opencl-deps zoo-full conformance bench support-matrix clean
 
 all: test
 
@@ -27,6 +27,14 @@ demo: venv
 
 test: venv
 	$(BIN)/python -m pytest -q -n $(JOBS) tests
+
+# OpenCL on the CPU (PoCL) for the opencl target and its tests (Debian/Ubuntu, as root).
+opencl-deps:
+	@if [ -e /usr/include/CL/cl.h ] && ls /etc/OpenCL/vendors/*.icd >/dev/null 2>&1; then \
+		echo "OpenCL headers and an ICD are installed"; \
+	else \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pocl-opencl-icd ocl-icd-opencl-dev; \
+	fi
 
 # Full-size zoo models (ResNet-50, BERT-base, GPT-2 small, ...) through `aotc check`; writes docs/ZOO.md.
 zoo-full: venv

@@ -22,11 +22,19 @@ def available() -> list[str]:
 
 
 def _read(name: str) -> dict:
-    p = TARGETS_DIR / f"{name}.toml"
+    """A target by name (targets/<name>.toml) or by the path of a .toml file of one's own."""
+    p = Path(name) if name.endswith(".toml") else TARGETS_DIR / f"{name}.toml"
     if not p.is_file():
-        raise AotcError(f"unknown target {name!r}", f"available targets: {', '.join(available())}")
-    with open(p, "rb") as f:
-        return tomllib.load(f)
+        raise AotcError(f"unknown target {name!r}",
+                        f"available targets: {', '.join(available())}, or the path of a target .toml file")
+    try:
+        with open(p, "rb") as f:
+            t = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise AotcError(f"cannot read target file {p}: {e}") from None
+    if not isinstance(t.get("name"), str) or not isinstance(t.get("language"), str):
+        raise AotcError(f"target file {p} needs a name and a language")
+    return t
 
 
 @lru_cache(maxsize=1)
@@ -60,8 +68,8 @@ def native_target() -> str:
 
 
 def load_target(name: str) -> dict:
-    """A target description; `native` resolves to the best CPU target of this machine (its
-    `requested` field then says native)."""
+    """A target description, by name or .toml path; `native` resolves to the best CPU target of
+    this machine (its `requested` field then says native)."""
     from .codegen import languages
     requested = name
     if name == NATIVE:
@@ -69,6 +77,6 @@ def load_target(name: str) -> dict:
     t = _read(name)
     t["requested"] = requested
     if t.get("language") not in languages():
-        raise AotcError(f"target {name!r} has language {t.get('language')!r}, which aotc has no backend for",
+        raise AotcError(f"target {t['name']!r} has language {t.get('language')!r}, which aotc has no backend for",
                         f"backends: {', '.join(languages())}")
     return t

@@ -64,3 +64,21 @@ def rand(*shape, seed: int = 0, dtype=np.float32, low=None, high=None):
     if low is not None:
         return rng.uniform(low, high, size=shape).astype(dtype)
     return rng.standard_normal(shape).astype(dtype)
+
+
+def eager_threads_target(directory: Path) -> str:
+    """A target file: the portable c target with every threading threshold at 1, so that the
+    schedule puts every spatial loop and every GEMM on the thread pool (tests of the parallel
+    code paths on small models)."""
+    import tomllib
+    from aotc.paths import TARGETS_DIR
+    with open(TARGETS_DIR / "c.toml", "rb") as f:
+        t = tomllib.load(f)
+    lines = ['name = "c-eager-threads"', 'language = "c"', f'cc = "{t["cc"]}"',
+             f"cflags = {t['cflags']!r}".replace("'", '"'), f"ldflags = {t['ldflags']!r}".replace("'", '"'),
+             "alignment = 64", "[gemm]"] + [f"{k} = {v}" for k, v in t["gemm"].items()] + \
+        ["[threads]", "min_parallel_work = 1", "min_parallel_gemm_macs = 1", "[numerics]",
+         'accumulate_float32 = "float64"']
+    p = Path(directory) / "c-eager-threads.toml"
+    p.write_text("\n".join(lines) + "\n")
+    return str(p)

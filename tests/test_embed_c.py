@@ -177,6 +177,106 @@ def test_two_threads_with_their_own_workspaces(mlp_model, tmp_path):
     assert not np.allclose(y1, y2), "different inputs must give different outputs"
 
 
+POOL_C = r"""
+#define _POSIX_C_SOURCE 200112L
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "mlp.h"
+
+#define X_ELEMS %(x_elems)d
+#define Y_ELEMS %(y_elems)d
+#define REPEATS 200
+%(io)s
+typedef struct {
+    const char *in_path, *out_path;
+    int use_pool;           /* 1: an instance with a 2-thread pool; 0: mlp_run on this thread */
+    int ok, threads;
+} job;
+
+static void *worker(void *arg)
+{
+    job *j = (job *)arg;
+    static const aotc_options two = { 2, 0, 0 };
+    float *x = (float *)malloc(X_ELEMS * sizeof(float)), *y = (float *)malloc(Y_ELEMS * sizeof(float));
+    float *first = (float *)malloc(Y_ELEMS * sizeof(float));
+    mlp_model *model = NULL;
+    void *ws = NULL;
+    int r, status;
+    j->ok = 0;
+    if (!x || !y || !first || !read_floats(j->in_path, x, X_ELEMS))
+        return NULL;
+    if (j->use_pool) {
+        status = mlp_create_with_options(NULL, &two, &model);
+        if (status != AOTC_OK) { fprintf(stderr, "create: %%s\n", mlp_strerror(status)); return NULL; }
+        j->threads = mlp_threads(model);
+    } else if (posix_memalign(&ws, MLP_WORKSPACE_ALIGN, MLP_WORKSPACE_BYTES) != 0) {
+        return NULL;
+    }
+    for (r = 0; r < REPEATS; ++r) {
+        mlp_inputs in;
+        mlp_outputs out;
+        in.x = x;
+        out.logits = y;
+        status = j->use_pool ? mlp_invoke(model, &in, &out) : mlp_run(&in, &out, ws);
+        if (status != AOTC_OK) { fprintf(stderr, "run: %%s\n", mlp_strerror(status)); return NULL; }
+        if (r == 0)
+            memcpy(first, y, Y_ELEMS * sizeof(float));
+        else if (memcmp(first, y, Y_ELEMS * sizeof(float)) != 0) {
+            fprintf(stderr, "result changed between runs\n");
+            return NULL;
+        }
+    }
+    j->ok = write_floats(j->out_path, y, Y_ELEMS);
+    mlp_destroy(model);
+    free(ws); free(x); free(y); free(first);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    pthread_t t[3];
+    job jobs[3];
+    int k;
+    if (argc != 7) return 2;
+    for (k = 0; k < 3; ++k) {
+        jobs[k].in_path = argv[1 + 2 * k];
+        jobs[k].out_path = argv[2 + 2 * k];
+        jobs[k].use_pool = k < 2;
+        jobs[k].threads = 0;
+        if (pthread_create(&t[k], NULL, worker, &jobs[k]) != 0) return 3;
+    }
+    for (k = 0; k < 3; ++k)
+        pthread_join(t[k], NULL);
+    printf("ok: %%d %%d %%d threads: %%d %%d\n", jobs[0].ok, jobs[1].ok, jobs[2].ok, jobs[0].threads, jobs[1].threads);
+    return jobs[0].ok && jobs[1].ok && jobs[2].ok ? 0 : 1;
+}
+"""
+
+
+def test_multithreaded_instances_next_to_other_threads(mlp_model, tmp_path):
+    """Two model instances, each with its own 2-thread pool and every loop and GEMM on it, run
+    at the same time as a third thread calling mlp_run with its own workspace: all three give
+    ONNX Runtime's answer, every time."""
+    from tests.helpers import eager_threads_target
+    out = compile_mlp(mlp_model, tmp_path / "out", target=eager_threads_target(tmp_path), threads=2)
+    src = (out / "mlp.c").read_text()
+    assert src.count("aotc_sgemm(pool") == 3, "every GEMM (and its epilogue) should be split over the pool"
+    xs = [rand(BATCH, 64, seed=41 + k) for k in range(3)]
+    args = []
+    for k, x in enumerate(xs):
+        x.tofile(tmp_path / f"x{k}.bin")
+        args += [tmp_path / f"x{k}.bin", tmp_path / f"y{k}.bin"]
+    exe = build(tmp_path, POOL_C % {"x_elems": xs[0].size, "y_elems": BATCH * 10, "io": IO_HELPERS}, [(out, "mlp")])
+    stdout = run(exe, *args)
+    assert "ok: 1 1 1 threads: 2 2" in stdout, stdout
+    for k, x in enumerate(xs):
+        got = np.fromfile(tmp_path / f"y{k}.bin", dtype=np.float32).reshape(BATCH, 10)
+        (want,) = ort_run(mlp_model, {"x": x})
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 CONVENIENCE_C = r"""
 #include <stdio.h>
 #include <stdlib.h>

@@ -72,8 +72,9 @@ class Library:
         status = self._fn("create_with_options")(path, opts, out)
         if status != 0:
             hint = None
-            if "threads" in self.error(status) or status == 6:
-                hint = f"this artifact was compiled for at most {self.manifest.get('threads', 1)} threads"
+            if status == 6:         # AOTC_ERR_BAD_OPTION
+                hint = (f"this artifact was compiled for at most {self.manifest.get('threads', 1)} threads"
+                        if threads > 1 else "check the device options")
             raise ArtifactError(f"{self.prefix}_create failed with status {status}: {self.error(status)}", hint)
         return self.ffi.gc(out[0], self._fn("destroy"))
 

@@ -24,8 +24,25 @@ from ..kernel.lowering import c_ident
 from ..memory.planner import MemoryPlan
 
 
+# numpy dtype -> C type used for storage. Bool is one byte holding 0 or 1, as numpy stores it.
+_C_TYPES = {
+    np.dtype(np.float32): "float",
+    np.dtype(np.float64): "double",
+    np.dtype(np.int8): "int8_t",
+    np.dtype(np.int16): "int16_t",
+    np.dtype(np.int32): "int32_t",
+    np.dtype(np.int64): "int64_t",
+    np.dtype(np.uint8): "uint8_t",
+    np.dtype(np.uint16): "uint16_t",
+    np.dtype(np.uint32): "uint32_t",
+    np.dtype(np.uint64): "uint64_t",
+    np.dtype(np.bool_): "uint8_t",
+}
+
+
 def ctype(dt) -> str:
-    return dtypes.c_type(dt)
+    """The C type that stores elements of dt (bool: one byte holding 0 or 1, as numpy does)."""
+    return _C_TYPES[np.dtype(dt)]
 
 
 @dataclass

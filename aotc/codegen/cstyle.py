@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from ..ir import dtypes
+from .abi import ctype
 from ..kernel.ir import (BOUND, PARALLEL, Assign, Barrier, BinOp, BufPtr, Buffer,
                          Call, GpuIndex, CallStmt, Cast, Comment, Const, Decl, Expr, Fail, Gemm, If, Kernel, Load, Loop,
                          Select, Stmt, Store, Unary, Var)
@@ -47,7 +47,7 @@ class CStylePrinter:
 
     # ================================================================= hooks (override)
     def type_name(self, dt) -> str:
-        return dtypes.c_type(dt)
+        return ctype(dt)
 
     def int_literal(self, v: int, dt) -> str:
         dt = np.dtype(dt)

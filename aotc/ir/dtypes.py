@@ -20,21 +20,6 @@ _ONNX_TO_NP = {
 }
 _NP_TO_ONNX = {v: k for k, v in _ONNX_TO_NP.items()}
 
-# numpy dtype -> C type used for storage. Bool is one byte holding 0 or 1, as numpy stores it.
-_C_TYPES = {
-    np.dtype(np.float32): "float",
-    np.dtype(np.float64): "double",
-    np.dtype(np.int8): "int8_t",
-    np.dtype(np.int16): "int16_t",
-    np.dtype(np.int32): "int32_t",
-    np.dtype(np.int64): "int64_t",
-    np.dtype(np.uint8): "uint8_t",
-    np.dtype(np.uint16): "uint16_t",
-    np.dtype(np.uint32): "uint32_t",
-    np.dtype(np.uint64): "uint64_t",
-    np.dtype(np.bool_): "uint8_t",
-}
-
 FLOAT32 = np.dtype(np.float32)
 FLOAT64 = np.dtype(np.float64)
 INT64 = np.dtype(np.int64)
@@ -56,10 +41,6 @@ def from_onnx(code: int) -> np.dtype:
 
 def to_onnx(dtype) -> int:
     return _NP_TO_ONNX[np.dtype(dtype)]
-
-
-def c_type(dtype) -> str:
-    return _C_TYPES[np.dtype(dtype)]
 
 
 def name(dtype) -> str:

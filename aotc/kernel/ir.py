@@ -35,6 +35,7 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from ..ir import dtypes
+from .names import RESERVED
 
 I64 = dtypes.INT64
 I32 = dtypes.INT32
@@ -647,16 +648,6 @@ def _swap_matrix(m: Matrix, mapping) -> Matrix:
 
 
 # ----------------------------------------------------------------------------- builder
-# identifiers a kernel must not declare: C keywords and the library names it may call
-RESERVED = frozenset("""auto break case char const continue default do double else enum extern float for goto if
-inline int long register restrict return short signed sizeof static struct switch typedef union unsigned void
-volatile while _Bool _Complex _Imaginary int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t
-size_t ptrdiff_t uintptr_t NULL INFINITY NAN main half uchar ushort uint ulong kernel global local private
-constant""".split()) | frozenset(
-    f"{f}{s}" for f in """exp log sqrt tanh erf floor ceil rint sin cos tan atan asin acos sinh cosh pow fmod
-log1p fabs atan2 fmax fmin round nearbyint expm1 log2 exp2 cbrt hypot trunc""".split() for s in ("", "f"))
-
-
 class Builder:
     """Builds a statement list with `with b.loop(n) as i:` blocks, like the code it becomes."""
 

@@ -5,12 +5,9 @@ Every op here works on any element type (shape tensors are int64, masks bool). M
 are one *strided copy*: a loop nest over the output where the input offset is an affine
 function of the loop indices (Transpose permutes strides, Slice scales and offsets them,
 Expand zeroes them, Concat/Split shift the offset). `strided_copy` merges the dims that both
-sides walk contiguously, so the C reads like the index math it implements:
+sides walk contiguously, so the generated code reads like the index math it implements:
 
-    for (int64_t i0 = 0; i0 < 4; ++i0)
-        for (int64_t i1 = 0; i1 < 16; ++i1)
-            for (int64_t i2 = 0; i2 < 8; ++i2)
-                y[i0 * 128 + i1 * 8 + i2] = x[i1 * 32 + i0 * 8 + i2];
+    over i0 < 4, i1 < 16, i2 < 8:  y[i0*128 + i1*8 + i2] = x[i1*32 + i0*8 + i2]
 
 Ops whose index comes from data (Gather & co.) read it at run time; a negative index counts
 from the end, and an index out of range stops the run with AOTC_ERR_INDEX_OUT_OF_RANGE (the

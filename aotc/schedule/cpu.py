@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import AotcError
-from ..kernel.ir import (F32, PARALLEL, REDUCTION, SPATIAL, VECTORIZED, Assign, Buffer, CallStmt, Const, Decl, Gemm,
-                         If, Loop, Stmt, Store, children, walk_buffers, walk_stmts)
+from ..kernel.ir import (F32, PARALLEL, REDUCTION, SPATIAL, VECTORIZED, Assign, BinOp, Buffer, CallStmt, Const, Decl,
+                         Gemm, If, Loop, Select, Stmt, Store, Var, children, walk_buffers, walk_stmts)
 from ..kernel.retype import widen_accumulators
 from .gemm_cpu import ConstPacker, GemmTiles, choose_split, gemm_macs, swap_orientation
 
@@ -107,22 +107,54 @@ def _share_work_buffer(st, gemms: list[Gemm], threads: int) -> None:
 
 
 # ----------------------------------------------------------------------------- parallel loops
-def work_estimate(stmts: list[Stmt]) -> int:
+def work_estimate(stmts: list[Stmt], bounds: dict | None = None) -> int:
     """Rough cost of running a statement list once: statements times trip counts (a GEMM
-    counts its multiply-adds / 16, what a vector unit does per step)."""
+    counts its multiply-adds / 16, what a vector unit does per step). A trip count that is
+    not a constant is bounded through the locals it comes from (a pooling window's
+    `hi = min(3, ...)` has at most 3 trips), else counts as UNKNOWN_TRIPS."""
+    bounds = {} if bounds is None else bounds
     total = 0
     for s in stmts:
-        if isinstance(s, Loop):
-            n = s.extent.value - (s.start.value if isinstance(s.start, Const) else 0) \
-                if isinstance(s.extent, Const) else UNKNOWN_TRIPS
-            total += max(n, 0) * max(work_estimate(s.body), 1)
+        if isinstance(s, Decl):
+            ub = _upper(s.init, bounds)
+            if ub is not None:
+                bounds[s.var.name] = ub
+            total += 1
+        elif isinstance(s, Loop):
+            hi = _upper(s.extent, bounds)
+            lo = s.start.value if isinstance(s.start, Const) else 0
+            n = hi - lo if hi is not None else UNKNOWN_TRIPS
+            total += max(n, 0) * max(work_estimate(s.body, dict(bounds)), 1)
         elif isinstance(s, If):
-            total += 1 + max(work_estimate(s.then), work_estimate(s.orelse))
+            total += 1 + max(work_estimate(s.then, dict(bounds)), work_estimate(s.orelse, dict(bounds)))
         elif isinstance(s, Gemm):
             total += gemm_macs(s) // 16 + s.M * s.N * max(work_estimate(s.epilogue), 1)
-        elif isinstance(s, (Store, Assign, Decl, CallStmt)):
+        elif isinstance(s, (Store, Assign, CallStmt)):
             total += 1
     return total
+
+
+def _upper(e, bounds: dict):
+    """An upper bound of an integer expression, or None."""
+    if isinstance(e, Const):
+        return e.value if isinstance(e.value, int) else None
+    if isinstance(e, Var):
+        return bounds.get(e.name)
+    if isinstance(e, BinOp):
+        a, b = _upper(e.a, bounds), _upper(e.b, bounds)
+        if e.op == "min":
+            known = [x for x in (a, b) if x is not None]
+            return min(known) if known else None
+        if a is None or b is None:
+            return None
+        if e.op == "max":
+            return max(a, b)
+        if e.op == "+":
+            return a + b
+    if isinstance(e, Select):
+        a, b = _upper(e.a, bounds), _upper(e.b, bounds)
+        return max(a, b) if a is not None and b is not None else None
+    return None
 
 
 def _parallelize(stmts: list[Stmt], min_work: int) -> list[Stmt]:

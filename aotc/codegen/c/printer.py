@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir import dtypes
+from ..abi import ctype
 from ...kernel.ir import (PARALLEL, UNROLLED, VECTORIZED, Buffer, BufPtr, Fail, Gemm, Kernel, Load, Loop, Stmt, Store, Var,
                           free_variables, walk_stmts)
 from ..cstyle import CStylePrinter, PrintError
@@ -41,7 +41,7 @@ class CPrinter(CStylePrinter):
         dt = np.dtype(dt)
         if dt.name in _HALF:
             return "uint16_t"
-        return dtypes.c_type(dt)
+        return ctype(dt)
 
     def load(self, buf: Buffer, index: str) -> str:
         if buf.dtype.name in _HALF and buf.value_dtype != buf.dtype:

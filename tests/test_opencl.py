@@ -1,0 +1,129 @@
+"""The opencl target: the same kernel IR, scheduled for a grid of work-items and printed as
+OpenCL C, with C host code; run here on the CPU through PoCL. Every small zoo model, a graph of
+many op families, fused GEMM epilogues, kernel status codes and device options, against ONNX
+Runtime on fresh random inputs. Skips (saying why) where no OpenCL platform or headers exist:
+`make opencl-deps` installs PoCL (CI does)."""
+from __future__ import annotations
+
+import ctypes
+import functools
+import shutil
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from aotc.api import compile as aotc_compile
+from aotc.check.runner import run_check
+from aotc.errors import ArtifactError, RunError
+from models.zoo import ZOO
+from tests.helpers import assert_parity, graph_model, rand, single_op_model
+
+N = helper.make_node
+
+
+@functools.lru_cache(maxsize=1)
+def _opencl_missing() -> str | None:
+    cc = shutil.which("cc")
+    if cc is None:
+        return "no C compiler"
+    probe = subprocess.run([cc, "-x", "c", "-", "-o", "/dev/null", "-lOpenCL"], input=(
+        "#define CL_TARGET_OPENCL_VERSION 120\n#include <CL/cl.h>\n"
+        "int main(void) { cl_uint n = 0; clGetPlatformIDs(0, 0, &n); return 0; }\n"),
+        capture_output=True, text=True)
+    if probe.returncode != 0:
+        return "the OpenCL headers or ICD loader are missing (make opencl-deps installs PoCL)"
+    try:
+        lib = ctypes.CDLL("libOpenCL.so.1")
+    except OSError:
+        return "libOpenCL.so.1 is missing (make opencl-deps installs PoCL)"
+    n = ctypes.c_uint(0)
+    if lib.clGetPlatformIDs(0, None, ctypes.byref(n)) != 0 or n.value == 0:
+        return "no OpenCL platform is installed (make opencl-deps installs PoCL)"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_opencl_missing() is not None, reason=str(_opencl_missing()))
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_zoo_on_opencl(name, tmp_path):
+    e = ZOO[name]
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(e.build("small"), str(path))
+    res = run_check(path, target="opencl", shapes=e.shapes_for("small"), rtol=e.rtol, atol=e.atol,
+                    output_dir=tmp_path / "out", seed=13)
+    assert res.target == "opencl" and res.outputs
+    for o in res.outputs:
+        assert o.passed, f"{name}/{o.name} on opencl: max_abs={o.max_abs_err:.3g} {o.note}"
+
+
+def test_artifact_is_readable_opencl_c(tmp_path):
+    e = ZOO["gpt2"]
+    path = tmp_path / "gpt2.onnx"
+    onnx.save(e.build("small"), str(path))
+    m = aotc_compile(path, target="opencl", output_dir=tmp_path / "out", shapes=e.shapes_for("small"))
+    cl = (tmp_path / "out" / "gpt2.cl").read_text()
+    assert "gpt2.cl" in m.manifest["sources"] and m.manifest["language"] == "opencl"
+    # one function per launch, named after its fusion kernel, with a comment naming the ONNX nodes
+    assert cl.count("__kernel void ") >= len(m.manifest["kernels"])
+    assert "/* Gemm 'gemm_168', Pow 'pow_183'" in cl and "barrier(CLK_LOCAL_MEM_FENCE);" in cl
+    assert "__local float" in cl and "get_global_id(0)" in cl
+    host = (tmp_path / "out" / "gpt2.c").read_text()
+    assert "clBuildProgram" not in host and "aotc_cl_build" in host    # built once, at create
+
+
+def test_op_families_on_opencl(tmp_path):
+    """Reductions (a softmax and an argmax whose outer loops vanish: their running max and sum
+    must stay in one launch), pooling, resize, pad, gather, instance norm, conv transpose,
+    depthwise conv, layer norm, a batched MatMul with a fused epilogue."""
+    x = rand(2, 6, 9, 10, seed=1)
+    v = rand(1, 37, seed=2)
+    ids = np.random.default_rng(3).integers(-6, 6, size=(4,)).astype(np.int64)
+    nodes = [N("ReduceMean", ["x", "ax1"], ["r1"], keepdims=1), N("ReduceMax", ["x", "ax23"], ["r2"], keepdims=0),
+             N("Softmax", ["v"], ["sv"], axis=1), N("ArgMax", ["v"], ["av"], axis=1),
+             N("MaxPool", ["x"], ["mp"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+             N("Resize", ["x", "", "sc"], ["rs"], mode="linear"), N("Pad", ["x", "pads"], ["pd"], mode="edge"),
+             N("Gather", ["x", "ids"], ["ga"], axis=1), N("InstanceNormalization", ["x", "s6", "b6"], ["inn"]),
+             N("ConvTranspose", ["x", "wt"], ["ct"], strides=[2, 2]),
+             N("Conv", ["x", "wd"], ["dw"], group=6, pads=[1, 1, 1, 1]),
+             N("LayerNormalization", ["x", "s10", "b10"], ["ln"], axis=-1),
+             N("MatMul", ["x", "w10"], ["mm"]), N("Add", ["mm", "b7"], ["mb"]), N("Tanh", ["mb"], ["y"])]
+    inits = {"ax1": np.array([1]), "ax23": np.array([2, 3]), "sc": np.array([1, 1, 2, 1.5], np.float32),
+             "pads": np.array([0, 0, 2, 1, 0, 0, 1, 2]), "s6": rand(6, seed=4), "b6": rand(6, seed=5),
+             "wt": rand(6, 4, 3, 3, seed=6) * 0.2, "wd": rand(6, 1, 3, 3, seed=7), "s10": rand(10, seed=8),
+             "b10": rand(10, seed=9), "w10": rand(10, 7, seed=10), "b7": rand(7, seed=11)}
+    outs = ["r1", "r2", "sv", "av", "mp", "rs", "pd", "ga", "inn", "ct", "dw", "ln", "y"]
+    m = graph_model(nodes, {"x": x, "v": v, "ids": ids}, outs, inits, opset=18)
+    assert_parity(m, tmp_path, {"x": x, "v": v, "ids": ids}, target="opencl")
+
+
+def test_index_error_is_a_status_on_opencl(tmp_path):
+    x = rand(10, 4, seed=12)
+    m = single_op_model("Gather", {"x": x, "i": np.array([3, 10], np.int64)}, axis=0)
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    cm = aotc_compile(path, target="opencl", output_dir=tmp_path / "out")
+    with pytest.raises(RunError, match=r"Gather.*out of range"):
+        cm.run({"x": x, "i": np.array([3, 10], np.int64)})
+    got = cm.run({"x": x, "i": np.array([3, -10], np.int64)})[0]
+    np.testing.assert_array_equal(got, x[[3, 0]])
+
+
+def test_device_options_are_checked(tmp_path):
+    e = ZOO["mlp"]
+    path = tmp_path / "mlp.onnx"
+    onnx.save(e.build("small"), str(path))
+    aotc_compile(path, target="opencl", output_dir=tmp_path / "out", shapes=e.shapes_for("small"))
+    from aotc.build.loader import Library
+    lib = Library(tmp_path / "out")
+    with pytest.raises(ArtifactError, match="status 6"):
+        lib.create(platform=99)
+    with pytest.raises(ArtifactError, match="status 6"):
+        lib.create(threads=4)                  # an OpenCL instance runs on its device
+    inst = lib.create(platform=0, device=0)
+    x = rand(1, 64, seed=14)
+    y = lib.run(inst, [x])[0]
+    assert y.shape == (1, 10) and np.all(np.isfinite(y))
