@@ -36,9 +36,10 @@ opencl-deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pocl-opencl-icd ocl-icd-opencl-dev; \
 	fi
 
-# Full-size zoo models (ResNet-50, BERT-base, GPT-2 small, ...) through `aotc check`; writes docs/ZOO.md.
+# Full-size zoo models (ResNet-50, BERT-base, GPT-2 small, ...) through `aotc check` on native at 1 and 2
+# threads and on opencl; writes docs/ZOO.md.
 zoo-full: venv
-	$(BIN)/python -m models.check_zoo --size full --report docs/ZOO.md
+	$(BIN)/python -m models.check_zoo --size full --targets native:1,native:2,opencl --report docs/ZOO.md
 
 # Every ONNX backend node test case compiled and run by aotc (about 3 minutes on 2 cores); writes docs/CONFORMANCE.md.
 conformance: venv

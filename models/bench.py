@@ -1,29 +1,36 @@
 """Benchmark: aotc vs ONNX Runtime on zoo models, side by side in one run.
 
-python -m models.bench [--size small|full] [--models a,b] [--runs 30] [--report docs/PERFORMANCE.md]
+python -m models.bench [--size small|full] [--models a,b] [--runs 15] [--threads 1,2]
+                       [--baseline-checkout DIR] [--opencl] [--report docs/PERFORMANCE.md]
 
-For each model: compile with aotc (target c and the best SIMD target this CPU has), run both
-engines on the same inputs, `--warmup` runs first, then `--runs` timed runs each, interleaved
-so machine noise hits both alike. Reports median latency and the ratio ORT/aotc (> 1 means
-aotc is faster). ORT runs with 1 intra-op thread (aotc is single-threaded today) and with its
-default thread count. Memory: aotc's arena vs the lower bound, and its weights.
+For each model, every engine runs on the same inputs: aotc on `--target` (default native)
+compiled for each thread count of `--threads` and run with it; ONNX Runtime with the same
+intra-op thread counts; optionally aotc as built by another checkout (`--baseline-checkout`,
+e.g. a worktree of the commit before a change: its artifact runs through its own C API,
+`<name>_run_with_weights`, on one thread), and the opencl target (`--opencl`, on whatever
+OpenCL device is first: PoCL here, a CPU driver). `--warmup` runs first, then `--runs` timed
+runs of each engine, interleaved so machine noise hits all alike. Reports medians and ratios.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import re
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import onnxruntime as ort
 
-from aotc.api import CompiledModel
 from aotc.check.inputs import sample_inputs
 from aotc.compiler import compile_model
 from aotc.frontend import import_model, load_onnx
+from aotc.targets import load_target
 
 from .build import save
 from .zoo import ZOO
@@ -31,54 +38,127 @@ from .zoo import ZOO
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+class LegacyArtifact:
+    """An artifact run through `<name>_run_with_weights` with a workspace of its own (the ABI
+    every aotc version has had), so artifacts of older checkouts run in this process."""
+
+    def __init__(self, directory: Path):
+        import cffi
+        m = json.loads((directory / "manifest.json").read_text())
+        self.ffi = ffi = cffi.FFI()
+        p = m["name"]
+        fin = "".join(f"const void *{x['c_name']};" for x in m["inputs"]) or "int unused_;"
+        fout = "".join(f"void *{x['c_name']};" for x in m["outputs"])
+        ffi.cdef(f"typedef struct {{ {fin} }} in_t; typedef struct {{ {fout} }} out_t;"
+                 f"int {p}_run_with_weights(const void *w, const in_t *in, out_t *out, void *ws);"
+                 f"const void *{p}_embedded_weights(void);")
+        self.lib = ffi.dlopen(str(directory / m["library"]))
+        self.run_fn = getattr(self.lib, f"{p}_run_with_weights")
+        if m["weights"]["mode"] == "external":
+            raw = np.fromfile(directory / m["weights"]["file"], np.uint8)
+            self._w = np.empty(raw.size + 64, np.uint8)
+            off = (-self._w.ctypes.data) % 64
+            self._w = self._w[off:off + raw.size]
+            self._w[:] = raw
+            self.weights = ffi.from_buffer(self._w)
+        else:
+            self.weights = getattr(self.lib, f"{p}_embedded_weights")()
+        ws = np.empty(m["workspace_bytes"] + 128, np.uint8)
+        off = (-ws.ctypes.data) % 64
+        self._ws = ws[off:off + max(m["workspace_bytes"], 1)]
+        self.inputs, self.outputs = m["inputs"], m["outputs"]
+        self.cin, self.cout = ffi.new("in_t *"), ffi.new("out_t *")
+        self._keep = []
+
+    def bind(self, feeds: dict) -> None:
+        self._keep = []
+        for x in self.inputs:
+            a = np.ascontiguousarray(feeds[x["name"]])
+            self._keep.append(a)
+            setattr(self.cin, x["c_name"], self.ffi.from_buffer(a))
+        for x in self.outputs:
+            o = np.empty(x["shape"], np.dtype(x["dtype"]))
+            self._keep.append(o)
+            setattr(self.cout, x["c_name"], self.ffi.from_buffer(o))
+
+    def run(self) -> None:
+        status = self.run_fn(self.weights, self.cin, self.cout, self.ffi.from_buffer(self._ws))
+        if status:
+            raise RuntimeError(f"baseline artifact failed with status {status}")
 
 
-def best_simd_target() -> str | None:
-    f = _cpu_flags()
-    if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= f:
-        return "c-avx512"
-    if {"avx2", "fma"} <= f:
-        return "c-avx2"
-    return None
+class BoundInstance:
+    """A model instance (create / invoke) with its inputs and outputs bound once, so a timed run
+    is the invoke call and nothing else (as for LegacyArtifact)."""
+
+    def __init__(self, directory: Path, feeds: dict, threads: int = 0):
+        from aotc.build.loader import Library
+        self.lib = Library(directory)
+        self.inst = self.lib.create(threads=threads)
+        ffi, p = self.lib.ffi, self.lib.prefix
+        self.cin, self.cout = ffi.new(f"{p}_inputs *"), ffi.new(f"{p}_outputs *")
+        self._keep = []
+        for name, field, dt, shape in self.lib.inputs:
+            a = np.ascontiguousarray(feeds[name])
+            self._keep.append(a)
+            setattr(self.cin, field, ffi.from_buffer(a))
+        for name, field, dt, shape in self.lib.outputs:
+            o = np.empty(shape, dt)
+            self._keep.append(o)
+            setattr(self.cout, field, ffi.from_buffer(o))
+        self.invoke = self.lib._fn("invoke")
+
+    def run(self) -> None:
+        status = self.invoke(self.inst, self.cin, self.cout)
+        if status:
+            raise RuntimeError(f"invoke failed with status {status}: {self.lib.error(status)}")
 
 
-def _time(fn, warmup: int) -> None:
-    for _ in range(warmup):
-        fn()
+def compile_with_checkout(checkout: Path, model: Path, target: str, out: Path, shapes: dict) -> Path:
+    """Compile with another checkout's aotc (its own modules, this interpreter)."""
+    args = [sys.executable, "-c", "import sys; from aotc.cli import main; sys.argv[0] = 'aotc'; main()",
+            "compile", str(model), "-o", str(out), "--target", target]
+    for k, v in shapes.items():
+        args += ["--shape", f"{k}={'x'.join(map(str, v))}"]
+    env = dict(os.environ, PYTHONPATH=str(checkout))
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, cwd=checkout)
+    if proc.returncode:
+        raise RuntimeError(f"baseline compile failed:\n{proc.stderr}")
+    return out
 
 
-def bench_model(name: str, size: str, runs: int, warmup: int, workdir: Path, targets: list[str]) -> dict:
+def bench_model(name: str, size: str, runs: int, warmup: int, workdir: Path, target: str, threads: list[int],
+                baseline: Path | None, opencl: bool) -> dict:
     e = ZOO[name]
     path = workdir / f"{name}_{size}.onnx"
     save(e.build(size), path)
     shapes = e.shapes_for(size)
     g = import_model(load_onnx(path), name, shapes)
     feeds = sample_inputs(g, seed=1)
-    engines = {}
-    info = {}
-    for t in targets:
-        out = compile_model(path, target=t, output_dir=workdir / f"{name}_{size}_{t}", shapes=shapes)
-        m = CompiledModel(out)
-        arrays = [feeds[k] for k in m.input_names]
-        engines[f"aotc[{t}]"] = (lambda m=m, a=arrays: m.run(a))
-        info[t] = m.manifest["memory_plan"]
-    for threads in (1, 0):
+    engines, memory = {}, {}
+    if baseline is not None:
+        art = LegacyArtifact(compile_with_checkout(baseline, path, load_target(target)["name"],
+                                                   workdir / f"{name}_{size}_baseline", shapes))
+        art.bind(feeds)
+        engines["aotc before, 1 thread"] = art.run
+    for t in threads:
+        out = compile_model(path, target=target, output_dir=workdir / f"{name}_{size}_{t}t", shapes=shapes, threads=t)
+        inst = BoundInstance(out, feeds, threads=t)
+        engines[f"aotc, {t} thread{'s' if t > 1 else ''}"] = inst.run
+        memory[t] = inst.lib.manifest["memory_plan"]
+    if opencl:
+        out = compile_model(path, target="opencl", output_dir=workdir / f"{name}_{size}_opencl", shapes=shapes)
+        engines["aotc opencl"] = BoundInstance(out, feeds).run
+    for t in threads:
         so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
+        so.intra_op_num_threads = t
+        so.inter_op_num_threads = 1
         so.log_severity_level = 3
         sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        label = "ort[1 thread]" if threads == 1 else "ort[default threads]"
-        engines[label] = (lambda s=sess: s.run(None, feeds))
+        engines[f"ORT, {t} thread{'s' if t > 1 else ''}"] = (lambda s=sess: s.run(None, feeds))
     for fn in engines.values():
-        _time(fn, warmup)
+        for _ in range(warmup):
+            fn()
     samples = {k: [] for k in engines}
     for _ in range(runs):
         for k, fn in engines.items():       # interleaved: noise hits every engine alike
@@ -86,35 +166,49 @@ def bench_model(name: str, size: str, runs: int, warmup: int, workdir: Path, tar
             fn()
             samples[k].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
-    return {"model": name, "size": size, "median_ms": med, "memory": info,
-            "weights_bytes": next(iter(info.values()))["weights_bytes"]}
+    return {"model": name, "size": size, "median_ms": med, "memory": memory}
 
 
-def render(results: list[dict], runs: int, warmup: int) -> str:
-    cpu = platform.processor() or platform.machine()
+def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    L = [BEGIN, "", f"Machine: {cpu}; onnxruntime {ort.__version__}; medians of {runs} interleaved runs after "
-         f"{warmup} warm-up runs. Ratio = ORT median / aotc median (> 1: aotc faster).", "",
-         "| model | size | engine | median ms | ORT(1 thread)/aotc | arena KiB | lower bound KiB | arena/LB |",
-         "|---|---|---|---|---|---|---|---|"]
+    return platform.processor() or platform.machine()
+
+
+def render(results: list[dict], runs: int, warmup: int, target: str, threads: list[int]) -> str:
+    tname = load_target(target)["name"]
+    L = [BEGIN, "",
+         f"Machine: {_cpu_name()}, {os.cpu_count()} cores; target {target} ({tname}); onnxruntime {ort.__version__}; "
+         f"medians of {runs} interleaved runs after {warmup} warm-up runs, in ms. Speed-up = the 1-thread median / "
+         "the 2-thread median of the same engine; aotc/ORT = ORT's median / aotc's (> 1: aotc faster).", ""]
+    cols = list(results[0]["median_ms"]) if results else []
+    head = ["model"] + cols
+    t1, t2 = (f"{threads[0]} thread", f"{threads[-1]} threads") if len(threads) > 1 else (None, None)
+    if t1:
+        head += ["aotc speed-up", "ORT speed-up", f"aotc/ORT {threads[0]}T", f"aotc/ORT {threads[-1]}T"]
+    if any("aotc before, 1 thread" in r["median_ms"] for r in results):
+        head += ["before/now 1T"]
+    L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    sp_a, sp_o = [], []
     for r in results:
-        ort1 = r["median_ms"]["ort[1 thread]"]
-        for k, v in r["median_ms"].items():
-            if k.startswith("aotc"):
-                t = k[5:-1]
-                mp = r["memory"][t]
-                lb = mp["lower_bound_bytes"]
-                L.append(f"| {r['model']} | {r['size']} | {k} | {v:.3f} | {ort1 / v:.2f} | "
-                         f"{mp['arena_bytes'] / 1024:.1f} | {lb / 1024:.1f} | "
-                         f"{(mp['arena_bytes'] / lb if lb else 1):.3f} |")
-            else:
-                L.append(f"| {r['model']} | {r['size']} | {k} | {v:.3f} | | | | |")
+        m = r["median_ms"]
+        row = [r["model"]] + [f"{m[c]:.2f}" for c in cols]
+        if t1:
+            a1, a2, o1, o2 = m[f"aotc, {t1}"], m[f"aotc, {t2}"], m[f"ORT, {t1}"], m[f"ORT, {t2}"]
+            sp_a.append(a1 / a2)
+            sp_o.append(o1 / o2)
+            row += [f"{a1 / a2:.2f}x", f"{o1 / o2:.2f}x", f"{o1 / a1:.2f}", f"{o2 / a2:.2f}"]
+        if "aotc before, 1 thread" in m:
+            row += [f"{m['aotc before, 1 thread'] / m[f'aotc, {threads[0]} thread']:.2f}"]
+        L.append("| " + " | ".join(row) + " |")
+    if sp_a:
+        gm = lambda xs: float(np.exp(np.mean(np.log(xs))))  # noqa: E731
+        L += ["", f"Geometric mean speed-up from {threads[0]} to {threads[-1]} threads: aotc {gm(sp_a):.2f}x, "
+                  f"ORT {gm(sp_o):.2f}x."]
     L += ["", END]
     return "\n".join(L)
 
@@ -125,19 +219,25 @@ def main() -> None:
     ap.add_argument("--models", default=None, help="comma-separated zoo names (default: all)")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--target", default="native")
+    ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    ap.add_argument("--baseline-checkout", type=Path, default=None,
+                    help="another checkout of aotc whose build of each model runs too (one thread)")
+    ap.add_argument("--opencl", action="store_true", help="also time the opencl target")
     ap.add_argument("--workdir", type=Path, default=Path("build/bench"))
     ap.add_argument("--report", type=Path, default=None, help="Markdown file to update between bench markers")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
     names = a.models.split(",") if a.models else list(ZOO)
-    targets = ["c"] + ([best_simd_target()] if best_simd_target() else [])
+    threads = [int(t) for t in a.threads.split(",")]
     a.workdir.mkdir(parents=True, exist_ok=True)
     results = []
     for n in names:
-        r = bench_model(n, a.size, a.runs, a.warmup, a.workdir, targets)
+        r = bench_model(n, a.size, a.runs, a.warmup, a.workdir, a.target, threads,
+                        a.baseline_checkout.resolve() if a.baseline_checkout else None, a.opencl)
         results.append(r)
         print(f"{n:16} " + "  ".join(f"{k}={v:.3f}ms" for k, v in r["median_ms"].items()), flush=True)
-    table = render(results, a.runs, a.warmup)
+    table = render(results, a.runs, a.warmup, a.target, threads)
     print(table)
     if a.json:
         a.json.write_text(json.dumps(results, indent=2))

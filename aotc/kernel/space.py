@@ -39,14 +39,17 @@ class IndexSpace:
         if len(sizes) != 1:
             raise ValueError(f"shapes {shapes} hold different numbers of elements")
         size = sizes.pop()
+        self.size = size
+        if size == 0:                 # nothing to compute: one empty loop
+            self.extents, self.strides = [0], [1]
+            return
         bounds = sorted({1, size} | {b for s in shapes for b in _suffix_products(s)})
         for a, b in zip(bounds, bounds[1:]):
-            if a == 0 or b % a:
+            if b % a:
                 raise ValueError(f"shapes {shapes} do not nest")
         # loop dims outermost first; stride of loop dim k = bounds[len - 2 - k]
-        self.extents = [bounds[k + 1] // bounds[k] for k in range(len(bounds) - 1)][::-1] if size else [0]
-        self.strides = bounds[:-1][::-1] if size else [1]
-        self.size = size
+        self.extents = [bounds[k + 1] // bounds[k] for k in range(len(bounds) - 1)][::-1]
+        self.strides = bounds[:-1][::-1]
 
     @staticmethod
     def fits(shapes) -> bool:
@@ -58,6 +61,8 @@ class IndexSpace:
 
     def runs(self, shape) -> list[list[int]]:
         """For each dim of `shape`, the loop dims it covers (size-1 dims cover none)."""
+        if self.size == 0:
+            return [[] for _ in shape]
         st = _suffix_products(shape)[::-1]          # st[d] = product of shape[d:]
         out = []
         for d in range(len(shape)):
