@@ -1,0 +1,288 @@
+"""Structural validation of an ONNX model, before anything builds a graph from it.
+
+Every rule here turns a malformed model into one `ModelError` line that names the node or
+value and the rule broken, with a hint; nothing later in the pipeline then has to guard
+against garbage (a short initializer reaching numpy's reshape, a negative dimension reaching
+the planner, an attribute of the wrong type reaching an op's lowering).
+
+What is checked (docs/ROBUSTNESS.md keeps the list for users):
+  opsets        ai.onnx imported once, at a version from MIN_OPSET to the newest the installed
+                onnx package defines; other domains are left to the operator check
+  graph         at least one output; names of inputs, outputs and initializers non-empty;
+                inputs and initializers each unique; every node output defined once and not
+                over an input or initializer; every node input defined
+  tensors       (initializers and tensor attributes) a known element type; dims
+                non-negative, at most MAX_RANK of them, a byte size that fits in 63 bits;
+                the payload (raw_data, or the typed field the element type uses) holding
+                exactly the elements the dims declare
+  value infos   (graph inputs, outputs, value_info) dims non-negative, sizes that fit
+  nodes         (ai.onnx, against the schema of the imported opset) input and output counts,
+                required inputs present, attribute names unique, required attributes
+                present, no attribute the schema does not define, attribute types as declared
+External data is checked where it is read (`check_external_data`, from load_onnx), before a
+byte of it is read.
+"""
+from __future__ import annotations
+
+import onnx
+from onnx import AttributeProto, TensorProto, defs
+
+from ..errors import ModelError
+
+MIN_OPSET = 7
+MAX_RANK = 32
+MAX_BYTES = (1 << 63) - 1
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+# element type -> (bytes per element in raw_data; None: packed 2 per byte; 0: strings)
+_ITEMSIZE = {
+    TensorProto.FLOAT: 4, TensorProto.UINT8: 1, TensorProto.INT8: 1, TensorProto.UINT16: 2,
+    TensorProto.INT16: 2, TensorProto.INT32: 4, TensorProto.INT64: 8, TensorProto.STRING: 0,
+    TensorProto.BOOL: 1, TensorProto.FLOAT16: 2, TensorProto.DOUBLE: 8, TensorProto.UINT32: 4,
+    TensorProto.UINT64: 8, TensorProto.COMPLEX64: 8, TensorProto.COMPLEX128: 16, TensorProto.BFLOAT16: 2,
+}
+for _name in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT8E8M0"):
+    if hasattr(TensorProto, _name):
+        _ITEMSIZE[getattr(TensorProto, _name)] = 1
+for _name in ("UINT4", "INT4", "FLOAT4E2M1", "UINT2", "INT2"):
+    if hasattr(TensorProto, _name):
+        _ITEMSIZE[getattr(TensorProto, _name)] = None
+
+# typed payload field for each element type, and how many entries one element takes there
+_TYPED_FIELD = {
+    TensorProto.FLOAT: ("float_data", 1), TensorProto.COMPLEX64: ("float_data", 2),
+    TensorProto.DOUBLE: ("double_data", 1), TensorProto.COMPLEX128: ("double_data", 2),
+    TensorProto.INT64: ("int64_data", 1), TensorProto.STRING: ("string_data", 1),
+    TensorProto.UINT32: ("uint64_data", 1), TensorProto.UINT64: ("uint64_data", 1),
+}
+_TYPED_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
+
+
+def _type_name(code: int) -> str:
+    try:
+        return TensorProto.DataType.Name(code)
+    except ValueError:
+        return str(code)
+
+
+# ------------------------------------------------------------------------------------------ opsets
+def default_opset(model: onnx.ModelProto) -> int:
+    """The ai.onnx opset version the model imports, after checking it is one aotc knows."""
+    newest = defs.onnx_opset_version()
+    versions = [int(imp.version) for imp in model.opset_import if imp.domain in DEFAULT_DOMAINS]
+    if not versions:
+        raise ModelError("the model imports no default-domain (ai.onnx) opset",
+                         "add an opset_import entry for domain '' (ai.onnx)")
+    if len(versions) > 1:
+        raise ModelError(f"the model imports the ai.onnx opset {len(versions)} times "
+                         f"(versions {', '.join(map(str, versions))})",
+                         "keep one opset_import entry for domain '' (ai.onnx)")
+    opset = versions[0]
+    if opset < MIN_OPSET:
+        raise ModelError(f"opset {opset} is older than the oldest supported, {MIN_OPSET}",
+                         "re-export the model with a newer opset")
+    if opset > newest:
+        raise ModelError(f"opset {opset} (ai.onnx) is newer than the newest aotc knows, {newest}",
+                         f"re-export the model with opset {newest} or older")
+    return opset
+
+
+# ------------------------------------------------------------------------------------------ tensors
+def element_count(dims, what: str) -> int:
+    """Checked product of `dims` (non-negative, at most MAX_RANK, fits in 63 bits)."""
+    if len(dims) > MAX_RANK:
+        raise ModelError(f"{what} has rank {len(dims)}, above the most aotc handles, {MAX_RANK}")
+    n = 1
+    nonzero = 1
+    for k, d in enumerate(dims):
+        d = int(d)
+        if d < 0:
+            raise ModelError(f"{what} has a negative dimension ({d} at axis {k})",
+                             "dimensions are sizes: 0 or more")
+        n *= d
+        nonzero *= max(d, 1)
+    if nonzero > MAX_BYTES:
+        raise ModelError(f"{what} has dims {list(map(int, dims))}, more elements than a 64-bit size holds")
+    return n
+
+
+def tensor_bytes(t: TensorProto, what: str) -> int | None:
+    """Bytes the tensor's data takes in raw form, after checking its type and dims; None for
+    strings (no raw form)."""
+    if t.data_type == TensorProto.UNDEFINED or t.data_type not in _ITEMSIZE:
+        raise ModelError(f"{what} has element type {_type_name(t.data_type)}, which is not an ONNX tensor type",
+                         "the file is corrupt, or written by a newer ONNX than aotc knows")
+    n = element_count(t.dims, what)
+    size = _ITEMSIZE[t.data_type]
+    if size == 0:
+        return None
+    nbytes = (n + 1) // 2 if size is None else n * size
+    if nbytes > MAX_BYTES:
+        raise ModelError(f"{what} has dims {list(t.dims)}: {nbytes} bytes do not fit a 64-bit size")
+    return nbytes
+
+
+def check_tensor(t: TensorProto, what: str) -> None:
+    """Type, dims, and a payload that holds exactly the declared elements."""
+    nbytes = tensor_bytes(t, what)
+    if t.data_location == TensorProto.EXTERNAL:
+        raise ModelError(f"{what} keeps its data in an external file, which was not loaded",
+                         "load the model from its file (aotc reads external data from the model's folder)")
+    n = element_count(t.dims, what)
+    used = [f for f in _TYPED_FIELDS if len(getattr(t, f))]
+    if t.HasField("raw_data") or t.raw_data:
+        if nbytes is None:
+            raise ModelError(f"{what} is a string tensor with raw_data", "strings belong in string_data")
+        if len(t.raw_data) != nbytes:
+            raise ModelError(f"{what} holds {len(t.raw_data)} bytes of raw_data, its dims {list(t.dims)} and type "
+                             f"{_type_name(t.data_type)} need {nbytes}",
+                             "the initializer is truncated or its dims are wrong: re-export the model")
+        if used:
+            raise ModelError(f"{what} has both raw_data and {used[0]}", "a tensor keeps its data in one field")
+        return
+    field, per = _TYPED_FIELD.get(t.data_type, ("int32_data", 1))
+    if _ITEMSIZE[t.data_type] is None:                          # 4-bit and 2-bit types: packed
+        want = (n + 1) // 2
+    else:
+        want = n * per
+    have = len(getattr(t, field))
+    others = [f for f in used if f != field]
+    if others:
+        raise ModelError(f"{what} of type {_type_name(t.data_type)} has its data in {others[0]}, not {field}",
+                         "the file is corrupt: re-export the model")
+    if have != want:
+        raise ModelError(f"{what} holds {have} values in {field}, its dims {list(t.dims)} need {want}",
+                         "the initializer is truncated or its dims are wrong: re-export the model")
+
+
+def _check_value_info(vi: onnx.ValueInfoProto, what: str) -> None:
+    if not vi.type.HasField("tensor_type"):
+        return                       # sequences, maps: the importer names them as unsupported
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return
+    if len(tt.shape.dim) > MAX_RANK:
+        raise ModelError(f"{what} has rank {len(tt.shape.dim)}, above the most aotc handles, {MAX_RANK}")
+    dims = []
+    for k, d in enumerate(tt.shape.dim):
+        if d.HasField("dim_value"):
+            if d.dim_value < 0:
+                raise ModelError(f"{what} has a negative dimension ({d.dim_value} at axis {k})",
+                                 "dimensions are sizes: 0 or more (symbolic ones are names, dim_param)")
+            dims.append(d.dim_value)
+    element_count(dims, what)
+
+
+# ------------------------------------------------------------------------------------------ nodes
+def _node_label(n: onnx.NodeProto, k: int) -> str:
+    return f"node {n.name or f'{n.op_type}_{k}'!r} ({n.op_type})"
+
+
+def _schema(n: onnx.NodeProto, opset: int):
+    if n.domain not in DEFAULT_DOMAINS or not n.op_type:
+        return None
+    try:
+        return defs.get_schema(n.op_type, opset, "")
+    except Exception:                       # no such operator: the operator check lists it
+        return None
+
+
+def _check_node(n: onnx.NodeProto, k: int, opset: int) -> None:
+    label = _node_label(n, k)
+    seen = set()
+    for a in n.attribute:
+        if not a.name:
+            raise ModelError(f"{label} has an attribute without a name")
+        if a.name in seen:
+            raise ModelError(f"{label} sets attribute {a.name!r} twice")
+        seen.add(a.name)
+        if a.type == AttributeProto.UNDEFINED:
+            raise ModelError(f"{label}: attribute {a.name!r} has no type", "the file is corrupt: re-export the model")
+        if a.type == AttributeProto.TENSOR:
+            check_tensor(a.t, f"{label} attribute {a.name!r}")
+        elif a.type == AttributeProto.TENSORS:
+            for j, t in enumerate(a.tensors):
+                check_tensor(t, f"{label} attribute {a.name!r}[{j}]")
+    schema = _schema(n, opset)
+    if schema is None:
+        return
+    where = f"the {n.op_type}-{schema.since_version} schema"
+    n_in, n_out = len(n.input), len(n.output)
+    if not schema.min_input <= n_in <= schema.max_input:
+        want = (f"{schema.min_input}" if schema.min_input == schema.max_input
+                else f"{schema.min_input} to {schema.max_input}" if schema.max_input < 1 << 30
+                else f"at least {schema.min_input}")
+        raise ModelError(f"{label} has {n_in} inputs, {where} takes {want}")
+    if not schema.min_output <= n_out <= schema.max_output:
+        want = (f"{schema.min_output}" if schema.min_output == schema.max_output
+                else f"{schema.min_output} to {schema.max_output}" if schema.max_output < 1 << 30
+                else f"at least {schema.min_output}")
+        raise ModelError(f"{label} has {n_out} outputs, {where} gives {want}")
+    single = defs.OpSchema.FormalParameterOption.Single
+    for pos, name in enumerate(n.input):
+        formal = schema.inputs[min(pos, len(schema.inputs) - 1)] if schema.inputs else None
+        if not name and formal is not None and formal.option == single:
+            raise ModelError(f"{label} leaves input {pos} ({formal.name}) empty, and {where} requires it")
+    declared = schema.attributes
+    for a in n.attribute:
+        spec = declared.get(a.name)
+        if spec is None:
+            raise ModelError(f"{label} has attribute {a.name!r}, which {where} does not define",
+                             f"{n.op_type}'s attributes at this opset: {', '.join(sorted(declared)) or '(none)'}")
+        if int(spec.type) != int(a.type):
+            raise ModelError(f"{label}: attribute {a.name!r} is {AttributeProto.AttributeType.Name(a.type)}, "
+                             f"{where} declares {AttributeProto.AttributeType.Name(int(spec.type))}")
+    for name, spec in declared.items():
+        if spec.required and name not in seen:
+            raise ModelError(f"{label} lacks attribute {name!r}, which {where} requires")
+
+
+# ------------------------------------------------------------------------------------------ the model
+def validate_model(model: onnx.ModelProto) -> int:
+    """Check the rules listed at the top of this module; returns the ai.onnx opset."""
+    opset = default_opset(model)
+    gp = model.graph
+    if not gp.output:
+        raise ModelError("the graph declares no outputs", "a model must return at least one value")
+
+    inputs: set[str] = set()
+    for vi in gp.input:
+        if not vi.name:
+            raise ModelError("a graph input has an empty name")
+        if vi.name in inputs:
+            raise ModelError(f"graph input {vi.name!r} is declared twice", "graph input names must be unique")
+        inputs.add(vi.name)
+        _check_value_info(vi, f"graph input {vi.name!r}")
+    inits: set[str] = set()
+    for t in gp.initializer:
+        if not t.name:
+            raise ModelError("an initializer has an empty name")
+        if t.name in inits:
+            raise ModelError(f"initializer {t.name!r} is defined twice", "initializer names must be unique")
+        inits.add(t.name)
+        check_tensor(t, f"initializer {t.name!r}")
+    for vi in gp.output:
+        if not vi.name:
+            raise ModelError("a graph output has an empty name")
+        _check_value_info(vi, f"graph output {vi.name!r}")
+    for vi in gp.value_info:
+        _check_value_info(vi, f"value {vi.name!r}")
+
+    defined = inputs | inits | {sp.values.name for sp in gp.sparse_initializer}
+    producer: dict[str, str] = {}
+    for k, n in enumerate(gp.node):
+        for o in n.output:
+            if not o:
+                continue
+            if o in producer or o in defined:
+                raise ModelError(f"value {o!r} is produced twice (by node {n.name or f'{n.op_type}_{k}'!r})",
+                                 "the graph is not in SSA form")
+            producer[o] = n.name
+    available = defined | set(producer)
+    for k, n in enumerate(gp.node):
+        for i in n.input:
+            if i and i not in available:
+                raise ModelError(f"node {n.name or f'{n.op_type}_{k}'!r} ({n.op_type}) reads {i!r}, which nothing "
+                                 "produces", "the graph has a dangling input")
+        _check_node(n, k, opset)
+    return opset
