@@ -80,6 +80,9 @@ def _load_external_data(model: onnx.ModelProto, base: Path) -> None:
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
         info = {e.key: e.value for e in t.external_data}
+        if not all(isinstance(x, str) for kv in info.items() for x in kv) or not isinstance(t.name, str):
+            raise ModelError(f"tensor {t.name!r} has external data entries that are not valid UTF-8 text",
+                             "the file is corrupt")
         loc = info.get("location", "")
         target = (base / loc).resolve()
         if not loc or os.path.isabs(loc) or (base != target and base not in target.parents):
@@ -90,7 +93,8 @@ def _load_external_data(model: onnx.ModelProto, base: Path) -> None:
         # the size the dims and type need, checked before a byte is read
         need = tensor_bytes(t, f"tensor {t.name!r}")
         if need is None:
-            raise ModelError(f"tensor {t.name!r}: string tensors cannot keep their data externally")
+            raise UnsupportedError([f"external data of tensor {t.name!r}, element type "
+                                    f"{onnx.TensorProto.DataType.Name(t.data_type)}"])
         offset = _external_int(t, info, "offset") or 0
         length = _external_int(t, info, "length")
         if length is not None and length != need:

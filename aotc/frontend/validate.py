@@ -109,12 +109,12 @@ def element_count(dims, what: str) -> int:
 def tensor_bytes(t: TensorProto, what: str) -> int | None:
     """Bytes the tensor's data takes in raw form, after checking its type and dims; None for
     strings (no raw form)."""
-    if t.data_type == TensorProto.UNDEFINED or t.data_type not in _ITEMSIZE:
+    if t.data_type == TensorProto.UNDEFINED or t.data_type not in TensorProto.DataType.values():
         raise ModelError(f"{what} has element type {_type_name(t.data_type)}, which is not an ONNX tensor type",
                          "the file is corrupt, or written by a newer ONNX than aotc knows")
     n = element_count(t.dims, what)
-    size = _ITEMSIZE[t.data_type]
-    if size == 0:
+    size = _ITEMSIZE.get(t.data_type, 0)
+    if size == 0:                  # strings, and types whose layout aotc does not know (it refuses them later)
         return None
     nbytes = (n + 1) // 2 if size is None else n * size
     if nbytes > MAX_BYTES:
@@ -129,6 +129,8 @@ def check_tensor(t: TensorProto, what: str) -> None:
         raise ModelError(f"{what} keeps its data in an external file, which was not loaded",
                          "load the model from its file (aotc reads external data from the model's folder)")
     n = element_count(t.dims, what)
+    if t.data_type not in _ITEMSIZE:
+        return                     # an element type aotc does not handle: the importer names it
     used = [f for f in _TYPED_FIELDS if len(getattr(t, f))]
     if t.HasField("raw_data") or t.raw_data:
         if nbytes is None:
@@ -170,7 +172,10 @@ def _check_value_info(vi: onnx.ValueInfoProto, what: str) -> None:
                 raise ModelError(f"{what} has a negative dimension ({d.dim_value} at axis {k})",
                                  "dimensions are sizes: 0 or more (symbolic ones are names, dim_param)")
             dims.append(d.dim_value)
-    element_count(dims, what)
+    n = element_count(dims, what)
+    size = _ITEMSIZE.get(tt.elem_type) or 1
+    if n * size > MAX_BYTES:
+        raise ModelError(f"{what} has dims {dims}: {n * size} bytes do not fit a 64-bit size")
 
 
 # ------------------------------------------------------------------------------------------ nodes
@@ -178,13 +183,20 @@ def _node_label(n: onnx.NodeProto, k: int) -> str:
     return f"node {n.name or f'{n.op_type}_{k}'!r} ({n.op_type})"
 
 
-def _schema(n: onnx.NodeProto, opset: int):
+def _schema(n: onnx.NodeProto, opset: int, label: str = ""):
+    """The node's ai.onnx schema at the imported opset; None for other domains and for op
+    types ONNX does not define (the operator check lists those as unsupported)."""
     if n.domain not in DEFAULT_DOMAINS or not n.op_type:
         return None
     try:
         return defs.get_schema(n.op_type, opset, "")
-    except Exception:                       # no such operator: the operator check lists it
+    except Exception:
+        pass
+    first = next((v for v in range(opset + 1, defs.onnx_opset_version() + 1) if defs.has(n.op_type, v, "")), None)
+    if first is None:                       # no such operator at all
         return None
+    raise ModelError(f"{label or n.op_type} uses {n.op_type}, which ai.onnx opset {opset} does not have "
+                     f"(it appears in opset {first})", f"re-export the model with opset {first} or newer")
 
 
 def _check_node(n: onnx.NodeProto, k: int, opset: int) -> None:
@@ -203,7 +215,7 @@ def _check_node(n: onnx.NodeProto, k: int, opset: int) -> None:
         elif a.type == AttributeProto.TENSORS:
             for j, t in enumerate(a.tensors):
                 check_tensor(t, f"{label} attribute {a.name!r}[{j}]")
-    schema = _schema(n, opset)
+    schema = _schema(n, opset, label)
     if schema is None:
         return
     where = f"the {n.op_type}-{schema.since_version} schema"
@@ -237,9 +249,113 @@ def _check_node(n: onnx.NodeProto, k: int, opset: int) -> None:
             raise ModelError(f"{label} lacks attribute {name!r}, which {where} requires")
 
 
+# ------------------------------------------------------------------------------------------ element types
+def _type_str(code: int) -> str:
+    """ONNX schema spelling of an element type: tensor(float), tensor(int64)..."""
+    return f"tensor({_type_name(code).lower()})"
+
+
+def _check_node_types(n: onnx.NodeProto, label: str, schema, types: dict[str, int]) -> None:
+    """Input element types against the schema's type constraints; records the output types
+    the constraints determine. Inputs of unknown type (outputs of Cast & co.) are skipped."""
+    allowed = {tc.type_param_str: set(tc.allowed_type_strs) for tc in schema.type_constraints}
+    where = f"the {n.op_type}-{schema.since_version} schema"
+    bound: dict[str, tuple[int, str]] = {}
+    for pos, name in enumerate(n.input):
+        if not name or name not in types or not schema.inputs:
+            continue
+        formal = schema.inputs[min(pos, len(schema.inputs) - 1)]
+        param, code = formal.type_str, types[name]
+        ts = _type_str(code)
+        ok = allowed.get(param, {param})
+        if ts not in ok:
+            names = ", ".join(sorted(t[7:-1] for t in ok if t.startswith("tensor("))) or ", ".join(sorted(ok))
+            raise ModelError(f"{label}: input {pos} ({formal.name}) is {_type_name(code).lower()}, {where} "
+                             f"allows {names}", "the model breaks the operator's type constraints")
+        if param in allowed and (formal.option != defs.OpSchema.FormalParameterOption.Variadic
+                                 or formal.is_homogeneous):
+            prev = bound.setdefault(param, (code, formal.name))
+            if prev[0] != code:
+                raise ModelError(f"{label}: inputs {prev[1]} and {formal.name} share type {param} in {where}, "
+                                 f"but are {_type_name(prev[0]).lower()} and {_type_name(code).lower()}",
+                                 "insert a Cast so both have one element type")
+    for pos, name in enumerate(n.output):
+        if not name or not schema.outputs:
+            continue
+        param = schema.outputs[min(pos, len(schema.outputs) - 1)].type_str
+        if param in bound:
+            types[name] = bound[param][0]
+            continue
+        only = allowed.get(param, {param})            # a fixed type, or a parameter with one choice
+        if len(only) == 1 and next(iter(only)).startswith("tensor("):
+            code = getattr(TensorProto, next(iter(only))[7:-1].upper(), None)
+            if isinstance(code, int):
+                types[name] = code
+
+
+def _check_types(gp: onnx.GraphProto, opset: int) -> None:
+    types: dict[str, int] = {}
+    for vi in gp.input:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            types[vi.name] = vi.type.tensor_type.elem_type
+    for t in gp.initializer:
+        types[t.name] = t.data_type
+    # visit nodes in dependency order (a file's order need not be); cycles are reported later
+    produced = {o for n in gp.node for o in n.output if o}
+    done: set[str] = set()
+    pending = list(enumerate(gp.node))
+    while pending:
+        waiting = []
+        for k, n in pending:
+            if any(i in produced and i not in done for i in n.input if i):
+                waiting.append((k, n))
+                continue
+            schema = _schema(n, opset)
+            if schema is not None:
+                _check_node_types(n, _node_label(n, k), schema, types)
+            done.update(o for o in n.output if o)
+        if len(waiting) == len(pending):
+            break
+        pending = waiting
+
+
+# ------------------------------------------------------------------------------------------ text fields
+def _text(value, what: str) -> None:
+    """protobuf hands back a string field with invalid UTF-8 as bytes: refuse it here, before
+    it reaches code that formats or compares names."""
+    if not isinstance(value, str):
+        raise ModelError(f"{what} is not valid UTF-8 text ({bytes(value)[:40]!r})", "the file is corrupt")
+
+
+def _check_text(model: onnx.ModelProto) -> None:
+    for imp in model.opset_import:
+        _text(imp.domain, "an opset_import domain")
+    gp = model.graph
+    for kind, infos in (("graph input", gp.input), ("graph output", gp.output), ("value_info", gp.value_info)):
+        for vi in infos:
+            _text(vi.name, f"the name of a {kind}")
+            if vi.type.HasField("tensor_type"):
+                for d in vi.type.tensor_type.shape.dim:
+                    _text(d.dim_param, f"a symbolic dimension of {kind} {vi.name!r}")
+    for t in gp.initializer:
+        _text(t.name, "the name of an initializer")
+        for e in t.external_data:
+            _text(e.key, f"an external data key of {t.name!r}")
+            _text(e.value, f"an external data value of {t.name!r}")
+    for k, n in enumerate(gp.node):
+        _text(n.name, f"the name of node {k}")
+        _text(n.op_type, f"the op_type of node {k}")
+        _text(n.domain, f"the domain of node {k}")
+        for i in list(n.input) + list(n.output):
+            _text(i, f"a value name in node {k}")
+        for a in n.attribute:
+            _text(a.name, f"an attribute name in node {k}")
+
+
 # ------------------------------------------------------------------------------------------ the model
 def validate_model(model: onnx.ModelProto) -> int:
     """Check the rules listed at the top of this module; returns the ai.onnx opset."""
+    _check_text(model)
     opset = default_opset(model)
     gp = model.graph
     if not gp.output:
@@ -285,4 +401,5 @@ def validate_model(model: onnx.ModelProto) -> int:
                 raise ModelError(f"node {n.name or f'{n.op_type}_{k}'!r} ({n.op_type}) reads {i!r}, which nothing "
                                  "produces", "the graph has a dangling input")
         _check_node(n, k, opset)
+    _check_types(gp, opset)
     return opset
