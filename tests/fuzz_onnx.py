@@ -641,17 +641,25 @@ def main(argv=None) -> int:
             bad += out.is_finding
             print(f"{p}: {out.kind} {out.detail}")
         return 1 if bad else 0
+    use_atheris = not args.no_atheris
+    if use_atheris:
+        try:
+            import atheris
+        except ImportError:
+            print("atheris is not installed: using the seeded random mutator", flush=True)
+            use_atheris = False
+        else:
+            # coverage feedback from aotc's own code (imported here first, instrumented)
+            with atheris.instrument_imports(include=["aotc"]):
+                import aotc.compiler  # noqa: F401
+                import aotc.ops.registry as registry
+                registry.supported_ops()          # loads every op module, instrumented too
     seeds = zoo_seeds() + node_seeds()
     print(f"{len(seeds)} seeds; fuzzing for {args.seconds}s; findings go to {args.findings}", flush=True)
     full_every = 10 if args.full else 0
-    if not args.no_atheris:
-        try:
-            import atheris  # noqa: F401
-        except ImportError:
-            print("atheris is not installed: using the seeded random mutator", flush=True)
-        else:
-            atheris_fuzz(seeds, args.seconds, args.findings, ROOT / "build" / "fuzz" / "corpus", full_every)
-            return 0
+    if use_atheris:
+        atheris_fuzz(seeds, args.seconds, args.findings, ROOT / "build" / "fuzz" / "corpus", full_every)
+        return 0
     res = seeded_pass(seeds, per_seed=10**9, rng_seed=args.seed, full_every=full_every,
                       deadline=time.time() + args.seconds, findings_dir=args.findings, log=print)
     print(f"{res['cases']} cases (seed {args.seed}): {res['counts']}; {len(res['findings'])} findings")
