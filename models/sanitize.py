@@ -24,7 +24,7 @@ The driver relies only on the artifact contract: <name>.h declares
 <NAME>_WORKSPACE_BYTES / <NAME>_WORKSPACE_ALIGN and the structs with one field per manifest
 input/output (c_name).
 
-    python -m models.sanitize                       # every small zoo model, both checks (make sanitize)
+    python -m models.sanitize                       # every small zoo model, both checks (make sanitize, ~90 s)
     python -m models.sanitize --models mlp,lenet5 --check asan
 """
 from __future__ import annotations
@@ -260,8 +260,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=",".join(ZOO), help="comma-separated zoo names (default: all)")
     ap.add_argument("--check", choices=["asan", "valgrind", "both"], default="both")
-    ap.add_argument("--valgrind-models", default="mlp,lenet5,lstm",
-                    help="models for the (slow) valgrind check when --check both")
+    ap.add_argument("--valgrind-models", default=None,
+                    help="models for the valgrind check when --check both (default: those of --models)")
     ap.add_argument("--workdir", type=Path, default=ROOT / "build" / "sanitize")
     args = ap.parse_args(argv)
     status = tool_status()
@@ -272,7 +272,8 @@ def main(argv=None) -> int:
     if args.check == "valgrind":
         plan += [(m, "valgrind") for m in models]
     elif args.check == "both":
-        plan += [(m, "valgrind") for m in args.valgrind_models.split(",") if m]
+        vg = models if args.valgrind_models is None else [m for m in args.valgrind_models.split(",") if m]
+        plan += [(m, "valgrind") for m in vg]
     failed = ran = 0
     for model, check in plan:
         if status[check]:
