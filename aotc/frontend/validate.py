@@ -16,11 +16,15 @@ What is checked (docs/ROBUSTNESS.md keeps the list for users):
                 the payload (raw_data, or the typed field the element type uses) holding
                 exactly the elements the dims declare
   value infos   (graph inputs, outputs, value_info) dims non-negative, sizes that fit
-  nodes         (ai.onnx, against the schema of the imported opset) input and output counts,
-                required inputs present, attribute names unique, required attributes
-                present, no attribute the schema does not define, attribute types as declared
-External data is checked where it is read (`check_external_data`, from load_onnx), before a
-byte of it is read.
+  nodes         (ai.onnx, against the schema of the imported opset) the op exists at that
+                opset, input and output counts, required inputs present, attribute names
+                unique, required attributes present, no attribute the schema does not
+                define, attribute types as declared
+  element types graph inputs' and initializers' types, propagated through nodes where the
+                schema fixes an output's type, against each schema's type constraints
+  text          every name protobuf could decode as UTF-8
+External data is checked where it is read (onnx_import._load_external_data, with
+`tensor_bytes` from here), before a byte of it is read.
 """
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ MAX_RANK = 32
 MAX_BYTES = (1 << 63) - 1
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
-# element type -> (bytes per element in raw_data; None: packed 2 per byte; 0: strings)
+# element type -> bytes per element in raw_data (None: packed, see _PACKED_BITS; 0: strings)
 _ITEMSIZE = {
     TensorProto.FLOAT: 4, TensorProto.UINT8: 1, TensorProto.INT8: 1, TensorProto.UINT16: 2,
     TensorProto.INT16: 2, TensorProto.INT32: 4, TensorProto.INT64: 8, TensorProto.STRING: 0,
@@ -44,9 +48,10 @@ _ITEMSIZE = {
 for _name in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT8E8M0"):
     if hasattr(TensorProto, _name):
         _ITEMSIZE[getattr(TensorProto, _name)] = 1
-for _name in ("UINT4", "INT4", "FLOAT4E2M1", "UINT2", "INT2"):
-    if hasattr(TensorProto, _name):
-        _ITEMSIZE[getattr(TensorProto, _name)] = None
+# sub-byte types, packed in raw_data and in int32_data alike: bits per element
+_PACKED_BITS = {getattr(TensorProto, k): bits for k, bits in
+                (("UINT4", 4), ("INT4", 4), ("FLOAT4E2M1", 4), ("UINT2", 2), ("INT2", 2)) if hasattr(TensorProto, k)}
+_ITEMSIZE.update({code: None for code in _PACKED_BITS})
 
 # typed payload field for each element type, and how many entries one element takes there
 _TYPED_FIELD = {
@@ -106,9 +111,13 @@ def element_count(dims, what: str) -> int:
     return n
 
 
+def _packed_bytes(code: int, n: int) -> int:
+    return (n * _PACKED_BITS[code] + 7) // 8
+
+
 def tensor_bytes(t: TensorProto, what: str) -> int | None:
     """Bytes the tensor's data takes in raw form, after checking its type and dims; None for
-    strings (no raw form)."""
+    strings (no raw form) and for types whose layout is not known here."""
     if t.data_type == TensorProto.UNDEFINED or t.data_type not in TensorProto.DataType.values():
         raise ModelError(f"{what} has element type {_type_name(t.data_type)}, which is not an ONNX tensor type",
                          "the file is corrupt, or written by a newer ONNX than aotc knows")
@@ -116,7 +125,7 @@ def tensor_bytes(t: TensorProto, what: str) -> int | None:
     size = _ITEMSIZE.get(t.data_type, 0)
     if size == 0:                  # strings, and types whose layout aotc does not know (it refuses them later)
         return None
-    nbytes = (n + 1) // 2 if size is None else n * size
+    nbytes = _packed_bytes(t.data_type, n) if size is None else n * size
     if nbytes > MAX_BYTES:
         raise ModelError(f"{what} has dims {list(t.dims)}: {nbytes} bytes do not fit a 64-bit size")
     return nbytes
@@ -144,7 +153,7 @@ def check_tensor(t: TensorProto, what: str) -> None:
         return
     field, per = _TYPED_FIELD.get(t.data_type, ("int32_data", 1))
     if _ITEMSIZE[t.data_type] is None:                          # 4-bit and 2-bit types: packed
-        want = (n + 1) // 2
+        want = _packed_bytes(t.data_type, n)
     else:
         want = n * per
     have = len(getattr(t, field))
@@ -210,6 +219,9 @@ def _check_node(n: onnx.NodeProto, k: int, opset: int) -> None:
         seen.add(a.name)
         if a.type == AttributeProto.UNDEFINED:
             raise ModelError(f"{label}: attribute {a.name!r} has no type", "the file is corrupt: re-export the model")
+        if a.type not in AttributeProto.AttributeType.values():     # (protobuf parses unknown codes as 0)
+            raise ModelError(f"{label}: attribute {a.name!r} has type code {a.type}, which ONNX does not define",
+                             "the file is corrupt, or written by a newer ONNX than aotc knows")
         if a.type == AttributeProto.TENSOR:
             check_tensor(a.t, f"{label} attribute {a.name!r}")
         elif a.type == AttributeProto.TENSORS:
