@@ -76,6 +76,33 @@ def zoo_seeds(names=ZOO_SEEDS) -> list[Seed]:
     return [Seed(f"zoo:{k}", ZOO[k].build("small").SerializeToString(), dict(ZOO[k].shapes)) for k in names]
 
 
+def function_seeds() -> list[Seed]:
+    """Models with local functions (as the PyTorch dynamo exporter writes them): the loader
+    inlines them with onnx.inliner before anything else."""
+    fn = helper.make_function
+    add_relu = fn("custom", "AddRelu", ["a", "b"], ["c"],
+                  [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Relu", ["s"], ["c"])],
+                  [helper.make_opsetid("", 17)])
+    scaled = fn("custom", "Scaled", ["a"], ["c"],
+                [helper.make_node("Constant", [], ["k"], value_float=0.5),
+                 helper.make_node("Mul", ["a", "k"], ["m"]),
+                 helper.make_node("Softmax", ["m"], ["c"], axis=-1)],
+                [helper.make_opsetid("", 17)], attributes=["alpha"])
+    block = fn("custom", "Block", ["a", "b"], ["c"],
+               [helper.make_node("AddRelu", ["a", "b"], ["h"], domain="custom"),
+                helper.make_node("Scaled", ["h"], ["c"], domain="custom")],
+               [helper.make_opsetid("", 17), helper.make_opsetid("custom", 1)])
+    b = numpy_helper.from_array(np.linspace(-1, 1, 8, dtype=np.float32), "b")
+    g = helper.make_graph([helper.make_node("Block", ["x", "b"], ["h"], domain="custom"),
+                           helper.make_node("AddRelu", ["h", "b"], ["y"], domain="custom")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], [b])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("custom", 1)],
+                          functions=[add_relu, scaled, block])
+    m.ir_version = 8
+    return [Seed("functions:nested", m.SerializeToString())]
+
+
 def node_seeds(names=NODE_SEEDS) -> list[Seed]:
     import warnings
 
@@ -356,6 +383,33 @@ def m_constant_value(rng, m):
     return f"values of {t.name!r}"
 
 
+def m_function(rng, m):
+    """Break a local function: its nodes, its signature, its opsets."""
+    f = _pick(rng, m.functions)
+    if f is None:
+        return None
+    c = rng.randrange(7)
+    if c == 0 and len(f.node):
+        n = _pick(rng, f.node)
+        if len(n.input):
+            n.input[rng.randrange(len(n.input))] = _pick(rng, ["", "ghost", f.input[0] if len(f.input) else "a",
+                                                              n.output[0] if len(n.output) else "c"])
+    elif c == 1 and len(f.node):
+        _pick(rng, f.node).op_type = _pick(rng, OTHER_OPS + [f.name, "Block", "AddRelu"])  # maybe recursive
+    elif c == 2 and len(f.input):
+        del f.input[rng.randrange(len(f.input))]
+    elif c == 3:
+        f.output.append(_pick(rng, ["ghost", "c", ""]))
+    elif c == 4 and len(f.opset_import):
+        f.opset_import[0].version = _pick(rng, [0, 1, 6, 17, 1000])
+    elif c == 5 and len(f.node):
+        n = _pick(rng, f.node)
+        n.domain = _pick(rng, ["custom", "", "other"])
+    else:
+        f.name = _pick(rng, ["Block", "AddRelu", "Scaled", ""])      # duplicate or empty function names
+    return f"function {f.name!r}"
+
+
 def m_bytes(rng, data: bytes) -> bytes:
     """Raw byte-level damage to the serialized protobuf."""
     b = bytearray(data)
@@ -378,7 +432,7 @@ def m_bytes(rng, data: bytes) -> bytes:
 MUTATORS = [m_truncate_payload, m_tensor_dims, m_tensor_type, m_typed_payload, m_value_info_dim,
             m_value_info_type, m_attribute, m_attribute, m_add_attribute, m_drop_attribute, m_node_inputs,
             m_node_inputs, m_op_type, m_opset, m_graph_io, m_nodes, m_external_data, m_constant_value,
-            m_constant_value]
+            m_constant_value, m_function, m_function]
 
 
 def mutate(data: bytes, rng: random.Random, max_steps: int = 3) -> tuple[bytes, list[str]]:
@@ -428,12 +482,13 @@ def _signature(e: BaseException) -> tuple[str, str]:
 
 @dataclass
 class Outcome:
-    kind: str                 # "compiled", "refused", "known", "crash", "hang", "escape"
+    kind: str                 # "compiled", "refused", "known"; findings: "crash", "hang", "escape",
+                              # "format" (an error message of several lines)
     detail: str = ""
 
     @property
     def is_finding(self) -> bool:
-        return self.kind in ("crash", "hang", "escape")
+        return self.kind in ("crash", "hang", "escape", "format")
 
 
 class _Timeout(BaseException):
@@ -502,7 +557,7 @@ def run_case(data: bytes, ws: Workspace, shapes: dict | None = None, full: bool 
              seconds: int = CASE_SECONDS) -> Outcome:
     """Compile one model from bytes: analyze (or compile_model when `full`) and classify."""
     from aotc.compiler import analyze, compile_model
-    from aotc.errors import AotcError, BuildError
+    from aotc.errors import AotcError, BuildError, UnsupportedError
 
     ws.path.write_bytes(data)
     _opened_canary.clear()
@@ -518,7 +573,10 @@ def run_case(data: bytes, ws: Workspace, shapes: dict | None = None, full: bool 
     except BuildError as e:
         out = Outcome("crash", f"BuildError: {e.message[:2000]}")
     except AotcError as e:
-        out = Outcome("refused", f"{type(e).__name__}: {e.message.splitlines()[0] if e.message else ''}")
+        if "\n" in e.message and not isinstance(e, UnsupportedError):      # (that one is a list by design)
+            out = Outcome("format", f"{type(e).__name__} of several lines: {e.message!r}")
+        else:
+            out = Outcome("refused", f"{type(e).__name__}: {e.message.splitlines()[0] if e.message else ''}")
     except RecursionError:
         out = Outcome("crash", "RecursionError\n" + traceback.format_exc(limit=-8))
     except Exception as e:       # noqa: BLE001 - this is what the fuzzer looks for
@@ -654,7 +712,7 @@ def main(argv=None) -> int:
                 import aotc.compiler  # noqa: F401
                 import aotc.ops.registry as registry
                 registry.supported_ops()          # loads every op module, instrumented too
-    seeds = zoo_seeds() + node_seeds()
+    seeds = zoo_seeds() + function_seeds() + node_seeds()
     print(f"{len(seeds)} seeds; fuzzing for {args.seconds}s; findings go to {args.findings}", flush=True)
     full_every = 10 if args.full else 0
     if use_atheris:

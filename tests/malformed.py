@@ -265,6 +265,18 @@ def _type_after_known_output():
                   [_vi("y", [2], TensorProto.INT64)], opset=13)
 
 
+def _invalid_utf8(field_value: bytes, broken: bytes):
+    """A model whose serialized bytes have `field_value` replaced by `broken` (same length)."""
+    def build(d: Path) -> Path:
+        d.mkdir(parents=True, exist_ok=True)
+        data = _model([N("Relu", ["x"], ["y"], name="relu_node")], [X], [Y]).SerializeToString()
+        assert data.count(field_value) == 1 and len(broken) == len(field_value)
+        p = d / "model.onnx"
+        p.write_bytes(data.replace(field_value, broken))
+        return p
+    return build
+
+
 # --------------------------------------------------------------------------------------- external data
 def _external(entries: dict, data: bytes = bytes(24)):
     def build(d: Path) -> Path:
@@ -340,6 +352,10 @@ CASES = [
          "node 'mixed' (Add): inputs A and B share type T in the Add-14 schema, but are float and int64"),
     Case("element_type_flows_through_nodes", _saver(_type_after_known_output),
          "node 'relu' (Relu): input 0 (X) is int64, the Relu-13 schema allows bfloat16, double, float, float16"),
+    Case("op_type_not_utf8", _invalid_utf8(b"Relu", b"R\xe3lu"),
+         "the op_type of node 0 is not valid UTF-8 text (b'R\\xe3lu')"),
+    Case("node_name_not_utf8", _invalid_utf8(b"relu_node", b"relu\xffnode"),
+         "the name of node 0 is not valid UTF-8 text"),
     Case("external_length_mismatch", _external({"length": "20"}),
          "tensor 'w': external data length 20 bytes, its dims [2, 3] need 24"),
     Case("external_offset_not_a_number", _external({"offset": "abc"}),

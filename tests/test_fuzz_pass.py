@@ -83,3 +83,10 @@ def test_external_data_pointing_at_the_canary_is_refused_unread(tmp_path):
         e.key, e.value = k, v
     out = fz.run_case(m.SerializeToString(), ws, {"x": (1, 64)})
     assert out.kind == "refused" and "outside the model's folder" in out.detail, out
+
+
+def test_mutants_of_a_model_with_local_functions():
+    """Broken local functions reach onnx.inliner (C++) first: refused, never a crash."""
+    res = fz.seeded_pass(fz.function_seeds(), per_seed=300, rng_seed=77)
+    assert not res["findings"], _report(res)
+    assert res["counts"].get("refused", 0) > 50 and res["counts"].get("compiled", 0) > 20, res["counts"]
