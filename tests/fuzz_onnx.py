@@ -6,20 +6,25 @@ negative or huge dimension, an attribute of another type or an absurd value, a d
 missing input, an op swapped for another, an opset out of range, external data pointing
 out of the model's folder...) and serializes it again; raw byte flips are mixed in too.
 Each mutated model goes through `aotc.compiler.analyze` (import, passes, fusion, lowering,
-memory planning: everything but the C compiler) in this process, under a time limit.
+memory planning: everything but the C compiler) in this process, under a time limit; with
+--full, every 10th goes through `compile_model` (the C compiler too), and when it compiles,
+it runs on seeded inputs against ONNX Runtime (in a child process, since ORT aborts on some
+malformed models).
 
 The only acceptable outcomes are a compiled graph or an `AotcError` (a one-line message
 with exit code 2 at the command line). Anything else is a finding: another exception (the
 user would see "internal error ... please report it"), a hang past the time limit, or an
 open() of a file outside the model's folder (an audit hook watches a canary file placed
-next to the folder). `BuildError` from the full compile counts too: it means aotc wrote C
-that does not build.
+next to the folder), an error message of several lines. With --full also `BuildError` (aotc
+wrote C that does not build) and a compiled mutant that answers differently from ONNX
+Runtime ("wrong": a broken model compiled without a word, or a miscompile).
 
     python -m tests.fuzz_onnx --seconds 300            # atheris when installed (make fuzz)
     python -m tests.fuzz_onnx --seconds 60 --no-atheris --full
     python -m tests.fuzz_onnx --replay build/fuzz/findings/xxxx.onnx
 
-Seeds: the small zoo models (models/zoo.py) and ONNX backend node test cases. The
+Seeds: the small zoo models (models/zoo.py), a model with local functions, and ONNX backend
+node test cases. The
 deterministic pass in `make test` is tests/test_fuzz_pass.py.
 """
 from __future__ import annotations
@@ -44,6 +49,7 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 ROOT = Path(__file__).resolve().parent.parent
 CANARY = "aotc_fuzz_canary.bin"
 CASE_SECONDS = 20
+COMPARE_LIMIT_BYTES = 64 << 20        # --full: mutants with larger inputs are compiled, not run
 
 # ------------------------------------------------------------------------------------------ seeds
 # zoo models used as seeds (all small variants), with the shapes they compile with
@@ -483,12 +489,13 @@ def _signature(e: BaseException) -> tuple[str, str]:
 @dataclass
 class Outcome:
     kind: str                 # "compiled", "refused", "known"; findings: "crash", "hang", "escape",
-                              # "format" (an error message of several lines)
+                              # "format" (an error message of several lines), "wrong" (compiled,
+                              # and answers differently from ONNX Runtime: --full only)
     detail: str = ""
 
     @property
     def is_finding(self) -> bool:
-        return self.kind in ("crash", "hang", "escape", "format")
+        return self.kind in ("crash", "hang", "escape", "format", "wrong")
 
 
 class _Timeout(BaseException):
@@ -561,13 +568,16 @@ def run_case(data: bytes, ws: Workspace, shapes: dict | None = None, full: bool 
 
     ws.path.write_bytes(data)
     _opened_canary.clear()
+    if full:
+        seconds *= 6                      # the C compiler and ONNX Runtime (in a child process) run too
     try:
         with _time_limit(seconds), _quiet_numpy():
             if full:
-                compile_model(ws.path, output_dir=ws.root / "out", shapes=shapes or None)
+                art = compile_model(ws.path, output_dir=ws.root / "out", shapes=shapes or None)
+                out = _compare_with_onnx_runtime(ws, art, shapes)
             else:
                 analyze(ws.path, shapes=shapes or None)
-        out = Outcome("compiled")
+                out = Outcome("compiled")
     except _Timeout:
         out = Outcome("hang", f"no answer within {seconds}s")
     except BuildError as e:
@@ -585,6 +595,60 @@ def run_case(data: bytes, ws: Workspace, shapes: dict | None = None, full: bool 
     if _opened_canary:
         out = Outcome("escape", f"opened {_opened_canary[0]} outside the model's folder")
     return out
+
+
+_ORT_RUNNER = r"""
+import sys, numpy as np, onnxruntime as ort
+so = ort.SessionOptions()
+so.log_severity_level = 4
+feeds = dict(np.load(sys.argv[2]))
+try:
+    sess = ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
+    res = sess.run(None, feeds)
+except Exception as e:
+    print("ORT refuses:", str(e).splitlines()[0][:200])
+    sys.exit(3)
+np.savez(sys.argv[3], *res)
+"""
+
+
+def _compare_with_onnx_runtime(ws: Workspace, art: Path, shapes: dict | None) -> Outcome:
+    """A mutant aotc compiled: run it and ONNX Runtime (in a child process: ORT aborts on some
+    malformed models) on the same seeded inputs. Different answers are a finding ("wrong");
+    a model ORT refuses is only counted ("compiled, ORT refuses")."""
+    import subprocess
+
+    from aotc.api import CompiledModel
+    from aotc.check.inputs import sample_inputs
+    from aotc.frontend import import_model, load_onnx
+
+    g = import_model(load_onnx(ws.path), "fuzz", shapes)
+    if sum(g.values[i].nbytes for i in g.inputs) > COMPARE_LIMIT_BYTES:
+        return Outcome("compiled", "inputs too large to compare")
+    feeds = sample_inputs(g, seed=1)
+    np.savez(ws.root / "feeds.npz", **feeds)
+    try:
+        p = subprocess.run([sys.executable, "-c", _ORT_RUNNER, str(ws.path), str(ws.root / "feeds.npz"),
+                            str(ws.root / "ref.npz")], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return Outcome("compiled", "ORT did not answer within 60s")
+    if p.returncode != 0:
+        return Outcome("compiled", f"ORT refuses (exit {p.returncode}): {p.stdout.strip()[-200:]}")
+    with np.load(ws.root / "ref.npz") as z:
+        ref = [z[f"arr_{k}"] for k in range(len(z.files))]
+    m = CompiledModel(art)
+    got = m.run({k: feeds[k] for k in m.input_names})
+    for name, a, b in zip(m.output_names, got, ref):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return Outcome("wrong", f"output {name}: aotc {a.dtype}{list(a.shape)}, ORT {b.dtype}{list(b.shape)}")
+        if a.dtype.kind in "fc":
+            ok = np.allclose(a, b, rtol=1e-3, atol=1e-4, equal_nan=True)
+        else:
+            ok = np.array_equal(a, b)
+        if not ok:
+            return Outcome("wrong", f"output {name} differs from ONNX Runtime")
+    return Outcome("compiled", "matches ONNX Runtime")
 
 
 @contextlib.contextmanager
@@ -687,7 +751,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=int, default=300)
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--no-atheris", action="store_true", help="use the seeded random mutator only")
-    ap.add_argument("--full", action="store_true", help="run every 10th case through the C compiler too")
+    ap.add_argument("--full", action="store_true", help="every 10th case: the C compiler too, and the "
+                    "compiled model against ONNX Runtime")
     ap.add_argument("--findings", type=Path, default=ROOT / "build" / "fuzz" / "findings")
     ap.add_argument("--replay", type=Path, nargs="*", help="run these model files once and report")
     args = ap.parse_args(argv)
@@ -695,7 +760,7 @@ def main(argv=None) -> int:
         ws = Workspace()
         bad = 0
         for p in args.replay:
-            out = run_case(p.read_bytes(), ws)
+            out = run_case(p.read_bytes(), ws, full=args.full)
             bad += out.is_finding
             print(f"{p}: {out.kind} {out.detail}")
         return 1 if bad else 0

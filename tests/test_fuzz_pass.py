@@ -90,3 +90,17 @@ def test_mutants_of_a_model_with_local_functions():
     res = fz.seeded_pass(fz.function_seeds(), per_seed=300, rng_seed=77)
     assert not res["findings"], _report(res)
     assert res["counts"].get("refused", 0) > 50 and res["counts"].get("compiled", 0) > 20, res["counts"]
+
+
+def test_full_mode_compares_with_onnx_runtime(tmp_path, monkeypatch):
+    """--full compiles with cc and compares with ORT: a correct model matches, a perturbed
+    answer is a "wrong" finding."""
+    ws = fz.Workspace(tmp_path)
+    seed = fz.zoo_seeds(["mlp"])[0]
+    out = fz.run_case(seed.data, ws, seed.shapes, full=True)
+    assert out.kind == "compiled" and out.detail == "matches ONNX Runtime", out
+    import aotc.api
+    real_run = aotc.api.CompiledModel.run
+    monkeypatch.setattr(aotc.api.CompiledModel, "run", lambda self, x: [r + 1e-2 for r in real_run(self, x)])
+    out = fz.run_case(seed.data, ws, seed.shapes, full=True)
+    assert out.kind == "wrong" and out.is_finding, out
