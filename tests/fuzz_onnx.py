@@ -488,7 +488,8 @@ def _signature(e: BaseException) -> tuple[str, str]:
 
 @dataclass
 class Outcome:
-    kind: str                 # "compiled", "refused", "known"; findings: "crash", "hang", "escape",
+    kind: str                 # "compiled", "refused", "known", "ort-refuses" (compiled, but ONNX
+                              # Runtime refuses it: saved for triage); findings: "crash", "hang", "escape",
                               # "format" (an error message of several lines), "wrong" (compiled,
                               # and answers differently from ONNX Runtime: --full only)
     detail: str = ""
@@ -633,7 +634,7 @@ def _compare_with_onnx_runtime(ws: Workspace, art: Path, shapes: dict | None) ->
     except subprocess.TimeoutExpired:
         return Outcome("compiled", "ORT did not answer within 60s")
     if p.returncode != 0:
-        return Outcome("compiled", f"ORT refuses (exit {p.returncode}): {p.stdout.strip()[-200:]}")
+        return Outcome("ort-refuses", f"ORT refuses (exit {p.returncode}): {p.stdout.strip()[-200:]}")
     with np.load(ws.root / "ref.npz") as z:
         ref = [z[f"arr_{k}"] for k in range(len(z.files))]
     m = CompiledModel(art)
@@ -687,6 +688,8 @@ def seeded_pass(seeds: list[Seed], per_seed: int, rng_seed: int = 0, full_every:
                 full = bool(full_every) and k % full_every == 0
                 out = run_case(data, ws, s.shapes, full=full)
                 counts[out.kind] = counts.get(out.kind, 0) + 1
+                if out.kind == "ort-refuses" and findings_dir is not None:
+                    _save_finding(findings_dir / "ort-refuses", data, out, what, s.name)
                 if out.is_finding:
                     findings.append((s.name, what, out))
                     if findings_dir is not None:

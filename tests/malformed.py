@@ -277,6 +277,19 @@ def _invalid_utf8(field_value: bytes, broken: bytes):
     return build
 
 
+def _output_type_differs():
+    return _model([N("Relu", ["x"], ["y"], name="relu")], [X], [_vi("y", [2, 3], TensorProto.UINT8)])
+
+
+def _output_is_a_sequence():
+    return _model([N("Relu", ["x"], ["y"], name="relu")], [X],
+                  [helper.make_tensor_sequence_value_info("y", TensorProto.FLOAT, None)])
+
+
+def _output_type_undefined():
+    return _model([N("Relu", ["x"], ["y"])], [X], [_vi("y", [2, 3], TensorProto.UNDEFINED)])
+
+
 # --------------------------------------------------------------------------------------- external data
 def _external(entries: dict, data: bytes = bytes(24)):
     def build(d: Path) -> Path:
@@ -352,6 +365,12 @@ CASES = [
          "node 'mixed' (Add): inputs A and B share type T in the Add-14 schema, but are float and int64"),
     Case("element_type_flows_through_nodes", _saver(_type_after_known_output),
          "node 'relu' (Relu): input 0 (X) is int64, the Relu-13 schema allows bfloat16, double, float, float16"),
+    Case("output_declared_with_another_type", _saver(_output_type_differs),
+         "graph output 'y' is declared uint8, but the graph computes float"),
+    Case("output_declared_as_a_sequence", _saver(_output_is_a_sequence),
+         "graph output 'y' is declared as a sequence, but node 'relu' (Relu) computes a tensor"),
+    Case("output_type_undefined", _saver(_output_type_undefined),
+         "graph output 'y' is declared as a tensor of element type UNDEFINED"),
     Case("op_type_not_utf8", _invalid_utf8(b"Relu", b"R\xe3lu"),
          "the op_type of node 0 is not valid UTF-8 text (b'R\\xe3lu')"),
     Case("node_name_not_utf8", _invalid_utf8(b"relu_node", b"relu\xffnode"),

@@ -21,7 +21,8 @@ What is checked (docs/ROBUSTNESS.md keeps the list for users):
                 unique, required attributes present, no attribute the schema does not
                 define, attribute types as declared
   element types graph inputs' and initializers' types, propagated through nodes where the
-                schema fixes an output's type, against each schema's type constraints
+                schema fixes an output's type, against each schema's type constraints and
+                against the graph outputs' declared types; outputs declared as tensors
   text          every name protobuf could decode as UTF-8
 External data is checked where it is read (onnx_import._load_external_data, with
 `tensor_bytes` from here), before a byte of it is read.
@@ -267,9 +268,11 @@ def _type_str(code: int) -> str:
     return f"tensor({_type_name(code).lower()})"
 
 
-def _check_node_types(n: onnx.NodeProto, label: str, schema, types: dict[str, int]) -> None:
+def _check_node_types(n: onnx.NodeProto, label: str, schema, types: dict[str, int],
+                      makes_tensor: dict[str, str]) -> None:
     """Input element types against the schema's type constraints; records the output types
-    the constraints determine. Inputs of unknown type (outputs of Cast & co.) are skipped."""
+    the constraints determine, and (in `makes_tensor`) the outputs that can only be tensors.
+    Inputs of unknown type (outputs of Cast & co.) are skipped."""
     allowed = {tc.type_param_str: set(tc.allowed_type_strs) for tc in schema.type_constraints}
     where = f"the {n.op_type}-{schema.since_version} schema"
     bound: dict[str, tuple[int, str]] = {}
@@ -295,6 +298,8 @@ def _check_node_types(n: onnx.NodeProto, label: str, schema, types: dict[str, in
         if not name or not schema.outputs:
             continue
         param = schema.outputs[min(pos, len(schema.outputs) - 1)].type_str
+        if all(t.startswith("tensor(") for t in allowed.get(param, {param})):
+            makes_tensor[name] = label
         if param in bound:
             types[name] = bound[param][0]
             continue
@@ -315,6 +320,7 @@ def _check_types(gp: onnx.GraphProto, opset: int) -> None:
     # visit nodes in dependency order (a file's order need not be); cycles are reported later
     produced = {o for n in gp.node for o in n.output if o}
     done: set[str] = set()
+    makes_tensor: dict[str, str] = {}
     pending = list(enumerate(gp.node))
     while pending:
         waiting = []
@@ -324,11 +330,25 @@ def _check_types(gp: onnx.GraphProto, opset: int) -> None:
                 continue
             schema = _schema(n, opset)
             if schema is not None:
-                _check_node_types(n, _node_label(n, k), schema, types)
+                _check_node_types(n, _node_label(n, k), schema, types, makes_tensor)
             done.update(o for o in n.output if o)
         if len(waiting) == len(pending):
             break
         pending = waiting
+    # a graph output declared with one element type must not be computed as another: ONNX
+    # Runtime refuses such a model, and aotc would hand back the computed type
+    for vi in gp.output:
+        kind = vi.type.WhichOneof("value")
+        if kind not in (None, "tensor_type") and vi.name in makes_tensor:
+            raise ModelError(f"graph output {vi.name!r} is declared as a {kind.replace('_type', '')}, but "
+                             f"{makes_tensor[vi.name]} computes a tensor", "fix the output's declared type")
+        if kind != "tensor_type":
+            continue                 # (outputs of sequence-making ops: the operator check lists those)
+        declared = vi.type.tensor_type.elem_type
+        have = types.get(vi.name)
+        if declared and have is not None and declared != have:
+            raise ModelError(f"graph output {vi.name!r} is declared {_type_name(declared).lower()}, but the graph "
+                             f"computes {_type_name(have).lower()}", "fix the output's declared type")
 
 
 # ------------------------------------------------------------------------------------------ text fields
@@ -392,6 +412,9 @@ def validate_model(model: onnx.ModelProto) -> int:
     for vi in gp.output:
         if not vi.name:
             raise ModelError("a graph output has an empty name")
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type == TensorProto.UNDEFINED:
+            raise ModelError(f"graph output {vi.name!r} is declared as a tensor of element type UNDEFINED",
+                             "leave the type out, or give the element type")
         _check_value_info(vi, f"graph output {vi.name!r}")
     for vi in gp.value_info:
         _check_value_info(vi, f"value {vi.name!r}")
