@@ -93,3 +93,49 @@ def test_gather_elements_indices_larger_than_data(tmp_path):
     2 of a one-row buffer (outside it)."""
     ins = [_vi("d", [1, 5]), _vi("i", [3, 2], TensorProto.INT64)]
     refuses(_model(N("GatherElements", ["d", "i"], ["y"], axis=1), ins, tmp_path))
+
+
+DIVIDE_BY_ZERO = r"""
+import sys
+import numpy as np
+from aotc.api import CompiledModel
+from aotc.errors import AotcError
+m = CompiledModel(sys.argv[1])
+try:
+    m.run({"a": np.array([5, 7, -3, 9], np.int64), "b": np.array([2, 0, 1, -1], np.int64)})
+except AotcError as e:          # a status code turned into an error is fine: the process lives
+    print("status:", e.message)
+print("alive")
+"""
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="aotc/ops: integer Div/Mod by zero traps (SIGFPE) "
+                   "in the generated C instead of returning a status code")
+@pytest.mark.parametrize("op", ["Div", "Mod"])
+def test_integer_division_by_zero_does_not_kill_the_process(op, tmp_path):
+    """Run in a child process: today the divide traps and takes the whole process down."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from aotc.compiler import compile_model
+    vi = _vi("a", [4], TensorProto.INT64), _vi("b", [4], TensorProto.INT64)
+    m = helper.make_model(helper.make_graph([N(op, ["a", "b"], ["y"])], "g", list(vi),
+                                            [_vi("y", [4], TensorProto.INT64)]),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    art = compile_model(tmp_path / "m.onnx", output_dir=tmp_path / "out")
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.run([sys.executable, "-c", DIVIDE_BY_ZERO, str(art)], capture_output=True, text=True,
+                       timeout=120, cwd=root)
+    assert p.returncode == 0 and "alive" in p.stdout, f"exit {p.returncode}: {p.stderr[-500:]}"
+
+
+@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception, reason=OPS_BUG)
+@pytest.mark.parametrize("min_shape", [[2], [7]])
+def test_clip_bounds_that_are_not_scalars(min_shape, tmp_path):
+    """Clip's min/max must be scalars: a (2,) min on a (3, 4, 5) input compiles, and the kernel
+    reads min[0..4] (past the 2-element buffer); (7,) compiles and clips by min[i % 5]."""
+    ins = [_vi("x", [3, 4, 5]), _vi("min", min_shape)]
+    refuses(_model(N("Clip", ["x", "min"], ["y"]), ins, tmp_path))
