@@ -613,6 +613,21 @@ np.savez(sys.argv[3], *res)
 """
 
 
+_AOTC_RUNNER = r"""
+import sys, numpy as np
+from aotc.api import CompiledModel
+from aotc.errors import AotcError
+m = CompiledModel(sys.argv[1])
+feeds = dict(np.load(sys.argv[2]))
+try:
+    res = m.run({k: feeds[k] for k in m.input_names})
+except AotcError as e:
+    print("aotc refuses:", e.message.splitlines()[0][:200])
+    sys.exit(3)
+np.savez(sys.argv[3], *res)
+"""
+
+
 def _compare_with_onnx_runtime(ws: Workspace, art: Path, shapes: dict | None) -> Outcome:
     """A mutant aotc compiled: run it and ONNX Runtime (in a child process: ORT aborts on some
     malformed models) on the same seeded inputs. Different answers are a finding ("wrong");
@@ -637,8 +652,23 @@ def _compare_with_onnx_runtime(ws: Workspace, art: Path, shapes: dict | None) ->
         return Outcome("ort-refuses", f"ORT refuses (exit {p.returncode}): {p.stdout.strip()[-200:]}")
     with np.load(ws.root / "ref.npz") as z:
         ref = [z[f"arr_{k}"] for k in range(len(z.files))]
+    # the compiled model runs in a child process too: a trap in generated code is a finding,
+    # not the end of the fuzzing run
+    try:
+        p = subprocess.run([sys.executable, "-c", _AOTC_RUNNER, str(art), str(ws.root / "feeds.npz"),
+                            str(ws.root / "got.npz")], capture_output=True, text=True, timeout=60,
+                           cwd=str(ROOT), env={**os.environ, "PYTHONPATH": str(ROOT)})
+    except subprocess.TimeoutExpired:
+        return Outcome("hang", "the compiled model did not answer within 60s")
+    if p.returncode < 0 or p.returncode > 3:
+        return Outcome("crash", f"the compiled model's process died (exit {p.returncode}): {p.stderr[-500:]}")
+    if p.returncode == 3:
+        return Outcome("refused", f"at run time: {p.stdout.strip()[-300:]}")
+    if p.returncode != 0:
+        return Outcome("crash", f"running the compiled model failed: {p.stderr[-1500:]}")
     m = CompiledModel(art)
-    got = m.run({k: feeds[k] for k in m.input_names})
+    with np.load(ws.root / "got.npz") as z:
+        got = [z[f"arr_{k}"] for k in range(len(z.files))]
     for name, a, b in zip(m.output_names, got, ref):
         a, b = np.asarray(a), np.asarray(b)
         if a.shape != b.shape or a.dtype != b.dtype:

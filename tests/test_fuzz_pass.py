@@ -93,14 +93,18 @@ def test_mutants_of_a_model_with_local_functions():
 
 
 def test_full_mode_compares_with_onnx_runtime(tmp_path, monkeypatch):
-    """--full compiles with cc and compares with ORT: a correct model matches, a perturbed
-    answer is a "wrong" finding."""
+    """--full compiles with cc and compares with ORT: a correct model matches; a perturbed
+    answer is a "wrong" finding; a compiled model whose process dies is a "crash"."""
     ws = fz.Workspace(tmp_path)
     seed = fz.zoo_seeds(["mlp"])[0]
     out = fz.run_case(seed.data, ws, seed.shapes, full=True)
     assert out.kind == "compiled" and out.detail == "matches ONNX Runtime", out
-    import aotc.api
-    real_run = aotc.api.CompiledModel.run
-    monkeypatch.setattr(aotc.api.CompiledModel, "run", lambda self, x: [r + 1e-2 for r in real_run(self, x)])
+    perturbed = fz._AOTC_RUNNER.replace("np.savez(sys.argv[3], *res)", "np.savez(sys.argv[3], *[r + 1e-2 for r in res])")
+    assert perturbed != fz._AOTC_RUNNER
+    monkeypatch.setattr(fz, "_AOTC_RUNNER", perturbed)
     out = fz.run_case(seed.data, ws, seed.shapes, full=True)
     assert out.kind == "wrong" and out.is_finding, out
+    trap = fz._AOTC_RUNNER.replace("res = m.run(", "import os, signal; os.kill(os.getpid(), signal.SIGFPE); res = m.run(")
+    monkeypatch.setattr(fz, "_AOTC_RUNNER", trap)
+    out = fz.run_case(seed.data, ws, seed.shapes, full=True)
+    assert out.kind == "crash" and "died" in out.detail, out
