@@ -36,6 +36,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,15 +71,15 @@ def tool_status() -> dict[str, str | None]:
     if not shutil.which(CC):
         status["asan"] = status["valgrind"] = f"no C compiler ({CC})"
         return status
-    probe = ROOT / "build" / "sanitize" / "_probe"
-    probe.mkdir(parents=True, exist_ok=True)
-    (probe / "p.c").write_text("#include <stdlib.h>\nint main(void){void *p = malloc(4); free(p); return 0;}\n")
-    p = subprocess.run([CC, *SANITIZE_FLAGS, str(probe / "p.c"), "-o", str(probe / "p")], capture_output=True,
-                       text=True)
-    if p.returncode != 0:
-        status["asan"] = f"{CC} cannot build with -fsanitize=address,undefined (libasan/libubsan missing?)"
-    elif subprocess.run([str(probe / "p")], capture_output=True).returncode != 0:
-        status["asan"] = "a sanitized program does not run here (ptrace/ASLR restrictions?)"
+    with tempfile.TemporaryDirectory(prefix="aotc_sanitize_probe_") as d:   # (one per process: test workers)
+        probe = Path(d)
+        (probe / "p.c").write_text("#include <stdlib.h>\nint main(void){void *p = malloc(4); free(p); return 0;}\n")
+        p = subprocess.run([CC, *SANITIZE_FLAGS, str(probe / "p.c"), "-o", str(probe / "p")], capture_output=True,
+                           text=True)
+        if p.returncode != 0:
+            status["asan"] = f"{CC} cannot build with -fsanitize=address,undefined (libasan/libubsan missing?)"
+        elif subprocess.run([str(probe / "p")], capture_output=True).returncode != 0:
+            status["asan"] = "a sanitized program does not run here (ptrace/ASLR restrictions?)"
     if not shutil.which("valgrind"):
         status["valgrind"] = "valgrind is not installed (apt-get install valgrind)"
     return status

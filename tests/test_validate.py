@@ -3,10 +3,13 @@ one-line message (exit code 2 at the command line, never "internal error" or a t
 and models that are fine still compile and match ONNX Runtime."""
 from __future__ import annotations
 
+import builtins
 import re
 
 import numpy as np
+import onnx
 import pytest
+from onnx import helper
 from typer.testing import CliRunner
 
 from aotc import cli
@@ -49,7 +52,6 @@ def test_malformed_model_at_the_command_line(case, tmp_path):
 @pytest.mark.parametrize("name,build", VALID, ids=[v[0] for v in VALID])
 def test_models_the_rules_must_not_refuse(name, build, tmp_path):
     path = build(tmp_path / "m")
-    import onnx
     x = rand(2, 3, seed=41)
     assert_parity(onnx.load(str(path)), tmp_path, {"x": x})
 
@@ -75,7 +77,6 @@ def test_external_data_length_is_checked_before_reading(tmp_path, monkeypatch):
     """A length that does not match the dims is refused without reading the file."""
     case = {c.id: c for c in CASES}["external_length_mismatch"]
     path = case.build(tmp_path)
-    import builtins
     opened = []
     real_open = builtins.open
     monkeypatch.setattr(builtins, "open", lambda f, *a, **k: (opened.append(str(f)), real_open(f, *a, **k))[1])
@@ -86,15 +87,10 @@ def test_external_data_length_is_checked_before_reading(tmp_path, monkeypatch):
 
 
 def test_api_shapes_and_consts_that_make_no_sense():
-    m = graph_model([helper_node("Relu", ["x"], ["y"])], {"x": rand(2, 3)}, ["y"])
+    m = graph_model([helper.make_node("Relu", ["x"], ["y"])], {"x": rand(2, 3)}, ["y"])
     with pytest.raises(ShapeError, match=r"--shape x: dims \[2, -3\] must not be negative"):
         import_model(m, shapes={"x": (2, -3)})
     with pytest.raises(ShapeError, match="shapes must map input names to sequences of integers"):
         import_model(m, shapes={"x": ("a", 3)})
     with pytest.raises(ShapeError, match="--const x: cannot use the array as float32"):
         import_model(m, consts={"x": np.array(["a", "b"])})
-
-
-def helper_node(*a, **k):
-    from onnx import helper
-    return helper.make_node(*a, **k)

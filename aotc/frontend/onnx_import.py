@@ -18,7 +18,7 @@ from onnx import AttributeProto, numpy_helper
 from ..errors import ModelError, ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..ir.graph import Graph, Node, Value
-from .validate import MIN_OPSET, tensor_bytes, validate_model  # noqa: F401 (MIN_OPSET re-exported)
+from .validate import tensor_bytes, validate_model
 
 
 def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
