@@ -94,3 +94,22 @@ def test_api_shapes_and_consts_that_make_no_sense():
         import_model(m, shapes={"x": ("a", 3)})
     with pytest.raises(ShapeError, match="--const x: cannot use the array as float32"):
         import_model(m, consts={"x": np.array(["a", "b"])})
+
+
+@pytest.mark.parametrize("op", ["Relu", "Add", "MatMul", "Softmax"])
+def test_zero_size_dimensions_compile_or_are_refused_cleanly(op, tmp_path):
+    """A dimension of 0 is a valid size. The fuzzer's function-model pass found the rewritten
+    kernel layer raising ValueError ("shapes [(0, 8)] do not nest") on x: (0, 8)."""
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [0, 8])
+    w = onnx.numpy_helper.from_array(rand(8, 8, seed=3), "w")
+    inputs = {"Relu": ["x"], "Add": ["x", "x"], "MatMul": ["x", "w"], "Softmax": ["x"]}[op]
+    g = helper.make_graph([helper.make_node(op, inputs, ["y"])], "g", [x],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    try:
+        c = analyze(tmp_path / "m.onnx")
+    except AotcError:
+        return
+    assert c.graph.values[c.graph.outputs[0]].shape == (0, 8)
