@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 JOBS   ?= 2
 
-.PHONY: all venv demo test opencl-deps zoo-full conformance bench support-matrix clean
+.PHONY: all venv demo test opencl-deps zoo-full conformance bench support-matrix clean fuzz sanitize hf-bert
 
 all: test
 
@@ -55,3 +55,26 @@ support-matrix: venv
 
 clean:
 	rm -rf build .pytest_cache
+
+# Robustness (docs/ROBUSTNESS.md) ------------------------------------------------------------
+FUZZ_SECONDS ?= 300
+
+# Coverage-guided fuzzing (atheris, installed here if missing; else the seeded random mutator)
+# of the loader and the compile path, seeded with the zoo and ONNX node cases, for FUZZ_SECONDS.
+# Findings (model + traceback) go to build/fuzz/findings/<time>/; the target fails if there are any.
+fuzz: venv
+	$(BIN)/python -m pip install -q atheris || echo "atheris did not install: using the seeded random mutator"
+	@run=build/fuzz/findings/$$(date +%Y%m%d-%H%M%S); \
+	$(BIN)/python -m tests.fuzz_onnx --seconds $(FUZZ_SECONDS) --findings $$run || true; \
+	if ls $$run/*.onnx >/dev/null 2>&1; then echo "fuzz: findings in $$run (replay: python -m tests.fuzz_onnx --replay FILE)"; exit 1; \
+	else echo "fuzz: no findings in $(FUZZ_SECONDS)s"; fi
+
+# Every small zoo model built with ASan+UBSan and under valgrind memcheck, outputs compared
+# with ONNX Runtime (about 90 s).
+sanitize: venv
+	$(BIN)/python -m models.sanitize
+
+# Hugging Face BertModel(BertConfig()) exported by torch.onnx dynamo at opset 18, seq 128,
+# compiled and checked against ONNX Runtime (about 30 s).
+hf-bert: venv
+	$(BIN)/python -m models.hf_bert --size base --check

@@ -18,8 +18,7 @@ from onnx import AttributeProto, numpy_helper
 from ..errors import ModelError, ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..ir.graph import Graph, Node, Value
-
-MIN_OPSET = 7
+from .validate import tensor_bytes, validate_model
 
 
 def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
@@ -63,11 +62,27 @@ def _tensors_with_external_data(graph: onnx.GraphProto):
                     yield from _tensors_with_external_data(sub)
 
 
+def _external_int(t: onnx.TensorProto, info: dict, key: str) -> int | None:
+    raw = info.get(key)
+    if raw in (None, ""):
+        return None
+    try:
+        v = int(raw)
+    except ValueError:
+        raise ModelError(f"tensor {t.name!r}: external data {key} {raw!r} is not an integer") from None
+    if v < 0:
+        raise ModelError(f"tensor {t.name!r}: external data {key} {v} is negative")
+    return v
+
+
 def _load_external_data(model: onnx.ModelProto, base: Path) -> None:
     for t in _tensors_with_external_data(model.graph):
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
         info = {e.key: e.value for e in t.external_data}
+        if not all(isinstance(x, str) for kv in info.items() for x in kv) or not isinstance(t.name, str):
+            raise ModelError(f"tensor {t.name!r} has external data entries that are not valid UTF-8 text",
+                             "the file is corrupt")
         loc = info.get("location", "")
         target = (base / loc).resolve()
         if not loc or os.path.isabs(loc) or (base != target and base not in target.parents):
@@ -75,12 +90,20 @@ def _load_external_data(model: onnx.ModelProto, base: Path) -> None:
                              "external data files must sit in the model's folder or below it")
         if not target.is_file():
             raise ModelError(f"tensor {t.name!r}: external data file {loc!r} not found next to the model")
-        offset = int(info.get("offset", 0) or 0)
-        length = info.get("length")
+        # the size the dims and type need, checked before a byte is read
+        need = tensor_bytes(t, f"tensor {t.name!r}")
+        if need is None:
+            raise UnsupportedError([f"external data of tensor {t.name!r}, element type "
+                                    f"{onnx.TensorProto.DataType.Name(t.data_type)}"])
+        offset = _external_int(t, info, "offset") or 0
+        length = _external_int(t, info, "length")
+        if length is not None and length != need:
+            raise ModelError(f"tensor {t.name!r}: external data length {length} bytes, its dims {list(t.dims)} "
+                             f"need {need}", "the external data entry does not match the tensor: re-export the model")
         size = target.stat().st_size
-        need = int(length) if length else size - offset
-        if offset < 0 or offset + need > size:
-            raise ModelError(f"tensor {t.name!r}: external data {loc!r} is shorter than the tensor needs")
+        if offset + need > size:
+            raise ModelError(f"tensor {t.name!r}: external data {loc!r} is shorter than the tensor needs "
+                             f"({need} bytes at offset {offset}, the file has {size})")
         with open(target, "rb") as f:
             f.seek(offset)
             t.raw_data = f.read(need)
@@ -136,17 +159,15 @@ def _value_info_type(vi: onnx.ValueInfoProto):
 
 def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[str, tuple] | None = None,
                  consts: Mapping[str, np.ndarray] | None = None) -> Graph:
-    shapes = {k: tuple(int(d) for d in v) for k, v in (shapes or {}).items()}
+    try:
+        shapes = {k: tuple(int(d) for d in v) for k, v in (shapes or {}).items()}
+    except (TypeError, ValueError):
+        raise ShapeError(f"shapes must map input names to sequences of integers, not {shapes!r}") from None
     consts = dict(consts or {})
-    opset = None
-    for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            opset = imp.version
-    if opset is None:
-        raise ModelError("the model imports no default-domain (ai.onnx) opset")
-    if opset < MIN_OPSET:
-        raise ModelError(f"opset {opset} is older than the oldest supported, {MIN_OPSET}",
-                         "re-export the model with a newer opset")
+    opset = validate_model(model)
+    for k, dims in shapes.items():
+        if any(d < 0 for d in dims):
+            raise ShapeError(f"--shape {k}: dims {list(dims)} must not be negative")
     gp = model.graph
     g = Graph(name, opset)
     # opset per domain, for messages about nodes of other domains (custom ops)
@@ -158,8 +179,8 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
                                "store these initializers densely (onnx.numpy_helper)")
     for t in gp.initializer:
         try:
-            arr = numpy_helper.to_array(t)
             dt = dtypes.from_onnx(t.data_type)
+            arr = numpy_helper.to_array(t)
         except dtypes.UnsupportedDtype as e:
             raise UnsupportedError([f"initializer {t.name!r}: {e}"]) from None
         arr = np.asarray(arr.astype(dt, copy=False), order="C")
@@ -180,7 +201,10 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
         except dtypes.UnsupportedDtype as e:
             raise UnsupportedError([f"graph input {vi.name!r}: {e}"]) from None
         if vi.name in consts:
-            arr = np.asarray(np.asarray(consts[vi.name]).astype(dt), order="C")
+            try:
+                arr = np.asarray(np.asarray(consts[vi.name]).astype(dt), order="C")
+            except (TypeError, ValueError) as e:
+                raise ShapeError(f"--const {vi.name}: cannot use the array as {dtypes.name(dt)}: {e}") from None
             if dims is not None and len(dims) != arr.ndim:
                 raise ShapeError(f"--const {vi.name}: array has rank {arr.ndim}, the model says {len(dims)}")
             g.add_value(Value(vi.name, dt, tuple(arr.shape), arr))

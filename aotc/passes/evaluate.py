@@ -26,8 +26,39 @@ def node_proto(n: Node) -> onnx.NodeProto:
     return helper.make_node(n.op_type, n.inputs, n.outputs, name=n.name, domain=n.domain or None, **attrs)
 
 
+def _gather_elements(n: Node, data: np.ndarray, indices: np.ndarray) -> list[np.ndarray]:
+    """GatherElements in numpy. onnx.reference's own version calls np.choose, which takes at
+    most 64 (numpy 2) choices along the axis, and its fallback for more keeps only the first
+    index of every row: a (1, 512) token-type buffer gathered at (1, 128) positions, as the
+    PyTorch exporter writes BERT's embeddings, failed to fold."""
+    axis = int(n.attrs.get("axis", 0))
+    rank = data.ndim
+    if not -rank <= axis < rank or indices.ndim != rank:
+        raise ValueError(f"axis {axis} and index rank {indices.ndim} do not fit data of rank {rank}")
+    axis %= rank
+    for d in range(rank):
+        if d != axis and indices.shape[d] > data.shape[d]:
+            raise ValueError(f"indices shape {indices.shape} exceeds data shape {data.shape} on axis {d}")
+    size = data.shape[axis]
+    idx = indices.astype(np.int64)
+    if idx.size and (idx.min() < -size or idx.max() >= size):
+        raise ValueError(f"an index is outside [-{size}, {size - 1}]")
+    idx = np.where(idx < 0, idx + size, idx)
+    # take_along_axis wants the other axes equal: trim the data to the indices' extent there
+    trimmed = data[tuple(slice(None) if d == axis else slice(0, indices.shape[d]) for d in range(rank))]
+    return [np.take_along_axis(trimmed, idx, axis=axis)]
+
+
+# Ops folded by our own numpy code because the reference implementation is wrong for them.
+_NUMPY_FOLDERS = {"GatherElements": _gather_elements}
+
+
 def evaluate(n: Node, arrays: list[np.ndarray | None], out_types: list[tuple]) -> list[np.ndarray]:
     from onnx.reference import ReferenceEvaluator
+
+    own = _NUMPY_FOLDERS.get(n.op_type) if not n.domain or n.domain == "ai.onnx" else None
+    if own is not None:
+        return [np.asarray(r, order="C") for r in own(n, *arrays)]
 
     in_names = [f"in{k}" if a is not None else "" for k, a in enumerate(arrays)]
     out_names = [f"out{k}" if o else "" for k, o in enumerate(n.outputs)]
