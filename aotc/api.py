@@ -15,16 +15,21 @@ class CompiledModel:
     model instance (workspace and thread pool, or device context): `threads` (CPU targets)
     caps the pool, 0 meaning as many as this machine has cores, up to what it was compiled for."""
 
-    def __init__(self, directory: Union[str, os.PathLike], threads: int = 0):
+    def __init__(self, directory: Union[str, os.PathLike], threads: int = 0, profile: bool = False):
         self._lib = Library(directory)
         self.directory = Path(directory)
         self.manifest = self._lib.manifest
-        self._instance = self._lib.create(threads=threads)
+        self._instance = self._lib.create(threads=threads, profile=profile)
 
     @property
     def threads(self) -> int:
         """Threads this instance runs on."""
         return self._lib.threads(self._instance)
+
+    def profile(self) -> list[tuple[str, float]]:
+        """Per kernel: (name and ONNX nodes, milliseconds summed over the runs so far), when
+        loaded with profile=True (CPU targets)."""
+        return self._lib.profile(self._instance)
 
     @property
     def input_names(self) -> list[str]:
@@ -59,7 +64,8 @@ def compile(model: Union[str, os.PathLike], target: str = "native", output_dir: 
     return CompiledModel(out, threads=threads)
 
 
-def load(directory: Union[str, os.PathLike], threads: int = 0) -> CompiledModel:
+def load(directory: Union[str, os.PathLike], threads: int = 0, profile: bool = False) -> CompiledModel:
     """Load an artifact directory written by compile (the ONNX file is not needed); `threads`
-    caps its thread pool (0: all cores, up to what it was compiled for)."""
-    return CompiledModel(directory, threads=threads)
+    caps its thread pool (0: all cores, up to what it was compiled for); `profile` times every
+    kernel (CompiledModel.profile)."""
+    return CompiledModel(directory, threads=threads, profile=profile)

@@ -9,7 +9,8 @@ intra-op thread counts; optionally aotc as built by another checkout (`--baselin
 e.g. a worktree of the commit before a change: its artifact runs through its own C API,
 `<name>_run_with_weights`, on one thread), and the opencl target (`--opencl`, on whatever
 OpenCL device is first: PoCL here, a CPU driver). `--warmup` runs first, then `--runs` timed
-runs of each engine, interleaved so machine noise hits all alike. Reports medians and ratios.
+runs of each engine, interleaved so machine noise hits all alike, with a pause before each run
+so that the previous engine's spinning pool threads are asleep. Reports medians and ratios.
 """
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ from .build import save
 from .zoo import ZOO
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+# Between two timed runs: ONNX Runtime's and aotc's thread pools both spin for a while after a
+# run, and on a 2-core machine the next engine would otherwise share the cores with them.
+SETTLE_S = 0.05
 
 
 class LegacyArtifact:
@@ -162,6 +166,7 @@ def bench_model(name: str, size: str, runs: int, warmup: int, workdir: Path, tar
     samples = {k: [] for k in engines}
     for _ in range(runs):
         for k, fn in engines.items():       # interleaved: noise hits every engine alike
+            time.sleep(SETTLE_S)            # the last engine's pool threads stop spinning first
             t0 = time.perf_counter()
             fn()
             samples[k].append(time.perf_counter() - t0)

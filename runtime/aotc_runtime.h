@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define AOTC_OK 0
 #define AOTC_ERR_NULL_ARGUMENT 1      /* a required pointer was NULL */
@@ -44,7 +45,16 @@ typedef struct {
                           the machine has cores, up to <NAME>_THREADS */
     int platform;      /* OpenCL: platform index (0: the first with a suitable device) */
     int device;        /* OpenCL, CUDA: device index on that platform (0: the first) */
+    int profile;       /* 1: time every kernel, summed over invokes (<name>_profile) */
 } aotc_options;
+
+/* Milliseconds on a monotonic clock (kernel profiling). */
+static inline double aotc_now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
 
 /* `bytes` of memory aligned to `align` (a power of two); *raw is what to free(). */
 static inline void *aotc_aligned_alloc(size_t bytes, size_t align, void **raw)

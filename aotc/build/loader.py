@@ -38,12 +38,13 @@ class Library:
         self.ffi.cdef(f"""
             typedef struct {{ {fields_in} }} {p}_inputs;
             typedef struct {{ {fields_out} }} {p}_outputs;
-            typedef struct {{ int threads; int platform; int device; }} aotc_options;
+            typedef struct {{ int threads; int platform; int device; int profile; }} aotc_options;
             typedef struct {p}_model {p}_model;
             int {p}_create_with_options(const char *weights_path, const aotc_options *options, {p}_model **model);
             int {p}_invoke({p}_model *model, const {p}_inputs *in, {p}_outputs *out);
             int {p}_threads(const {p}_model *model);
             const char *{p}_failure(const {p}_model *model);
+            int {p}_profile(const {p}_model *model, const double **ms, const char *const **names);
             void {p}_destroy({p}_model *model);
             const char *{p}_strerror(int status);
         """)
@@ -64,9 +65,10 @@ class Library:
     def error(self, status: int) -> str:
         return self.ffi.string(self._fn("strerror")(status)).decode()
 
-    def create(self, threads: int = 0, device: int = 0, platform: int = 0):
+    def create(self, threads: int = 0, device: int = 0, platform: int = 0, profile: bool = False):
         """A model instance (freed when the returned handle is collected)."""
-        opts = self.ffi.new("aotc_options *", {"threads": threads, "platform": platform, "device": device})
+        opts = self.ffi.new("aotc_options *", {"threads": threads, "platform": platform, "device": device,
+                                               "profile": int(profile)})
         out = self.ffi.new(f"{self.prefix}_model **")
         path = self.ffi.new("char[]", self.weights_path.encode()) if self.weights_path else self.ffi.NULL
         status = self._fn("create_with_options")(path, opts, out)
@@ -77,6 +79,13 @@ class Library:
                         if threads > 1 else "check the device options")
             raise ArtifactError(f"{self.prefix}_create failed with status {status}: {self.error(status)}", hint)
         return self.ffi.gc(out[0], self._fn("destroy"))
+
+    def profile(self, instance) -> list[tuple[str, float]]:
+        """(kernel, milliseconds summed over the invokes so far) of an instance created with
+        profile=True; [] otherwise."""
+        ms, names = self.ffi.new("double **"), self.ffi.new("char ***")
+        n = self._fn("profile")(instance, ms, self.ffi.cast("const char *const **", names))
+        return [(self.ffi.string(names[0][k]).decode(), float(ms[0][k])) for k in range(n)]
 
     def threads(self, instance) -> int:
         return int(self._fn("threads")(instance))

@@ -132,6 +132,9 @@ def emit_header(prefix: str, g: Graph, plan: MemoryPlan, external: bool, threads
           "/* After an invoke that failed in a kernel (an index out of range, say): that kernel and the",
           "   ONNX nodes it computes; NULL otherwise. */",
           f"const char *{prefix}_failure(const {prefix}_model *model);",
+          "/* With aotc_options.profile set at create: the number of kernels, and in *ms the milliseconds",
+          "   each took summed over the invokes so far, in *names what each computes (0 otherwise). */",
+          f"int {prefix}_profile(const {prefix}_model *model, const double **ms, const char *const **names);",
           f"void {prefix}_destroy({prefix}_model *model);",
           "", "#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {P}_H */", ""]
     return "\n".join(L)

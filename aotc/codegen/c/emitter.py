@@ -61,7 +61,7 @@ def emit_source(prefix: str, g: Graph, program: Program, plan: MemoryPlan, exter
     L += _execute(prefix, program, in_fields, out_fields)
     L += [f"int {prefix}_run_with_weights(const void *weights, const {prefix}_inputs *in, {prefix}_outputs *out,",
           "    void *workspace)", "{",
-          f"    return {prefix}_execute(weights, in, out, workspace, NULL, NULL);", "}", ""]
+          f"    return {prefix}_execute(weights, in, out, workspace, NULL, NULL, NULL);", "}", ""]
     L += [f"const void *{prefix}_embedded_weights(void)", "{",
           "    return NULL;" if external else f"    return {prefix}_weights_data;", "}", ""]
     L += [f"int {prefix}_run(const {prefix}_inputs *in, {prefix}_outputs *out, void *workspace)", "{"]
@@ -79,13 +79,14 @@ def _execute(prefix: str, program: Program, in_fields: dict, out_fields: dict) -
     """The run function: every launch of the program, in order, with constant offsets."""
     P = prefix.upper()
     L = [f"/* The host program: {sum(1 for _ in program.launches())} kernel launches. `pool` may be NULL (this",
-         "   thread runs everything); `failed` (may be NULL) receives the index of a kernel that failed. */",
+         "   thread runs everything); `failed` (may be NULL) receives the index of a kernel that failed;",
+         "   `profile` (may be NULL) accumulates each kernel's milliseconds. */",
          f"static int {prefix}_execute(const void *weights, const {prefix}_inputs *in, {prefix}_outputs *out,",
-         "    void *workspace, aotc_pool *pool, int *failed)", "{",
+         "    void *workspace, aotc_pool *pool, int *failed, double *profile)", "{",
          "    const unsigned char *w = (const unsigned char *)weights;",
          "    unsigned char *ws = (unsigned char *)workspace;",
          "    int status = AOTC_OK;", "    (void)w;", "    (void)ws;", "    (void)pool;", "    (void)status;",
-         "    (void)failed;"]
+         "    double t0 = 0.0;", "    (void)failed;", "    (void)t0;"]
     checks = ["!in", "!out", f"(!weights && {P}_WEIGHTS_BYTES)", f"(!workspace && {P}_WORKSPACE_BYTES)"]
     checks += [f"!in->{f}" for f in in_fields.values()] + [f"!out->{f}" for f in out_fields.values()]
     L.append(f"    if ({' || '.join(checks)})")
@@ -104,6 +105,7 @@ def _execute(prefix: str, program: Program, in_fields: dict, out_fields: dict) -
                 if uses_pool(k):
                     args.append("pool")
                 call = f"{k.name}({', '.join(args)})"
+                L.append(f"{pad}if (profile) t0 = aotc_now_ms();")
                 if k.can_fail:
                     L.append(f"{pad}status = {call};")
                     L.append(f"{pad}if (status != AOTC_OK) {{")
@@ -112,6 +114,7 @@ def _execute(prefix: str, program: Program, in_fields: dict, out_fields: dict) -
                     L.append(f"{pad}}}")
                 else:
                     L.append(f"{pad}{call};")
+                L.append(f"{pad}if (profile) profile[{op.index}] += aotc_now_ms() - t0;")
             elif isinstance(op, HostLoop):
                 L.append(f"{pad}for (int64_t {op.var} = 0; {op.var} < {op.extent}; ++{op.var}) {{")
                 ops(op.body, ind + 1)
@@ -130,9 +133,10 @@ def strerror_function(prefix: str) -> list[str]:
 
 
 def failure_table(prefix: str, program: Program) -> list[str]:
-    """Which ONNX nodes each launch computes, for <name>_failure."""
+    """Which ONNX nodes each launch computes, for <name>_failure and <name>_profile."""
     names = [ln.kernel.name + ": " + ln.kernel.comment for ln in program.launches()]
-    L = [f"static const char *const {prefix}_kernel_names[] = {{"]
+    L = [f"#define {prefix.upper()}_KERNELS {max(len(names), 1)}",
+         f"static const char *const {prefix}_kernel_names[] = {{"]
     L += [f"    \"{_c_string(n)}\"," for n in names] or ["    \"\","]
     L += ["};", ""]
     return L
@@ -148,6 +152,7 @@ def _model_functions(prefix: str, external: bool, program: Program) -> list[str]
     L += [f"struct {prefix}_model {{",
           "    void *workspace_raw;", "    void *workspace;", "    void *weights_raw;", "    const void *weights;",
           "    aotc_pool *pool;", "    int failed;              /* kernel index of the last failure, -1: none */",
+          "    double *profile;         /* options->profile: milliseconds per kernel, summed over invokes */",
           "};", "",
           f"int {prefix}_create_with_options(const char *weights_path, const aotc_options *options, {prefix}_model **model)",
           "{",
@@ -161,6 +166,8 @@ def _model_functions(prefix: str, external: bool, program: Program) -> list[str]
           f"    m->workspace = aotc_aligned_alloc({P}_WORKSPACE_BYTES, {P}_WORKSPACE_ALIGN, &m->workspace_raw);",
           f"    if (!m->workspace) {{ {prefix}_destroy(m); return AOTC_ERR_OUT_OF_MEMORY; }}",
           "    m->pool = aotc_pool_create(threads, &pool_status);",
+          f"    if (options && options->profile && !(m->profile = (double *)calloc({P}_KERNELS, sizeof(double)))) {{",
+          f"        {prefix}_destroy(m);", "        return AOTC_ERR_OUT_OF_MEMORY;", "    }",
           f"    if (pool_status) {{ {prefix}_destroy(m); return pool_status == 1 ? AOTC_ERR_OUT_OF_MEMORY : AOTC_ERR_THREADS; }}"]
     if external:
         L += [f"    status = aotc_read_weights(weights_path, {P}_WEIGHTS_BYTES, &m->weights_raw, &m->weights);",
@@ -173,15 +180,21 @@ def _model_functions(prefix: str, external: bool, program: Program) -> list[str]
           f"int {prefix}_invoke({prefix}_model *model, const {prefix}_inputs *in, {prefix}_outputs *out)", "{",
           "    if (!model) return AOTC_ERR_NULL_ARGUMENT;",
           "    model->failed = -1;",
-          f"    return {prefix}_execute(model->weights, in, out, model->workspace, model->pool, &model->failed);",
+          f"    return {prefix}_execute(model->weights, in, out, model->workspace, model->pool, &model->failed,",
+          "                           model->profile);",
           "}", "",
+          f"int {prefix}_profile(const {prefix}_model *model, const double **ms, const char *const **names)", "{",
+          "    if (!model || !model->profile) return 0;",
+          "    if (ms) *ms = model->profile;",
+          f"    if (names) *names = {prefix}_kernel_names;",
+          f"    return {P}_KERNELS;", "}", "",
           f"int {prefix}_threads(const {prefix}_model *model)", "{",
           "    return model ? aotc_pool_threads(model->pool) : 0;", "}", "",
           f"const char *{prefix}_failure(const {prefix}_model *model)", "{",
           "    if (!model || model->failed < 0) return NULL;",
           f"    return {prefix}_kernel_names[model->failed];", "}", "",
           f"void {prefix}_destroy({prefix}_model *model)", "{", "    if (!model) return;",
-          "    aotc_pool_destroy(model->pool);",
+          "    aotc_pool_destroy(model->pool);", "    free(model->profile);",
           "    free(model->workspace_raw);", "    free(model->weights_raw);", "    free(model);", "}", ""]
     return L
 

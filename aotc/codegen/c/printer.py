@@ -191,6 +191,7 @@ class CPrinter(CStylePrinter):
             i, j = s.i.name, s.j.name
             self.out(f"    for (int64_t {i} = i0; {i} < i1; ++{i}) {{")
             self.stmts(s.row_epilogue, 2)
+            self.out("        AOTC_VECTORIZE       /* elements are independent (their tile is final) */")
             self.out(f"        for (int64_t {j} = j0; {j} < j1; ++{j}) {{")
             self.out(f"            const float {s.value.name} = {self.load(C.buf, self.expr(value_at))};")
             self.stmts(s.epilogue, 3)

@@ -118,6 +118,9 @@ def emit_host(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
           "    return NULL;" if external else f"    return {prefix}_weights_data;", "}", ""]
     L += strerror_function(prefix)
     L += [f"int {prefix}_threads(const {prefix}_model *model)", "{", "    return model ? 1 : 0;", "}", "",
+          f"int {prefix}_profile(const {prefix}_model *model, const double **ms, const char *const **names)", "{",
+          "    (void)model;", "    (void)ms;", "    (void)names;",
+          "    return 0;            /* kernel timing is not implemented for OpenCL */", "}", "",
           f"const char *{prefix}_failure(const {prefix}_model *model)", "{",
           f"    if (!model || model->failed < 0 || model->failed >= {n_fusion}) return NULL;",
           f"    return {prefix}_kernel_names[model->failed];", "}", ""]

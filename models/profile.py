@@ -1,0 +1,64 @@
+"""Per-kernel time of a zoo model compiled by aotc, for each thread count, side by side.
+
+python -m models.profile MODEL [--size full] [--target native] [--threads 1,2] [--runs 10] [--top 25]
+
+Each artifact is loaded with kernel timing on (aotc.load(..., profile=True)); after warm-up
+runs, `--runs` runs are timed; the table lists the kernels taking most of the first thread
+count's time, each with its ms per run and, for the others, the speed-up over the first.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from aotc.api import load
+from aotc.check.inputs import sample_inputs
+from aotc.compiler import compile_model
+from aotc.frontend import import_model, load_onnx
+
+from .build import save
+from .zoo import ZOO
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model")
+    ap.add_argument("--size", default="full", choices=["small", "full"])
+    ap.add_argument("--target", default="native")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--workdir", type=Path, default=Path("build/profile"))
+    a = ap.parse_args()
+    e = ZOO[a.model]
+    a.workdir.mkdir(parents=True, exist_ok=True)
+    path = a.workdir / f"{a.model}_{a.size}.onnx"
+    save(e.build(a.size), path)
+    feeds = sample_inputs(import_model(load_onnx(path), a.model, e.shapes_for(a.size)), seed=1)
+    per: dict[int, dict[str, float]] = {}
+    for t in [int(x) for x in a.threads.split(",")]:
+        out = compile_model(path, target=a.target, output_dir=a.workdir / f"{a.model}_{a.size}_{t}", threads=t,
+                            shapes=e.shapes_for(a.size))
+        m = load(out, threads=t, profile=True)
+        for _ in range(3):
+            m.run(feeds)
+        before = dict(m.profile())
+        for _ in range(a.runs):
+            m.run(feeds)
+        per[t] = {k: (v - before[k]) / a.runs for k, v in m.profile()}
+    first, *others = per
+    total = {t: sum(d.values()) for t, d in per.items()}
+    print(f"{a.model} ({a.size}, {a.target}): " + ", ".join(f"{t} thread(s) {total[t]:.2f} ms in kernels"
+                                                            for t in per))
+    head = f"{'kernel':60} {first}T ms  share" + "".join(f"  {t}T ms  speed-up" for t in others)
+    print(head)
+    for k, v in sorted(per[first].items(), key=lambda kv: -kv[1])[:a.top]:
+        row = f"{k[:60]:60} {v:7.3f} {100 * v / total[first]:5.1f}%"
+        for t in others:
+            w = per[t].get(k, float("nan"))
+            row += f"  {w:7.3f} {v / w if w else float('nan'):7.2f}x"
+        print(row)
+
+
+if __name__ == "__main__":
+    main()
