@@ -8,9 +8,12 @@ compiled for each thread count of `--threads` and run with it; ONNX Runtime with
 intra-op thread counts; optionally aotc as built by another checkout (`--baseline-checkout`,
 e.g. a worktree of the commit before a change: its artifact runs through its own C API,
 `<name>_run_with_weights`, on one thread), and the opencl target (`--opencl`, on whatever
-OpenCL device is first: PoCL here, a CPU driver). `--warmup` runs first, then `--runs` timed
-runs of each engine, interleaved so machine noise hits all alike, with a pause before each run
-so that the previous engine's spinning pool threads are asleep. Reports medians and ratios.
+OpenCL device is first: PoCL here, a CPU driver). `--warmup` runs first; then `--rounds`
+rounds, in each of which every engine in turn runs `--runs / --rounds` timed runs back to back
+(as a serving loop would) after a pause and one untimed run. Engines alternate round by round,
+so slow drifts of a shared machine hit all alike; runs of one engine are not interleaved with
+another's, whose thread pool would still be spinning on the same cores (ONNX Runtime's and
+aotc's both spin for a while after a run). Reports medians and ratios.
 """
 from __future__ import annotations
 
@@ -37,9 +40,8 @@ from .build import save
 from .zoo import ZOO
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
-# Between two timed runs: ONNX Runtime's and aotc's thread pools both spin for a while after a
-# run, and on a 2-core machine the next engine would otherwise share the cores with them.
-SETTLE_S = 0.05
+# Before an engine's block of runs: the previous engine's pool threads stop spinning first.
+SETTLE_S = 0.2
 
 
 class LegacyArtifact:
@@ -132,7 +134,7 @@ def compile_with_checkout(checkout: Path, model: Path, target: str, out: Path, s
 
 
 def bench_model(name: str, size: str, runs: int, warmup: int, workdir: Path, target: str, threads: list[int],
-                baseline: Path | None, opencl: bool) -> dict:
+                baseline: Path | None, opencl: bool, rounds: int = 5) -> dict:
     e = ZOO[name]
     path = workdir / f"{name}_{size}.onnx"
     save(e.build(size), path)
@@ -164,12 +166,17 @@ def bench_model(name: str, size: str, runs: int, warmup: int, workdir: Path, tar
         for _ in range(warmup):
             fn()
     samples = {k: [] for k in engines}
-    for _ in range(runs):
-        for k, fn in engines.items():       # interleaved: noise hits every engine alike
-            time.sleep(SETTLE_S)            # the last engine's pool threads stop spinning first
-            t0 = time.perf_counter()
+    per_round = max(1, -(-runs // rounds))
+    for r in range(rounds):
+        order = list(engines.items())
+        order = order[r % len(order):] + order[:r % len(order)]      # who goes first changes too
+        for k, fn in order:
+            time.sleep(SETTLE_S)
             fn()
-            samples[k].append(time.perf_counter() - t0)
+            for _ in range(per_round):
+                t0 = time.perf_counter()
+                fn()
+                samples[k].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
     return {"model": name, "size": size, "median_ms": med, "memory": memory}
 
@@ -188,8 +195,9 @@ def render(results: list[dict], runs: int, warmup: int, target: str, threads: li
     tname = load_target(target)["name"]
     L = [BEGIN, "",
          f"Machine: {_cpu_name()}, {os.cpu_count()} cores; target {target} ({tname}); onnxruntime {ort.__version__}; "
-         f"medians of {runs} interleaved runs after {warmup} warm-up runs, in ms. Speed-up = the 1-thread median / "
-         "the 2-thread median of the same engine; aotc/ORT = ORT's median / aotc's (> 1: aotc faster).", ""]
+         f"medians of {runs} runs per engine (blocks of back-to-back runs, engines rotated over rounds) after "
+         f"{warmup} warm-up runs, in ms. Speed-up = the 1-thread median / the 2-thread median of the same engine; "
+         "aotc/ORT = ORT's median / aotc's (> 1: aotc faster).", ""]
     cols = list(results[0]["median_ms"]) if results else []
     head = ["model"] + cols
     t1, t2 = (f"{threads[0]} thread", f"{threads[-1]} threads") if len(threads) > 1 else (None, None)
@@ -224,6 +232,7 @@ def main() -> None:
     ap.add_argument("--models", default=None, help="comma-separated zoo names (default: all)")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5, help="rounds over the engines (runs are split among them)")
     ap.add_argument("--target", default="native")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     ap.add_argument("--baseline-checkout", type=Path, default=None,
@@ -239,7 +248,7 @@ def main() -> None:
     results = []
     for n in names:
         r = bench_model(n, a.size, a.runs, a.warmup, a.workdir, a.target, threads,
-                        a.baseline_checkout.resolve() if a.baseline_checkout else None, a.opencl)
+                        a.baseline_checkout.resolve() if a.baseline_checkout else None, a.opencl, a.rounds)
         results.append(r)
         print(f"{n:16} " + "  ".join(f"{k}={v:.3f}ms" for k, v in r["median_ms"].items()), flush=True)
     table = render(results, a.runs, a.warmup, a.target, threads)

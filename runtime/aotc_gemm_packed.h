@@ -195,6 +195,38 @@ AOTC_NOINLINE static void aotc_sgemm_tile(int64_t kc, const float *restrict a, c
     }
 }
 
+/* The micro-kernel for one row of C (batch-1 products: an LSTM step, a classifier head):
+ * C[0, 0:nr] (=, or += when accumulate) a * b over kc steps, a being the first row of one
+ * packed A panel, so that 1 x NR is computed instead of MR x NR. */
+AOTC_NOINLINE static void aotc_sgemm_tile_row(int64_t kc, const float *restrict a, const float *restrict b,
+                                              float *restrict C, int64_t csc, int64_t nr, int accumulate)
+{
+    float acc[AOTC_GEMM_NR];
+    int64_t j, k;
+    for (j = 0; j < AOTC_GEMM_NR; ++j)
+        acc[j] = 0.0f;
+    for (k = 0; k < kc; ++k) {
+        const float ak = a[k * AOTC_GEMM_MR];
+        if (AOTC_GEMM_PREFETCH)
+            for (j = 0; j < AOTC_GEMM_NR; j += AOTC_CACHE_LINE_FLOATS)
+                AOTC_PREFETCH(b + (k + AOTC_GEMM_PREFETCH) * AOTC_GEMM_NR + j);
+        for (j = 0; j < AOTC_GEMM_NR; ++j)
+            acc[j] += ak * b[k * AOTC_GEMM_NR + j];
+    }
+    for (j = 0; j < nr; ++j)
+        C[j * csc] = accumulate ? C[j * csc] + acc[j] : acc[j];
+}
+
+/* One tile of C: the MR-row micro-kernel, or the one-row one when the tile has one row. */
+static void aotc_sgemm_tile_any(int64_t kc, const float *a, const float *b, float *C, int64_t rsc, int64_t csc,
+                                int64_t mr, int64_t nr, int accumulate)
+{
+    if (mr == 1)
+        aotc_sgemm_tile_row(kc, a, b, C, csc, nr, accumulate);
+    else
+        aotc_sgemm_tile(kc, a, b, C, rsc, csc, mr, nr, accumulate);
+}
+
 /* What runs on a finished tile: rows [i0, i1) x columns [j0, j1) of C. */
 typedef void (*aotc_tile_fn)(void *args, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
 
@@ -278,9 +310,9 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
                         for (jr = 0; jr < nc; jr += AOTC_GEMM_NR) {
                             const int64_t mr = aotc_gemm_min(AOTC_GEMM_MR, mc - ir);
                             const int64_t nr = aotc_gemm_min(AOTC_GEMM_NR, nc - jr);
-                            aotc_sgemm_tile(kc, ap + ir * kc, bp + jr * kc,
-                                            C0 + (ic + ir) * g->rsc + (jc + jr) * g->csc, g->rsc, g->csc,
-                                            mr, nr, g->accumulate || pc > 0);
+                            aotc_sgemm_tile_any(kc, ap + ir * kc, bp + jr * kc,
+                                                C0 + (ic + ir) * g->rsc + (jc + jr) * g->csc, g->rsc, g->csc,
+                                                mr, nr, g->accumulate || pc > 0);
                             g->epilogue(g->epilogue_args, m0 + ic + ir, m0 + ic + ir + mr,
                                         n0 + jc + jr, n0 + jc + jr + nr);
                         }
@@ -288,10 +320,10 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
                     /* B's micro-panel stays in L1 while the tiles walk down A's panels */
                     for (jr = 0; jr < nc; jr += AOTC_GEMM_NR)
                         for (ir = 0; ir < mc; ir += AOTC_GEMM_MR)
-                            aotc_sgemm_tile(kc, ap + ir * kc, bp + jr * kc,
-                                            C0 + (ic + ir) * g->rsc + (jc + jr) * g->csc, g->rsc, g->csc,
-                                            aotc_gemm_min(AOTC_GEMM_MR, mc - ir), aotc_gemm_min(AOTC_GEMM_NR, nc - jr),
-                                            g->accumulate || pc > 0);
+                            aotc_sgemm_tile_any(kc, ap + ir * kc, bp + jr * kc,
+                                                C0 + (ic + ir) * g->rsc + (jc + jr) * g->csc, g->rsc, g->csc,
+                                                aotc_gemm_min(AOTC_GEMM_MR, mc - ir), aotc_gemm_min(AOTC_GEMM_NR, nc - jr),
+                                                g->accumulate || pc > 0);
                 }
             }
         }

@@ -9,6 +9,9 @@ Lowering, per direction, inside one kernel:
   2. XG = X · Wᵀ for every time step at once (one GEMM over S*B rows), biases added;
   3. per time step: GR = H · Rᵀ (one GEMM over the batch), then the gate math for every
      (batch, unit) element, which updates the state H (and C) in scratch and writes Y.
+The two directions of a bidirectional node are independent: when they use the same
+activations they are one spatial loop over d (each with its own scratch), so a schedule can run
+them at once; the reverse one walks the time steps backwards.
 GRU with linear_before_reset=0 needs (r ⊙ H) · Rₕᵀ, so it does a second, smaller GEMM
 after the z/r gates of the step.
 
@@ -25,7 +28,7 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
-from ..kernel.ir import ORDERED, SPATIAL, GemmDest, call, cast, const, matrix, select
+from ..kernel.ir import ORDERED, SPATIAL, Const, GemmDest, call, cast, const, matrix, select
 from .registry import register
 
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")
@@ -71,7 +74,8 @@ def _activation(name: str, alpha: float, beta: float):
 
 
 def _activations(node, n_dir: int):
-    """The activation functions per direction: [[f, g, h] for each direction]."""
+    """The activation functions per direction, [[f, g, h] for each direction], and what they are
+    ([(name, alpha, beta), ...] per direction)."""
     k = _N_ACT[node.op_type]
     names = list(node.attr("activations", None) or _DEFAULT_ACT[node.op_type] * n_dir)
     if len(names) == k and n_dir == 2:
@@ -81,7 +85,7 @@ def _activations(node, n_dir: int):
                          f"{k * n_dir} expected")
     alphas = list(node.attr("activation_alpha", None) or [])
     betas = list(node.attr("activation_beta", None) or [])
-    fns = []
+    fns, specs = [], []
     for nm in names:
         key = nm.lower()
         if key not in _ACT_PARAMS:
@@ -91,7 +95,8 @@ def _activations(node, n_dir: int):
         a = alphas.pop(0) if ua and alphas else da
         bb = betas.pop(0) if ub and betas else db
         fns.append(_activation(key, float(a), float(bb)))
-    return [fns[d * k:(d + 1) * k] for d in range(n_dir)]
+        specs.append((key, float(a), float(bb)))
+    return [fns[d * k:(d + 1) * k] for d in range(n_dir)], [specs[d * k:(d + 1) * k] for d in range(n_dir)]
 
 
 def _dims(node, ins):
@@ -166,11 +171,12 @@ def _lower_rnn(node, ctx):
     S, B, I, D, H = _dims(node, [X, W, R])
     GH = G * H
     layout = int(node.attr("layout", 0))
-    direction = node.attr("direction", "forward")
+    direction_name = node.attr("direction", "forward")
     clip = node.attr("clip", None)
     input_forget = int(node.attr("input_forget", 0)) if kind == "LSTM" else 0
     lbr = int(node.attr("linear_before_reset", 0)) if kind == "GRU" else 0
-    acts = _activations(node, D)
+    acts, specs = _activations(node, D)
+    one_loop = D == 2 and specs[0] == specs[1]
     masked = not _full_length(ctx, S)
     f32 = dtypes.FLOAT32
     b = ctx.b
@@ -180,6 +186,12 @@ def _lower_rnn(node, ctx):
             return x
         lim = const(float(clip), f32)
         return select(x < -lim, -lim, select(x > lim, lim, x))
+
+    def either(rev, forward, backward):
+        """`forward` for a forward direction, `backward` for a reverse one (rev 0 / 1)."""
+        if isinstance(rev, Const):
+            return backward if rev.value else forward
+        return forward + rev * (backward - forward)
 
     # index helpers (layout 0: [S, B, ...], layout 1: [B, S, ...])
     def x_row(t, bi):
@@ -205,44 +217,46 @@ def _lower_rnn(node, ctx):
         r_t, rh_t = weights_t(2, H, 0), weights_t(2, H, 2 * H)
     else:
         r_t = weights_t(2, H)
-    XG = ctx.scratch((S * B, GH), f32, "xg")
-    GR = ctx.scratch((B, GH), f32, "gr")
-    Hs = ctx.scratch((B, H), f32, "h")
-    Cs = ctx.scratch((B, H), f32, "c") if kind == "LSTM" else None
-    RH = ctx.scratch((B, H), f32, "rh") if kind == "GRU" and not lbr else None
+    # scratch per direction when the directions run as one loop (a leading dim of 1 otherwise)
+    nd = D if one_loop else 1
+    XG = ctx.scratch((nd, S * B, GH), f32, "xg")
+    GR = ctx.scratch((nd, B, GH), f32, "gr")
+    Hs = ctx.scratch((nd, B, H), f32, "h")
+    Cs = ctx.scratch((nd, B, H), f32, "c") if kind == "LSTM" else None
+    RH = ctx.scratch((nd, B, H), f32, "rh") if kind == "GRU" and not lbr else None
 
     if masked and Y is not None:
         b.comment("steps past a sequence's length output zeros")
         with b.loop(Y.size, "i", role=SPATIAL) as i:
             b.store(Y, i, const(0.0, f32))
 
-    for d in range(D):
-        reverse = direction == "reverse" or d == 1
-        f_act = acts[d][0]
-        g_act = acts[d][1] if len(acts[d]) > 1 else None
-        h_act = acts[d][2] if len(acts[d]) > 2 else None
-        b.comment(f"direction {d} ({'reverse' if reverse else 'forward'})")
+    def direction(d, rev, act):
+        """Direction d (rev = 1 when it runs backwards), on scratch row dd."""
+        dd = d if one_loop else const(0)
+        f_act = act[0]
+        g_act = act[1] if len(act) > 1 else None
+        h_act = act[2] if len(act) > 2 else None
         b.comment("input projection of every time step: XG = X . W^T (+ biases)")
-        b.gemm(S * B, GH, I, matrix(X, 0, I, 1), w_t(d), GemmDest(XG, (0, 0), (0,), (1,)))
+        b.gemm(S * B, GH, I, matrix(X, 0, I, 1), w_t(d), GemmDest(XG, (dd, 0, 0), (1,), (2,)))
         if Bias is not None:
             with b.loops((S * B, GH), ["r", "g"], role=SPATIAL) as (r, g):
                 wb = Bias[d * 2 * GH + g]
                 rb = Bias[d * 2 * GH + GH + g]
                 if lbr:       # GRU: Rb of the h gate goes inside r * (...)
-                    v = XG[r, g] + wb + select(g < 2 * H, rb, const(0.0, f32))
+                    v = XG[dd, r, g] + wb + select(g < 2 * H, rb, const(0.0, f32))
                 else:
-                    v = XG[r, g] + wb + rb
-                b.store(XG, (r, g), v)
+                    v = XG[dd, r, g] + wb + rb
+                b.store(XG, (dd, r, g), v)
         b.comment("initial state")
         with b.loops((B, H), ["bi", "j"], role=SPATIAL) as (bi, j):
-            b.store(Hs, (bi, j), h0[state_at(d, bi, j)] if h0 is not None else const(0.0, f32))
+            b.store(Hs, (dd, bi, j), h0[state_at(d, bi, j)] if h0 is not None else const(0.0, f32))
             if Cs is not None:
-                b.store(Cs, (bi, j), c0[state_at(d, bi, j)] if c0 is not None else const(0.0, f32))
+                b.store(Cs, (dd, bi, j), c0[state_at(d, bi, j)] if c0 is not None else const(0.0, f32))
 
         with b.loop(S, "s", role=ORDERED) as s:       # each step needs the state the last one made
-            step_t = (S - 1) - s if reverse else s
-            b.gemm(B, 2 * H if kind == "GRU" and not lbr else GH, H, matrix(Hs, 0, H, 1), r_t(d),
-                   GemmDest(GR, (0, 0), (0,), (1,)))
+            step_t = either(rev, s, (S - 1) - s)
+            b.gemm(B, 2 * H if kind == "GRU" and not lbr else GH, H, matrix(Hs, dd * (B * H), H, 1), r_t(d),
+                   GemmDest(GR, (dd, 0, 0), (1,), (2,)))
 
             def elementwise(body):
                 """Run body(bi, j, t) over the batch and units, masked by sequence length."""
@@ -252,15 +266,15 @@ def _lower_rnn(node, ctx):
                     if masked:
                         length = b.local("len", cast(seq[bi], dtypes.INT64))
                         scope.enter_context(b.if_(s < length))
-                        t = b.local("t", (length - 1) - s) if reverse else s
+                        t = b.local("t", either(rev, s, (length - 1) - s))
                     with b.loop(H, "j", role=SPATIAL) as j:
                         body(bi, j, t)
 
             if kind == "LSTM":
                 def lstm_cell(bi, j, t):
                     row = x_row(t, bi)
-                    c_prev = b.local("c_prev", Cs[bi, j])
-                    pre = lambda gi: XG[row, gi * H + j] + GR[bi, gi * H + j]   # noqa: E731
+                    c_prev = b.local("c_prev", Cs[dd, bi, j])
+                    pre = lambda gi: XG[dd, row, gi * H + j] + GR[dd, bi, gi * H + j]   # noqa: E731
                     pi, po, pf, pc = pre(0), pre(1), pre(2), pre(3)
                     if P is not None:
                         pi = pi + P[d * 3 * H + j] * c_prev
@@ -273,57 +287,68 @@ def _lower_rnn(node, ctx):
                         po = po + P[d * 3 * H + H + j] * c_new
                     go = b.local("o_g", f_act(clipped(po)))
                     h_new = b.local("h_new", go * h_act(c_new))
-                    b.store(Cs, (bi, j), c_new)
-                    b.store(Hs, (bi, j), h_new)
+                    b.store(Cs, (dd, bi, j), c_new)
+                    b.store(Hs, (dd, bi, j), h_new)
                     if Y is not None:
                         b.store(Y, y_at(t, d, bi, j), h_new)
                 elementwise(lstm_cell)
             elif kind == "RNN":
                 def rnn_cell(bi, j, t):
-                    h_new = b.local("h_new", f_act(clipped(XG[x_row(t, bi), j] + GR[bi, j])))
-                    b.store(Hs, (bi, j), h_new)
+                    h_new = b.local("h_new", f_act(clipped(XG[dd, x_row(t, bi), j] + GR[dd, bi, j])))
+                    b.store(Hs, (dd, bi, j), h_new)
                     if Y is not None:
                         b.store(Y, y_at(t, d, bi, j), h_new)
                 elementwise(rnn_cell)
             else:
                 def gru_gates(bi, j, t):
                     row = x_row(t, bi)
-                    z = f_act(clipped(XG[row, j] + GR[bi, j]))
-                    r = b.local("r_g", f_act(clipped(XG[row, H + j] + GR[bi, H + j])))
-                    b.store(GR, (bi, j), z)          # keep z for the update below
+                    z = f_act(clipped(XG[dd, row, j] + GR[dd, bi, j]))
+                    r = b.local("r_g", f_act(clipped(XG[dd, row, H + j] + GR[dd, bi, H + j])))
+                    b.store(GR, (dd, bi, j), z)          # keep z for the update below
                     if lbr:
-                        b.store(GR, (bi, H + j), r)
+                        b.store(GR, (dd, bi, H + j), r)
                     else:
-                        b.store(RH, (bi, j), r * Hs[bi, j])
+                        b.store(RH, (dd, bi, j), r * Hs[dd, bi, j])
 
                 def gru_update(bi, j, t):
                     row = x_row(t, bi)
-                    z = GR[bi, j]
+                    z = GR[dd, bi, j]
                     if lbr:
                         rb = Bias[d * 2 * GH + GH + 2 * H + j] if Bias is not None else None
-                        rec = GR[bi, 2 * H + j] + rb if rb is not None else GR[bi, 2 * H + j]
-                        pre = XG[row, 2 * H + j] + GR[bi, H + j] * rec
+                        rec = GR[dd, bi, 2 * H + j] + rb if rb is not None else GR[dd, bi, 2 * H + j]
+                        pre = XG[dd, row, 2 * H + j] + GR[dd, bi, H + j] * rec
                     else:
-                        pre = XG[row, 2 * H + j] + GR[bi, 2 * H + j]
+                        pre = XG[dd, row, 2 * H + j] + GR[dd, bi, 2 * H + j]
                     hh = b.local("h_g", g_act(clipped(pre)))
-                    h_new = b.local("h_new", (const(1.0, f32) - z) * hh + z * Hs[bi, j])
-                    b.store(Hs, (bi, j), h_new)
+                    h_new = b.local("h_new", (const(1.0, f32) - z) * hh + z * Hs[dd, bi, j])
+                    b.store(Hs, (dd, bi, j), h_new)
                     if Y is not None:
                         b.store(Y, y_at(t, d, bi, j), h_new)
 
                 elementwise(gru_gates)
                 if not lbr:
-                    b.gemm(B, H, H, matrix(RH, 0, H, 1), rh_t(d), GemmDest(GR, (0, 2 * H), (0,), (1,)))
+                    b.gemm(B, H, H, matrix(RH, dd * (B * H), H, 1), rh_t(d),
+                           GemmDest(GR, (dd, 0, 2 * H), (1,), (2,)))
                 elementwise(gru_update)
 
         if Yh is None and Yc is None:
-            continue
+            return
         b.comment("final state")
         with b.loops((B, H), ["bi", "j"], role=SPATIAL) as (bi, j):
             if Yh is not None:
-                b.store(Yh, state_at(d, bi, j), Hs[bi, j])
+                b.store(Yh, state_at(d, bi, j), Hs[dd, bi, j])
             if Yc is not None:
-                b.store(Yc, state_at(d, bi, j), Cs[bi, j])
+                b.store(Yc, state_at(d, bi, j), Cs[dd, bi, j])
+
+    if one_loop:
+        b.comment("both directions at once: d = 0 forward, d = 1 reverse, each with its own scratch")
+        with b.loop(D, "d", role=SPATIAL) as d:
+            direction(d, d, acts[0])
+    else:
+        for d in range(D):
+            rev = direction_name == "reverse" or d == 1
+            b.comment(f"direction {d} ({'reverse' if rev else 'forward'})")
+            direction(const(d), const(int(rev)), acts[d])
 
 
 for _op in RECURRENT_OPS:

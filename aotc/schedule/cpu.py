@@ -18,13 +18,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import AotcError
-from ..kernel.ir import (F32, PARALLEL, REDUCTION, SPATIAL, VECTORIZED, Assign, BinOp, Buffer, CallStmt, Const, Decl,
-                         Gemm, If, Loop, Select, Stmt, Store, Var, children, walk_buffers, walk_stmts)
+from ..kernel.ir import (F32, PARALLEL, REDUCTION, SPATIAL, VECTORIZED, Assign, BinOp, Buffer, Call, CallStmt, Const,
+                         Decl, Gemm, If, Loop, Select, Stmt, Store, Var, children, stmt_exprs, walk_buffers, walk_expr,
+                         walk_stmts)
 from ..kernel.retype import widen_accumulators
 from .gemm_cpu import ConstPacker, GemmTiles, choose_split, gemm_macs, swap_orientation
 
 # a loop of unknown trip count (bounds from data or from outer indices) counts as this many
 UNKNOWN_TRIPS = 8
+# what a math function call costs, in statements (a scalar libm exp / tanh / erf is tens of cycles,
+# where a vectorized add is a fraction of one)
+CALL_COST = 16
 
 
 def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
@@ -39,7 +43,7 @@ def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
         k = st.kernel
         k.body = _gemms(k.body, [], st, packer, tiles, threads, min_gemm)
         if threads > 1:
-            k.body = _parallelize(k.body, min_work)
+            k.body = _parallelize(k.body, min_work, threads)
         k.body = _vectorize(k.body)
         k.body = widen_accumulators(k.body, F32, acc)
         work = [g for g in walk_stmts(k.body) if isinstance(g, Gemm) and g.work is not None]
@@ -119,7 +123,7 @@ def work_estimate(stmts: list[Stmt], bounds: dict | None = None) -> int:
             ub = _upper(s.init, bounds)
             if ub is not None:
                 bounds[s.var.name] = ub
-            total += 1
+            total += _cost(s)
         elif isinstance(s, Loop):
             hi = _upper(s.extent, bounds)
             lo = s.start.value if isinstance(s.start, Const) else 0
@@ -130,8 +134,14 @@ def work_estimate(stmts: list[Stmt], bounds: dict | None = None) -> int:
         elif isinstance(s, Gemm):
             total += gemm_macs(s) // 16 + s.M * s.N * max(work_estimate(s.epilogue), 1)
         elif isinstance(s, (Store, Assign, CallStmt)):
-            total += 1
+            total += _cost(s)
     return total
+
+
+def _cost(s: Stmt) -> int:
+    """One statement: 1, plus CALL_COST per math function call it makes."""
+    calls = sum(1 for e in stmt_exprs(s) for x in walk_expr(e) if isinstance(x, Call))
+    return 1 + CALL_COST * calls
 
 
 def _upper(e, bounds: dict):
@@ -157,33 +167,58 @@ def _upper(e, bounds: dict):
     return None
 
 
-def _parallelize(stmts: list[Stmt], min_work: int) -> list[Stmt]:
-    """Mark the outermost spatial loops worth a hand-off to the pool as parallel."""
+# a parallel region inside an ordered loop (an RNN's time steps) runs once per iteration and
+# moves its data between cores every time: it must carry this many times the usual work
+NESTED_WORK_FACTOR = 4
+
+
+def _parallelize(stmts: list[Stmt], min_work: int, threads: int, nested: bool = False) -> list[Stmt]:
+    """Mark the outermost spatial loops worth a hand-off to the pool as parallel. A loop holding
+    GEMMs qualifies when it has at least `threads` iterations (attention heads, an RNN's
+    directions): its GEMMs then run whole on the thread that runs the iteration, which beats
+    splitting each of them."""
     out = []
+    need = min_work * (NESTED_WORK_FACTOR if nested else 1)
     for s in stmts:
         if isinstance(s, Loop):
-            if _can_parallelize(s) and work_estimate([s]) >= min_work:
+            if _can_parallelize(s, threads) and work_estimate([s]) >= need:
                 s = replace(s, kind=PARALLEL, body=_serial_inside(s.body))
             else:
-                s = replace(s, body=_parallelize(s.body, min_work))
+                s = replace(s, body=_parallelize(s.body, min_work, threads, nested or s.role != SPATIAL))
         elif isinstance(s, If):
-            s = If(s.cond, _parallelize(s.then, min_work), _parallelize(s.orelse, min_work))
+            s = If(s.cond, _parallelize(s.then, min_work, threads, nested),
+                   _parallelize(s.orelse, min_work, threads, nested))
         out.append(s)
     return out
 
 
-def _can_parallelize(lp: Loop) -> bool:
-    """Spatial, starting at 0, with at least two iterations, and no GEMM inside (a GEMM is
-    split across threads itself)."""
+def _can_parallelize(lp: Loop, threads: int) -> bool:
+    """Spatial, starting at 0, with at least two iterations; with GEMMs inside, at least as many
+    iterations as threads."""
     if lp.role != SPATIAL or not (isinstance(lp.start, Const) and lp.start.value == 0):
         return False
-    if isinstance(lp.extent, Const) and lp.extent.value < 2:
+    n = lp.extent.value if isinstance(lp.extent, Const) else None
+    if n is not None and n < 2:
         return False
-    return not any(isinstance(x, Gemm) and x.parallel for x in walk_stmts(lp.body))
+    if any(isinstance(x, Gemm) for x in walk_stmts(lp.body)):
+        return n is not None and n >= threads
+    return True
 
 
 def _serial_inside(stmts: list[Stmt]) -> list[Stmt]:
-    return [replace(s, body=_serial_inside(s.body)) if isinstance(s, Loop) else s for s in stmts]
+    """Inside a parallel loop everything runs on the iteration's thread: GEMMs are not split,
+    and their packing scratch is per thread."""
+    out = []
+    for s in stmts:
+        if isinstance(s, Loop):
+            s = replace(s, body=_serial_inside(s.body))
+        elif isinstance(s, If):
+            s = If(s.cond, _serial_inside(s.then), _serial_inside(s.orelse))
+        elif isinstance(s, Gemm):
+            work = replace(s.work, per_thread=True) if s.work is not None else None
+            s = replace(s, parallel=False, split="none", work=work)
+        out.append(s)
+    return out
 
 
 # ----------------------------------------------------------------------------- vector hints

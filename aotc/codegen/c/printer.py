@@ -130,6 +130,7 @@ class CPrinter(CStylePrinter):
         """A parallel loop: its body as a task over [begin, end) of the iterations."""
         pad = self.indent * ind
         self._task += 1
+        task = f"{self.kernel_.name}_task{self._task}"      # before the body's own helpers
         can_fail = any(isinstance(x, Fail) for x in walk_stmts(s.body))
         v = s.var
 
@@ -139,14 +140,14 @@ class CPrinter(CStylePrinter):
             self.out("    }")
 
         struct, init = self._outline(
-            f"task{self._task}", s.body, [v], "void *task_args, int64_t begin, int64_t end, int thread",
+            task[len(self.kernel_.name) + 1:], s.body, [v], "void *task_args, int64_t begin, int64_t end, int thread",
             ["    (void)thread;"], body, can_fail)
         start = self.expr(s.start)
         if start != "0":
             raise PrintError(f"parallel loop {v.name!r} must start at 0 (the schedule normalizes it)")
         self.out(f"{pad}{{")
         self.out(f"{pad}    {struct} args = {{ {', '.join(init)} }};")
-        self.out(f"{pad}    aotc_parallel_for(pool, {self.expr(s.extent)}, {self.kernel_.name}_task{self._task}, &args);")
+        self.out(f"{pad}    aotc_parallel_for(pool, {self.expr(s.extent)}, {task}, &args);")
         if can_fail:
             self.out(f"{pad}    if (args.status != AOTC_OK)")
             self.out(f"{pad}        {self._propagate('args.status')}")
@@ -167,8 +168,11 @@ class CPrinter(CStylePrinter):
                   ("C", self.expr(_ptr(C))), ("rsc", str(C.rs)), ("csc", str(C.cs)),
                   ("accumulate", "1" if s.accumulate else "0"),
                   ("split", f"AOTC_GEMM_SPLIT_{s.split.upper()}" if s.parallel else "AOTC_GEMM_SPLIT_NONE")]
-        if s.work is not None:      # per thread when the GEMM is split: thread t packs at work + t * work_floats
-            fields += [("work", s.work.name), ("work_floats", str(s.work.size))]
+        if s.work is not None:
+            # per thread: a split GEMM's thread t packs at work + t * work_floats; in a parallel
+            # loop's task, the task's thread has its own part
+            work = f"{s.work.name} + thread * {s.work.size}" if self._in_task and s.work.per_thread else s.work.name
+            fields += [("work", work), ("work_floats", str(s.work.size))]
         struct = None
         if s.epilogue:
             self._task += 1
