@@ -16,6 +16,7 @@
 #include <stdlib.h>
 
 #include "aotc_runtime.h"
+#include "aotc_support.h"
 
 /* Returns the call's failure as an aotc status from the enclosing function. */
 #define AOTC_CL_CHECK(call)                          \

@@ -23,7 +23,7 @@ class OpenCLBackend:
         return build_device_program(steps, plan)
 
     def runtime_headers(self, program: Program) -> list[str]:
-        return ["aotc_runtime.h", "aotc_opencl.h"]
+        return ["aotc_runtime.h", "aotc_support.h", "aotc_opencl.h"]
 
     def sources(self, prefix: str, graph, program: Program, plan, external: bool, target: dict,
                 threads: int) -> dict[str, str]:
