@@ -6,6 +6,7 @@ extensions each target file `requires` (from /proc/cpuinfo) and its `native_rank
 from __future__ import annotations
 
 import platform
+import re
 import tomllib
 from functools import lru_cache
 from pathlib import Path
@@ -74,7 +75,13 @@ def load_target(name: str) -> dict:
     requested = name
     if name == NATIVE:
         name = native_target()
-    t = _read(name)
+    base, _, arch = name.partition(":")        # cuda:sm_90: the cuda target for one architecture
+    t = _read(base if arch else name)
+    if arch:
+        if "arch" not in t or not re.fullmatch(r"sm_\d+a?", arch):
+            raise AotcError(f"target {name!r}: {base!r} takes no architecture {arch!r}",
+                            "write it as cuda:sm_80, cuda:sm_90...")
+        t["arch"], t["name"] = [arch], name
     t["requested"] = requested
     if t.get("language") not in languages():
         raise AotcError(f"target {t['name']!r} has language {t.get('language')!r}, which aotc has no backend for",

@@ -20,6 +20,7 @@
 #define AOTC_ERR_NO_DEVICE 10         /* create(): no device of the kind the artifact needs */
 #define AOTC_ERR_DEVICE 11            /* a device call failed (out of device memory, lost device...) */
 #define AOTC_ERR_DEVICE_BUILD 12      /* create(): the device compiler rejected the kernels */
+#define AOTC_ERR_DEVICE_MISMATCH 13   /* create(): the device, its driver or the compiled architecture do not fit */
 
 #define AOTC_STRERROR_CASES                                                        \
     case AOTC_OK: return "ok";                                                     \
@@ -34,14 +35,15 @@
     case AOTC_ERR_NOT_SUPPORTED: return "not supported for this target (GPU targets: use create and invoke)"; \
     case AOTC_ERR_NO_DEVICE: return "no device the artifact can run on";          \
     case AOTC_ERR_DEVICE: return "a device operation failed";                      \
-    case AOTC_ERR_DEVICE_BUILD: return "the device compiler rejected the generated kernels";
+    case AOTC_ERR_DEVICE_BUILD: return "the device compiler rejected the generated kernels"; \
+    case AOTC_ERR_DEVICE_MISMATCH: return "the device, its driver or the architecture the artifact was compiled for do not fit";
 
 /* Options of <name>_create_with_options; zero-initialize, then set what you need. */
 typedef struct {
     int threads;       /* CPU targets: threads of the instance (1 .. <NAME>_THREADS); 0: as many as
                           the machine has cores, up to <NAME>_THREADS */
     int platform;      /* OpenCL: platform index (0: the first with a suitable device) */
-    int device;        /* OpenCL, CUDA: device index on that platform (0: the first) */
+    int device;        /* OpenCL: device index on that platform; CUDA: device index (0: the first) */
     int profile;       /* 1: time every kernel, summed over invokes (<name>_profile) */
 } aotc_options;
 

@@ -77,6 +77,11 @@ class Library:
             if status == 6:         # AOTC_ERR_BAD_OPTION
                 hint = (f"this artifact was compiled for at most {self.manifest.get('threads', 1)} threads"
                         if threads > 1 else "check the device options")
+            elif status in (10, 13) and self.manifest.get("language") == "cuda":
+                hint = ("it needs an NVIDIA GPU of compute capability 8.0 or newer and a driver for CUDA 13 "
+                        f"(compiled for {self.manifest.get('target')}); cuda artifacts compile anywhere nvcc is")
+            elif status == 10:
+                hint = "no OpenCL device was found: install a driver (make opencl-deps installs PoCL)"
             raise ArtifactError(f"{self.prefix}_create failed with status {status}: {self.error(status)}", hint)
         return self.ffi.gc(out[0], self._fn("destroy"))
 

@@ -15,7 +15,8 @@ import importlib
 from ..errors import AotcError
 
 # language -> module implementing the Backend interface
-_BACKENDS = {"c": "aotc.codegen.c.backend", "opencl": "aotc.codegen.opencl.backend"}
+_BACKENDS = {"c": "aotc.codegen.c.backend", "opencl": "aotc.codegen.opencl.backend",
+             "cuda": "aotc.codegen.cuda.backend"}
 
 
 def languages() -> list[str]:

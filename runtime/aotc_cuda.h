@@ -1,0 +1,61 @@
+/* aotc runtime: CUDA host helpers for artifacts of the cuda target: every CUDA runtime error as
+ * an aotc status code, and the check of the device an instance is made on. */
+#ifndef AOTC_CUDA_H
+#define AOTC_CUDA_H
+
+#include <cuda_runtime.h>
+
+#include "aotc_runtime.h"
+
+static inline int aotc_cuda_status(cudaError_t err)
+{
+    switch (err) {
+    case cudaSuccess: return AOTC_OK;
+    case cudaErrorMemoryAllocation: return AOTC_ERR_OUT_OF_MEMORY;
+    case cudaErrorNoDevice:
+    case cudaErrorInvalidDevice: return AOTC_ERR_NO_DEVICE;
+    case cudaErrorInsufficientDriver:
+    case cudaErrorNoKernelImageForDevice:
+    case cudaErrorUnsupportedPtxVersion:
+    case cudaErrorSystemDriverMismatch:
+    case cudaErrorCompatNotSupportedOnDevice: return AOTC_ERR_DEVICE_MISMATCH;
+    default: return AOTC_ERR_DEVICE;
+    }
+}
+
+/* Returns the call's failure as an aotc status from the enclosing function. */
+#define AOTC_CUDA_CHECK(call)                            \
+    do {                                                 \
+        cudaError_t aotc_cuda_err_ = (call);             \
+        if (aotc_cuda_err_ != cudaSuccess)               \
+            return aotc_cuda_status(aotc_cuda_err_);     \
+    } while (0)
+
+/* Device `index` exists and has compute capability min_cc (major * 10 + minor) or more. */
+static inline int aotc_cuda_check_device(int index, int min_cc)
+{
+    int count = 0, major = 0, minor = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess)
+        return aotc_cuda_status(err);
+    if (count == 0)
+        return AOTC_ERR_NO_DEVICE;
+    if (index < 0 || index >= count)
+        return AOTC_ERR_BAD_OPTION;
+    AOTC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index));
+    AOTC_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index));
+    return major * 10 + minor >= min_cc ? AOTC_OK : AOTC_ERR_DEVICE_MISMATCH;
+}
+
+/* Kernel timing: waits for the event recorded after a launch and adds the time since ev[0]. */
+static inline int aotc_cuda_time(cudaEvent_t ev[2], cudaStream_t stream, double *ms)
+{
+    float t = 0.0f;
+    AOTC_CUDA_CHECK(cudaEventRecord(ev[1], stream));
+    AOTC_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+    AOTC_CUDA_CHECK(cudaEventElapsedTime(&t, ev[0], ev[1]));
+    *ms += t;
+    return AOTC_OK;
+}
+
+#endif
