@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
-import json
 import statistics
 import time
 from pathlib import Path
@@ -92,45 +91,36 @@ def zoo(a) -> str:
 
 
 # ----------------------------------------------------------------------------- beside PyTorch
-def _torch_models(batch: int):
-    """name -> (module, example inputs) built by PyTorch and its libraries, random weights."""
+TORCH_MODELS = ("resnet50", "mobilenetv2", "bert", "gpt2", "vit", "mlp", "lstm")
+
+
+def _torch_model(name: str, batch: int):
+    """(module, example inputs) PyTorch and its libraries build, random weights; the same
+    ones in every process (seeded here)."""
     import torch
-    out = {}
-
-    def add(name, fn):
-        try:
-            out[name] = fn()
-        except Exception as ex:       # a library missing on this machine: say so, go on
-            print(f"{name}: cannot build ({type(ex).__name__}: {ex})", flush=True)
-
-    def tv(ctor):
+    torch.manual_seed(0)
+    if name in ("resnet50", "mobilenetv2"):
         import torchvision
+        ctor = {"resnet50": "resnet50", "mobilenetv2": "mobilenet_v2"}[name]
         return getattr(torchvision.models, ctor)(weights=None).eval(), (torch.randn(batch, 3, 224, 224),)
-
-    add("resnet50", lambda: tv("resnet50"))
-    add("mobilenetv2", lambda: tv("mobilenet_v2"))
-
-    def hf(kind):
+    if name in ("bert", "gpt2", "vit"):
         import transformers as T
-        if kind == "bert":
+        if name == "bert":
             cfg = T.BertConfig(attn_implementation="eager")
-            model, ids = T.BertModel(cfg), torch.randint(0, cfg.vocab_size, (batch, 128))
-            return _Wrap(model).eval(), (ids, torch.ones(batch, 128, dtype=torch.int64))
-        if kind == "gpt2":
+            model = _Wrap(T.BertModel(cfg)).eval()
+            return model, (torch.randint(0, cfg.vocab_size, (batch, 128)), torch.ones(batch, 128, dtype=torch.int64))
+        if name == "gpt2":
             cfg = T.GPT2Config(attn_implementation="eager")
             return _Wrap(T.GPT2Model(cfg)).eval(), (torch.randint(0, cfg.vocab_size, (batch, 64)),)
         cfg = T.ViTConfig(hidden_size=192, num_hidden_layers=12, num_attention_heads=3, intermediate_size=768,
                           attn_implementation="eager")
         return _Wrap(T.ViTModel(cfg)).eval(), (torch.randn(batch, 3, 224, 224),)
-
-    add("bert", lambda: hf("bert"))
-    add("gpt2", lambda: hf("gpt2"))
-    add("vit", lambda: hf("vit"))
-    add("mlp", lambda: (torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
-                                            torch.nn.ReLU(), torch.nn.Linear(512, 10)).eval(),
-                        (torch.randn(batch, 784),)))
-    add("lstm", lambda: (_Lstm().eval(), (torch.randn(32, batch, 64),)))
-    return out
+    if name == "mlp":
+        return (torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+                                    torch.nn.ReLU(), torch.nn.Linear(512, 10)).eval(), (torch.randn(batch, 784),))
+    if name == "lstm":
+        return _Lstm().eval(), (torch.randn(32, batch, 64),)
+    raise KeyError(name)
 
 
 class _Wrap:
@@ -184,43 +174,69 @@ def _time_cuda(fn, runs: int, warmup: int = 10) -> float:
     return statistics.median(ts)
 
 
-def beside_torch(a) -> str:
+def _prepare(args):
+    """In a worker process: export one model, compile it with aotc, and run torch.compile on it
+    once (its compiled graphs land in inductor's cache for the timing pass)."""
+    name, batch, target, workdir = args
     import torch
-    from aotc.api import compile as aotc_compile
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    from aotc.compiler import compile_model
+    t0 = time.perf_counter()
+    try:
+        model, inputs = _torch_model(name, batch)
+        path = Path(workdir) / f"t_{name}_{batch}.onnx"
+        with torch.no_grad():
+            torch.onnx.export(model, inputs, str(path), opset_version=17, dynamo=False)
+        compile_model(path, target=target, output_dir=Path(workdir) / f"t_{name}_{batch}_cuda")
+        gpu = model.cuda()
+        with torch.no_grad():
+            torch.compile(gpu)(*(x.cuda() for x in inputs))
+        return name, batch, time.perf_counter() - t0, None
+    except Exception as ex:       # reported in the table, the others go on
+        return name, batch, time.perf_counter() - t0, f"{type(ex).__name__}: {str(ex)[:300]}"
+
+
+def beside_torch(a) -> str:
+    import multiprocessing as mp
+    import torch
+    from aotc.api import load
     work = Path(a.workdir)
     work.mkdir(parents=True, exist_ok=True)
+    names = a.models.split(",") if a.models else list(TORCH_MODELS)
+    jobs = [(n, int(b), a.target, str(work)) for b in a.batches.split(",") for n in names]
+    with cf.ProcessPoolExecutor(a.jobs, mp_context=mp.get_context("spawn")) as pool:
+        ready = {(n, b): err for n, b, _, err in pool.map(_prepare, jobs)}
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     rows = [f"GPU: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; float32, TF32 off; median of "
             f"{a.runs} runs after warm-up, ms. aotc includes copying inputs in and outputs out.", "",
             "| model | batch | PyTorch eager | torch.compile | aotc cuda | eager/aotc | compile/aotc | max abs err |",
             "|---|---|---|---|---|---|---|---|"]
-    wanted = a.models.split(",") if a.models else None
-    for batch in [int(b) for b in a.batches.split(",")]:
-        for name, (model, inputs) in _torch_models(batch).items():
-            if wanted and name not in wanted:
-                continue
-            try:
-                path = work / f"t_{name}_{batch}.onnx"
-                with torch.no_grad():
-                    torch.onnx.export(model, inputs, str(path), opset_version=17, dynamo=False)
-                gpu = model.cuda()
-                gin = tuple(x.cuda() for x in inputs)
-                with torch.no_grad():
-                    ref = gpu(*gin)
-                    eager = _time_cuda(lambda: gpu(*gin), a.runs)
-                    compiled = torch.compile(gpu)
-                    comp = _time_cuda(lambda: compiled(*gin), a.runs)
-                m = aotc_compile(path, target=a.target, output_dir=work / f"t_{name}_{batch}_cuda")
-                feeds = [x.numpy() for x in inputs]
-                got = m.run(feeds)[0]
-                err = float(np.max(np.abs(got - ref.float().cpu().numpy())))
-                mine = _time_cuda(lambda: m.run(feeds), a.runs)
-                rows.append(f"| {name} | {batch} | {eager:.3f} | {comp:.3f} | {mine:.3f} | {eager / mine:.2f} | "
-                            f"{comp / mine:.2f} | {err:.3g} |")
-            except Exception as ex:
-                rows.append(f"| {name} | {batch} | | | ERROR | | | {type(ex).__name__}: {str(ex)[:200]} |")
+    for name, batch, _, _ in jobs:
+        err = ready[(name, batch)]
+        if err:
+            rows.append(f"| {name} | {batch} | | | ERROR | | | {err} |")
             print(rows[-1], flush=True)
+            continue
+        try:
+            model, inputs = _torch_model(name, batch)
+            gpu = model.cuda()
+            gin = tuple(x.cuda() for x in inputs)
+            with torch.no_grad():
+                ref = gpu(*gin)
+                eager = _time_cuda(lambda: gpu(*gin), a.runs)
+                compiled = torch.compile(gpu)
+                comp = _time_cuda(lambda: compiled(*gin), a.runs)
+            m = load(work / f"t_{name}_{batch}_cuda")
+            feeds = [x.numpy() for x in inputs]
+            got = m.run(feeds)[0]
+            diff = float(np.max(np.abs(got - ref.float().cpu().numpy())))
+            mine = _time_cuda(lambda: m.run(feeds), a.runs)
+            rows.append(f"| {name} | {batch} | {eager:.3f} | {comp:.3f} | {mine:.3f} | {eager / mine:.2f} | "
+                        f"{comp / mine:.2f} | {diff:.3g} |")
+            torch.cuda.empty_cache()
+        except Exception as ex:
+            rows.append(f"| {name} | {batch} | | | ERROR | | | {type(ex).__name__}: {str(ex)[:200]} |")
+        print(rows[-1], flush=True)
     return "\n".join(rows)
 
 

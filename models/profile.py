@@ -50,10 +50,10 @@ def main() -> None:
     total = {t: sum(d.values()) for t, d in per.items()}
     print(f"{a.model} ({a.size}, {a.target}): " + ", ".join(f"{t} thread(s) {total[t]:.2f} ms in kernels"
                                                             for t in per))
-    head = f"{'kernel':60} {first}T ms  share" + "".join(f"  {t}T ms  speed-up" for t in others)
+    head = f"{'kernel':90} {first}T ms  share" + "".join(f"  {t}T ms  speed-up" for t in others)
     print(head)
     for k, v in sorted(per[first].items(), key=lambda kv: -kv[1])[:a.top]:
-        row = f"{k[:60]:60} {v:7.3f} {100 * v / total[first]:5.1f}%"
+        row = f"{k[:90]:90} {v:7.3f} {100 * v / total[first]:5.1f}%"
         for t in others:
             w = per[t].get(k, float("nan"))
             row += f"  {w:7.3f} {v / w if w else float('nan'):7.2f}x"

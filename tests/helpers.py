@@ -1,6 +1,7 @@
 """Shared test helpers: tiny ONNX graphs and a parity assertion against ONNX Runtime."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -81,4 +82,21 @@ def eager_threads_target(directory: Path) -> str:
          'accumulate_float32 = "float64"']
     p = Path(directory) / "c-eager-threads.toml"
     p.write_text("\n".join(lines) + "\n")
+    return str(p)
+
+
+def eager_gpu_target(directory: Path) -> str:
+    """A target file: the opencl target with the GPU schedule's thresholds at their most eager,
+    so that small models take the paths full-size ones do: a work-group for every spatial
+    iteration whose inner loops can be shared (`group_min_work`), and GEMMs cut into the
+    smallest tiles and split along K (`min_groups`, `split_min_k`)."""
+    from aotc.paths import TARGETS_DIR
+    text = (TARGETS_DIR / "opencl.toml").read_text()
+    text = text.replace('name = "opencl"', 'name = "opencl-eager"', 1)
+    for key, value in (("group_min_work", 1), ("min_groups", 4096), ("split_min_k", 16)):
+        text, n = re.subn(rf"^{key} = .*$", f"{key} = {value}", text, flags=re.M)
+        if not n:
+            text = text.replace("[gpu]\n", f"[gpu]\n{key} = {value}\n", 1)
+    p = Path(directory) / "opencl-eager.toml"
+    p.write_text(text)
     return str(p)

@@ -19,7 +19,7 @@ from aotc.api import compile as aotc_compile
 from aotc.check.runner import run_check
 from aotc.errors import ArtifactError, RunError
 from models.zoo import ZOO
-from tests.helpers import assert_parity, graph_model, rand, single_op_model
+from tests.helpers import assert_parity, eager_gpu_target, graph_model, rand, single_op_model
 
 N = helper.make_node
 
@@ -48,16 +48,24 @@ def _opencl_missing() -> str | None:
 pytestmark = pytest.mark.skipif(_opencl_missing() is not None, reason=str(_opencl_missing()))
 
 
+def _target(kind: str, tmp_path) -> str:
+    return "opencl" if kind == "opencl" else eager_gpu_target(tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["opencl", "eager"])
 @pytest.mark.parametrize("name", list(ZOO))
-def test_zoo_on_opencl(name, tmp_path):
+def test_zoo_on_opencl(name, kind, tmp_path):
+    """Every small zoo model; 'eager': with every shareable spatial iteration given a work-group
+    (the launch full-size models get for im2col, softmax and normalization rows) and every
+    GEMM in small tiles with K split (what small products get on a large GPU)."""
     e = ZOO[name]
     path = tmp_path / f"{name}.onnx"
     onnx.save(e.build("small"), str(path))
-    res = run_check(path, target="opencl", shapes=e.shapes_for("small"), rtol=e.rtol, atol=e.atol,
-                    output_dir=tmp_path / "out", seed=13)
-    assert res.target == "opencl" and res.outputs
+    res = run_check(path, target=_target(kind, tmp_path), shapes=e.shapes_for("small"), rtol=e.rtol,
+                    atol=e.atol, output_dir=tmp_path / "out", seed=13)
+    assert res.outputs
     for o in res.outputs:
-        assert o.passed, f"{name}/{o.name} on opencl: max_abs={o.max_abs_err:.3g} {o.note}"
+        assert o.passed, f"{name}/{o.name} on {kind}: max_abs={o.max_abs_err:.3g} {o.note}"
 
 
 def test_artifact_is_readable_opencl_c(tmp_path):
@@ -75,7 +83,8 @@ def test_artifact_is_readable_opencl_c(tmp_path):
     assert "clBuildProgram" not in host and "aotc_cl_build" in host    # built once, at create
 
 
-def test_op_families_on_opencl(tmp_path):
+@pytest.mark.parametrize("kind", ["opencl", "eager"])
+def test_op_families_on_opencl(kind, tmp_path):
     """Reductions (a softmax and an argmax whose outer loops vanish: their running max and sum
     must stay in one launch), pooling, resize, pad, gather, instance norm, conv transpose,
     depthwise conv, layer norm, a batched MatMul with a fused epilogue."""
@@ -97,15 +106,26 @@ def test_op_families_on_opencl(tmp_path):
              "b10": rand(10, seed=9), "w10": rand(10, 7, seed=10), "b7": rand(7, seed=11)}
     outs = ["r1", "r2", "sv", "av", "mp", "rs", "pd", "ga", "inn", "ct", "dw", "ln", "y"]
     m = graph_model(nodes, {"x": x, "v": v, "ids": ids}, outs, inits, opset=18)
-    assert_parity(m, tmp_path, {"x": x, "v": v, "ids": ids}, target="opencl")
+    assert_parity(m, tmp_path, {"x": x, "v": v, "ids": ids}, target=_target(kind, tmp_path))
+    if kind == "eager":
+        cl = (tmp_path / "out" / "model.cl").read_text()
+        shared = {line.split("'")[0].strip("/* ").strip() for line in cl.splitlines()
+                  if line.startswith("/*") and "work-group" in line}
+        # the row-wise kernels run as work-groups; their reductions combine across the group
+        assert {"ReduceMean", "Softmax", "LayerNormalization", "MaxPool", "Conv"} <= shared, shared
+        assert "part[lid] = " in cl
 
 
-def test_index_error_is_a_status_on_opencl(tmp_path):
+@pytest.mark.parametrize("kind", ["opencl", "eager"])
+def test_index_error_is_a_status_on_opencl(kind, tmp_path):
+    """A kernel's Fail is a status; 'eager': the gather rows run as work-groups (no barrier in
+    them, so a work-item may stop alone)."""
     x = rand(10, 4, seed=12)
     m = single_op_model("Gather", {"x": x, "i": np.array([3, 10], np.int64)}, axis=0)
     path = tmp_path / "m.onnx"
     onnx.save(m, str(path))
-    cm = aotc_compile(path, target="opencl", output_dir=tmp_path / "out")
+    cm = aotc_compile(path, target=_target(kind, tmp_path), output_dir=tmp_path / "out")
+    assert kind == "opencl" or "work-group" in (tmp_path / "out" / "m.cl").read_text()
     with pytest.raises(RunError, match=r"Gather.*out of range"):
         cm.run({"x": x, "i": np.array([3, 10], np.int64)})
     got = cm.run({"x": x, "i": np.array([3, -10], np.int64)})[0]
@@ -127,3 +147,22 @@ def test_device_options_are_checked(tmp_path):
     x = rand(1, 64, seed=14)
     y = lib.run(inst, [x])[0]
     assert y.shape == (1, 10) and np.all(np.isfinite(y))
+
+
+@pytest.mark.parametrize("kind", ["opencl", "eager"])
+def test_batched_convolutions_on_opencl(kind, tmp_path):
+    """Batch entries (and groups) of a Conv run in the same launches: each gets its own copy of
+    the im2col scratch, and the GEMMs of all of them are one launch."""
+    x = rand(3, 4, 9, 8, seed=21)
+    nodes = [N("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             N("Conv", ["c1", "w2"], ["c2"], group=2, strides=[2, 1], pads=[0, 1, 1, 0]),
+             N("Conv", ["c2", "w3", "b3"], ["y"])]
+    inits = {"w1": rand(6, 4, 3, 3, seed=22), "w2": rand(6, 3, 2, 3, seed=23), "w3": rand(5, 6, 1, 1, seed=24),
+             "b3": rand(5, seed=25)}
+    m = graph_model(nodes, {"x": x}, ["y"], inits, opset=18)
+    assert_parity(m, tmp_path, {"x": x}, target=_target(kind, tmp_path))
+    cl = (tmp_path / "out" / "model.cl").read_text()
+    gemms = [line for line in cl.splitlines() if "GEMM" in line and line.startswith("/*")]
+    assert len(gemms) >= 3 and all(" 3x" in g or " 6x" in g for g in gemms[:3]), gemms
+    host = (tmp_path / "out" / "model.c").read_text()
+    assert "for (" not in host.split("_execute(")[1].split("\n}\n")[0]      # no host loops

@@ -123,7 +123,8 @@ class CStylePrinter:
         if pragma:
             self.out(f"{pad}{pragma}")
         ty = self.type_name(s.var.dtype)
-        self.out(f"{pad}for ({ty} {v} = {start}; {v} < {ext}; ++{v}) {{")
+        inc = f"++{v}" if s.step == 1 else f"{v} += {s.step}"
+        self.out(f"{pad}for ({ty} {v} = {start}; {v} < {ext}; {inc}) {{")
 
     def loop_close(self, s: Loop, ind: int) -> None:
         pad = self.indent * ind

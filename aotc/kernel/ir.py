@@ -340,6 +340,11 @@ class Loop(Stmt):
     start: Expr = field(default_factory=lambda: const(0))
     role: str = ORDERED       # the op's statement, see ROLES
     axis: Optional[str] = None   # bound loops: the GPU index axis (GPU_AXES)
+    step: int = 1             # a positive constant (work-items sharing a loop start apart and stride)
+    # scratch buffers each iteration fills and then uses alone: the iterations are independent
+    # given a copy each (a schedule running them at once must give them one), the op's
+    # statement beside `role`, e.g. a Conv's im2col buffer reused for every batch entry
+    private: tuple = ()
 
 
 @dataclass(eq=False)
@@ -676,10 +681,12 @@ class Builder:
         assert role in ROLES, role
         return _LoopCtx(self, Loop(Var(self.fresh(name)), wrap(extent), [], SERIAL, wrap(start), role))
 
-    def loops(self, shape: Sequence[int], names: Sequence[str] | None = None, role: str = ORDERED):
-        """Nested loops over a whole shape, all of one role; yields the index variables."""
+    def loops(self, shape: Sequence[int], names: Sequence[str] | None = None, role: str = ORDERED,
+              private: Sequence[Buffer] = ()):
+        """Nested loops over a whole shape, all of one role; yields the index variables.
+        `private`: scratch every iteration fills and uses alone (see Loop.private)."""
         assert role in ROLES, role
-        return _NestCtx(self, shape, names, role)
+        return _NestCtx(self, shape, names, role, tuple(b.name for b in private))
 
     def if_(self, cond):
         return _IfCtx(self, If(wrap(cond)))
@@ -741,8 +748,8 @@ class _LoopCtx:
 
 
 class _NestCtx:
-    def __init__(self, b, shape, names, role):
-        self.b, self.shape, self.role = b, list(shape), role
+    def __init__(self, b, shape, names, role, private=()):
+        self.b, self.shape, self.role, self.private = b, list(shape), role, private
         self.names = list(names) if names else [f"i{k}" for k in range(len(shape))]
         self.depth = 0
 
@@ -752,7 +759,7 @@ class _NestCtx:
             if d == 1:
                 idx.append(const(0))
                 continue
-            lp = Loop(Var(self.b.fresh(nm)), const(d), [], SERIAL, const(0), self.role)
+            lp = Loop(Var(self.b.fresh(nm)), const(d), [], SERIAL, const(0), self.role, private=self.private)
             self.b.emit(lp)
             self.b._stack.append(lp.body)
             self.depth += 1

@@ -243,8 +243,9 @@ def _lower_conv(node, ctx):
         col = ctx.scratch((Cg * KK, OL), X.dtype, "col")
     K = Cg * KK
     r = len(S)
-    # one batch entry and group at a time (the im2col scratch is reused): ordered loops
-    with b.loops([N, group], ["n", "g"], role=ORDERED) as (n, g):
+    # batch entries and groups are independent but for the im2col scratch, which each fills and
+    # then reads: a schedule runs them one at a time, or gives each its own copy
+    with b.loops([N, group], ["n", "g"], role=SPATIAL, private=() if pointwise else (col,)) as (n, g):
         if pointwise:
             src = matrix(X, (n * C + g * Cg) * SL, SL, 1)
         else:

@@ -184,7 +184,8 @@ def _parallelize(stmts: list[Stmt], min_work: int, threads: int, nested: bool = 
             if _can_parallelize(s, threads) and work_estimate([s]) >= need:
                 s = replace(s, kind=PARALLEL, body=_serial_inside(s.body))
             else:
-                s = replace(s, body=_parallelize(s.body, min_work, threads, nested or s.role != SPATIAL))
+                s = replace(s, body=_parallelize(s.body, min_work, threads,
+                                                 nested or s.role != SPATIAL or bool(s.private)))
         elif isinstance(s, If):
             s = If(s.cond, _parallelize(s.then, min_work, threads, nested),
                    _parallelize(s.orelse, min_work, threads, nested))
@@ -195,8 +196,8 @@ def _parallelize(stmts: list[Stmt], min_work: int, threads: int, nested: bool = 
 def _can_parallelize(lp: Loop, threads: int) -> bool:
     """Spatial, starting at 0, with at least two iterations; with GEMMs inside, at least as many
     iterations as threads."""
-    if lp.role != SPATIAL or not (isinstance(lp.start, Const) and lp.start.value == 0):
-        return False
+    if lp.role != SPATIAL or lp.private or not (isinstance(lp.start, Const) and lp.start.value == 0):
+        return False     # (iterations sharing one private scratch run one at a time here)
     n = lp.extent.value if isinstance(lp.extent, Const) else None
     if n is not None and n < 2:
         return False

@@ -21,9 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..kernel.ir import (BOUND, F32, I64, LOCAL, PRIVATE, REDUCTION, SPATIAL, UNROLLED, Assign, Barrier, Buffer,
-                         Builder, Comment, Const, Decl, Gemm, GpuIndex, Kernel, Load, Loop, Stmt, Var, binop,
-                         const, free_variables, select, walk_stmts)
+                         Builder, Comment, Const, Decl, Expr, Fail, Gemm, GpuIndex, If, Kernel, Load, Loop, Matrix, Stmt,
+                         Store, Var, binop, const, free_variables, map_expr, select, walk_stmts)
 from ..kernel.retype import widen_accumulators
+from .gpu_group import cooperate
 
 
 @dataclass
@@ -50,6 +51,10 @@ class GpuParams:
     rm: int = 4                   # rows of C per work-item
     rn: int = 4                   # columns of C per work-item
     host_loop_max: int = 4096     # an ordered loop with launches inside runs on the host up to this many times
+    min_groups: int = 0           # a GEMM launch with fewer groups gets smaller tiles, then split K (0: never)
+    split_min_k: int = 256        # the least K a split GEMM's chunk takes
+    group_min_work: int = 256     # loop iterations per spatial iteration from which a work-group shares them
+    min_items: int = 0            # a launch of fewer work-items leaves the device idle: groups share from 32
 
     @classmethod
     def of(cls, target: dict) -> "GpuParams":
@@ -70,7 +75,9 @@ def schedule_gpu(graph, steps, target: dict) -> None:
     for t, st in enumerate(steps):
         k = st.kernel
         k.body = widen_accumulators(k.body, F32, acc)
-        former = _Former(k, t, params)
+        # a kernel without an anchor may write over its input in place (memory/planner.py):
+        # its work-items never share loops, whose ownership of elements assumes no aliasing
+        former = _Former(k, t, params, groups=st.group.anchor is not None)
         st.device = former.form(k.body, [], [])
 
 
@@ -118,6 +125,52 @@ def _units(stmts: list[Stmt]) -> list[list[Stmt]]:
     return units
 
 
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+SMALL_GROUP_WORK = 32        # see _Former.group_work
+EXPAND_MAX_BYTES = 1 << 30   # private scratch copies for a whole nest at once, at most this much
+
+
+def _rebase(stmts: list[Stmt], old: Buffer, new: Buffer, offset: Expr) -> list[Stmt]:
+    """The statements with every access to `old` going to `new` at `offset` further on."""
+    def expr(e):
+        def f(x):
+            if isinstance(x, Load) and x.buf.name == old.name:
+                return Load(new, offset + x.index)
+            return x
+        return map_expr(e, f)
+
+    def mat(m: Matrix) -> Matrix:
+        if m.buf.name != old.name:
+            return replace(m, offset=expr(m.offset))
+        return Matrix(new, offset + expr(m.offset), m.rs, m.cs, m.layout)
+
+    out = []
+    for s in stmts:
+        if isinstance(s, Store):
+            buf, index = (new, offset + expr(s.index)) if s.buf.name == old.name else (s.buf, expr(s.index))
+            s = Store(buf, index, expr(s.value))
+        elif isinstance(s, Decl):
+            s = Decl(s.var, expr(s.init), s.accumulator, s.pinned)
+        elif isinstance(s, Assign):
+            s = Assign(s.var, expr(s.value))
+        elif isinstance(s, Loop):
+            s = replace(s, extent=expr(s.extent), start=expr(s.start), body=_rebase(s.body, old, new, offset))
+        elif isinstance(s, If):
+            s = If(expr(s.cond), _rebase(s.then, old, new, offset), _rebase(s.orelse, old, new, offset))
+        elif isinstance(s, Gemm):
+            s = replace(s, a=mat(s.a), b=mat(s.b), c=mat(s.c), epilogue=_rebase(s.epilogue, old, new, offset),
+                        row_epilogue=_rebase(s.row_epilogue, old, new, offset),
+                        dest=None if s.dest is not None and s.dest.buf.name == old.name else s.dest)
+        elif not isinstance(s, (Comment, Fail, Barrier)):
+            raise NotImplementedError(f"rebase {type(s).__name__}")
+        out.append(s)
+    return out
+MAX_GRID_Z = 65535           # CUDA's limit on grid axis 2 (OpenCL's is larger)
+
+
 def _const_extent(lp: Loop) -> int | None:
     if isinstance(lp.extent, Const) and isinstance(lp.start, Const):
         return lp.extent.value - lp.start.value
@@ -133,8 +186,9 @@ def _has_spatial_loop(stmts) -> bool:
 
 
 class _Former:
-    def __init__(self, kernel: Kernel, index: int, params: GpuParams):
+    def __init__(self, kernel: Kernel, index: int, params: GpuParams, groups: bool = True):
         self.k, self.index, self.p = kernel, index, params
+        self.groups = groups
         self.count = 0
         order = kernel.params + kernel.scratch
         self.rank = {id(b): i for i, b in enumerate(order)}
@@ -155,15 +209,22 @@ class _Former:
             elif isinstance(s, Comment):
                 continue
             elif isinstance(s, Gemm):
-                ops.append(self.gemm(s, host_vars, pending))
+                ops += self.gemm(s, host_vars, pending)
             elif isinstance(s, Loop):
                 ext = _const_extent(s)
+                spread = self.distribute(s) if ext is not None and s.role == SPATIAL and _has_gemm(s.body) \
+                    and self.gemm_batch(s) is None else None
                 if ext is not None and s.role != SPATIAL and (_has_gemm(s.body) or _has_spatial_loop(s.body)) \
                         and ext <= self.p.host_loop_max and isinstance(s.start, Const):
                     body = self.form(s.body, host_vars + [s.var], pending)
                     if s.start.value:
                         raise NotImplementedError("host loops start at 0")
                     ops.append(DeviceLoop(s.var, ext, body))
+                elif ext is not None and s.role == SPATIAL and self.gemm_batch(s) is not None:
+                    batch, g = self.gemm_batch(s)
+                    ops += self.gemm(g, host_vars, pending, batch)
+                elif spread is not None:
+                    ops += self.form(spread, host_vars, pending)
                 elif ext is not None and s.role == SPATIAL and _has_gemm(s.body) and ext <= self.p.host_loop_max:
                     ops.append(DeviceLoop(s.var, ext, self.form(s.body, host_vars + [s.var], pending)))
                 elif ext is not None and s.role == SPATIAL and not _has_gemm(s.body):
@@ -204,7 +265,19 @@ class _Former:
                 want |= {v.name for v in more}
         return keep[::-1]
 
+    def group_work(self, items: int) -> int:
+        """The least loop work per spatial iteration for which a work-group shares it: the
+        target's group_min_work, or (a launch too small to fill the device) a warp's worth."""
+        if self.p.min_items and items < self.p.min_items:
+            return min(self.p.group_min_work, SMALL_GROUP_WORK)
+        return self.p.group_min_work
+
     def single(self, body, host_vars, pending) -> DeviceLaunch:
+        coop = cooperate(body, self.k.fresh, self.p.block, self.group_work(1)) if self.groups else None
+        if coop is not None:
+            stmts, T, _ = coop
+            kern, scalars = self._kernel(stmts, host_vars, pending, f"one work-group of {T}")
+            return DeviceLaunch(kern, scalars, (T,), (T,))
         kern, scalars = self._kernel(body, host_vars, pending, "one work-item")
         return DeviceLaunch(kern, scalars, (1,), (1,))
 
@@ -230,20 +303,133 @@ class _Former:
             decls.insert(0, Decl(lp.var, lp.start + idx if not (isinstance(lp.start, Const) and lp.start.value == 0)
                                  else idx))
             inner *= e
+        coop = cooperate(list(body), self.k.fresh, self.p.block, self.group_work(total)) if self.groups else None
+        if coop is not None:
+            # a work-group per iteration, its work-items sharing the loops inside
+            # (exactly `total` groups: no guard around the body, whose barriers every
+            # work-item of the group must reach)
+            stmts, T, _ = coop
+            body = [stmts[0], Decl(flat, GpuIndex("group.0"))] + decls + stmts[1:]
+            kern, scalars = self._kernel(body, host_vars, pending, f"{total} work-groups of {T}")
+            return DeviceLaunch(kern, scalars, (total * T,), (T,))
         bound = Loop(flat, const(total), decls + list(body), BOUND, const(0), SPATIAL, "global.0")
         kern, scalars = self._kernel([bound], host_vars, pending, f"{total} work-items")
         blk = min(self.p.block, max(total, 1))
         return DeviceLaunch(kern, scalars, (-(-total // blk) * blk,), (blk,))
 
-    def gemm(self, g: Gemm, host_vars, pending) -> DeviceLaunch:
-        body, grid, block = gemm_kernel(g, self.p, self.k)
-        kern, scalars = self._kernel(body, host_vars, pending, f"GEMM {g.M}x{g.N}x{g.K}")
-        return DeviceLaunch(kern, scalars, grid, block)
+    def gemm(self, g: Gemm, host_vars, pending, batch: tuple = ()) -> list[DeviceLaunch]:
+        """A GEMM launch (over `batch`, spatial loops around the Gemm, on grid axis 2); a
+        split-K GEMM also a second launch summing its chunks."""
+        shape = gemm_shape(g, self.p, batch)
+        depth = "".join(f"{e}x" for _, e in batch)
+        partial = None
+        if shape.split > 1:
+            partial = Buffer(self.k.fresh("partial"), F32, (shape.split * g.M * g.N,), "scratch")
+            self.k.scratch.append(partial)
+        body, grid, block = gemm_kernel(g, shape, self.k, partial)
+        kern, scalars = self._kernel(body, host_vars, pending, f"GEMM {depth}{g.M}x{g.N}x{g.K}")
+        out = [DeviceLaunch(kern, scalars, grid, block)]
+        if partial is not None:
+            out.append(self.spatial(split_sum_kernel(g, shape, partial, self.k), host_vars, pending))
+        return out
+
+    def distribute(self, s: Loop) -> list[Stmt] | None:
+        """A spatial nest around several loops and GEMMs (a Conv's batch and group loops around
+        its im2col and GEMM) as one nest around each of them, so that every launch covers all
+        iterations at once (launches over the whole nest instead of host loops). Each private
+        scratch gets a copy per iteration. None when a statement at the nest's level passes
+        values on (a local), or the copies would take more than EXPAND_MAX_BYTES."""
+        nest, body = [], [s]
+        while len(body) == 1 and isinstance(body[0], Loop) and body[0].role == SPATIAL \
+                and _const_extent(body[0]) and isinstance(body[0].start, Const) and body[0].start.value == 0:
+            nest.append(body[0])
+            body = [x for x in body[0].body if not isinstance(x, Comment)]
+        if len(body) < 2 or not all(isinstance(x, (Loop, Gemm)) for x in body):
+            return None
+        depth, z = 1, const(0)
+        for lp in reversed(nest):
+            z = z + lp.var * depth
+            depth *= _const_extent(lp)
+        private = {n for lp in nest for n in lp.private}
+        by_name = {b.name: b for b in self.k.scratch}
+        if not private <= set(by_name) or sum(by_name[n].nbytes for n in private) * depth > EXPAND_MAX_BYTES:
+            return None
+        for name in private:
+            old = by_name[name]
+            new = Buffer(old.name, old.dtype, (depth * old.size,), old.role, old.space, old.compute)
+            self.k.scratch[self.k.scratch.index(old)] = new
+            body = _rebase(body, old, new, z * old.size)
+        out = []
+        for x in body:
+            for lp in reversed(nest):
+                x = Loop(lp.var, lp.extent, [x], lp.kind, lp.start, SPATIAL, lp.axis)
+            out.append(x)
+        return out
+
+    def gemm_batch(self, s: Loop) -> tuple | None:
+        """((Var, extent), ...) of a spatial nest around a lone Gemm, and the Gemm; else None."""
+        nest, body = [], [s]
+        while len(body) == 1 and isinstance(body[0], Loop) and body[0].role == SPATIAL \
+                and _const_extent(body[0]) and isinstance(body[0].start, Const) and body[0].start.value == 0:
+            nest.append(body[0])
+            body = [x for x in body[0].body if not isinstance(x, Comment)]
+        if not nest or len(body) != 1 or not isinstance(body[0], Gemm):
+            return None
+        depth = 1
+        for lp in nest:
+            depth *= _const_extent(lp)
+        if depth > MAX_GRID_Z:
+            return None
+        return tuple((lp.var, _const_extent(lp)) for lp in nest), body[0]
 
 
-def gemm_kernel(g: Gemm, p: GpuParams, k: Kernel) -> tuple[list[Stmt], tuple, tuple]:
-    """A tiled GEMM as kernel IR: work-group (bm, bn) computes C[bm*TM:, bn*TN:]; each of its
-    T work-items an RM x RN block at (tr*RM, tc*RN) of that tile."""
+@dataclass(frozen=True)
+class GemmShape:
+    """How one GEMM launch is cut: the tile (a copy of the target's, or halved for a small
+    product), `batch` spatial loops over independent products on grid axis 2, or `split` K
+    chunks of `chunk` on grid axis 2 whose partial products a second launch sums."""
+    p: GpuParams
+    batch: tuple = ()             # ((Var, extent), ...) outermost first
+    split: int = 1
+    chunk: int = 0
+
+    @property
+    def depth(self) -> int:
+        n = self.split
+        for _, e in self.batch:
+            n *= e
+        return n
+
+
+def gemm_shape(g: Gemm, p: GpuParams, batch: tuple = ()) -> GemmShape:
+    """The target's tile, halved while the launch would have fewer than `min_groups` groups (a
+    small product leaves most of the device idle), then K split while it still would."""
+    depth = 1
+    for _, e in batch:
+        depth *= e
+
+    def groups(q):
+        return -(-g.M // q.tm) * -(-g.N // q.tn) * depth
+
+    # (down to 2 x 2 results per work-item: one loads two operands per multiply-add)
+    while p.min_groups and groups(p) < p.min_groups and p.rm % 2 == 0 and p.rn % 2 == 0 and p.rm * p.rn >= 16 \
+            and (p.tm // 2 * p.tk) % p.threads() == 0 and (p.tn // 2 * p.tk) % p.threads() == 0:
+        p = replace(p, tm=p.tm // 2, tn=p.tn // 2, rm=p.rm // 2, rn=p.rn // 2)
+    split = 1
+    if p.min_groups and not batch and groups(p) < p.min_groups:
+        split = min(-(-p.min_groups // groups(p)), g.K // max(p.split_min_k, p.tk))
+    if split < 2:
+        return GemmShape(p, batch)
+    chunk = _ceil(_ceil(g.K, split), p.tk) * p.tk           # a whole number of K steps
+    return GemmShape(p, (), _ceil(g.K, chunk), chunk)
+
+
+def gemm_kernel(g: Gemm, shape: GemmShape, k: Kernel, partial: Buffer | None = None
+                ) -> tuple[list[Stmt], tuple, tuple]:
+    """A tiled GEMM as kernel IR: work-group (bn, bm, z) computes C[bm*TM:, bn*TN:] of product z
+    (a batch entry, or a K chunk whose sums land in `partial`); each of its T work-items an
+    RM x RN block at (tr*RM, tc*RN) of that tile."""
+    p = shape.p
     b = Builder()
     b.names = set(k.names_used) | b.names
     T = p.threads()
@@ -254,81 +440,120 @@ def gemm_kernel(g: Gemm, p: GpuParams, k: Kernel) -> tuple[list[Stmt], tuple, tu
     acc = Buffer(b.fresh("acc"), F32, (p.rm * p.rn,), "local", PRIVATE)
     ar = Buffer(b.fresh("a_reg"), F32, (p.rm,), "local", PRIVATE)
     br = Buffer(b.fresh("b_reg"), F32, (p.rn,), "local", PRIVATE)
-    A, B, C = g.a, g.b, g.c
-    b.comment(f"C[{g.M}, {g.N}] = A[{g.M}, {g.K}] . B[{g.K}, {g.N}]: {p.tm}x{p.tn} tiles, K in steps of {p.tk}, "
-              f"{p.rm}x{p.rn} per work-item")
-    # the launch is exactly n_bn x n_bm groups of T work-items: no guards, so that every
-    # work-item of a group reaches every barrier
+    A, B = g.a, g.b
+    what = f" of {shape.depth} products" if shape.batch else \
+        f", K in {shape.split} chunks of {shape.chunk} summed by the next launch" if shape.split > 1 else ""
+    b.comment(f"C[{g.M}, {g.N}] = A[{g.M}, {g.K}] . B[{g.K}, {g.N}]{what}: {p.tm}x{p.tn} tiles, K in steps of "
+              f"{p.tk}, {p.rm}x{p.rn} per work-item")
+    # the launch is exactly n_bn x n_bm (x depth) groups of T work-items: no guards, so that
+    # every work-item of a group reaches every barrier
     bn = b.local("bn", GpuIndex("group.0"))
     bm = b.local("bm", GpuIndex("group.1"))
+    if shape.batch:
+        flat = b.local("z", GpuIndex("group.2"))
+        inner = 1
+        for var, e in reversed(shape.batch):
+            idx = flat / inner if inner != 1 else flat
+            b.emit(Decl(var, idx % e if var is not shape.batch[0][0] else idx))
+            inner *= e
+    k_lo, k_hi = const(0), const(g.K)
+    if shape.split > 1:
+        z = b.local("z", GpuIndex("group.2"))
+        k_lo = b.local("k_lo", z * shape.chunk)
+        k_hi = b.local("k_hi", binop("min", k_lo + shape.chunk, const(g.K)))
     tid = b.local("tid", GpuIndex("local.0"))
     tr = b.local("tr", tid / cols)
     tc = b.local("tc", tid % cols)
-    with b.loop(p.rm * p.rn, "z", role=SPATIAL) as z:
-        b.store(acc, z, const(0.0, F32))
-    with b.loop(-(-max(g.K, 0) // p.tk), "kt", role=REDUCTION) as kt:
-        k0 = b.local("k0", kt * p.tk)
+    with b.loop(p.rm * p.rn, "z", role=SPATIAL) as zz:
+        b.store(acc, zz, const(0.0, F32))
+    steps = -(-(shape.chunk if shape.split > 1 else max(g.K, 0)) // p.tk)
+    with b.loop(steps, "kt", role=REDUCTION) as kt:
+        k0 = b.local("k0", k_lo + kt * p.tk)
         with b.loop(p.tm * p.tk // T, "l", role=SPATIAL) as l_:
             e = b.local("e", tid + l_ * T)
             r, c = b.local("r", e / p.tk), b.local("c", e % p.tk)
             gi, gk = b.local("gi", bm * p.tm + r), b.local("gk", k0 + c)
-            ok = binop("&&", gi < g.M, gk < g.K)
+            ok = binop("&&", gi < g.M, gk < k_hi)
             b.store(As, c * p.tm + r, select(ok, Load(A.buf, A.offset + gi * A.rs + gk * A.cs), const(0.0, F32)))
         with b.loop(p.tn * p.tk // T, "l", role=SPATIAL) as l_:
             e = b.local("e", tid + l_ * T)
             r, c = b.local("r", e / p.tn), b.local("c", e % p.tn)
             gk, gj = b.local("gk", k0 + r), b.local("gj", bn * p.tn + c)
-            ok = binop("&&", gk < g.K, gj < g.N)
+            ok = binop("&&", gk < k_hi, gj < g.N)
             b.store(Bs, r * p.tn + c, select(ok, Load(B.buf, B.offset + gk * B.rs + gj * B.cs), const(0.0, F32)))
         b.emit(Barrier("local"))
         with b.loop(p.tk, "kk", role=REDUCTION) as kk:
-            ri_loop = Loop(Var(b.fresh("ri"), I64), const(p.rm), [], UNROLLED, const(0), SPATIAL)
-            b.emit(ri_loop)
-            b._stack.append(ri_loop.body)
-            b.store(ar, ri_loop.var, As[kk * p.tm + tr * p.rm + ri_loop.var])
-            b._stack.pop()
-            rj_loop = Loop(Var(b.fresh("rj"), I64), const(p.rn), [], UNROLLED, const(0), SPATIAL)
-            b.emit(rj_loop)
-            b._stack.append(rj_loop.body)
-            b.store(br, rj_loop.var, Bs[kk * p.tn + tc * p.rn + rj_loop.var])
-            b._stack.pop()
-            ri2 = Loop(Var(b.fresh("ri"), I64), const(p.rm), [], UNROLLED, const(0), SPATIAL)
-            b.emit(ri2)
-            b._stack.append(ri2.body)
-            rj2 = Loop(Var(b.fresh("rj"), I64), const(p.rn), [], UNROLLED, const(0), SPATIAL)
-            b.emit(rj2)
-            b._stack.append(rj2.body)
-            at = ri2.var * p.rn + rj2.var
-            b.store(acc, at, acc[at] + ar[ri2.var] * br[rj2.var])
-            b._stack.pop()
-            b._stack.pop()
+            with _unrolled(b, p.rm, "ri") as ri:
+                b.store(ar, ri, As[kk * p.tm + tr * p.rm + ri])
+            with _unrolled(b, p.rn, "rj") as rj:
+                b.store(br, rj, Bs[kk * p.tn + tc * p.rn + rj])
+            with _unrolled(b, p.rm, "ri") as ri:
+                with _unrolled(b, p.rn, "rj") as rj:
+                    at = ri * p.rn + rj
+                    b.store(acc, at, acc[at] + ar[ri] * br[rj])
         b.emit(Barrier("local"))
-    # epilogue: each of the work-item's results, where C has it
-    ri3 = Loop(Var(b.fresh("ri"), I64), const(p.rm), [], UNROLLED, const(0), SPATIAL)
-    b.emit(ri3)
-    b._stack.append(ri3.body)
-    b.emit(Decl(g.i, bm * p.tm + tr * p.rm + ri3.var))
-    with b.if_(g.i < g.M):
+    # each of the work-item's results, where C has it: the epilogue, or the chunk's partial sum
+    with _unrolled(b, p.rm, "ri") as ri:
+        b.emit(Decl(g.i, bm * p.tm + tr * p.rm + ri))
+        with b.if_(g.i < g.M):
+            if partial is None:
+                for s in g.row_epilogue:
+                    b.emit(s)
+            with _unrolled(b, p.rn, "rj") as rj:
+                b.emit(Decl(g.j, bn * p.tn + tc * p.rn + rj))
+                with b.if_(g.j < g.N):
+                    v = acc[ri * p.rn + rj]
+                    if partial is not None:
+                        b.store(partial, (z * g.M + g.i) * g.N + g.j, v)
+                    else:
+                        _epilogue(b, g, v)
+    k.names_used |= b.names
+    return b.body, (n_bn * T, n_bm, shape.depth), (T, 1, 1)
+
+
+def _epilogue(b: Builder, g: Gemm, v: Expr) -> None:
+    """What the Gemm makes of its element (g.i, g.j) whose product is v."""
+    if g.accumulate:
+        v = v + Load(g.c.buf, g.c.at(g.i, g.j))
+    b.emit(Decl(g.value, v))
+    if g.epilogue:
+        for s in g.epilogue:
+            b.emit(s)
+    else:
+        b.store(g.c.buf, g.c.at(g.i, g.j), g.value)
+
+
+def split_sum_kernel(g: Gemm, shape: GemmShape, partial: Buffer, k: Kernel) -> Loop:
+    """The K chunks' partial products summed, then the Gemm's epilogue: a spatial nest over C."""
+    b = Builder()
+    b.names = set(k.names_used) | b.names
+    with b.loops([g.M, g.N], ["i", "j"], role=SPATIAL) as (i, j):
+        b.emit(Decl(g.i, i))
         for s in g.row_epilogue:
             b.emit(s)
-        rj3 = Loop(Var(b.fresh("rj"), I64), const(p.rn), [], UNROLLED, const(0), SPATIAL)
-        b.emit(rj3)
-        b._stack.append(rj3.body)
-        b.emit(Decl(g.j, bn * p.tn + tc * p.rn + rj3.var))
-        with b.if_(g.j < g.N):
-            v = acc[ri3.var * p.rn + rj3.var]
-            if g.accumulate:
-                v = v + Load(C.buf, C.at(g.i, g.j))
-            b.emit(Decl(g.value, v))
-            if g.epilogue:
-                for s in g.epilogue:
-                    b.emit(s)
-            else:
-                b.store(C.buf, C.at(g.i, g.j), g.value)
-        b._stack.pop()
-    b._stack.pop()
+        b.emit(Decl(g.j, j))
+        total = b.accumulator("sum", Load(partial, i * g.N + j))
+        with b.loop(shape.split, "z", role=REDUCTION, start=1) as z:
+            b.assign(total, total + Load(partial, (z * g.M + i) * g.N + j))
+        _epilogue(b, g, total)
     k.names_used |= b.names
-    return b.body, (n_bn * T, n_bm), (T, 1)
+    return b.body[0]
+
+
+class _unrolled:
+    """`with _unrolled(b, n, "ri") as ri:` an unrolled spatial loop of n iterations."""
+
+    def __init__(self, b: Builder, n: int, name: str):
+        self.b = b
+        self.loop = Loop(Var(b.fresh(name), I64), const(n), [], UNROLLED, const(0), SPATIAL)
+
+    def __enter__(self) -> Var:
+        self.b.emit(self.loop)
+        self.b._stack.append(self.loop.body)
+        return self.loop.var
+
+    def __exit__(self, *exc) -> None:
+        self.b._stack.pop()
 
 
 def device_launches(ops) -> list[DeviceLaunch]:

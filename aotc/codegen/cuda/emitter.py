@@ -57,6 +57,10 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     L += [f"static const char *const {prefix}_kernel_names[{n_fusion}] = {{"]
     L += [f'    "{fusion.get(t, "")}",' for t in range(n_fusion)]
     L += ["};", ""]
+    # kernel timing is per device kernel: a fused ONNX kernel is often several launches
+    L += [f"static const char *const {prefix}_launch_names[{len(kernels) or 1}] = {{"]
+    L += [f'    "{_c_string(k.name + ": " + k.comment)}",' for k in kernels]
+    L += ["};", ""]
     if not external:
         L += [f'extern "C" const uint64_t {prefix}_weights_data[];', ""]
     L += [f"struct {prefix}_model {{",
@@ -67,10 +71,11 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
           "    int *status;                 /* a kernel's failure: status, kernel index */",
           "    int profile;                 /* kernel timing on: launches run one by one, no graph */",
           "    cudaEvent_t ev[2];",
-          f"    double ms[{n_fusion}];        /* milliseconds per fused kernel, summed over invokes */",
+          f"    double ms[{len(kernels) or 1}];        /* milliseconds per device kernel, summed over invokes */",
           f"    void *in[{max(len(ins), 1)}];", f"    void *out[{max(len(outs), 1)}];",
           "    int failed;", "};", ""]
-    L += _execute(prefix, program, {p.value: i for i, p in enumerate(ins)}, {p.value: i for i, p in enumerate(outs)})
+    L += _execute(prefix, program, {p.value: i for i, p in enumerate(ins)}, {p.value: i for i, p in enumerate(outs)},
+                  {id(k): i for i, k in enumerate(kernels)})
     L += _create(prefix, external, ins, outs)
     L += _invoke(prefix, ins, outs)
     L += [f"int {prefix}_run_with_weights(const void *weights, const {prefix}_inputs *in, {prefix}_outputs *out,",
@@ -85,15 +90,19 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
           f"int {prefix}_profile(const {prefix}_model *model, const double **ms, const char *const **names)", "{",
           "    if (!model || !model->profile) return 0;",
           "    if (ms) *ms = model->ms;",
-          f"    if (names) *names = {prefix}_kernel_names;",
-          f"    return {n_fusion};", "}", "",
+          f"    if (names) *names = {prefix}_launch_names;",
+          f"    return {len(kernels)};", "}", "",
           f"const char *{prefix}_failure(const {prefix}_model *model)", "{",
           f"    if (!model || model->failed < 0 || model->failed >= {n_fusion}) return NULL;",
           f"    return {prefix}_kernel_names[model->failed];", "}", ""]
     return "\n".join(L)
 
 
-def _execute(prefix: str, program: Program, in_index: dict, out_index: dict) -> list[str]:
+def _c_string(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _execute(prefix: str, program: Program, in_index: dict, out_index: dict, kernel_index: dict) -> list[str]:
     L = ["/* The host program: every launch in order on the instance's stream (captured into a graph). */",
          f"static int {prefix}_execute({prefix}_model *m)", "{", "    int status;", "    (void)status;"]
     printer = CudaPrinter()
@@ -124,7 +133,7 @@ def _execute(prefix: str, program: Program, in_index: dict, out_index: dict) -> 
             block = ", ".join(str(b) for b in op.block)
             L.append(f"{pad}if (m->profile) cudaEventRecord(m->ev[0], m->stream);")
             L.append(f"{pad}{k.name}<<<dim3({grid}), dim3({block}), 0, m->stream>>>({', '.join(args)});")
-            L.append(f"{pad}if (m->profile && (status = aotc_cuda_time(m->ev, m->stream, &m->ms[{op.index}])) != AOTC_OK) "
+            L.append(f"{pad}if (m->profile && (status = aotc_cuda_time(m->ev, m->stream, &m->ms[{kernel_index[id(k)]}])) != AOTC_OK) "
                      "return status;")
 
     ops(program.body, 1)

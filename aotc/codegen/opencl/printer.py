@@ -59,7 +59,7 @@ class OpenCLPrinter(GpuPrinter):
         return f"(long){_AXES[kind]}({dim})"
 
     def barrier(self, s: Barrier) -> list[str]:
-        return ["barrier(CLK_LOCAL_MEM_FENCE);" if s.scope == "local" else "barrier(CLK_GLOBAL_MEM_FENCE);"]
+        return ["barrier(CLK_LOCAL_MEM_FENCE);" if s.scope == "local" else "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);"]
 
     def loop_pragma(self, s: Loop) -> str:
         return "#pragma unroll" if s.kind == UNROLLED else ""
