@@ -16,10 +16,11 @@ from . import __version__
 from .errors import AotcError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="aotc: ahead-of-time compiler from ONNX models to C shared libraries.")
+                  help="aotc: ahead-of-time compiler from ONNX models to shared libraries (C, OpenCL, CUDA).")
 _TARGET_HELP = ("Target: native (the best CPU target this machine runs: c-avx512, c-avx2 or c), c (portable "
-                "C99), c-avx2, c-avx512, opencl (OpenCL C kernels + C host code), or the path of a target .toml "
-                "file (see targets/).")
+                "C99), c-avx2, c-avx512, opencl (OpenCL C kernels + C host code), cuda (CUDA kernels + host "
+                "code built by nvcc for sm_80 and sm_90; cuda:sm_90 for one architecture), or the path of a "
+                "target .toml file (see targets/).")
 _THREADS_HELP = "Most threads the artifact runs on; 0 = every core of this machine."
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
