@@ -209,6 +209,8 @@ def _conv_parts(node, xs, ws):
     kernel = list(ws[2:]) if ks is None else [int(k) for k in ks]
     if list(kernel) != list(ws[2:]):
         raise _err(node, f"kernel_shape {kernel} differs from the weight's {tuple(ws[2:])}")
+    if any(int(p) < 0 for p in node.attr("pads", [])):
+        raise _err(node, f"pads {list(node.attr('pads'))} must be >= 0")
     return group, _window(node, xs[2:], kernel)
 
 
@@ -392,13 +394,26 @@ def _convt_parts(node, xs, ws):
     S = list(xs[2:])
     ks = node.attr("kernel_shape", None)
     kernel = list(ws[2:]) if ks is None else [int(k) for k in ks]
+    if kernel != list(ws[2:]):
+        raise _err(node, f"kernel_shape {kernel} differs from the weight's {tuple(ws[2:])}")
     strides = [int(s) for s in node.attr("strides", [1] * r)]
     dil = [int(d) for d in node.attr("dilations", [1] * r)]
     opad = [int(p) for p in node.attr("output_padding", [0] * r)]
+    if len(strides) != r or len(dil) != r or len(opad) != r:
+        raise _err(node, f"strides {strides} / dilations {dil} / output_padding {opad} must have "
+                         f"one value per spatial dim ({r})")
+    if any(s < 1 for s in strides) or any(d < 1 for d in dil):
+        raise _err(node, "strides and dilations must be positive")
+    if any(not 0 <= op < max(st, d) for op, st, d in zip(opad, strides, dil)):
+        raise _err(node, f"output_padding {opad} must be >= 0 and less than max(stride, dilation)")
     full = [st * (s - 1) + op + (k - 1) * d + 1 for s, st, op, k, d in zip(S, strides, opad, kernel, dil)]
     auto_pad = node.attr("auto_pad", "NOTSET")
+    if auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        raise _err(node, f"unknown auto_pad {auto_pad!r}")
     out_shape = node.attr("output_shape", None)
     if out_shape is not None:
+        if len(out_shape) not in (r, r + 2):
+            raise _err(node, f"output_shape {list(out_shape)} must give the {r} spatial dims")
         out_shape = [int(v) for v in out_shape][-r:]
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         out_shape = [s * st for s, st in zip(S, strides)]
@@ -416,6 +431,8 @@ def _convt_parts(node, xs, ws):
         pb, pe = [0] * r, [0] * r
     else:
         pads = [int(p) for p in node.attr("pads", [0] * (2 * r))]
+        if len(pads) != 2 * r or any(p < 0 for p in pads):
+            raise _err(node, f"pads {pads} must be {2 * r} values >= 0 (begin and end of each spatial dim)")
         pb, pe = pads[:r], pads[r:]
     out = [f - b_ - e for f, b_, e in zip(full, pb, pe)]
     if any(o <= 0 for o in out):
@@ -426,6 +443,8 @@ def _convt_parts(node, xs, ws):
 def _convt_infer(node, ins):
     x, w = ins[0], ins[1]
     _, M, win = _convt_parts(node, x.shape, w.shape)
+    if len(ins) > 2 and ins[2] is not None and tuple(ins[2].shape) != (M,):
+        raise _err(node, f"bias shape {ins[2].shape} is not ({M},)")
     return [(x.dtype, (x.shape[0], M, *win.out))]
 
 

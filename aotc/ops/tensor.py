@@ -259,16 +259,39 @@ def _lower_gather_elements(node, ctx):
         b.store(Y, tuple(idx), Load(X, off))
 
 
+def _check_elements_indices(node, data, idx) -> int:
+    """GatherElements/ScatterElements: indices of data's rank (>= 1), no larger than data along
+    every axis but `axis` (the kernel walks indices' shape and reads/writes data there)."""
+    r = len(data.shape)
+    if r < 1 or len(idx.shape) != r:
+        raise ShapeError(f"{node.op_type} node {node.name!r}: data {tuple(data.shape)} and indices "
+                         f"{tuple(idx.shape)} must have the same rank >= 1")
+    axis = norm_axis(int(node.attr("axis", 0)), r, node)
+    for k, (n, m) in enumerate(zip(idx.shape, data.shape)):
+        if k != axis and n > m:
+            raise ShapeError(f"{node.op_type} node {node.name!r}: indices {tuple(idx.shape)} larger than data "
+                             f"{tuple(data.shape)} on axis {k} (only axis {axis} may differ)")
+    return axis
+
+
 @register("GatherElements", lower=_lower_gather_elements)
 def _gather_elements(node, ins):
     x, i = ins[0], ins[1]
-    if len(x.shape) != len(i.shape):
-        raise ShapeError(f"GatherElements node {node.name!r}: data and indices ranks differ")
+    _check_elements_indices(node, x, i)
     return [(x.dtype, tuple(i.shape))]
 
 
 def _gather_nd_dims(node, data, idx):
     bd = int(node.attr("batch_dims", 0))
+    r, q = len(data.shape), len(idx.shape)
+    if r < 1 or q < 1:
+        raise ShapeError(f"GatherND node {node.name!r}: data and indices must have rank >= 1")
+    if not 0 <= bd < min(r, q):
+        raise ShapeError(f"GatherND node {node.name!r}: batch_dims {bd} must be in [0, {min(r, q)}) "
+                         f"for data rank {r} and indices rank {q}")
+    if tuple(idx.shape[:bd]) != tuple(data.shape[:bd]):
+        raise ShapeError(f"GatherND node {node.name!r}: the {bd} batch dims of indices {tuple(idx.shape)} "
+                         f"and data {tuple(data.shape)} differ")
     last = idx.shape[-1]
     if bd + last > len(data.shape):
         raise ShapeError(f"GatherND node {node.name!r}: index depth {last} too deep for data {data.shape}")
@@ -300,10 +323,21 @@ def _gather_nd(node, ins):
 
 
 # ----------------------------------------------------------------------------- Scatter family
-def _combine(node, old: Expr, new: Expr) -> Expr:
+_REDUCTIONS = ("none", "add", "mul", "max", "min")
+
+
+def _reduction(node) -> str:
     red = node.attr("reduction", "none")
     if isinstance(red, bytes):
-        red = red.decode()
+        red = red.decode(errors="replace")
+    if red not in _REDUCTIONS:
+        raise ShapeError(f"{node.op_type} node {node.name!r}: reduction {red!r} is not one of "
+                         f"{', '.join(_REDUCTIONS)}")
+    return red
+
+
+def _combine(node, old: Expr, new: Expr) -> Expr:
+    red = _reduction(node)
     if red == "add":
         return old + new
     if red == "mul":
@@ -335,7 +369,20 @@ def _lower_scatter_nd(node, ctx):
 
 @register("ScatterND", lower=_lower_scatter_nd)
 def _scatter_nd(node, ins):
-    return [(ins[0].dtype, tuple(ins[0].shape))]
+    X, I, U = ins[0], ins[1], ins[2]
+    _reduction(node)
+    where = f"ScatterND node {node.name!r}"
+    if len(X.shape) < 1 or len(I.shape) < 1:
+        raise ShapeError(f"{where}: data and indices need rank >= 1, got {len(X.shape)} and {len(I.shape)}")
+    k = I.shape[-1]
+    if not 1 <= k <= len(X.shape):
+        raise ShapeError(f"{where}: the last dim of indices ({k}) must be between 1 and the rank of data "
+                         f"({len(X.shape)})")
+    want = tuple(I.shape[:-1]) + tuple(X.shape[k:])
+    if tuple(U.shape) != want:
+        raise ShapeError(f"{where}: updates {tuple(U.shape)} must have the shape indices.shape[:-1] + "
+                         f"data.shape[{k}:] = {want}")
+    return [(X.dtype, tuple(X.shape))]
 
 
 def _lower_scatter_elements(node, ctx):
@@ -356,6 +403,11 @@ def _lower_scatter_elements(node, ctx):
 
 @register("ScatterElements", lower=_lower_scatter_elements)
 def _scatter_elements(node, ins):
+    _reduction(node)
+    _check_elements_indices(node, ins[0], ins[1])
+    if tuple(ins[2].shape) != tuple(ins[1].shape):
+        raise ShapeError(f"ScatterElements node {node.name!r}: updates {tuple(ins[2].shape)} must have the "
+                         f"shape of indices {tuple(ins[1].shape)}")
     return [(ins[0].dtype, tuple(ins[0].shape))]
 
 
