@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional
 
 from . import __version__
-from .codegen import abi, get_backend
+from .codegen import abi, get_backend, weights_check
 from .errors import AotcError, UnsupportedError
 from .frontend import import_model, load_onnx
 from .frontend.onnx_import import model_sha256
@@ -167,7 +167,8 @@ def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathL
         "workspace_bytes": plan.arena_bytes,
         "workspace_alignment": plan.alignment,
         "weights": {"mode": "external" if external else "embedded", "file": weights_file,
-                    "bytes": plan.weights_bytes, "sha256": hashlib.sha256(blob).hexdigest()},
+                    "bytes": plan.weights_bytes, "sha256": hashlib.sha256(blob).hexdigest(),
+                    "crc32": f"{weights_check.crc32(blob):08x}"},
         "memory_plan": plan.summary(),
         "kernels": [{"name": ln.kernel.name, "nodes": ln.kernel.comment} for ln in c.program.launches()],
         "opset": c.opset,

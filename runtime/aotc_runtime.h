@@ -21,6 +21,8 @@
 #define AOTC_ERR_DEVICE 11            /* a device call failed (out of device memory, lost device...) */
 #define AOTC_ERR_DEVICE_BUILD 12      /* create(): the device compiler rejected the kernels */
 #define AOTC_ERR_DEVICE_MISMATCH 13   /* create(): the device, its driver or the compiled architecture do not fit */
+#define AOTC_ERR_DIVIDE_BY_ZERO 14    /* run: an integer Div or Mod met a zero divisor in the data */
+#define AOTC_ERR_WEIGHTS_CHECKSUM 15  /* create(): the weights file has the right size, but not the compiled CRC-32 */
 
 #define AOTC_STRERROR_CASES                                                        \
     case AOTC_OK: return "ok";                                                     \
@@ -29,6 +31,7 @@
     case AOTC_ERR_NO_WEIGHTS: return "model has external weights: load them and call run_with_weights"; \
     case AOTC_ERR_OUT_OF_MEMORY: return "out of memory";                           \
     case AOTC_ERR_WEIGHTS_FILE: return "weights file missing, unreadable or of the wrong size"; \
+    case AOTC_ERR_WEIGHTS_CHECKSUM: return "weights file corrupted: its checksum differs from the one compiled into the artifact"; \
     case AOTC_ERR_BAD_OPTION: return "an option is out of range (threads above the compiled maximum, or no such device)"; \
     case AOTC_ERR_THREADS: return "could not start a thread";                      \
     case AOTC_ERR_INDEX_OUT_OF_RANGE: return "an index read from the input data is out of range"; \
@@ -36,7 +39,8 @@
     case AOTC_ERR_NO_DEVICE: return "no device the artifact can run on";          \
     case AOTC_ERR_DEVICE: return "a device operation failed";                      \
     case AOTC_ERR_DEVICE_BUILD: return "the device compiler rejected the generated kernels"; \
-    case AOTC_ERR_DEVICE_MISMATCH: return "the device, its driver or the architecture the artifact was compiled for do not fit";
+    case AOTC_ERR_DEVICE_MISMATCH: return "the device, its driver or the architecture the artifact was compiled for do not fit"; \
+    case AOTC_ERR_DIVIDE_BY_ZERO: return "an integer division (Div or Mod) by zero";
 
 /* Options of <name>_create_with_options; zero-initialize, then set what you need. */
 typedef struct {

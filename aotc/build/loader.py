@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import tempfile
+import zlib
 from pathlib import Path
 
 import cffi
@@ -12,6 +13,10 @@ import numpy as np
 
 from ..errors import ArtifactError, InputError, RunError
 from ..ir import dtypes
+
+# runtime/aotc_runtime.h: create() refused the external weights file
+AOTC_ERR_WEIGHTS_FILE = 5         # missing, unreadable, shorter or longer than compiled
+AOTC_ERR_WEIGHTS_CHECKSUM = 15    # the right size, but its CRC-32 is not the compiled one
 
 
 class Library:
@@ -52,10 +57,8 @@ class Library:
         w = m["weights"]
         self.weights_path = None
         if w["mode"] == "external":
-            wf = d / w["file"]
-            if not wf.is_file() or wf.stat().st_size != w["bytes"]:
-                raise ArtifactError(f"weights file {wf} is missing or has the wrong size")
-            self.weights_path = str(wf)
+            # checked by <name>_create itself (size and CRC-32); weights_problem() explains a failure
+            self.weights_path = str(d / w["file"])
         self.inputs = [(x["name"], x["c_name"], np.dtype(x["dtype"]), tuple(x["shape"])) for x in m["inputs"]]
         self.outputs = [(x["name"], x["c_name"], np.dtype(x["dtype"]), tuple(x["shape"])) for x in m["outputs"]]
 
@@ -82,8 +85,33 @@ class Library:
                         f"(compiled for {self.manifest.get('target')}); cuda artifacts compile anywhere nvcc is")
             elif status == 10:
                 hint = "no OpenCL device was found: install a driver (make opencl-deps installs PoCL)"
+            elif status in (AOTC_ERR_WEIGHTS_FILE, AOTC_ERR_WEIGHTS_CHECKSUM) and self.weights_path:
+                raise ArtifactError(f"{self.prefix}_create failed with status {status}: {self.weights_problem(status)}",
+                                    f"use the {Path(self.weights_path).name} written with {self.manifest['library']} "
+                                    "by the same `aotc compile`, or compile again")
             raise ArtifactError(f"{self.prefix}_create failed with status {status}: {self.error(status)}", hint)
         return self.ffi.gc(out[0], self._fn("destroy"))
+
+    def weights_problem(self, status: int) -> str:
+        """What is wrong with the external weights file, in words (after create refused it)."""
+        w, wf = self.manifest["weights"], Path(self.weights_path)
+        if not wf.exists():
+            return f"weights file {wf} is missing"
+        if not wf.is_file():
+            return f"weights file {wf} is not a regular file"
+        size = wf.stat().st_size
+        if size != w["bytes"]:
+            return f"weights file {wf} has the wrong size: {size} bytes, the artifact needs {w['bytes']}"
+        try:
+            with open(wf, "rb") as f:
+                crc = zlib.crc32(f.read()) & 0xFFFFFFFF
+        except OSError as e:
+            return f"weights file {wf} is unreadable ({e.strerror})"
+        want = w.get("crc32", "?")
+        if want == f"{crc:08x}":            # it was fixed meanwhile, or the C side could not read it
+            return f"weights file {wf}: {self.error(status)}"
+        return (f"weights file {wf} is corrupted: its CRC-32 is {crc:08x}, the artifact was compiled "
+                f"for {want} ({self.error(AOTC_ERR_WEIGHTS_CHECKSUM)})")
 
     def profile(self, instance) -> list[tuple[str, float]]:
         """(kernel, milliseconds summed over the invokes so far) of an instance created with

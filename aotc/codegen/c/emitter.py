@@ -13,6 +13,7 @@ from ...program.ir import HostLoop, Launch, Program, Slot
 from ...schedule.gemm_cpu import GemmTiles
 from ..abi import Port, ports
 from ..abi import ctype
+from ..weights_check import crc32_define, read_weights_call
 from .printer import CPrinter, uses_pool
 
 
@@ -58,6 +59,8 @@ def emit_source(prefix: str, g: Graph, program: Program, plan: MemoryPlan, exter
     if not external:
         L.append(f"extern const uint64_t {prefix}_weights_data[];")
         L.append("")
+    else:
+        L += crc32_define(prefix, g, plan) + [""]
     L += _execute(prefix, program, in_fields, out_fields)
     L += [f"int {prefix}_run_with_weights(const void *weights, const {prefix}_inputs *in, {prefix}_outputs *out,",
           "    void *workspace)", "{",
@@ -170,7 +173,7 @@ def _model_functions(prefix: str, external: bool, program: Program) -> list[str]
           f"        {prefix}_destroy(m);", "        return AOTC_ERR_OUT_OF_MEMORY;", "    }",
           f"    if (pool_status) {{ {prefix}_destroy(m); return pool_status == 1 ? AOTC_ERR_OUT_OF_MEMORY : AOTC_ERR_THREADS; }}"]
     if external:
-        L += [f"    status = aotc_read_weights(weights_path, {P}_WEIGHTS_BYTES, &m->weights_raw, &m->weights);",
+        L += [read_weights_call(prefix, "m->weights_raw", "m->weights"),
               f"    if (status != AOTC_OK) {{ {prefix}_destroy(m); return status; }}"]
     else:
         L += ["    (void)weights_path;", f"    m->weights = {prefix}_weights_data;"]

@@ -19,6 +19,7 @@ from ...memory.planner import MemoryPlan
 from ...program.ir import HostLoop, Launch, Program, storage_args
 from ..abi import ports
 from ..c.emitter import strerror_function
+from ..weights_check import crc32_define, read_weights_call
 from .printer import CudaPrinter
 
 
@@ -63,6 +64,8 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     L += ["};", ""]
     if not external:
         L += [f'extern "C" const uint64_t {prefix}_weights_data[];', ""]
+    else:
+        L += crc32_define(prefix, g, plan) + [""]
     L += [f"struct {prefix}_model {{",
           "    int device;", "    cudaStream_t stream;",
           "    cudaGraphExec_t graph;       /* the host program, captured once */",
@@ -167,7 +170,7 @@ def _create(prefix: str, external: bool, ins, outs) -> list[str]:
          "    AOTC_CUDA_OR_FAIL(cudaSetDevice(m->device));",
          "    AOTC_CUDA_OR_FAIL(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));"]
     if external:
-        L += [f"    status = aotc_read_weights(weights_path, {P}_WEIGHTS_BYTES, &weights_raw, &weights);",
+        L += [read_weights_call(prefix, "weights_raw", "weights"),
               "    if (status != AOTC_OK) AOTC_FAIL(status);"]
     else:
         L += ["    (void)weights_path;", f"    weights = {prefix}_weights_data;"]

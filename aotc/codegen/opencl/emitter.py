@@ -21,6 +21,7 @@ from ...memory.planner import MemoryPlan
 from ...program.ir import HostLoop, Launch, Program
 from ..abi import ports
 from ..c.emitter import strerror_function
+from ..weights_check import crc32_define, read_weights_call
 from .printer import OpenCLPrinter
 
 
@@ -98,6 +99,8 @@ def emit_host(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     L += ["};", ""]
     if not external:
         L += [f"extern const uint64_t {prefix}_weights_data[];", ""]
+    else:
+        L += crc32_define(prefix, g, plan) + [""]
     L += [f"struct {prefix}_model {{",
           "    cl_context context;", "    cl_command_queue queue;", "    cl_program program;",
           f"    cl_kernel kernels[{max(len(kernels), 1)}];",
@@ -211,7 +214,7 @@ def _create(prefix: str, external: bool, ins, outs) -> list[str]:
          f"        m->kernels[i] = clCreateKernel(m->program, {prefix}_device_kernels[i], &err);",
          "        AOTC_CL_OR_FAIL(err);", "    }"]
     if external:
-        L += [f"    status = aotc_read_weights(weights_path, {P}_WEIGHTS_BYTES, &weights_raw, &weights);",
+        L += [read_weights_call(prefix, "weights_raw", "weights"),
               "    if (status != AOTC_OK) AOTC_FAIL(status);"]
     else:
         L += ["    (void)weights_path;", f"    weights = {prefix}_weights_data;"]
