@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 import numpy as np
+import onnx
 
 from ..api import CompiledModel
 from ..compiler import compile_model
 from ..errors import InputError
 from ..frontend import import_model, load_onnx
 from .inputs import sample_inputs
-from .parity import OutputReport, compare
+from .parity import OutputReport, compare, model_op_types
 
 
 @dataclass
@@ -82,8 +83,11 @@ def run_check(model_path, target: str = "native", inputs: Optional[Mapping[str, 
         got = m.run({k: feeds[k] for k in m.input_names})
         ref = reference_outputs(model_path, {**feeds, **{k: np.asarray(v) for k, v in consts.items()}})
         res = CheckResult(str(model_path), m.manifest["target"], rtol, atol)
-        for name, a, b in zip(m.output_names, got, ref):
-            res.outputs.append(compare(name, a, b, rtol, atol))
+        outs = list(zip(m.output_names, got, ref))
+        res.outputs = [compare(name, a, b, rtol, atol) for name, a, b in outs]
+        if not res.passed:          # a note on the mismatches that are ONNX Runtime's NaN handling
+            op_types = model_op_types(onnx.load(str(model_path), load_external_data=False))
+            res.outputs = [compare(name, a, b, rtol, atol, op_types) for name, a, b in outs]
         return res
     finally:
         if tmp is not None:

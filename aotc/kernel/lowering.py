@@ -11,7 +11,7 @@ from ..fusion.groups import Group, group_shapes
 from ..ir.graph import Graph, Value
 from ..ops import registry
 from .context import LowerCtx
-from .ir import (SPATIAL, Buffer, Builder, Const, Decl, Expr, Gemm, If, Kernel, Load, Loop, Store, Var, cast,
+from .ir import (SPATIAL, Buffer, Builder, Const, Decl, Expr, Fail, Gemm, If, Kernel, Load, Loop, Store, Var, cast,
                  const, stmt_exprs, walk_buffers, walk_expr, walk_stmts, wrap)
 from .names import RESERVED
 from .space import IndexSpace
@@ -283,7 +283,9 @@ class _Chain:
                 if key not in cache:
                     cache[key] = load(key)
                 args.append(cache[key])
-            val = registry.get(n.op_type).pointwise(n, args)
+            fn = registry.get(n.op_type).pointwise
+            # a `checked` function may emit run-time checks (Builder.fail) into b first
+            val = fn(n, args, b) if getattr(fn, "checked", False) else fn(n, args)
             if not isinstance(val, (Const, Var)):
                 val = b.local("t", val)
             env[n.outputs[0]] = val
@@ -312,7 +314,7 @@ class _Chain:
     def gemm_producers(self, body) -> Optional[list[Gemm]]:
         """The GEMMs that produce the anchor's output, when nothing else in the kernel writes
         or reads it (then the chain can run in their epilogues); else None."""
-        if self.anchor_out is None:
+        if self.anchor_out is None or self._can_fail():
             return None
         buf = self.anchor_buf[self.anchor_out]
         gemms = []
@@ -328,6 +330,13 @@ class _Chain:
                 if any(isinstance(x, Load) and x.buf is buf for x in walk_expr(e)):
                     return None
         return gemms or None
+
+    def _can_fail(self) -> bool:
+        """Does a link check its values at run time (integer Div by zero)? GEMM epilogues cannot
+        fail: such a chain runs in its own loop nest."""
+        dry = Builder()
+        self._compute(dry, lambda key: Load(self.operands[key][0], const(0)))
+        return any(isinstance(s, Fail) for s in walk_stmts(dry.body))
 
     def into_gemms(self, body, gemms: list[Gemm], b: Builder) -> list:
         targets = {id(gm) for gm in gemms}

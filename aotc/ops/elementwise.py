@@ -2,13 +2,22 @@
 
 The fusion pass chains any number of these into one loop nest, or runs them as the
 epilogue of a Conv/Gemm/MatMul; so an op here only says what one element is.
+
+NaN and infinities behave as the ONNX reference implementation (numpy) has them: Max, Min,
+Relu, Clip, HardSigmoid, Celu... propagate a NaN (numpy's maximum / minimum), comparisons with
+a NaN are false. So the ops here do not use the kernel IR's `maximum` / `minimum`, which print
+as C's fmax / fmin and drop a NaN (what the index clamps of other ops want), but selects whose
+condition is false on a NaN operand (`_nan_max` / `_nan_min`): they vectorize as fmax does.
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from ..errors import ShapeError
 from ..ir import dtypes
-from ..kernel.ir import Const, Expr, binop, call, cast, const, maximum, minimum, select
+from ..kernel.ir import Const, Expr, Var, binop, call, cast, const, select
 from .common import broadcast
 from .registry import register
 
@@ -25,9 +34,38 @@ def _is_const(e: Expr, v: float) -> bool:
     return isinstance(e, Const) and e.value == v
 
 
+def _may_be_nan(e: Expr) -> bool:
+    """Can e hold a NaN (a float that is not a non-NaN constant)?"""
+    return e.dtype.kind == "f" and not (isinstance(e, Const) and not math.isnan(e.value))
+
+
+def _isnan(e: Expr) -> Expr:
+    return binop("!=", e, e)
+
+
+def _nan_max(a: Expr, b: Expr) -> Expr:
+    """max(a, b) that is NaN when either is (numpy's maximum); a on a tie."""
+    cond = a >= b
+    if _may_be_nan(a):
+        cond = binop("||", cond, _isnan(a))
+    return select(cond, a, b)
+
+
+def _nan_min(a: Expr, b: Expr) -> Expr:
+    cond = a <= b
+    if _may_be_nan(a):
+        cond = binop("||", cond, _isnan(a))
+    return select(cond, a, b)
+
+
+def _clamp01(v: Expr) -> Expr:
+    """min(max(v, 0), 1), NaN staying NaN (both comparisons are false on it)."""
+    return select(v < _c(0, v), _c(0, v), select(v > _c(1, v), _c(1, v), v))
+
+
 # --------------------------------------------------------------------------- unary
 _UNARY = {
-    "Relu": lambda n, x: select(x > _c(0, x), x, _c(0, x)),
+    "Relu": lambda n, x: select(x < _c(0, x), _c(0, x), x),           # NaN stays NaN
     "Neg": lambda n, x: -x,
     "Abs": lambda n, x: call("abs", x),
     "Exp": lambda n, x: call("exp", x),
@@ -50,18 +88,20 @@ _UNARY = {
     "Cosh": lambda n, x: call("cosh", x),
     "Softplus": lambda n, x: call("log1p", call("exp", x)),
     "Softsign": lambda n, x: x / (_c(1, x) + call("abs", x)),
-    "Sign": lambda n, x: select(x > _c(0, x), _c(1, x), select(x < _c(0, x), _c(-1, x), _c(0, x))),
+    # 0, -0 and NaN are their own sign
+    "Sign": lambda n, x: select(x > _c(0, x), _c(1, x), select(x < _c(0, x), _c(-1, x),
+                                                               x if x.dtype.kind == "f" else _c(0, x))),
     "LeakyRelu": lambda n, x: select(x >= _c(0, x), x, x * _c(_num(n, "alpha", 0.01), x)),
     "Elu": lambda n, x: select(x >= _c(0, x), x,
                                _c(_num(n, "alpha", 1.0), x) * (call("exp", x) - _c(1, x))),
     "Selu": lambda n, x: _c(_num(n, "gamma", 1.0507009873554805), x) * select(
         x > _c(0, x), x, _c(_num(n, "alpha", 1.6732632423543772), x) * (call("exp", x) - _c(1, x))),
-    "Celu": lambda n, x: maximum(_c(0, x), x) + minimum(_c(0, x), _c(_num(n, "alpha", 1.0), x) * (
+    # max(0, x) + min(0, alpha * (exp(x / alpha) - 1)): the second term is 0 for x > 0
+    "Celu": lambda n, x: select(x > _c(0, x), x, _c(_num(n, "alpha", 1.0), x) * (
         call("exp", x / _c(_num(n, "alpha", 1.0), x)) - _c(1, x))),
     "ThresholdedRelu": lambda n, x: select(x > _c(_num(n, "alpha", 1.0), x), x, _c(0, x)),
-    "HardSigmoid": lambda n, x: maximum(_c(0, x), minimum(_c(1, x), _c(_num(n, "alpha", 0.2), x) * x
-                                                             + _c(_num(n, "beta", 0.5), x))),
-    "HardSwish": lambda n, x: x * maximum(_c(0, x), minimum(_c(1, x), x * _c(1 / 6, x) + _c(0.5, x))),
+    "HardSigmoid": lambda n, x: _clamp01(_c(_num(n, "alpha", 0.2), x) * x + _c(_num(n, "beta", 0.5), x)),
+    "HardSwish": lambda n, x: x * _clamp01(x * _c(1 / 6, x) + _c(0.5, x)),
     "Mish": lambda n, x: x * call("tanh", call("log1p", call("exp", x))),
     "Gelu": lambda n, x: _gelu(n, x),
     "Not": lambda n, x: binop("==", x, const(0, x.dtype)),
@@ -120,16 +160,59 @@ def _pow(n, a, b):
     return cast(call("pow", cast(a, dtypes.FLOAT64), cast(b, dtypes.FLOAT64)), a.dtype)
 
 
-def _div(n, a, b):
-    return a / b
+# Integer Div / Mod: a zero divisor stops the run with AOTC_ERR_DIVIDE_BY_ZERO (C's `/` traps
+# there, and ONNX gives no value); MIN / -1 (which traps too) is MIN, and MIN % -1 is 0, as in
+# the reference implementation (numpy wraps). These functions are `checked`: the chain lowering
+# (kernel/lowering.py) hands them the builder to put the check in.
+def _int_divisor(bld, b: Expr) -> Expr:
+    """b, checked to be non-zero at run time (unless it is a constant)."""
+    if isinstance(b, Const):
+        if b.value != 0:
+            return b
+    elif not isinstance(b, Var):
+        b = bld.local("d", b)
+    with bld.if_(b.eq(const(0, b.dtype))):
+        bld.fail("AOTC_ERR_DIVIDE_BY_ZERO", "an integer divisor is 0")
+    return b
 
 
-def _mod(n, a, b):
-    if int(n.attr("fmod", 0)) or a.dtype.kind == "f":
-        return call("fmod", a, b)
-    r = a % b
+def _overflows(a: Expr, b: Expr) -> bool:
+    """Can a / b be MIN / -1 in a C type of 32 bits or more (narrower ones divide as int)?"""
+    return a.dtype.kind == "i" and a.dtype.itemsize >= 4 and not (isinstance(b, Const) and b.value != -1)
+
+
+def _div(n, a, b, bld=None):
+    if a.dtype.kind not in "iu":
+        return a / b
+    b = _int_divisor(bld, b)
+    if not _overflows(a, b):
+        return a / b
+    u = np.dtype(f"u{a.dtype.itemsize}")
+    neg = cast(const(0, u) - cast(a, u), a.dtype)       # -a, wrapping at MIN
+    return select(b.eq(const(-1, b.dtype)), neg, a / b)
+
+
+def _mod(n, a, b, bld=None):
+    fmod = int(n.attr("fmod", 0))
+    if a.dtype.kind == "f":
+        if fmod:
+            return call("fmod", a, b)
+        # fmod=0 on floats: numpy's mod, the sign of b (-1 mod inf is inf, 4 mod -2 is -0)
+        r = bld.local("r", call("fmod", a, b))
+        zero = select(b < const(0, b.dtype), const(-0.0, a.dtype), const(0.0, a.dtype))
+        wrong_sign = binop("&&", r.ne(const(0, a.dtype)), binop("!=", r < const(0, a.dtype), b < const(0, b.dtype)))
+        return select(r.eq(const(0, a.dtype)), zero, select(wrong_sign, r + b, r))
+    if fmod:                                # on integers: C's %, the sign of a
+        b = _int_divisor(bld, b)
+        return select(b.eq(const(-1, b.dtype)), const(0, a.dtype), a % b) if _overflows(a, b) else a % b
+    b = _int_divisor(bld, b)
+    r = select(b.eq(const(-1, b.dtype)), const(0, a.dtype), a % b) if _overflows(a, b) else a % b
     wrong_sign = binop("&&", r.ne(const(0, a.dtype)), binop("!=", r < const(0, a.dtype), b < const(0, a.dtype)))
     return select(wrong_sign, r + b, r)
+
+
+_div.checked = True
+_mod.checked = True
 
 
 _BINARY = {
@@ -159,8 +242,17 @@ def _binary_infer(node, ins):
     return [(dt, shape)]
 
 
+def _binary_pointwise(f):
+    if getattr(f, "checked", False):
+        def checked(node, args, bld):
+            return f(node, args[0], args[1], bld)
+        checked.checked = True
+        return checked
+    return lambda node, args: f(node, args[0], args[1])
+
+
 for _name, _fn in _BINARY.items():
-    register(_name, pointwise=(lambda f: lambda node, args: f(node, args[0], args[1]))(_fn))(_binary_infer)
+    register(_name, pointwise=_binary_pointwise(_fn))(_binary_infer)
 
 
 def _fold_args(f, args):
@@ -171,8 +263,8 @@ def _fold_args(f, args):
 
 
 _VARIADIC = {
-    "Max": lambda args: _fold_args(lambda a, b: select(a >= b, a, b), args),
-    "Min": lambda args: _fold_args(lambda a, b: select(a <= b, a, b), args),
+    "Max": lambda args: _fold_args(_nan_max, args),
+    "Min": lambda args: _fold_args(_nan_min, args),
     "Sum": lambda args: _fold_args(lambda a, b: a + b, args),
     "Mean": lambda args: _fold_args(lambda a, b: a + b, args) / const(len(args), args[0].dtype),
 }
@@ -189,15 +281,20 @@ def _clip(n, args):
     x = args[0]
     lo = args[1] if len(args) > 1 and args[1] is not None else None
     hi = args[2] if len(args) > 2 and args[2] is not None else None
+    # numpy's clip: a NaN x stays NaN (x < lo is false), and so does a NaN bound
     if lo is not None:
-        x = select(x < lo, lo, x)
+        x = select(binop("||", x < lo, _isnan(lo)) if _may_be_nan(lo) else x < lo, lo, x)
     if hi is not None:
-        x = select(x > hi, hi, x)
+        x = select(binop("||", x > hi, _isnan(hi)) if _may_be_nan(hi) else x > hi, hi, x)
     return x
 
 
 @register("Clip", pointwise=_clip)
 def _clip_infer(node, ins):
+    for v, what in zip(ins[1:3], ("min", "max")):
+        if v is not None and (len(v.shape) > 1 or (len(v.shape) == 1 and v.shape[0] != 1)):
+            raise ShapeError(f"Clip node {node.name!r}: {what} must be a scalar, not a tensor of shape "
+                             f"{list(v.shape)}")
     return [(ins[0].dtype, ins[0].shape)]
 
 

@@ -6,6 +6,10 @@ A reduction is a loop nest over the kept dims (spatial) with the reduced dims in
 the precision it is summed in (float32 sums in float64 on CPU targets, kernel/retype.py). All
 of them accept elementwise epilogues: they write their whole output first, and the chain
 then runs over it.
+
+NaN, as the ONNX reference implementation (numpy) has it: ReduceMax / ReduceMin over a slice
+holding a NaN give NaN (ONNX Runtime skips it), Hardmax marks the first NaN (numpy's argmax
+takes a NaN for the largest value); sums and products propagate it by themselves.
 """
 from __future__ import annotations
 
@@ -13,7 +17,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import dtypes
-from ..kernel.ir import ORDERED, REDUCTION, SPATIAL, Buffer, Builder, Expr, Load, binop, call, cast, const, select
+from ..kernel.ir import (I32, ORDERED, REDUCTION, SPATIAL, Buffer, Builder, Expr, Load, binop, call, cast, const,
+                         maximum, select)
 from .common import ints, norm_axis, prod
 from .registry import register
 from .tensor import _bstrides, contiguous_strides, strided_copy
@@ -112,13 +117,24 @@ def _lower_reduce(node, ctx):
         _lower_logsumexp(b, X, Y, kept, red)
         return
     init, step, final, is_sum = _REDUCERS[node.op_type]
+    # ReduceMax / ReduceMin over floats: the comparison skips a NaN, so a second accumulator
+    # flags one (1 when seen) and the result is NaN then. Two plain `acc = acc OP e` updates,
+    # which the GPU schedule still splits across a work-group (schedule/gpu_group.py).
+    flag_nan = not is_sum and X.dtype.kind == "f"
     with b.loops([d for d, _, _ in kept], [f"o{k}" for k in range(len(kept))], role=SPATIAL) as oidx:
         base = sum((i * s for i, (_, s, _) in zip(oidx, kept)), const(0))
         acc = b.accumulator("acc", init(X.dtype)) if is_sum else b.local("acc", init(X.dtype))
+        nan = b.local("nan", const(0, I32)) if flag_nan else None
         with b.loops([d for d, _ in red], [f"r{k}" for k in range(len(red))], role=REDUCTION) as ridx:
             off = base + sum((i * s for i, (_, s) in zip(ridx, red)), const(0))
-            b.assign(acc, step(acc, Load(X, off)))
-        b.store(Y, sum((i * o for i, (_, _, o) in zip(oidx, kept)), const(0)), final(acc, count))
+            x = b.local("x", Load(X, off)) if flag_nan else Load(X, off)
+            b.assign(acc, step(acc, x))
+            if flag_nan:
+                b.assign(nan, maximum(nan, cast(binop("!=", x, x), I32)))
+        result = final(acc, count)
+        if flag_nan:
+            result = select(nan > const(0, I32), const(float("nan"), X.dtype), result)
+        b.store(Y, sum((i * o for i, (_, _, o) in zip(oidx, kept)), const(0)), result)
 
 
 def _lower_logsumexp(b: Builder, X: Buffer, Y: Buffer, kept, red):
@@ -129,6 +145,10 @@ def _lower_logsumexp(b: Builder, X: Buffer, Y: Buffer, kept, red):
             off = base + sum((i * s for i, (_, s) in zip(ridx, red)), const(0))
             v = b.local("v", Load(X, off))
             b.assign(mx, select(v > mx, v, mx))
+        # an infinite maximum shifts by 0: exp(inf - inf) would make a NaN of log(inf) = inf,
+        # and all -inf gives log(0) = -inf
+        inf = const(float("inf"), X.dtype)
+        b.assign(mx, select(binop("||", mx.eq(inf), mx.eq(-inf)), const(0, X.dtype), mx))
         acc = b.accumulator("acc", const(0, X.dtype))
         with b.loops([d for d, _ in red], [f"r{k}" for k in range(len(red))], role=REDUCTION) as ridx:
             off = base + sum((i * s for i, (_, s) in zip(ridx, red)), const(0))
@@ -171,11 +191,21 @@ def _lower_softmax(node, ctx):
         mx = b.local("mx", Load(X, at(const(0))))
         with b.loop(n, "k", role=REDUCTION, start=1) as k:
             v = b.local("v", Load(X, at(k)))
-            b.assign(mx, select(v > mx, v, mx))      # inlines, unlike fmaxf
+            # inlines, unlike fmaxf. Softmax skips a NaN here: it reaches every output through
+            # exp(x - mx) and the sum anyway (and the GPU schedule splits this form); Hardmax
+            # keeps it, as numpy's argmax takes a NaN for the largest value
+            if op == "Hardmax" and X.dtype.kind == "f":
+                b.assign(mx, select(binop("||", v > mx, binop("!=", v, v)), v, mx))
+            else:
+                b.assign(mx, select(v > mx, v, mx))
         if op == "Hardmax":
             arg = b.local("arg", const(-1))
             with b.loop(n, "k", role=ORDERED) as k:
-                with b.if_(binop("&&", arg < 0, Load(X, at(k)).eq(mx))):
+                v = b.local("v", Load(X, at(k)))
+                hit = v.eq(mx)
+                if X.dtype.kind == "f":      # mx is NaN: the first NaN
+                    hit = binop("||", hit, binop("!=", v, v))
+                with b.if_(binop("&&", arg < 0, hit)):
                     b.assign(arg, k)
             with b.loop(n, "k", role=SPATIAL) as k:
                 b.store(Y, at(k), select(k.eq(arg), const(1, Y.dtype), const(0, Y.dtype)))

@@ -527,7 +527,13 @@ def _lower_arg(node, ctx):
         arg = b.local("arg", const(0))
         with b.loop(n, "k", role=ORDERED, start=1) as k:       # the first of equal values wins
             v = b.local("v", Load(X, (p * n + k) * post + q))
-            with b.if_(binop(better, v, best)):
+            take = binop(better, v, best)
+            if dtypes.is_float(X.dtype):
+                # NaN wins, as in onnx.reference: the first one, or the last with select_last_index
+                v_nan, best_ok = binop("!=", v, v), binop("==", best, best)
+                take = (binop("||", v_nan, binop("&&", best_ok, take)) if last else
+                        binop("&&", best_ok, binop("||", v_nan, take)))
+            with b.if_(take):
                 b.assign(best, v)
                 b.assign(arg, k)
         b.store(Y, p * post + q, arg)
