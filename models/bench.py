@@ -13,12 +13,14 @@ rounds, in each of which every engine in turn runs `--runs / --rounds` timed run
 (as a serving loop would) after a pause and one untimed run. Engines alternate round by round,
 so slow drifts of a shared machine hit all alike; runs of one engine are not interleaved with
 another's, whose thread pool would still be spinning on the same cores (ONNX Runtime's and
-aotc's both spin for a while after a run). Reports medians and ratios.
+aotc's both spin for a while after a run). Each model is measured in a fresh process.
+Reports medians and ratios.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import platform
 import re
@@ -26,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -247,8 +250,12 @@ def main() -> None:
     a.workdir.mkdir(parents=True, exist_ok=True)
     results = []
     for n in names:
-        r = bench_model(n, a.size, a.runs, a.warmup, a.workdir, a.target, threads,
-                        a.baseline_checkout.resolve() if a.baseline_checkout else None, a.opencl, a.rounds)
+        # each model in a fresh process: what one model leaves behind (thread pools, sessions,
+        # a fragmented heap) measurably changed the next one's 2-thread times
+        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as ex:
+            r = ex.submit(bench_model, n, a.size, a.runs, a.warmup, a.workdir.resolve(), a.target, threads,
+                          a.baseline_checkout.resolve() if a.baseline_checkout else None, a.opencl,
+                          a.rounds).result()
         results.append(r)
         print(f"{n:16} " + "  ".join(f"{k}={v:.3f}ms" for k, v in r["median_ms"].items()), flush=True)
     table = render(results, a.runs, a.warmup, a.target, threads)
