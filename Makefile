@@ -79,7 +79,7 @@ sanitize: venv
 # Thread-safety stress: every small zoo model, one artifact driven at once by 8 threads calling
 # <name>_run (a workspace each) and 4 instances (a 2-thread pool each, created and destroyed
 # twice), 3000 calls per build, each result vs ONNX Runtime and bit for bit vs the same call made
-# alone; built with ThreadSanitizer (2000 calls; zero reports) and at -O3 (about 9 min).
+# alone; built with ThreadSanitizer (2000 calls; zero reports) and at -O3 (6-9 min).
 stress: venv
 	$(BIN)/python -m models.stress --calls 3000 --tsan-calls 2000
 
