@@ -6,8 +6,8 @@
  *   - the pool has threads - 1 workers; the calling thread takes part as thread 0;
  *   - aotc_parallel_for(pool, n, fn, args) splits [0, n) into `threads` contiguous ranges
  *     (thread t gets [n*t/T, n*(t+1)/T)) and returns when every range is done;
- *   - between hand-offs a worker polls for a while (AOTC_POOL_SPINS polls, about a
- *     millisecond), then sleeps on a condition variable until the next one; it yields its
+ *   - between hand-offs a worker polls for AOTC_POOL_SPIN_NS (a millisecond, on the
+ *     monotonic clock), then sleeps on a condition variable until the next one; it yields its
  *     core every AOTC_POOL_YIELD_EVERY polls, and the caller waiting for the workers yields
  *     after a short spin too, so that a machine with more busy threads than cores (several
  *     model instances, other programs) is not stalled by threads that only wait;
@@ -24,10 +24,11 @@
 #include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
-#ifndef AOTC_POOL_SPINS
-#define AOTC_POOL_SPINS 20000
+#ifndef AOTC_POOL_SPIN_NS
+#define AOTC_POOL_SPIN_NS 1000000
 #endif
 #define AOTC_POOL_YIELD_EVERY 64
 #define AOTC_POOL_MAX_THREADS 256
@@ -73,6 +74,14 @@ static inline void aotc_pool_range(int64_t n, int threads, int t, int64_t *begin
     *end = n * (t + 1) / threads;
 }
 
+/* Nanoseconds on the monotonic clock (needs _POSIX_C_SOURCE >= 199309L, as pthreads do). */
+static inline int64_t aotc_pool_clock_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
 static inline void *aotc_pool_worker(void *p)
 {
     aotc_worker *w = (aotc_worker *)p;
@@ -81,12 +90,18 @@ static inline void *aotc_pool_worker(void *p)
     for (;;) {
         uint64_t gen;
         long spins = 0;
+        int64_t idle_since = 0;
         while ((gen = __atomic_load_n(&pool->generation, __ATOMIC_ACQUIRE)) == seen) {
-            if (++spins < AOTC_POOL_SPINS) {
-                if (spins % AOTC_POOL_YIELD_EVERY == 0)
-                    sched_yield();
-                else
-                    AOTC_CPU_RELAX();
+            /* poll; every AOTC_POOL_YIELD_EVERY polls, yield the core and look at the clock
+             * (a count of polls would last 10x longer on one CPU than on another) */
+            if (++spins % AOTC_POOL_YIELD_EVERY != 0) {
+                AOTC_CPU_RELAX();
+                continue;
+            }
+            if (!idle_since)
+                idle_since = aotc_pool_clock_ns();
+            if (aotc_pool_clock_ns() - idle_since < AOTC_POOL_SPIN_NS) {
+                sched_yield();
                 continue;
             }
             pthread_mutex_lock(&pool->lock);
@@ -96,6 +111,7 @@ static inline void *aotc_pool_worker(void *p)
             __atomic_fetch_sub(&pool->sleepers, 1, __ATOMIC_SEQ_CST);
             pthread_mutex_unlock(&pool->lock);
             spins = 0;
+            idle_since = 0;
         }
         seen = gen;
         if (__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE))

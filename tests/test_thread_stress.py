@@ -51,6 +51,7 @@ void bug_destroy(bug_model *model);
 """
 
 FAKE_C = r"""
+#define _POSIX_C_SOURCE 200809L
 #include <sched.h>
 #include <stdlib.h>
 #include "aotc_threads.h"
