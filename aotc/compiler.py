@@ -129,7 +129,8 @@ def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathL
     g, plan = c.graph, c.plan
     with step("generating code"):
         blob = abi.weights_blob(g, plan)
-        files = {f"{prefix}.h": abi.emit_header(prefix, g, plan, external, c.threads, c.target)}
+        crc = weights_check.crc32(blob)
+        files = {f"{prefix}.h": abi.emit_header(prefix, g, plan, external, c.threads, c.target, crc)}
         files.update(backend.sources(prefix, g, c.program, plan, external, c.target, c.threads))
         if not external:
             files[f"{prefix}_weights.c"] = abi.emit_weights_c(prefix, blob)
@@ -168,7 +169,7 @@ def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathL
         "workspace_alignment": plan.alignment,
         "weights": {"mode": "external" if external else "embedded", "file": weights_file,
                     "bytes": plan.weights_bytes, "sha256": hashlib.sha256(blob).hexdigest(),
-                    "crc32": f"{weights_check.crc32(blob):08x}"},
+                    "crc32": f"{crc:08x}"},
         "memory_plan": plan.summary(),
         "kernels": [{"name": ln.kernel.name, "nodes": ln.kernel.comment} for ln in c.program.launches()],
         "opset": c.opset,

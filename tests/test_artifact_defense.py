@@ -91,7 +91,7 @@ def test_checksum_is_in_the_manifest_and_the_source(artifact):
     blob = (out / m["weights"]["file"]).read_bytes()
     assert m["weights"]["mode"] == "external" and m["weights"]["bytes"] == len(blob)
     assert m["weights"]["crc32"] == f"{zlib.crc32(blob):08x}"
-    assert f"#define MODEL_WEIGHTS_CRC32 0x{m['weights']['crc32']}u" in (out / "model.c").read_text()
+    assert f"#define MODEL_WEIGHTS_CRC32 0x{m['weights']['crc32']}u" in (out / "model.h").read_text()
     assert _create_status(out, out / m["weights"]["file"]) == (OK, "ok")
 
 
@@ -261,7 +261,8 @@ def test_generated_sources_never_stop_the_process_or_print(name, tmp_path):
         backend = get_backend(c.target["language"])
         for external in (False, True):
             files = backend.sources(name, c.graph, c.program, c.plan, external, c.target, c.threads)
-            files[f"{name}.h"] = abi.emit_header(name, c.graph, c.plan, external, c.threads, c.target)
+            files[f"{name}.h"] = abi.emit_header(name, c.graph, c.plan, external, c.threads, c.target,
+                                                 zlib.crc32(abi.weights_blob(c.graph, c.plan)))
             assert any(f.endswith((".c", ".cu")) for f in files)
             if external:
                 assert f"{name.upper()}_WEIGHTS_CRC32" in "".join(files.values())

@@ -70,7 +70,9 @@ def ports(g: Graph, names: list[str]) -> list[Port]:
     return out
 
 
-def emit_header(prefix: str, g: Graph, plan: MemoryPlan, external: bool, threads: int, target: dict) -> str:
+def emit_header(prefix: str, g: Graph, plan: MemoryPlan, external: bool, threads: int, target: dict,
+                weights_crc32: int = 0) -> str:
+    """`weights_crc32`: the external weights file's CRC-32 (codegen/weights_check.py), checked at create."""
     P = prefix.upper()
     ins, outs = ports(g, g.inputs), ports(g, g.outputs)
     gpu = target.get("language") != "c"
@@ -88,6 +90,8 @@ def emit_header(prefix: str, g: Graph, plan: MemoryPlan, external: bool, threads
          f"/* Bytes of weights; 1 when they live in a separate file that {prefix}_create loads. */",
          f"#define {P}_WEIGHTS_BYTES ((size_t){plan.weights_bytes})",
          f"#define {P}_WEIGHTS_EXTERNAL {1 if external else 0}",
+         *([f"/* CRC-32 (zlib's) of {prefix}.weights, checked by {prefix}_create. */",
+            f"#define {P}_WEIGHTS_CRC32 0x{weights_crc32:08x}u"] if external else []),
          f"#define {P}_NUM_INPUTS {len(ins)}", f"#define {P}_NUM_OUTPUTS {len(outs)}", ""]
     L.append("/* Inputs, in graph order. Each points to a dense row-major array. */")
     L.append("typedef struct {")

@@ -2,28 +2,18 @@
 
 `<name>_create` reads `<name>.weights` with runtime/aotc_support.h's `aotc_read_weights`,
 which checks its size and recomputes its CRC-32 (zlib's: IEEE polynomial, as `zlib.crc32`)
-while reading, against the value compiled into the source as `<NAME>_WEIGHTS_CRC32`. The
-manifest records the same value (`weights.crc32`), so the Python loader can say which way a
-file is wrong.
+while reading, against `<NAME>_WEIGHTS_CRC32` in the artifact's header (codegen/abi.py; the
+compiler computes it once, from the blob it writes). The manifest records the same value
+(`weights.crc32`), so the Python loader can say which way a file is wrong.
 """
 from __future__ import annotations
 
 import zlib
 
-from ..ir.graph import Graph
-from ..memory.planner import MemoryPlan
-from .abi import weights_blob
-
 
 def crc32(blob: bytes) -> int:
     """The CRC-32 `aotc_read_weights` computes over the weights file."""
     return zlib.crc32(blob) & 0xFFFFFFFF
-
-
-def crc32_define(prefix: str, g: Graph, plan: MemoryPlan) -> list[str]:
-    """The source's `#define <NAME>_WEIGHTS_CRC32`, for a model built with external weights."""
-    return [f"/* CRC-32 (zlib's) of the {plan.weights_bytes} bytes {prefix}_create reads from {prefix}.weights */",
-            f"#define {prefix.upper()}_WEIGHTS_CRC32 0x{crc32(weights_blob(g, plan)):08x}u"]
 
 
 def read_weights_call(prefix: str, raw: str, weights: str) -> str:

@@ -13,7 +13,7 @@ from ...program.ir import HostLoop, Launch, Program, Slot
 from ...schedule.gemm_cpu import GemmTiles
 from ..abi import Port, ports
 from ..abi import ctype
-from ..weights_check import crc32_define, read_weights_call
+from ..weights_check import read_weights_call
 from .printer import CPrinter, uses_pool
 
 
@@ -59,8 +59,6 @@ def emit_source(prefix: str, g: Graph, program: Program, plan: MemoryPlan, exter
     if not external:
         L.append(f"extern const uint64_t {prefix}_weights_data[];")
         L.append("")
-    else:
-        L += crc32_define(prefix, g, plan) + [""]
     L += _execute(prefix, program, in_fields, out_fields)
     L += [f"int {prefix}_run_with_weights(const void *weights, const {prefix}_inputs *in, {prefix}_outputs *out,",
           "    void *workspace)", "{",

@@ -19,7 +19,7 @@ from ...memory.planner import MemoryPlan
 from ...program.ir import HostLoop, Launch, Program, storage_args
 from ..abi import ports
 from ..c.emitter import strerror_function
-from ..weights_check import crc32_define, read_weights_call
+from ..weights_check import read_weights_call
 from .printer import CudaPrinter
 
 
@@ -64,8 +64,6 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     L += ["};", ""]
     if not external:
         L += [f'extern "C" const uint64_t {prefix}_weights_data[];', ""]
-    else:
-        L += crc32_define(prefix, g, plan) + [""]
     L += [f"struct {prefix}_model {{",
           "    int device;", "    cudaStream_t stream;",
           "    cudaGraphExec_t graph;       /* the host program, captured once */",

@@ -21,7 +21,7 @@ from ...memory.planner import MemoryPlan
 from ...program.ir import HostLoop, Launch, Program
 from ..abi import ports
 from ..c.emitter import strerror_function
-from ..weights_check import crc32_define, read_weights_call
+from ..weights_check import read_weights_call
 from .printer import OpenCLPrinter
 
 
@@ -99,8 +99,6 @@ def emit_host(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     L += ["};", ""]
     if not external:
         L += [f"extern const uint64_t {prefix}_weights_data[];", ""]
-    else:
-        L += crc32_define(prefix, g, plan) + [""]
     L += [f"struct {prefix}_model {{",
           "    cl_context context;", "    cl_command_queue queue;", "    cl_program program;",
           f"    cl_kernel kernels[{max(len(kernels), 1)}];",
