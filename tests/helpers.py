@@ -90,13 +90,19 @@ def eager_gpu_target(directory: Path) -> str:
     so that small models take the paths full-size ones do: a work-group for every spatial
     iteration whose inner loops can be shared (`group_min_work`), and GEMMs cut into the
     smallest tiles and split along K (`min_groups`, `split_min_k`)."""
+    return opencl_target_with(directory, "opencl-eager", {"group_min_work": 1, "min_groups": 4096, "split_min_k": 16})
+
+
+def opencl_target_with(directory: Path, name: str, gpu: dict) -> str:
+    """A target file: the opencl target with the given values in its [gpu] table (the GPU
+    schedule's tiles and thresholds), named `name`."""
     from aotc.paths import TARGETS_DIR
     text = (TARGETS_DIR / "opencl.toml").read_text()
-    text = text.replace('name = "opencl"', 'name = "opencl-eager"', 1)
-    for key, value in (("group_min_work", 1), ("min_groups", 4096), ("split_min_k", 16)):
+    text = text.replace('name = "opencl"', f'name = "{name}"', 1)
+    for key, value in gpu.items():
         text, n = re.subn(rf"^{key} = .*$", f"{key} = {value}", text, flags=re.M)
         if not n:
             text = text.replace("[gpu]\n", f"[gpu]\n{key} = {value}\n", 1)
-    p = Path(directory) / "opencl-eager.toml"
+    p = Path(directory) / f"{name}.toml"
     p.write_text(text)
     return str(p)

@@ -129,3 +129,112 @@ def test_gemm_launch_shapes():
     batched = gemm_shape(gemm(128, 128, 64), p, ((Var("h"), 12),))
     assert batched.split == 1 and batched.depth == 12
     assert gemm_shape(gemm(128, 768, 768), GpuParams()).split == 1     # min_groups 0: as configured
+
+
+def _address(e, env: dict, decls: dict) -> int:
+    """The integer value of an index expression for one work-item: `env` holds GPU indices and
+    loop variables, `decls` the locals' initial expressions."""
+    from aotc.kernel.ir import BinOp, Const, GpuIndex, Var
+    if isinstance(e, Const):
+        return int(e.value)
+    if isinstance(e, GpuIndex):
+        return env[e.axis]
+    if isinstance(e, Var):
+        return env[e.name] if e.name in env else _address(decls[e.name], env, decls)
+    assert isinstance(e, BinOp), e
+    a, b = _address(e.a, env, decls), _address(e.b, env, decls)
+    ops = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "/": int.__floordiv__, "%": int.__mod__, "min": min}
+    return ops[e.op](a, b)
+
+
+def _local_accesses(body, in_loop: str | None):
+    """(buffer name, index, loop variable names around it) of each load from and store to a
+    `local`-memory buffer, inside the first loop named `in_loop` (None: anywhere)."""
+    from aotc.kernel.ir import LOCAL, Load, stmt_exprs, walk_expr
+
+    def walk(stmts, loops, inside):
+        for s in stmts:
+            if isinstance(s, Loop):
+                yield from walk(s.body, loops + [s.var.name], inside or s.var.name == in_loop)
+                continue
+            if isinstance(s, If):
+                yield from walk(s.then + s.orelse, loops, inside)
+                continue
+            if not inside:
+                continue
+            if isinstance(s, Store) and s.buf.space == LOCAL:
+                yield s.buf.name, s.index, loops
+            for e in stmt_exprs(s)[1 if isinstance(s, Store) else 0:]:      # (the first: the store's)
+                for x in walk_expr(e):
+                    if isinstance(x, Load) and x.buf.space == LOCAL:
+                        yield x.buf.name, x.index, loops
+    yield from walk(body, [], in_loop is None)
+
+
+def _warp_words(index, loops, decls, fixed: int, warp: int, **at) -> list[int]:
+    """The word each of the 32 work-items of warp `warp` accesses, the loops around at `fixed`
+    (or as `at` says), the group at (1, 1, 0)."""
+    env = {name: fixed for name in loops}
+    env.update({"group.0": 1, "group.1": 1, "group.2": 0}, **at)
+    return [_address(index, dict(env, **{"local.0": 32 * warp + lane}), decls) for lane in range(32)]
+
+
+def _worst_conflict(index, loops, decls) -> int:
+    """The most distinct words one bank serves for a warp's scalar access (1: conflict-free,
+    equal words being broadcast), over a few iterations of the loops around it and 8 warps."""
+    worst = 0
+    for fixed in (0, 1, 3):
+        for warp in range(8):
+            banks: dict = {}
+            for w in set(_warp_words(index, loops, decls, fixed, warp)):
+                banks.setdefault(w % 32, set()).add(w)
+            worst = max(worst, max(len(v) for v in banks.values()))
+    return worst
+
+
+def _worst_vector_conflict(index, loops, decls, width: int) -> int:
+    """For a read in an unrolled loop (the innermost of `loops`) whose runs of `width`
+    iterations read `width` consecutive, aligned words (one 128-bit read when width is 4):
+    the most distinct 16-byte chunks that one group of 4 banks serves for a quarter warp (the
+    8 work-items a 128-bit read serves at once). Asserts the runs are consecutive and aligned."""
+    inner, worst = loops[-1], 0
+    for fixed in (0, 1, 3):
+        for warp in range(8):
+            for first in range(0, 8, width):
+                runs = [_warp_words(index, loops, decls, fixed, warp, **{inner: first + q}) for q in range(width)]
+                for lane in range(32):
+                    assert [r[lane] for r in runs] == [runs[0][lane] + q for q in range(width)], "not consecutive"
+                    assert runs[0][lane] % width == 0, "not aligned"
+                for quarter in range(4):
+                    groups: dict = {}
+                    for w in set(runs[0][8 * quarter:8 * quarter + 8]):
+                        groups.setdefault((w // 4) % 8, set()).add(w)
+                    worst = max(worst, max(len(v) for v in groups.values()))
+    return worst
+
+
+def test_gemm_tiles_are_read_and_written_without_bank_conflicts():
+    """With the cuda target's tiles, a warp's accesses to the staged A and B tiles in local
+    (shared) memory: the compute loop reads each work-item's rows of A and columns of B in runs
+    of 4 consecutive aligned words (128-bit reads), and no 4 banks serve two chunks at once;
+    the stores, for each operand layout (K as the unit stride of A, of B, or of neither), hit
+    each bank with one word at most."""
+    from aotc.kernel.ir import Decl, Kernel, walk_stmts
+    from aotc.schedule.gpu import GemmShape, gemm_kernel
+    p = GpuParams(block=256, tm=128, tn=128, tk=8, rm=8, rn=8, warp=32)
+    M, N, K = 512, 512, 512
+    for a_rs, a_cs in ((K, 1), (1, M)):
+        for b_rs, b_cs in ((N, 1), (1, K)):
+            A, B, C = Buffer("a", F32, (M * K,), "in"), Buffer("b", F32, (K * N,), "in"), Buffer("c", F32, (M, N), "out")
+            b = Builder()
+            g = b.gemm(M, N, K, matrix(A, 0, a_rs, a_cs), matrix(B, 0, b_rs, b_cs), GemmDest(C, (0, 0), (0,), (1,)))
+            body, grid, block = gemm_kernel(g, GemmShape(p), Kernel("k", "", [A, B, C], []))
+            assert block == (256, 1, 1) and grid == (4 * 256, 4, 1)
+            decls = {s.var.name: s.init for s in walk_stmts(body) if isinstance(s, Decl)}
+            reads = list(_local_accesses(body, "kk"))
+            stores = [x for x in _local_accesses(body, "kt") if "kk" not in x[2]]
+            assert len(reads) == 2 and len(stores) == 2, (reads, stores)
+            for name, index, loops in reads:
+                assert _worst_vector_conflict(index, loops, decls, 4) == 1, name
+            for name, index, loops in stores:
+                assert _worst_conflict(index, loops, decls) == 1, (name, (a_rs, a_cs), (b_rs, b_cs))

@@ -19,7 +19,7 @@ from aotc.api import compile as aotc_compile
 from aotc.check.runner import run_check
 from aotc.errors import ArtifactError, RunError
 from models.zoo import ZOO
-from tests.helpers import assert_parity, eager_gpu_target, graph_model, rand, single_op_model
+from tests.helpers import assert_parity, eager_gpu_target, graph_model, opencl_target_with, rand, single_op_model
 
 N = helper.make_node
 
@@ -166,3 +166,41 @@ def test_batched_convolutions_on_opencl(kind, tmp_path):
     assert len(gemms) >= 3 and all(" 3x" in g or " 6x" in g for g in gemms[:3]), gemms
     host = (tmp_path / "out" / "model.c").read_text()
     assert "for (" not in host.split("_execute(")[1].split("\n}\n")[0]      # no host loops
+
+
+def _cuda_tiles(tmp_path, **extra) -> str:
+    """The opencl target with the cuda target's [gpu] table (its GEMM tiles, 256 work-items a
+    group), plus `extra`: the kernels the cuda target gets, run here on PoCL."""
+    import tomllib
+    from aotc.paths import TARGETS_DIR
+    with open(TARGETS_DIR / "cuda.toml", "rb") as f:
+        gpu = dict(tomllib.load(f)["gpu"])
+    gpu.update(extra)
+    name = "opencl-cuda-tiles-" + "-".join(f"{k}{v}" for k, v in extra.items())
+    return opencl_target_with(tmp_path, name, gpu)
+
+
+@pytest.mark.parametrize("eager", [False, True], ids=["full-tiles", "split-k"])
+def test_gemm_layouts_with_cuda_tiles(eager, tmp_path):
+    """The GEMM kernel with the cuda target's tiles, on every operand layout it walks
+    differently (A and B each with K as the unit stride or not, both computed at run time),
+    sizes that are not multiples of the tiles, a bias epilogue and a batched product; 'split-k':
+    tiles halved and K split as for a GEMM too small for the GPU (else the tiles stay whole)."""
+    M, K, Nc = 37, 70, 133
+    nodes, feeds, outs = [], {}, []
+    for ta in (0, 1):
+        for tb in (0, 1):
+            a, bb = f"a{ta}{tb}", f"b{ta}{tb}"
+            feeds[a] = rand(*((K, M) if ta else (M, K)), seed=10 + 2 * ta + tb)
+            feeds[bb] = rand(*((Nc, K) if tb else (K, Nc)), seed=20 + 2 * ta + tb)
+            nodes.append(N("Gemm", [a, bb, "bias"], [f"y{ta}{tb}"], transA=ta, transB=tb, alpha=0.5, beta=2.0))
+            outs.append(f"y{ta}{tb}")
+    feeds["p"], feeds["q"] = rand(3, 29, 300, seed=30), rand(3, 300, 45, seed=31)
+    nodes.append(N("MatMul", ["p", "q"], ["pq"]))
+    outs.append("pq")
+    m = graph_model(nodes, feeds, outs, {"bias": rand(Nc, seed=5)})
+    target = _cuda_tiles(tmp_path, min_groups=4096, split_min_k=16) if eager else _cuda_tiles(tmp_path, min_groups=0)
+    assert_parity(m, tmp_path, feeds, target=target)
+    cl = (tmp_path / "out" / "model.cl").read_text()
+    assert ("chunks of" in cl) == eager
+    assert "8x8 per work-item" in cl or eager

@@ -55,6 +55,7 @@ class GpuParams:
     split_min_k: int = 256        # the least K a split GEMM's chunk takes
     group_min_work: int = 256     # loop iterations per spatial iteration from which a work-group shares them
     min_items: int = 0            # a launch of fewer work-items leaves the device idle: groups share from 32
+    warp: int = 0                 # work-items that run in lockstep on banked local memory (CUDA: 32); 0: none
 
     @classmethod
     def of(cls, target: dict) -> "GpuParams":
@@ -424,27 +425,79 @@ def gemm_shape(g: Gemm, p: GpuParams, batch: tuple = ()) -> GemmShape:
     return GemmShape(p, (), _ceil(g.K, chunk), chunk)
 
 
+BANKS = 32                   # local-memory banks, 4 bytes wide (NVIDIA's shared memory)
+
+
+def tile_pad(p: "GpuParams") -> int:
+    """Words added to each row of a staged GEMM tile, on a device with warps, so that a warp
+    storing a tile walked along K (tk consecutive K, 32/tk rows or columns) hits 32 banks, and
+    rows stay 16-byte aligned for 128-bit reads."""
+    return max(VECTOR, BANKS // p.tk) if p.warp else 0
+
+
+VECTOR = 4                   # floats in a 128-bit local-memory read
+
+
+def _vector(n: int) -> int:
+    """The widest read (1, 2 or 4 floats) that a work-item's n rows or columns split into."""
+    return next(v for v in (VECTOR, 2, 1) if n % v == 0)
+
+
+def _tile_walk(m: Matrix, along_k: str, extent: int, tk: int, e: Expr) -> tuple[Expr, Expr]:
+    """(k, other) of element e of a staged tile of extent x tk, so that consecutive work-items
+    read consecutive addresses of the operand (coalesced): along K when K is the operand's unit
+    stride, else along the other dim. `along_k` names the stride of K ('cs' for A, 'rs' for B)."""
+    k_unit = getattr(m, along_k) == 1
+    other_unit = getattr(m, "rs" if along_k == "cs" else "cs") == 1
+    if k_unit and not other_unit:
+        return e % tk, e / tk
+    return e / extent, e % extent
+
+
 def gemm_kernel(g: Gemm, shape: GemmShape, k: Kernel, partial: Buffer | None = None
                 ) -> tuple[list[Stmt], tuple, tuple]:
     """A tiled GEMM as kernel IR: work-group (bn, bm, z) computes C[bm*TM:, bn*TN:] of product z
-    (a batch entry, or a K chunk whose sums land in `partial`); each of its T work-items an
-    RM x RN block at (tr*RM, tc*RN) of that tile."""
+    (a batch entry, or a K chunk whose sums land in `partial`), a TM x TN tile, with T work-items.
+
+    Work-item (tr, tc) owns RM x RN results of the tile (ri < RM, rj < RN). On a device with
+    warps (`warp`) they come in runs of 4 (`_vector`) strided across the tile, columns
+    tc*4 + rj%4 + (rj/4)*4*(TN/RN) (rows alike), so that each run is one 128-bit read of the
+    staged tile and the work-items of a warp read consecutive runs (no bank conflicts); each
+    staged row is padded (`tile_pad`) so that the stores, walked along the operand's unit
+    stride, do not conflict either. Elsewhere (a CPU driver, which vectorizes a work-item's own
+    loops) they are a block, rows tr*RM + ri and columns tc*RN + rj. The K loop steps TK at a time: A's and
+    B's next TK-slices are loaded from global memory into registers while this slice's
+    products are summed from local memory (a register prefetch, which hides the loads'
+    latency behind the arithmetic), then stored to local memory between barriers."""
     p = shape.p
     b = Builder()
     b.names = set(k.names_used) | b.names
     T = p.threads()
-    cols = p.tn // p.rn
+    rows, cols = p.tm // p.rm, p.tn // p.rn          # work-items down and across the tile
     n_bm, n_bn = -(-g.M // p.tm), -(-g.N // p.tn)
-    As = Buffer(b.fresh("a_tile"), F32, (p.tk * p.tm,), "local", LOCAL)
-    Bs = Buffer(b.fresh("b_tile"), F32, (p.tk * p.tn,), "local", LOCAL)
+    pad = tile_pad(p)
+
+    va, vb = _vector(p.rm), _vector(p.rn)
+
+    def row(r: Expr, ri: Expr) -> Expr:            # the tile row of a work-item's ri-th result
+        return (ri / va) * (rows * va) + r * va + ri % va if p.warp else r * p.rm + ri
+
+    def col(c: Expr, rj: Expr) -> Expr:
+        return (rj / vb) * (cols * vb) + c * vb + rj % vb if p.warp else c * p.rn + rj
+    lda, ldb = p.tm + pad, p.tn + pad                 # staged: As[k * lda + r], Bs[k * ldb + c]
+    na, nb = p.tm * p.tk // T, p.tn * p.tk // T       # elements each work-item stages per step
+    As = Buffer(b.fresh("a_tile"), F32, (p.tk * lda,), "local", LOCAL)
+    Bs = Buffer(b.fresh("b_tile"), F32, (p.tk * ldb,), "local", LOCAL)
     acc = Buffer(b.fresh("acc"), F32, (p.rm * p.rn,), "local", PRIVATE)
     ar = Buffer(b.fresh("a_reg"), F32, (p.rm,), "local", PRIVATE)
     br = Buffer(b.fresh("b_reg"), F32, (p.rn,), "local", PRIVATE)
+    a_next = Buffer(b.fresh("a_next"), F32, (na,), "local", PRIVATE)
+    b_next = Buffer(b.fresh("b_next"), F32, (nb,), "local", PRIVATE)
     A, B = g.a, g.b
     what = f" of {shape.depth} products" if shape.batch else \
         f", K in {shape.split} chunks of {shape.chunk} summed by the next launch" if shape.split > 1 else ""
     b.comment(f"C[{g.M}, {g.N}] = A[{g.M}, {g.K}] . B[{g.K}, {g.N}]{what}: {p.tm}x{p.tn} tiles, K in steps of "
-              f"{p.tk}, {p.rm}x{p.rn} per work-item")
+              f"{p.tk}, {p.rm}x{p.rn} per work-item" + (f" in runs of {va}x{vb} strided across the tile" if p.warp else ""))
     # the launch is exactly n_bn x n_bm (x depth) groups of T work-items: no guards, so that
     # every work-item of a group reaches every barrier
     bn = b.local("bn", GpuIndex("group.0"))
@@ -464,29 +517,45 @@ def gemm_kernel(g: Gemm, shape: GemmShape, k: Kernel, partial: Buffer | None = N
     tid = b.local("tid", GpuIndex("local.0"))
     tr = b.local("tr", tid / cols)
     tc = b.local("tc", tid % cols)
-    with b.loop(p.rm * p.rn, "z", role=SPATIAL) as zz:
+    with _unrolled(b, p.rm * p.rn, "z") as zz:
         b.store(acc, zz, const(0.0, F32))
-    steps = -(-(shape.chunk if shape.split > 1 else max(g.K, 0)) // p.tk)
-    with b.loop(steps, "kt", role=REDUCTION) as kt:
-        k0 = b.local("k0", k_lo + kt * p.tk)
-        with b.loop(p.tm * p.tk // T, "l", role=SPATIAL) as l_:
-            e = b.local("e", tid + l_ * T)
-            r, c = b.local("r", e / p.tk), b.local("c", e % p.tk)
-            gi, gk = b.local("gi", bm * p.tm + r), b.local("gk", k0 + c)
+
+    def fetch(k0: Expr) -> None:
+        """This work-item's elements of the A and B slices at K = k0, into registers."""
+        with _unrolled(b, na, "l") as l_:
+            kc, r = _tile_walk(A, "cs", p.tm, p.tk, tid + l_ * T)
+            gi, gk = b.local("gi", bm * p.tm + r), b.local("gk", k0 + kc)
             ok = binop("&&", gi < g.M, gk < k_hi)
-            b.store(As, c * p.tm + r, select(ok, Load(A.buf, A.offset + gi * A.rs + gk * A.cs), const(0.0, F32)))
-        with b.loop(p.tn * p.tk // T, "l", role=SPATIAL) as l_:
-            e = b.local("e", tid + l_ * T)
-            r, c = b.local("r", e / p.tn), b.local("c", e % p.tn)
-            gk, gj = b.local("gk", k0 + r), b.local("gj", bn * p.tn + c)
+            b.store(a_next, l_, select(ok, Load(A.buf, A.offset + gi * A.rs + gk * A.cs), const(0.0, F32)))
+        with _unrolled(b, nb, "l") as l_:
+            kc, c = _tile_walk(B, "rs", p.tn, p.tk, tid + l_ * T)
+            gk, gj = b.local("gk", k0 + kc), b.local("gj", bn * p.tn + c)
             ok = binop("&&", gk < k_hi, gj < g.N)
-            b.store(Bs, r * p.tn + c, select(ok, Load(B.buf, B.offset + gk * B.rs + gj * B.cs), const(0.0, F32)))
+            b.store(b_next, l_, select(ok, Load(B.buf, B.offset + gk * B.rs + gj * B.cs), const(0.0, F32)))
+
+    def stage() -> None:
+        """The registers fetched, into the local tiles."""
+        with _unrolled(b, na, "l") as l_:
+            kc, r = _tile_walk(A, "cs", p.tm, p.tk, tid + l_ * T)
+            b.store(As, kc * lda + r, a_next[l_])
+        with _unrolled(b, nb, "l") as l_:
+            kc, c = _tile_walk(B, "rs", p.tn, p.tk, tid + l_ * T)
+            b.store(Bs, kc * ldb + c, b_next[l_])
+
+    steps = -(-(shape.chunk if shape.split > 1 else max(g.K, 0)) // p.tk)
+    if steps:
+        fetch(k_lo)
+    with b.loop(steps, "kt", role=REDUCTION) as kt:
+        stage()
         b.emit(Barrier("local"))
+        if steps > 1:
+            with b.if_(kt + 1 < steps):
+                fetch(k_lo + (kt + 1) * p.tk)
         with b.loop(p.tk, "kk", role=REDUCTION) as kk:
             with _unrolled(b, p.rm, "ri") as ri:
-                b.store(ar, ri, As[kk * p.tm + tr * p.rm + ri])
+                b.store(ar, ri, As[kk * lda + row(tr, ri)])
             with _unrolled(b, p.rn, "rj") as rj:
-                b.store(br, rj, Bs[kk * p.tn + tc * p.rn + rj])
+                b.store(br, rj, Bs[kk * ldb + col(tc, rj)])
             with _unrolled(b, p.rm, "ri") as ri:
                 with _unrolled(b, p.rn, "rj") as rj:
                     at = ri * p.rn + rj
@@ -494,13 +563,13 @@ def gemm_kernel(g: Gemm, shape: GemmShape, k: Kernel, partial: Buffer | None = N
         b.emit(Barrier("local"))
     # each of the work-item's results, where C has it: the epilogue, or the chunk's partial sum
     with _unrolled(b, p.rm, "ri") as ri:
-        b.emit(Decl(g.i, bm * p.tm + tr * p.rm + ri))
+        b.emit(Decl(g.i, bm * p.tm + row(tr, ri)))
         with b.if_(g.i < g.M):
             if partial is None:
                 for s in g.row_epilogue:
                     b.emit(s)
             with _unrolled(b, p.rn, "rj") as rj:
-                b.emit(Decl(g.j, bn * p.tn + tc * p.rn + rj))
+                b.emit(Decl(g.j, bn * p.tn + col(tc, rj)))
                 with b.if_(g.j < g.N):
                     v = acc[ri * p.rn + rj]
                     if partial is not None:
