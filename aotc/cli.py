@@ -19,8 +19,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="aotc: ahead-of-time compiler from ONNX models to shared libraries (C, OpenCL, CUDA).")
 _TARGET_HELP = ("Target: native (the best CPU target this machine runs: c-avx512, c-avx2 or c), c (portable "
                 "C99), c-avx2, c-avx512, opencl (OpenCL C kernels + C host code), cuda (CUDA kernels + host "
-                "code built by nvcc for sm_80 and sm_90; cuda:sm_90 for one architecture), or the path of a "
-                "target .toml file (see targets/).")
+                "code built by nvcc for sm_80 and sm_90; cuda:sm_90 for one architecture; cuda,tf32 or "
+                "cuda:sm_90,tf32 to run float32 GEMMs on tensor cores in TF32, which changes numerics), or the "
+                "path of a target .toml file (see targets/).")
 _THREADS_HELP = "Most threads the artifact runs on; 0 = every core of this machine."
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
@@ -176,8 +177,10 @@ def check_cmd(
     input: List[str] = typer.Option([], "--input", "-i", help="NAME=file.npy (default: seeded random inputs)."),
     shape: List[str] = typer.Option([], "--shape", help="NAME=1x3x224x224, as for compile."),
     const: List[str] = typer.Option([], "--const", help="NAME=file.npy, as for compile."),
-    rtol: float = typer.Option(1e-4, "--rtol", help="Relative tolerance for float outputs."),
-    atol: float = typer.Option(1e-5, "--atol", help="Absolute tolerance for float outputs."),
+    rtol: Optional[float] = typer.Option(None, "--rtol", help="Relative tolerance for float outputs "
+                                         "(default 1e-4; 1e-2 on a target with tf32)."),
+    atol: Optional[float] = typer.Option(None, "--atol", help="Absolute tolerance for float outputs "
+                                         "(default 1e-5; 1e-2 on a target with tf32)."),
     seed: int = typer.Option(0, "--seed", help="Seed for the random inputs."),
     report: Optional[Path] = typer.Option(None, "--report", help="Write a JSON report here."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here."),
@@ -187,6 +190,10 @@ def check_cmd(
     Exit 0: parity; 1: mismatch; 2: cannot compile."""
     try:
         from .check.runner import junit_xml, run_check
+        from .targets import load_target
+        tf32 = load_target(target).get("numerics", {}).get("tf32", False)     # TF32 GEMMs: ~1e-3 relative
+        rtol = rtol if rtol is not None else (1e-2 if tf32 else 1e-4)
+        atol = atol if atol is not None else (1e-2 if tf32 else 1e-5)
         arrays = _load_arrays(input, "--input") or None
         res = run_check(model, target=target, inputs=arrays, rtol=rtol, atol=atol, shapes=_parse_shapes(shape),
                         consts=_load_arrays(const, "--const"), output_dir=keep, seed=seed, progress=_progress,

@@ -70,18 +70,29 @@ def native_target() -> str:
 
 def load_target(name: str) -> dict:
     """A target description, by name or .toml path; `native` resolves to the best CPU target of
-    this machine (its `requested` field then says native)."""
+    this machine (its `requested` field then says native). `name:arch` picks one architecture
+    of a target that has several (cuda:sm_90); `,option` turns on one of the target's
+    [options] (cuda,tf32), each a switch in its [numerics] table."""
     from .codegen import languages
     requested = name
     if name == NATIVE:
         name = native_target()
-    base, _, arch = name.partition(":")        # cuda:sm_90: the cuda target for one architecture
-    t = _read(base if arch else name)
+    spec, *options = name.split(",")           # cuda:sm_90,tf32: a target with options
+    base, _, arch = spec.partition(":")        # cuda:sm_90: the cuda target for one architecture
+    t = _read(base if arch else spec)
     if arch:
         if "arch" not in t or not re.fullmatch(r"sm_\d+a?", arch):
             raise AotcError(f"target {name!r}: {base!r} takes no architecture {arch!r}",
                             "write it as cuda:sm_80, cuda:sm_90...")
-        t["arch"], t["name"] = [arch], name
+        t["arch"] = [arch]
+    allowed = t.get("options", {})
+    for opt in options:
+        if opt not in allowed:
+            raise AotcError(f"target {name!r}: {base!r} has no option {opt!r}",
+                            f"its options: {', '.join(allowed) or 'none'}")
+        t.setdefault("numerics", {})[opt] = True
+    if arch or options:
+        t["name"] = name
     t["requested"] = requested
     if t.get("language") not in languages():
         raise AotcError(f"target {t['name']!r} has language {t.get('language')!r}, which aotc has no backend for",

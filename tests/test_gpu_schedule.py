@@ -238,3 +238,51 @@ def test_gemm_tiles_are_read_and_written_without_bank_conflicts():
                 assert _worst_vector_conflict(index, loops, decls, 4) == 1, name
             for name, index, loops in stores:
                 assert _worst_conflict(index, loops, decls) == 1, (name, (a_rs, a_cs), (b_rs, b_cs))
+
+
+def test_tensor_core_fragments_are_aligned_and_cover_the_tile():
+    """The TF32 GEMM (`mma_kernel`): every warp's fragment loads and stores start 32 bytes
+    aligned with rows a multiple of 8 floats apart (what wmma requires), the warps' 16 x 16
+    accumulators together cover the work-group's tile once, and the shape keeps fragments whole
+    (tiles halved to 64 x 64 at least, then K split)."""
+    from aotc.kernel.ir import MMA_C, Decl, Kernel, Mma, walk_stmts
+    from aotc.schedule.gpu import MMA_WARPS, GemmShape, mma_kernel, mma_shape
+    for tile in (128, 64):
+        p = GpuParams(block=256, tm=tile, tn=tile, tk=16, rm=8, rn=8, warp=32)
+        M, N, K = 300, 260, 200
+        A, B, C = Buffer("a", F32, (M * K,), "in"), Buffer("b", F32, (K * N,), "in"), Buffer("c", F32, (M, N), "out")
+        b = Builder()
+        g = b.gemm(M, N, K, matrix(A, 0, K, 1), matrix(B, 0, N, 1), GemmDest(C, (0, 0), (0,), (1,)))
+        body, grid, block = mma_kernel(g, GemmShape(p), Kernel("k", "", [A, B, C], []))
+        assert block == (256, 1, 1) and grid == (-(-N // tile) * 256, -(-M // tile), 1)
+        decls = {s.var.name: s.init for s in walk_stmts(body) if isinstance(s, Decl)}
+        mmas = [s for s in walk_stmts(body) if isinstance(s, Mma)]
+        assert {s.op for s in mmas} == {"zero", "load", "mma", "store"}
+        loops = {s.var.name: 0 for s in walk_stmts(body) if isinstance(s, Loop)}     # element 0 of each
+        covered = []
+        for warp in range(MMA_WARPS[0] * MMA_WARPS[1]):
+            env = dict(loops, **{"local.0": 32 * warp, "group.0": 0, "group.1": 0, "group.2": 0})
+            for s in mmas:
+                if s.op in ("load", "store"):
+                    off = _address(s.offset, env, decls)
+                    assert off % 8 == 0 and s.ld % 8 == 0, (s.op, s.frag.name, off, s.ld)
+            # where each accumulator fragment lands: the epilogue's (i, j) after each store
+            after_store = False
+            for s in walk_stmts(body):
+                if isinstance(s, Mma) and s.op == "store":
+                    after_store, at = True, []
+                elif after_store and isinstance(s, Decl) and s.var.name in (g.i.name, g.j.name):
+                    at.append(_address(s.init, env, decls))
+                    if len(at) == 2:
+                        covered.append((at[0] // 16, at[1] // 16))
+                        after_store = False
+        assert sorted(covered) == [(r, c) for r in range(tile // 16) for c in range(tile // 16)]
+        assert sum(1 for s in mmas if s.op == "zero") == len({(s.frag.name, s.at.value) for s in mmas
+                                                                if s.frag.space == MMA_C})
+    # a GEMM too small for the device: 64 x 64 tiles, then K split (never below whole fragments)
+    q = GpuParams(block=256, tm=128, tn=128, tk=8, rm=8, rn=8, min_groups=128, split_min_k=256, warp=32)
+    b = Builder()
+    A, B, C = Buffer("a", F32, (128 * 768,), "in"), Buffer("b", F32, (768 * 768,), "in"), Buffer("c", F32, (128, 768), "out")
+    g = b.gemm(128, 768, 768, matrix(A, 0, 768, 1), matrix(B, 0, 768, 1), GemmDest(C, (0, 0), (0,), (1,)))
+    shape = mma_shape(g, q)
+    assert (shape.p.tm, shape.p.tn, shape.p.tk, shape.split) == (64, 64, 16, 3)

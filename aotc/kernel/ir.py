@@ -53,6 +53,9 @@ KINDS = (SERIAL, PARALLEL, VECTORIZED, UNROLLED, BOUND)
 GPU_AXES = tuple(f"{k}.{d}" for k in ("global", "group", "local") for d in range(3))
 # buffer address spaces
 GLOBAL, LOCAL, PRIVATE, CONSTANT = "global", "local", "private", "constant"
+# a warp's tensor-core operand tiles (CUDA's wmma fragments): A (16 x 8), B (8 x 16), C (16 x 16)
+MMA_A, MMA_B, MMA_C = "mma_a", "mma_b", "mma_c"
+MMA_M, MMA_N, MMA_K = 16, 16, 8          # the shape of one tensor-core step (TF32)
 
 
 # ----------------------------------------------------------------------------- expressions
@@ -369,8 +372,33 @@ class Comment(Stmt):
 @dataclass(eq=False)
 class Barrier(Stmt):
     """Every work-item of a GPU work-group waits here until all have arrived, and sees their
-    writes to `local` buffers (scope 'local') or to global memory too (scope 'global')."""
+    writes to `local` buffers (scope 'local') or to global memory too (scope 'global'); scope
+    'warp': the work-items of one warp alone (CUDA's __syncwarp, after an `Mma` store)."""
     scope: str = "local"
+
+
+@dataclass(eq=False)
+class Mma(Stmt):
+    """One tensor-core step of a warp, which its work-items run together (a target whose [gpu]
+    allows TF32; the GPU schedule's `mma_kernel`). `frag` is a buffer of fragments (space MMA_A,
+    MMA_B or MMA_C: a warp's 16 x 8, 8 x 16 or 16 x 16 tile, held across its registers) and
+    `at` (a constant, or an unrolled loop's index) which of them. op:
+      'zero':  frag[at] = 0
+      'load':  frag[at] = the tile of `mem` at `offset` (row-major, `ld` elements a row),
+               rounded to TF32; `offset` and `ld` must be multiples of 8 (32-byte aligned)
+      'mma':   frag[at] += a[a_at] . b[b_at]  (`a`, `b`: (Buffer, int))
+      'store': the tile frag[at] into `mem` at `offset`, row-major, `ld` a row."""
+    op: str
+    frag: Buffer
+    at: Expr = field(default_factory=lambda: const(0))
+    mem: Optional[Buffer] = None
+    offset: Optional[Expr] = None
+    ld: int = 0
+    a: Optional[tuple] = None
+    b: Optional[tuple] = None
+
+    def offset_ptr(self) -> "BufPtr":
+        return BufPtr(self.mem, self.offset)
 
 
 @dataclass(eq=False)
@@ -527,6 +555,9 @@ def stmt_exprs(s: Stmt) -> list:
         if s.work is not None:
             out.append(s.work)
         return out
+    if isinstance(s, Mma):
+        out = [s.frag, s.at] + [x for pair in (s.a, s.b) if pair is not None for x in pair]
+        return out + ([BufPtr(s.mem, s.offset)] if s.mem is not None else [])
     return []
 
 

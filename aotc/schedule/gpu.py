@@ -11,7 +11,9 @@ loops (`DeviceLoop`), formed from the op's loop roles:
   * a `Gemm` is a tiled kernel written in the IR itself (`gemm_kernel`): a work-group per TM x
     TN tile of C, A and B tiles staged in `local` memory between barriers, each work-item
     accumulating RM x RN results in `private` registers, then the Gemm's epilogue (bias,
-    activation, residual: whatever fusion put there) at each of its elements;
+    activation, residual: whatever fusion put there) at each of its elements; where the target
+    allows TF32, warps of the work-group sum 16 x 16 fragments on tensor cores instead
+    (`mma_kernel`, `Mma` statements only the CUDA printer prints);
   * scalar statements between loops are recomputed inside each launch that uses them;
     anything else (an ordered loop without a GEMM, a lone store) runs as a one-work-item launch.
 Tiles and work-group sizes are the target's [gpu] table; accumulation precision its [numerics].
@@ -20,9 +22,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..kernel.ir import (BOUND, F32, I64, LOCAL, PRIVATE, REDUCTION, SPATIAL, UNROLLED, Assign, Barrier, Buffer,
-                         Builder, Comment, Const, Decl, Expr, Fail, Gemm, GpuIndex, If, Kernel, Load, Loop, Matrix, Stmt,
-                         Store, Var, binop, const, free_variables, map_expr, select, walk_stmts)
+from ..kernel.ir import (BOUND, F32, I64, LOCAL, MMA_A, MMA_B, MMA_C, MMA_K, MMA_M, MMA_N, PRIVATE, REDUCTION, SPATIAL,
+                         UNROLLED, Assign, Barrier, Buffer, Builder, Comment, Const, Decl, Expr, Fail, Gemm, GpuIndex, If,
+                         Kernel, Load, Loop, Matrix, Mma, Stmt, Store, Var, binop, const, free_variables, map_expr, select,
+                         walk_stmts)
 from ..kernel.retype import widen_accumulators
 from .gpu_group import cooperate
 
@@ -73,12 +76,13 @@ def schedule_gpu(graph, steps, target: dict) -> None:
     """Give every step a `device` program (a list of DeviceLaunch / DeviceLoop)."""
     params = GpuParams.of(target)
     acc = target.get("numerics", {}).get("accumulate_float32", "float32")
+    tf32 = bool(target.get("numerics", {}).get("tf32", False))
     for t, st in enumerate(steps):
         k = st.kernel
         k.body = widen_accumulators(k.body, F32, acc)
         # a kernel without an anchor may write over its input in place (memory/planner.py):
         # its work-items never share loops, whose ownership of elements assumes no aliasing
-        former = _Former(k, t, params, groups=st.group.anchor is not None)
+        former = _Former(k, t, params, groups=st.group.anchor is not None, tf32=tf32)
         st.device = former.form(k.body, [], [])
 
 
@@ -187,9 +191,9 @@ def _has_spatial_loop(stmts) -> bool:
 
 
 class _Former:
-    def __init__(self, kernel: Kernel, index: int, params: GpuParams, groups: bool = True):
+    def __init__(self, kernel: Kernel, index: int, params: GpuParams, groups: bool = True, tf32: bool = False):
         self.k, self.index, self.p = kernel, index, params
-        self.groups = groups
+        self.groups, self.tf32 = groups, tf32
         self.count = 0
         order = kernel.params + kernel.scratch
         self.rank = {id(b): i for i, b in enumerate(order)}
@@ -320,14 +324,16 @@ class _Former:
 
     def gemm(self, g: Gemm, host_vars, pending, batch: tuple = ()) -> list[DeviceLaunch]:
         """A GEMM launch (over `batch`, spatial loops around the Gemm, on grid axis 2); a
-        split-K GEMM also a second launch summing its chunks."""
-        shape = gemm_shape(g, self.p, batch)
+        split-K GEMM also a second launch summing its chunks. Where the target allows TF32
+        ([numerics] tf32) a float32 GEMM runs on tensor cores (`mma_kernel`)."""
+        tensor = self.tf32 and g.a.buf.value_dtype == F32 and g.b.buf.value_dtype == F32
+        shape = (mma_shape if tensor else gemm_shape)(g, self.p, batch)
         depth = "".join(f"{e}x" for _, e in batch)
         partial = None
         if shape.split > 1:
             partial = Buffer(self.k.fresh("partial"), F32, (shape.split * g.M * g.N,), "scratch")
             self.k.scratch.append(partial)
-        body, grid, block = gemm_kernel(g, shape, self.k, partial)
+        body, grid, block = (mma_kernel if tensor else gemm_kernel)(g, shape, self.k, partial)
         kern, scalars = self._kernel(body, host_vars, pending, f"GEMM {depth}{g.M}x{g.N}x{g.K}")
         out = [DeviceLaunch(kern, scalars, grid, block)]
         if partial is not None:
@@ -454,10 +460,105 @@ def _tile_walk(m: Matrix, along_k: str, extent: int, tk: int, e: Expr) -> tuple[
     return e / extent, e % extent
 
 
+class _GemmFrame:
+    """What the tiled GEMM kernels share: the work-group's place (group.0: the tile's column
+    block bn, group.1: its row block bm, group.2: the batch entry or K chunk), the work-item's
+    index, and the K loop that stages A's and B's next TK-slices through registers into local
+    tiles (a register prefetch: the next slice is loaded from global memory while this one is
+    used), each operand walked along its unit stride so that the loads are coalesced."""
+
+    def __init__(self, b: Builder, g: Gemm, shape: GemmShape, tm: int, tn: int, tk: int, T: int):
+        self.b, self.g, self.shape, self.tm, self.tn, self.tk, self.T = b, g, shape, tm, tn, tk, T
+        # the launch is exactly n_bn x n_bm (x depth) groups of T work-items: no guards, so
+        # that every work-item of a group reaches every barrier
+        self.bn = b.local("bn", GpuIndex("group.0"))
+        self.bm = b.local("bm", GpuIndex("group.1"))
+        if shape.batch:
+            flat = b.local("z", GpuIndex("group.2"))
+            inner = 1
+            for var, e in reversed(shape.batch):
+                idx = flat / inner if inner != 1 else flat
+                b.emit(Decl(var, idx % e if var is not shape.batch[0][0] else idx))
+                inner *= e
+        self.k_lo, self.k_hi, self.z = const(0), const(g.K), None
+        if shape.split > 1:
+            self.z = b.local("z", GpuIndex("group.2"))
+            self.k_lo = b.local("k_lo", self.z * shape.chunk)
+            self.k_hi = b.local("k_hi", binop("min", self.k_lo + shape.chunk, const(g.K)))
+        self.tid = b.local("tid", GpuIndex("local.0"))
+
+    @property
+    def grid(self) -> tuple:
+        g = self.g
+        return (-(-g.N // self.tn) * self.T, -(-g.M // self.tm), self.shape.depth), (self.T, 1, 1)
+
+    def k_loop(self, a_at, b_at, As: Buffer, Bs: Buffer, body) -> None:
+        """for each TK-slice of K: stage it (A's element (r, k) of the slice at As[a_at(k, r)],
+        B's (k, c) at Bs[b_at(k, c)]), barrier, fetch the next, body(), barrier."""
+        b, g, T, tk = self.b, self.g, self.T, self.tk
+        A, B = g.a, g.b
+        na, nb = self.tm * tk // T, self.tn * tk // T          # elements each work-item stages
+        a_next = Buffer(b.fresh("a_next"), F32, (na,), "local", PRIVATE)
+        b_next = Buffer(b.fresh("b_next"), F32, (nb,), "local", PRIVATE)
+
+        def fetch(k0: Expr) -> None:
+            with _unrolled(b, na, "l") as l_:
+                kc, r = _tile_walk(A, "cs", self.tm, tk, self.tid + l_ * T)
+                gi, gk = b.local("gi", self.bm * self.tm + r), b.local("gk", k0 + kc)
+                ok = binop("&&", gi < g.M, gk < self.k_hi)
+                b.store(a_next, l_, select(ok, Load(A.buf, A.offset + gi * A.rs + gk * A.cs), const(0.0, F32)))
+            with _unrolled(b, nb, "l") as l_:
+                kc, c = _tile_walk(B, "rs", self.tn, tk, self.tid + l_ * T)
+                gk, gj = b.local("gk", k0 + kc), b.local("gj", self.bn * self.tn + c)
+                ok = binop("&&", gk < self.k_hi, gj < g.N)
+                b.store(b_next, l_, select(ok, Load(B.buf, B.offset + gk * B.rs + gj * B.cs), const(0.0, F32)))
+
+        steps = -(-(self.shape.chunk if self.shape.split > 1 else max(g.K, 0)) // tk)
+        if steps:
+            fetch(self.k_lo)
+        with b.loop(steps, "kt", role=REDUCTION) as kt:
+            with _unrolled(b, na, "l") as l_:
+                kc, r = _tile_walk(A, "cs", self.tm, tk, self.tid + l_ * T)
+                b.store(As, a_at(kc, r), a_next[l_])
+            with _unrolled(b, nb, "l") as l_:
+                kc, c = _tile_walk(B, "rs", self.tn, tk, self.tid + l_ * T)
+                b.store(Bs, b_at(kc, c), b_next[l_])
+            b.emit(Barrier("local"))
+            if steps > 1:
+                with b.if_(kt + 1 < steps):
+                    fetch(self.k_lo + (kt + 1) * tk)
+            body()
+            b.emit(Barrier("local"))
+
+    def result(self, i: Expr, j: Expr, value, partial: Buffer | None) -> None:
+        """C's element at tile row i, column j (where C has it): the Gemm's epilogue of
+        value(), or the K chunk's partial sum."""
+        b, g = self.b, self.g
+        b.emit(Decl(g.i, self.bm * self.tm + i))
+        with b.if_(g.i < g.M):
+            if partial is None:
+                for s in g.row_epilogue:
+                    b.emit(s)
+            b.emit(Decl(g.j, self.bn * self.tn + j))
+            with b.if_(g.j < g.N):
+                v = value()
+                if partial is not None:
+                    b.store(partial, (self.z * g.M + g.i) * g.N + g.j, v)
+                else:
+                    _epilogue(b, g, v)
+
+
+def _describe(g: Gemm, shape: GemmShape, tm: int, tn: int, tk: int) -> str:
+    what = f" of {shape.depth} products" if shape.batch else \
+        f", K in {shape.split} chunks of {shape.chunk} summed by the next launch" if shape.split > 1 else ""
+    return f"C[{g.M}, {g.N}] = A[{g.M}, {g.K}] . B[{g.K}, {g.N}]{what}: {tm}x{tn} tiles, K in steps of {tk}"
+
+
 def gemm_kernel(g: Gemm, shape: GemmShape, k: Kernel, partial: Buffer | None = None
                 ) -> tuple[list[Stmt], tuple, tuple]:
     """A tiled GEMM as kernel IR: work-group (bn, bm, z) computes C[bm*TM:, bn*TN:] of product z
-    (a batch entry, or a K chunk whose sums land in `partial`), a TM x TN tile, with T work-items.
+    (a batch entry, or a K chunk whose sums land in `partial`), a TM x TN tile, with T work-items;
+    A and B go through local memory a TK-slice at a time (`_GemmFrame`).
 
     Work-item (tr, tc) owns RM x RN results of the tile (ri < RM, rj < RN). On a device with
     warps (`warp`) they come in runs of 4 (`_vector`) strided across the tile, columns
@@ -465,18 +566,13 @@ def gemm_kernel(g: Gemm, shape: GemmShape, k: Kernel, partial: Buffer | None = N
     staged tile and the work-items of a warp read consecutive runs (no bank conflicts); each
     staged row is padded (`tile_pad`) so that the stores, walked along the operand's unit
     stride, do not conflict either. Elsewhere (a CPU driver, which vectorizes a work-item's own
-    loops) they are a block, rows tr*RM + ri and columns tc*RN + rj. The K loop steps TK at a time: A's and
-    B's next TK-slices are loaded from global memory into registers while this slice's
-    products are summed from local memory (a register prefetch, which hides the loads'
-    latency behind the arithmetic), then stored to local memory between barriers."""
+    loops) they are a block, rows tr*RM + ri and columns tc*RN + rj."""
     p = shape.p
     b = Builder()
     b.names = set(k.names_used) | b.names
     T = p.threads()
     rows, cols = p.tm // p.rm, p.tn // p.rn          # work-items down and across the tile
-    n_bm, n_bn = -(-g.M // p.tm), -(-g.N // p.tn)
     pad = tile_pad(p)
-
     va, vb = _vector(p.rm), _vector(p.rn)
 
     def row(r: Expr, ri: Expr) -> Expr:            # the tile row of a work-item's ri-th result
@@ -485,72 +581,20 @@ def gemm_kernel(g: Gemm, shape: GemmShape, k: Kernel, partial: Buffer | None = N
     def col(c: Expr, rj: Expr) -> Expr:
         return (rj / vb) * (cols * vb) + c * vb + rj % vb if p.warp else c * p.rn + rj
     lda, ldb = p.tm + pad, p.tn + pad                 # staged: As[k * lda + r], Bs[k * ldb + c]
-    na, nb = p.tm * p.tk // T, p.tn * p.tk // T       # elements each work-item stages per step
     As = Buffer(b.fresh("a_tile"), F32, (p.tk * lda,), "local", LOCAL)
     Bs = Buffer(b.fresh("b_tile"), F32, (p.tk * ldb,), "local", LOCAL)
     acc = Buffer(b.fresh("acc"), F32, (p.rm * p.rn,), "local", PRIVATE)
     ar = Buffer(b.fresh("a_reg"), F32, (p.rm,), "local", PRIVATE)
     br = Buffer(b.fresh("b_reg"), F32, (p.rn,), "local", PRIVATE)
-    a_next = Buffer(b.fresh("a_next"), F32, (na,), "local", PRIVATE)
-    b_next = Buffer(b.fresh("b_next"), F32, (nb,), "local", PRIVATE)
-    A, B = g.a, g.b
-    what = f" of {shape.depth} products" if shape.batch else \
-        f", K in {shape.split} chunks of {shape.chunk} summed by the next launch" if shape.split > 1 else ""
-    b.comment(f"C[{g.M}, {g.N}] = A[{g.M}, {g.K}] . B[{g.K}, {g.N}]{what}: {p.tm}x{p.tn} tiles, K in steps of "
-              f"{p.tk}, {p.rm}x{p.rn} per work-item" + (f" in runs of {va}x{vb} strided across the tile" if p.warp else ""))
-    # the launch is exactly n_bn x n_bm (x depth) groups of T work-items: no guards, so that
-    # every work-item of a group reaches every barrier
-    bn = b.local("bn", GpuIndex("group.0"))
-    bm = b.local("bm", GpuIndex("group.1"))
-    if shape.batch:
-        flat = b.local("z", GpuIndex("group.2"))
-        inner = 1
-        for var, e in reversed(shape.batch):
-            idx = flat / inner if inner != 1 else flat
-            b.emit(Decl(var, idx % e if var is not shape.batch[0][0] else idx))
-            inner *= e
-    k_lo, k_hi = const(0), const(g.K)
-    if shape.split > 1:
-        z = b.local("z", GpuIndex("group.2"))
-        k_lo = b.local("k_lo", z * shape.chunk)
-        k_hi = b.local("k_hi", binop("min", k_lo + shape.chunk, const(g.K)))
-    tid = b.local("tid", GpuIndex("local.0"))
-    tr = b.local("tr", tid / cols)
-    tc = b.local("tc", tid % cols)
+    b.comment(_describe(g, shape, p.tm, p.tn, p.tk) + f", {p.rm}x{p.rn} per work-item" +
+              (f" in runs of {va}x{vb} strided across the tile" if p.warp else ""))
+    f = _GemmFrame(b, g, shape, p.tm, p.tn, p.tk, T)
+    tr = b.local("tr", f.tid / cols)
+    tc = b.local("tc", f.tid % cols)
     with _unrolled(b, p.rm * p.rn, "z") as zz:
         b.store(acc, zz, const(0.0, F32))
 
-    def fetch(k0: Expr) -> None:
-        """This work-item's elements of the A and B slices at K = k0, into registers."""
-        with _unrolled(b, na, "l") as l_:
-            kc, r = _tile_walk(A, "cs", p.tm, p.tk, tid + l_ * T)
-            gi, gk = b.local("gi", bm * p.tm + r), b.local("gk", k0 + kc)
-            ok = binop("&&", gi < g.M, gk < k_hi)
-            b.store(a_next, l_, select(ok, Load(A.buf, A.offset + gi * A.rs + gk * A.cs), const(0.0, F32)))
-        with _unrolled(b, nb, "l") as l_:
-            kc, c = _tile_walk(B, "rs", p.tn, p.tk, tid + l_ * T)
-            gk, gj = b.local("gk", k0 + kc), b.local("gj", bn * p.tn + c)
-            ok = binop("&&", gk < k_hi, gj < g.N)
-            b.store(b_next, l_, select(ok, Load(B.buf, B.offset + gk * B.rs + gj * B.cs), const(0.0, F32)))
-
-    def stage() -> None:
-        """The registers fetched, into the local tiles."""
-        with _unrolled(b, na, "l") as l_:
-            kc, r = _tile_walk(A, "cs", p.tm, p.tk, tid + l_ * T)
-            b.store(As, kc * lda + r, a_next[l_])
-        with _unrolled(b, nb, "l") as l_:
-            kc, c = _tile_walk(B, "rs", p.tn, p.tk, tid + l_ * T)
-            b.store(Bs, kc * ldb + c, b_next[l_])
-
-    steps = -(-(shape.chunk if shape.split > 1 else max(g.K, 0)) // p.tk)
-    if steps:
-        fetch(k_lo)
-    with b.loop(steps, "kt", role=REDUCTION) as kt:
-        stage()
-        b.emit(Barrier("local"))
-        if steps > 1:
-            with b.if_(kt + 1 < steps):
-                fetch(k_lo + (kt + 1) * p.tk)
+    def products() -> None:
         with b.loop(p.tk, "kk", role=REDUCTION) as kk:
             with _unrolled(b, p.rm, "ri") as ri:
                 b.store(ar, ri, As[kk * lda + row(tr, ri)])
@@ -560,24 +604,99 @@ def gemm_kernel(g: Gemm, shape: GemmShape, k: Kernel, partial: Buffer | None = N
                 with _unrolled(b, p.rn, "rj") as rj:
                     at = ri * p.rn + rj
                     b.store(acc, at, acc[at] + ar[ri] * br[rj])
-        b.emit(Barrier("local"))
+    f.k_loop(lambda kc, r: kc * lda + r, lambda kc, c: kc * ldb + c, As, Bs, products)
     # each of the work-item's results, where C has it: the epilogue, or the chunk's partial sum
     with _unrolled(b, p.rm, "ri") as ri:
-        b.emit(Decl(g.i, bm * p.tm + row(tr, ri)))
-        with b.if_(g.i < g.M):
-            if partial is None:
-                for s in g.row_epilogue:
-                    b.emit(s)
-            with _unrolled(b, p.rn, "rj") as rj:
-                b.emit(Decl(g.j, bn * p.tn + col(tc, rj)))
-                with b.if_(g.j < g.N):
-                    v = acc[ri * p.rn + rj]
-                    if partial is not None:
-                        b.store(partial, (z * g.M + g.i) * g.N + g.j, v)
-                    else:
-                        _epilogue(b, g, v)
+        with _unrolled(b, p.rn, "rj") as rj:
+            f.result(row(tr, ri), col(tc, rj), lambda: acc[ri * p.rn + rj], partial)
     k.names_used |= b.names
-    return b.body, (n_bn * T, n_bm, shape.depth), (T, 1, 1)
+    grid, block = f.grid
+    return b.body, grid, block
+
+
+MMA_WARPS = (4, 2)           # a TF32 GEMM work-group's warps, down and across its tile
+MMA_TK = 16                  # K staged per step (two tensor-core steps)
+
+
+def mma_shape(g: Gemm, p: GpuParams, batch: tuple = ()) -> GemmShape:
+    """The tile of a TF32 tensor-core GEMM: the target's, halved down to 64 x 64 while the
+    launch would have fewer than min_groups groups, then K split as for `gemm_shape`."""
+    depth = 1
+    for _, e in batch:
+        depth *= e
+    q = replace(p, tk=MMA_TK)
+
+    def groups(q):
+        return -(-g.M // q.tm) * -(-g.N // q.tn) * depth
+    while q.min_groups and groups(q) < q.min_groups and q.tm > 64 and q.tn > 64:
+        q = replace(q, tm=q.tm // 2, tn=q.tn // 2)
+    split = 1
+    if q.min_groups and not batch and groups(q) < q.min_groups:
+        split = min(-(-q.min_groups // groups(q)), g.K // max(q.split_min_k, q.tk))
+    if split < 2:
+        return GemmShape(q, batch)
+    chunk = _ceil(_ceil(g.K, split), q.tk) * q.tk
+    return GemmShape(q, (), _ceil(g.K, chunk), chunk)
+
+
+def mma_kernel(g: Gemm, shape: GemmShape, k: Kernel, partial: Buffer | None = None
+               ) -> tuple[list[Stmt], tuple, tuple]:
+    """A GEMM on tensor cores (TF32 inputs, float32 sums), as kernel IR with `Mma` steps: the
+    work-group's 8 warps (4 x 2) each compute a (TM/4) x (TN/2) block of the tile as 16 x 16
+    fragments; A and B are staged row-major (As[r * lda + k], Bs[k * ldb + c], rows padded by
+    8 floats so that fragments start 32-byte aligned), each warp loads its fragments from
+    there. The results go fragment by fragment through a 16 x 16 scratch of the warp's in local
+    memory, from which each of its work-items takes 8 elements to the Gemm's epilogue."""
+    p = shape.p
+    wr_n, wc_n = MMA_WARPS
+    T = 32 * wr_n * wc_n
+    wm, wn = p.tm // wr_n, p.tn // wc_n            # a warp's block of the tile
+    fm, fn = wm // MMA_M, wn // MMA_N              # its fragments down and across
+    if wm % MMA_M or wn % MMA_N or not fm or not fn:
+        raise ValueError(f"tensor-core tile {p.tm}x{p.tn} does not split into 16 x 16 fragments of {wr_n}x{wc_n} warps")
+    tk = p.tk
+    b = Builder()
+    b.names = set(k.names_used) | b.names
+    lda, ldb = tk + 8, p.tn + 8
+    As = Buffer(b.fresh("a_tile"), F32, (p.tm * lda,), "local", LOCAL)
+    Bs = Buffer(b.fresh("b_tile"), F32, (tk * ldb,), "local", LOCAL)
+    Cs = Buffer(b.fresh("c_frag"), F32, (wr_n * wc_n * MMA_M * MMA_N,), "local", LOCAL)
+    fa = Buffer(b.fresh("a_frag"), F32, (fm,), "local", MMA_A)
+    fb = Buffer(b.fresh("b_frag"), F32, (fn,), "local", MMA_B)
+    fc = Buffer(b.fresh("c_acc"), F32, (fm * fn,), "local", MMA_C)
+    b.comment(_describe(g, shape, p.tm, p.tn, tk) + f", on tensor cores in TF32: {wr_n}x{wc_n} warps of "
+              f"{fm}x{fn} fragments of {MMA_M}x{MMA_N}")
+    f = _GemmFrame(b, g, shape, p.tm, p.tn, tk, T)
+    warp = b.local("warp", f.tid / 32)
+    lane = b.local("lane", f.tid % 32)
+    wr = b.local("wr", warp / wc_n)
+    wc = b.local("wc", warp % wc_n)
+    for x in range(fm * fn):
+        b.emit(Mma("zero", fc, const(x)))
+
+    def products() -> None:
+        for ks in range(0, tk, MMA_K):
+            for x in range(fm):
+                b.emit(Mma("load", fa, const(x), As, (wr * wm + x * MMA_M) * lda + ks, lda))
+            for y in range(fn):
+                b.emit(Mma("load", fb, const(y), Bs, ks * ldb + wc * wn + y * MMA_N, ldb))
+            for x in range(fm):
+                for y in range(fn):
+                    b.emit(Mma("mma", fc, const(x * fn + y), a=(fa, const(x)), b=(fb, const(y))))
+    f.k_loop(lambda kc, r: r * lda + kc, lambda kc, c: kc * ldb + c, As, Bs, products)
+    scratch = warp * (MMA_M * MMA_N)
+    for x in range(fm):
+        for y in range(fn):
+            b.emit(Mma("store", fc, const(x * fn + y), Cs, scratch, MMA_N))
+            b.emit(Barrier("warp"))
+            with _unrolled(b, MMA_M * MMA_N // 32, "t") as t:
+                e = b.local("e", lane + t * 32)
+                f.result(wr * wm + x * MMA_M + e / MMA_N, wc * wn + y * MMA_N + e % MMA_N,
+                         lambda: Cs[scratch + e], partial)
+            b.emit(Barrier("warp"))
+    k.names_used |= b.names
+    grid, block = f.grid
+    return b.body, grid, block
 
 
 def _epilogue(b: Builder, g: Gemm, v: Expr) -> None:

@@ -49,7 +49,8 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
          f"{target['name']}", f"   (architectures {', '.join(archs)}). {len(kernels)} kernels; device workspace "
          f"{plan.arena_bytes} bytes; weights {plan.weights_bytes} bytes. Do not edit. */",
          "#include <cstdint>", "#include <cstdio>", "#include <cstdlib>", "#include <cmath>",
-         "#include <cuda_runtime.h>"] + (["#include <cuda_fp16.h>"] if half else []) + [
+         "#include <cuda_runtime.h>"] + (["#include <cuda_fp16.h>"] if half else []) + \
+        (["#include <mma.h>", "namespace wmma = nvcuda::wmma;"] if any("wmma::" in t for t in texts) else []) + [
          "", f'#include "{prefix}.h"', '#include "aotc_support.h"', '#include "aotc_cuda.h"', "",
          f"#define {P}_DEVICE_WORKSPACE_BYTES ((size_t){plan.arena_bytes})",
          f"#define {P}_MIN_COMPUTE_CAPABILITY {min_cc}", ""]

@@ -1,15 +1,18 @@
 """Kernel IR as CUDA C++: the GPU printer (codegen/gpu.py) with CUDA's spellings:
 `extern "C" __global__` kernels, `__restrict__`, `__shared__` arrays, C types and C math names
 (expf; CUDA's device math library has the C99 set), blockIdx / threadIdx, __syncthreads(),
-__half conversions, atomicCAS.
+__half conversions, atomicCAS; and the one thing only CUDA has, tensor-core steps (`Mma`) as
+wmma fragments (mma.h, `wmma` naming nvcuda::wmma).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ...kernel.ir import UNROLLED, Barrier, Buffer, Loop
+from ...kernel.ir import MMA_A, MMA_B, MMA_C, MMA_K, MMA_M, MMA_N, UNROLLED, Barrier, Buffer, Loop, Mma, Stmt
 from ..abi import ctype
 from ..gpu import GpuPrinter
+
+_FRAGMENT = {MMA_A: "wmma::matrix_a", MMA_B: "wmma::matrix_b", MMA_C: "wmma::accumulator"}
 
 _DIMS = "xyz"
 
@@ -43,11 +46,35 @@ class CudaPrinter(GpuPrinter):
         return f"(int64_t){'blockIdx' if kind == 'group' else 'threadIdx'}.{d}"
 
     def barrier(self, s: Barrier) -> list[str]:
-        return ["__syncthreads();"]
+        return ["__syncwarp();" if s.scope == "warp" else "__syncthreads();"]
 
     def loop_pragma(self, s: Loop) -> str:
         return "#pragma unroll" if s.kind == UNROLLED else ""
 
     def local_decl(self, buf: Buffer) -> str:
-        q = "__shared__ " if buf.space == "local" else ""
+        if buf.space in _FRAGMENT:
+            shape = f"{MMA_M}, {MMA_N}, {MMA_K}"
+            kind = "float" if buf.space == MMA_C else "wmma::precision::tf32, wmma::row_major"
+            return f"wmma::fragment<{_FRAGMENT[buf.space]}, {shape}, {kind}> {buf.name}[{buf.size}];"
+        q = "__shared__ __align__(32) " if buf.space == "local" else ""   # (wmma loads need 32 bytes)
         return f"{q}{self.type_name(buf.dtype)} {buf.name}[{buf.size}];"
+
+    def stmt(self, s: Stmt, ind: int) -> None:
+        if not isinstance(s, Mma):
+            return super().stmt(s, ind)
+        pad = self.indent * ind
+        frag = f"{s.frag.name}[{self.expr(s.at)}]"
+        if s.op == "zero":
+            self.out(f"{pad}wmma::fill_fragment({frag}, 0.0f);")
+        elif s.op == "load":
+            self.out(f"{pad}wmma::load_matrix_sync({frag}, {self.expr(s.offset_ptr())}, {s.ld});")
+            self.out(f"{pad}for (int q = 0; q < {frag}.num_elements; ++q) "
+                     f"{frag}.x[q] = wmma::__float_to_tf32({frag}.x[q]);")
+        elif s.op == "mma":
+            a = f"{s.a[0].name}[{self.expr(s.a[1])}]"
+            b = f"{s.b[0].name}[{self.expr(s.b[1])}]"
+            self.out(f"{pad}wmma::mma_sync({frag}, {a}, {b}, {frag});")
+        elif s.op == "store":
+            self.out(f"{pad}wmma::store_matrix_sync({self.expr(s.offset_ptr())}, {frag}, {s.ld}, wmma::mem_row_major);")
+        else:
+            raise ValueError(f"unknown Mma op {s.op!r}")

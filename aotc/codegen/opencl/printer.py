@@ -59,6 +59,8 @@ class OpenCLPrinter(GpuPrinter):
         return f"(long){_AXES[kind]}({dim})"
 
     def barrier(self, s: Barrier) -> list[str]:
+        if s.scope == "warp":
+            raise ValueError("OpenCL C 1.2 has no warp barrier")
         return ["barrier(CLK_LOCAL_MEM_FENCE);" if s.scope == "local" else "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);"]
 
     def loop_pragma(self, s: Loop) -> str:
