@@ -114,7 +114,10 @@ def analyze(path, target: str = DEFAULT_TARGET, name: Optional[str] = None, shap
 def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathLike = "out",
                   name: Optional[str] = None, shapes: Mapping | None = None, consts: Mapping | None = None,
                   weights: str = "auto", fuse: bool = True, progress: Optional[Progress] = None,
-                  threads: int | None = 0) -> Path:
+                  threads: int | None = 0, build=None) -> Path:
+    """Compile the ONNX model at `path` into an artifact in `output_dir`. `build(sources, lib,
+    target, include_dirs)`, when given, replaces the backend's build of the library (tests
+    build cuda artifacts for a CPU emulation this way)."""
     if weights not in ("auto", "embed", "external"):
         raise AotcError(f"--weights must be auto, embed or external, not {weights!r}")
     prefix = c_ident(name).lower() if name else default_name(path)
@@ -150,7 +153,7 @@ def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathL
     lib = out / f"lib{prefix}.so"
     with step("compiling"):
         srcs = [out / f for f in sorted(files) if f.endswith((".c", ".cu"))]
-        backend.build(srcs, lib, c.target, [out])
+        (build or backend.build)(srcs, lib, c.target, [out])
     manifest = {
         "aotc_version": __version__,
         "name": prefix,

@@ -1,0 +1,1 @@
+#error "the CUDA emulation has no half types"

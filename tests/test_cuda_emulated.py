@@ -1,0 +1,161 @@
+"""The cuda target's own code, run here without a GPU: the artifact's CUDA C++ (kernels and host
+code, as generated) is built with g++ against a CPU emulation of the CUDA runtime, the device
+language and wmma (tests/cuda_emu/), which runs each block's threads as fibers between barriers.
+What only the CUDA printer prints (tensor-core steps, warp barriers, shared-memory declarations,
+launches, graph capture) is then checked against ONNX Runtime on fresh random inputs, as the
+opencl target is on PoCL. Speed means nothing here; docs/GPU.md has the GPU's numbers."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from aotc.api import load
+from aotc.check.inputs import sample_inputs
+from aotc.check.runner import reference_outputs
+from aotc.compiler import compile_model
+from aotc.errors import ArtifactError
+from aotc.frontend import import_model, load_onnx
+from models.zoo import ZOO
+from tests.helpers import graph_model, rand
+
+EMU = Path(__file__).parent / "cuda_emu"
+CXX = shutil.which("g++")
+pytestmark = pytest.mark.skipif(CXX is None, reason="g++ is not installed")
+N = helper.make_node
+
+
+def emulated_build(sources: list[Path], lib: Path, target: dict, include_dirs: list[Path]) -> None:
+    """compile_model's build step for the emulation: each launch rewritten as a call, g++."""
+    objs = []
+    for src in sources:
+        obj = src.with_suffix(src.suffix + ".o")
+        if src.suffix == ".cu":
+            text = re.sub(r"(\w+)<<<(.+?)>>>\(", r"aotc_emu::launch(\1, \2)(", src.read_text())
+            src = src.with_suffix(".emu.cpp")
+            src.write_text(text)
+            cmd = [CXX, "-std=c++20", "-x", "c++"]
+        else:
+            cmd = ["gcc", "-std=c99"]
+        cmd += ["-O1", "-fPIC", "-w", "-I", str(EMU)] + [f"-I{d}" for d in include_dirs] + ["-c", str(src), "-o", str(obj)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        objs.append(str(obj))
+    proc = subprocess.run([CXX, "-shared", "-o", str(lib)] + objs, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def _parity(model: onnx.ModelProto, tmp_path: Path, target: str, shapes=None, rtol=1e-4, atol=1e-5) -> str:
+    """Compile for `target` with the emulated build, run on seeded random inputs, compare every
+    output with ONNX Runtime; returns the generated .cu."""
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path))
+    out = compile_model(path, target=target, output_dir=tmp_path / "out", shapes=shapes, build=emulated_build)
+    feeds = sample_inputs(import_model(load_onnx(path), "m", shapes), seed=3)
+    m = load(out)
+    got = m.run({k: feeds[k] for k in m.input_names})
+    ref = reference_outputs(path, feeds)
+    for name, g, r in zip(m.output_names, got, ref):
+        np.testing.assert_allclose(g, r, rtol=rtol, atol=atol, err_msg=name)
+    return (out / "model.cu").read_text()
+
+
+def _gemms(tmp_path=None):
+    """GEMMs on every operand layout the tile loads walk differently, sizes that are not
+    multiples of any tile, a bias epilogue, and a batched MatMul."""
+    M, K, Nc = 37, 70, 133
+    nodes, feeds, outs = [], {}, []
+    for ta in (0, 1):
+        for tb in (0, 1):
+            a, b = f"a{ta}{tb}", f"b{ta}{tb}"
+            feeds[a] = rand(*((K, M) if ta else (M, K)), seed=10 + 2 * ta + tb)
+            feeds[b] = rand(*((Nc, K) if tb else (K, Nc)), seed=20 + 2 * ta + tb)
+            nodes.append(N("Gemm", [a, b, "bias"], [f"y{ta}{tb}"], transA=ta, transB=tb, alpha=0.5, beta=2.0))
+            outs.append(f"y{ta}{tb}")
+    feeds["p"], feeds["q"] = rand(3, 29, 300, seed=30), rand(3, 300, 45, seed=31)
+    nodes.append(N("MatMul", ["p", "q"], ["pq"]))
+    outs.append("pq")
+    return graph_model(nodes, feeds, outs, {"bias": rand(Nc, seed=5)})
+
+
+def test_gemms_as_cuda_prints_them(tmp_path):
+    src = _parity(_gemms(), tmp_path, "cuda:sm_90")
+    assert "__shared__ __align__(32) float a_tile" in src and "wmma" not in src
+
+
+def _tf32(x: np.ndarray) -> np.ndarray:
+    """float32 rounded to TF32 (10 explicit mantissa bits), to nearest, ties away from zero."""
+    bits = x.astype(np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def test_tf32_gemms_on_emulated_tensor_cores(tmp_path):
+    """`cuda,tf32`: the wmma steps, their fragment alignment (checked by the emulated loads),
+    the warp barriers and the epilogue through local memory give each GEMM of TF32-rounded
+    inputs, summed in float32 (numpy's product of the rounded inputs, to float32 rounding)."""
+    model = _gemms()
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path))
+    out = compile_model(path, target="cuda:sm_90,tf32", output_dir=tmp_path / "out", build=emulated_build)
+    src = (out / "model.cu").read_text()
+    assert "wmma::mma_sync(" in src and "__syncwarp();" in src
+    m = load(out)
+    feeds = sample_inputs(import_model(load_onnx(path), "m"), seed=4)
+    got = dict(zip(m.output_names, m.run({k: feeds[k] for k in m.input_names})))
+    bias = next(np.asarray(onnx.numpy_helper.to_array(t)) for t in model.graph.initializer if t.name == "bias")
+    for ta in (0, 1):
+        for tb in (0, 1):
+            a, b = feeds[f"a{ta}{tb}"], feeds[f"b{ta}{tb}"]
+            a, b = (a.T if ta else a), (b.T if tb else b)
+            want = 0.5 * (_tf32(a).astype(np.float64) @ _tf32(b).astype(np.float64)) + 2.0 * bias
+            np.testing.assert_allclose(got[f"y{ta}{tb}"], want, rtol=1e-5, atol=1e-4)
+    want = _tf32(feeds["p"]).astype(np.float64) @ _tf32(feeds["q"]).astype(np.float64)
+    np.testing.assert_allclose(got["pq"], want, rtol=1e-5, atol=1e-4)
+
+
+def test_tf32_rounds_like_the_hardware(tmp_path):
+    """A product whose float32 result TF32 cannot give: inputs with more than 10 mantissa bits
+    come out rounded (so the emulation does round, and the test above is not float32 by luck)."""
+    a = np.full((16, 8), 1.0 + 2.0 ** -12, np.float32)          # rounds to 1.0 in TF32
+    b = np.ones((8, 16), np.float32)
+    m = graph_model([N("MatMul", ["a", "b"], ["y"])], {"a": a}, ["y"], {"b": b})
+    path = tmp_path / "model.onnx"
+    onnx.save(m, str(path))
+    out = compile_model(path, target="cuda:sm_90,tf32", output_dir=tmp_path / "out", build=emulated_build)
+    y = load(out).run({"a": a})[0]
+    assert np.all(y == 8.0), y[0, :4]                              # float32 would give 8 + 2**-9
+
+
+@pytest.mark.parametrize("name,target", [("mlp", "cuda:sm_90"), ("bert", "cuda:sm_90"), ("resnet50", "cuda:sm_90"),
+                                         ("lstm", "cuda:sm_90"), ("bert", "cuda:sm_90,tf32"),
+                                         ("resnet50", "cuda:sm_80,tf32")])
+def test_zoo_models_on_emulated_cuda(name, target, tmp_path):
+    """Small zoo models through the whole cuda artifact: the graph capture and replay, host
+    loops, work-group launches with their barriers, GEMMs and Conv batches; with tf32, within
+    its tolerance (as `aotc check` takes it)."""
+    e = ZOO[name]
+    tol = (1e-2, 1e-2) if target.endswith("tf32") else (e.rtol, e.atol)
+    _parity(e.build("small"), tmp_path, target, shapes=e.shapes_for("small"), rtol=tol[0], atol=tol[1])
+
+
+def test_device_checks_on_emulated_cuda(tmp_path, monkeypatch):
+    """The host code's device check: no device, or one older than the architectures built."""
+    m = graph_model([N("Relu", ["x"], ["y"])], {"x": rand(4, 5)}, ["y"])
+    path = tmp_path / "model.onnx"
+    onnx.save(m, str(path))
+    out = compile_model(path, target="cuda:sm_90", output_dir=tmp_path / "out", build=emulated_build)
+    x = rand(4, 5, seed=9)
+    assert np.array_equal(load(out).run({"x": x})[0], np.maximum(x, 0))
+    monkeypatch.setenv("AOTC_EMU_CC", "80")
+    with pytest.raises(ArtifactError, match="(?i)device"):
+        load(out)
+    monkeypatch.setenv("AOTC_EMU_CC", "90")
+    monkeypatch.setenv("AOTC_EMU_DEVICES", "0")
+    with pytest.raises(ArtifactError, match="(?i)device"):
+        load(out)
