@@ -93,12 +93,19 @@ def eager_gpu_target(directory: Path) -> str:
     return opencl_target_with(directory, "opencl-eager", {"group_min_work": 1, "min_groups": 4096, "split_min_k": 16})
 
 
-def opencl_target_with(directory: Path, name: str, gpu: dict) -> str:
-    """A target file: the opencl target with the given values in its [gpu] table (the GPU
-    schedule's tiles and thresholds), named `name`."""
+def eager_cuda_target(directory: Path) -> str:
+    """The cuda target with the GPU schedule's thresholds at their most eager (as
+    eager_gpu_target), for the CUDA emulation (tests/test_cuda_emulated.py)."""
+    return opencl_target_with(directory, "cuda-eager", {"group_min_work": 1, "min_groups": 4096, "split_min_k": 16},
+                              base="cuda")
+
+
+def opencl_target_with(directory: Path, name: str, gpu: dict, base: str = "opencl") -> str:
+    """A target file: the opencl target (or `base`) with the given values in its [gpu] table
+    (the GPU schedule's tiles and thresholds), named `name`."""
     from aotc.paths import TARGETS_DIR
-    text = (TARGETS_DIR / "opencl.toml").read_text()
-    text = text.replace('name = "opencl"', f'name = "{name}"', 1)
+    text = (TARGETS_DIR / f"{base}.toml").read_text()
+    text = text.replace(f'name = "{base}"', f'name = "{name}"', 1)
     for key, value in gpu.items():
         text, n = re.subn(rf"^{key} = .*$", f"{key} = {value}", text, flags=re.M)
         if not n:

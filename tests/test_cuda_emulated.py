@@ -23,7 +23,7 @@ from aotc.compiler import compile_model
 from aotc.errors import ArtifactError
 from aotc.frontend import import_model, load_onnx
 from models.zoo import ZOO
-from tests.helpers import graph_model, rand
+from tests.helpers import assert_parity, eager_cuda_target, graph_model, rand
 
 EMU = Path(__file__).parent / "cuda_emu"
 CXX = shutil.which("g++")
@@ -134,13 +134,17 @@ def test_tf32_rounds_like_the_hardware(tmp_path):
 
 @pytest.mark.parametrize("name,target", [("mlp", "cuda:sm_90"), ("bert", "cuda:sm_90"), ("resnet50", "cuda:sm_90"),
                                          ("lstm", "cuda:sm_90"), ("bert", "cuda:sm_90,tf32"),
-                                         ("resnet50", "cuda:sm_80,tf32")])
+                                         ("resnet50", "cuda:sm_80,tf32"), ("bert", "eager"), ("mobilenetv2", "eager"),
+                                         ("gpt2", "eager")])
 def test_zoo_models_on_emulated_cuda(name, target, tmp_path):
     """Small zoo models through the whole cuda artifact: the graph capture and replay, host
     loops, work-group launches with their barriers, GEMMs and Conv batches; with tf32, within
-    its tolerance (as `aotc check` takes it)."""
+    its tolerance (as `aotc check` takes it); 'eager': with the thresholds that make small
+    models take full-size paths (rows as blocks with shuffle reductions, split K)."""
     e = ZOO[name]
     tol = (1e-2, 1e-2) if target.endswith("tf32") else (e.rtol, e.atol)
+    if target == "eager":
+        target = eager_cuda_target(tmp_path)
     _parity(e.build("small"), tmp_path, target, shapes=e.shapes_for("small"), rtol=tol[0], atol=tol[1])
 
 
@@ -159,3 +163,13 @@ def test_device_checks_on_emulated_cuda(tmp_path, monkeypatch):
     monkeypatch.setenv("AOTC_EMU_DEVICES", "0")
     with pytest.raises(ArtifactError, match="(?i)device"):
         load(out)
+
+
+def test_op_families_on_emulated_cuda(tmp_path):
+    """The opencl tests' graph of op families as the cuda target prints it with every row a
+    block (eager thresholds): reductions split across the block combine by warp shuffles."""
+    from tests.test_opencl import op_families_model
+    m, feeds = op_families_model()
+    assert_parity(m, tmp_path, feeds, target=eager_cuda_target(tmp_path), build=emulated_build)
+    src = (tmp_path / "out" / "model.cu").read_text()
+    assert "__shfl_xor_sync" in src and "__syncthreads();" in src

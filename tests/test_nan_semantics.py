@@ -20,11 +20,13 @@ from onnx.reference import ReferenceEvaluator
 from typer.testing import CliRunner
 
 from aotc.api import compile as aotc_compile
+from aotc.api import load
 from aotc.check.parity import compare, nan_divergence_note
 from aotc.check.runner import run_check
 from aotc.cli import app
+from aotc.compiler import compile_model
 from aotc.errors import RunError
-from tests.helpers import eager_gpu_target, eager_threads_target, single_op_model
+from tests.helpers import eager_cuda_target, eager_gpu_target, eager_threads_target, single_op_model
 
 F32, F64, I64 = np.float32, np.float64, np.int64
 
@@ -191,7 +193,7 @@ def _log_sum_exp(ins):
         return np.log(np.exp(x).sum(axis=axes, keepdims=True)).astype(ins["x"].dtype)
 
 
-def _run_case(case, target, threads, tmp_path):
+def _run_case(case, target, threads, tmp_path, build=None):
     op, attrs, make, opset, exact = CASES[case]
     seed = _seed()
     rng = np.random.default_rng(seed)
@@ -199,7 +201,10 @@ def _run_case(case, target, threads, tmp_path):
     model = _model(op, attrs, ins, inits, opset)
     path = tmp_path / "m.onnx"
     onnx.save(model, str(path))
-    cm = aotc_compile(path, target=target, output_dir=tmp_path / "out", threads=threads)
+    if build is None:
+        cm = aotc_compile(path, target=target, output_dir=tmp_path / "out", threads=threads)
+    else:
+        cm = load(compile_model(path, target=target, output_dir=tmp_path / "out", build=build))
     got = cm.run(ins)
     ref = [_log_sum_exp({**ins, **inits})] if op == "ReduceLogSumExp" else _reference(model, ins)
     for k, (g, r) in enumerate(zip(got, ref)):
@@ -254,6 +259,16 @@ def test_nan_and_inf_on_opencl(case, kind, tmp_path):
     if why:
         pytest.skip(why)
     _run_case(case, "opencl" if kind == "opencl" else eager_gpu_target(tmp_path), 0, tmp_path)
+
+
+@pytest.mark.parametrize("case", OPENCL_CASES, ids=[IDS[k] for k in OPENCL_CASES])
+def test_nan_and_inf_on_emulated_cuda(case, tmp_path):
+    """The cuda target's code (tests/test_cuda_emulated.py), every reduction split across a
+    block and combined by warp shuffles: a NaN reaches every thread's result alike."""
+    from tests.test_cuda_emulated import CXX, emulated_build
+    if CXX is None:
+        pytest.skip("g++ is not installed")
+    _run_case(case, eager_cuda_target(tmp_path), 0, tmp_path, build=emulated_build)
 
 
 def test_reduce_max_example_of_the_issue(tmp_path):

@@ -60,7 +60,7 @@ def _check_input_names(model_path, inputs: Mapping, consts: Mapping) -> None:
 def run_check(model_path, target: str = "native", inputs: Optional[Mapping[str, np.ndarray]] = None,
               rtol: float = 1e-4, atol: float = 1e-5, shapes: Optional[Mapping] = None,
               consts: Optional[Mapping] = None, output_dir=None, seed: int = 0, weights: str = "auto",
-              progress=None, threads: int = 0) -> CheckResult:
+              progress=None, threads: int = 0, build=None) -> CheckResult:
     consts = dict(consts or {})
     shapes = dict(shapes or {})
     if inputs:
@@ -73,7 +73,7 @@ def run_check(model_path, target: str = "native", inputs: Optional[Mapping[str, 
         output_dir = tmp.name
     try:
         out = compile_model(model_path, target=target, output_dir=output_dir, shapes=shapes, consts=consts,
-                            weights=weights, progress=progress, threads=threads)
+                            weights=weights, progress=progress, threads=threads, build=build)
         m = CompiledModel(out, threads=threads)
         if inputs is None:
             g = import_model(load_onnx(model_path), "check", shapes, consts)

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from .abi import ctype
-from ..kernel.ir import (BOUND, PARALLEL, Assign, Barrier, BinOp, BufPtr, Buffer,
+from ..kernel.ir import (BOUND, PARALLEL, WARP_XOR, Assign, Barrier, BinOp, BufPtr, Buffer,
                          Call, GpuIndex, CallStmt, Cast, Comment, Const, Decl, Expr, Fail, Gemm, If, Kernel, Load, Loop,
                          Select, Stmt, Store, Unary, Var)
 
@@ -75,6 +75,10 @@ class CStylePrinter:
         """C99 spelling: expf for float, exp for double."""
         base = "fabs" if fn == "abs" else fn
         return f"{base}f" if np.dtype(dt) == np.float32 else base
+
+    def warp_xor(self, value: str, lane_mask: str) -> str:
+        """`value` as the work-item whose lane in the warp is this one's xor lane_mask has it."""
+        raise PrintError(f"{self.language} has no warp shuffles")
 
     def minmax(self, op: str, dt, a: str, b: str) -> str:
         if np.dtype(dt).kind == "f":
@@ -158,6 +162,8 @@ class CStylePrinter:
         if isinstance(e, Unary):
             return f"{e.op}{self.expr(e.a, 99)}"
         if isinstance(e, Call):
+            if e.fn == WARP_XOR:
+                return self.warp_xor(self.expr(e.args[0]), self.expr(e.args[1]))
             if e.fn == "abs" and e.dtype.kind in "iu":
                 a = self.expr(e.args[0], 99)
                 return f"({a} < 0 ? -{a} : {a})"

@@ -56,6 +56,9 @@ GLOBAL, LOCAL, PRIVATE, CONSTANT = "global", "local", "private", "constant"
 # a warp's tensor-core operand tiles (CUDA's wmma fragments): A (16 x 8), B (8 x 16), C (16 x 16)
 MMA_A, MMA_B, MMA_C = "mma_a", "mma_b", "mma_c"
 MMA_M, MMA_N, MMA_K = 16, 16, 8          # the shape of one tensor-core step (TF32)
+# Call(WARP_XOR, (value, lane_mask)): value as the work-item of this one's warp whose lane is this
+# one's lane xor lane_mask has it (CUDA's __shfl_xor_sync); every work-item of the warp runs it
+WARP_XOR = "warp_xor"
 
 
 # ----------------------------------------------------------------------------- expressions

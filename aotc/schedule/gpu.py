@@ -59,6 +59,7 @@ class GpuParams:
     group_min_work: int = 256     # loop iterations per spatial iteration from which a work-group shares them
     min_items: int = 0            # a launch of fewer work-items leaves the device idle: groups share from 32
     warp: int = 0                 # work-items that run in lockstep on banked local memory (CUDA: 32); 0: none
+    shuffle: int = 0              # 1: a warp's work-items exchange registers (reductions combine by shuffles)
 
     @classmethod
     def of(cls, target: dict) -> "GpuParams":
@@ -66,6 +67,8 @@ class GpuParams:
         p = cls(**{k: int(v) for k, v in t.items() if k in cls.__dataclass_fields__})
         if p.tm % p.rm or p.tn % p.rn or (p.tm * p.tk) % p.threads() or (p.tn * p.tk) % p.threads():
             raise ValueError(f"target {target.get('name')!r}: [gpu] tiles {t} do not divide evenly")
+        if p.shuffle and not p.warp:
+            raise ValueError(f"target {target.get('name')!r}: [gpu] shuffle needs the warp width (warp = 32)")
         return p
 
     def threads(self) -> int:
@@ -194,6 +197,7 @@ class _Former:
     def __init__(self, kernel: Kernel, index: int, params: GpuParams, groups: bool = True, tf32: bool = False):
         self.k, self.index, self.p = kernel, index, params
         self.groups, self.tf32 = groups, tf32
+        self.shuffle_warp = params.warp if params.shuffle else 0
         self.count = 0
         order = kernel.params + kernel.scratch
         self.rank = {id(b): i for i, b in enumerate(order)}
@@ -278,7 +282,7 @@ class _Former:
         return self.p.group_min_work
 
     def single(self, body, host_vars, pending) -> DeviceLaunch:
-        coop = cooperate(body, self.k.fresh, self.p.block, self.group_work(1)) if self.groups else None
+        coop = cooperate(body, self.k.fresh, self.p.block, self.group_work(1), self.shuffle_warp) if self.groups else None
         if coop is not None:
             stmts, T, _ = coop
             kern, scalars = self._kernel(stmts, host_vars, pending, f"one work-group of {T}")
@@ -308,7 +312,8 @@ class _Former:
             decls.insert(0, Decl(lp.var, lp.start + idx if not (isinstance(lp.start, Const) and lp.start.value == 0)
                                  else idx))
             inner *= e
-        coop = cooperate(list(body), self.k.fresh, self.p.block, self.group_work(total)) if self.groups else None
+        coop = cooperate(list(body), self.k.fresh, self.p.block, self.group_work(total), self.shuffle_warp) \
+            if self.groups else None
         if coop is not None:
             # a work-group per iteration, its work-items sharing the loops inside
             # (exactly `total` groups: no guard around the body, whose barriers every

@@ -13,7 +13,9 @@ Inside the group body every statement is one of:
   * a split reduction: a reduction loop whose accumulators only combine (`acc = acc + e`,
     product, max, min) and whose stores are owned, split like a shared loop; each work-item
     accumulates its part, the parts are combined in `local` memory (a tree, a barrier per
-    level) and every work-item gets the result;
+    level) and every work-item gets the result; on a target whose warps shuffle registers,
+    each warp combines its parts by shuffles first (no memory, no barrier) and only the
+    warps' totals meet in local memory (one barrier);
   * a single statement: anything else that stores runs in work-item 0 alone.
 A buffer someone writes is a *hazard* when one of its accesses is not owned; a barrier
 follows every shared loop, split reduction or single statement that touches a hazard.
@@ -25,9 +27,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..kernel.ir import (I64, LOCAL, PRIVATE, REDUCTION, SPATIAL, Assign, Barrier, BinOp, Buffer, CallStmt, Cast,
-                         Comment, Const, Decl, Expr, Fail, Gemm, GpuIndex, If, Load, Loop, Select, Stmt, Store, Var,
-                         binop, const, map_expr, select, stmt_exprs, walk_expr, walk_stmts)
+from ..kernel.ir import (I64, LOCAL, PRIVATE, REDUCTION, SPATIAL, WARP_XOR, Assign, Barrier, BinOp, Buffer, Call,
+                         CallStmt, Cast, Comment, Const, Decl, Expr, Fail, Gemm, GpuIndex, If, Load, Loop, Select, Stmt,
+                         Store, Var, binop, const, map_expr, select, stmt_exprs, walk_expr, walk_stmts)
 
 SMALL_INNER = 32           # a spatial loop whose inner spatial loops are all shorter is shared whole
 DYNAMIC_EXTENT = 64        # the guess for a loop whose extent is computed at run time
@@ -353,9 +355,12 @@ class _Planner:
         return _Single(s, touched)
 
 
+SHUFFLED = {"float32", "float64", "int32", "int64"}     # what a warp shuffle moves
+
+
 class _Emitter:
-    def __init__(self, T: int, tid: Var, hazards: set[str], fresh):
-        self.T, self.tid, self.hazards, self.fresh = T, tid, hazards, fresh
+    def __init__(self, T: int, tid: Var, hazards: set[str], fresh, warp: int = 0):
+        self.T, self.tid, self.hazards, self.fresh, self.warp = T, tid, hazards, fresh, warp
         self.reds: dict = {}
 
     def emit(self, plan: list) -> list[Stmt]:
@@ -409,14 +414,21 @@ class _Emitter:
             out += self._tree(p.accs, saved)
         return out
 
-    def _tree(self, accs, saved) -> list[Stmt]:
-        T, tid = self.T, self.tid
+    def _parts(self, accs, n: int) -> list[Buffer]:
+        """A local array of n parts per accumulator (shared by the group's reductions)."""
         bufs = []
         for i, (var, op) in enumerate(accs):
-            key = (i, var.dtype.str)
+            key = (i, var.dtype.str, n)
             if key not in self.reds:
-                self.reds[key] = Buffer(self.fresh("part"), var.dtype, (T,), "local", LOCAL)
+                self.reds[key] = Buffer(self.fresh("part"), var.dtype, (n,), "local", LOCAL)
             bufs.append(self.reds[key])
+        return bufs
+
+    def _tree(self, accs, saved) -> list[Stmt]:
+        if self.warp and self.T % self.warp == 0 and all(var.dtype.name in SHUFFLED for var, _ in accs):
+            return self._warps(accs, saved)
+        T, tid = self.T, self.tid
+        bufs = self._parts(accs, T)
         out: list[Stmt] = [Store(b, tid, var) for b, (var, _) in zip(bufs, accs)] + [Barrier("local")]
         step = T // 2
         while step:
@@ -430,12 +442,40 @@ class _Emitter:
         out.append(Barrier("local"))          # the parts are read before anyone writes them again
         return out
 
+    def _warps(self, accs, saved) -> list[Stmt]:
+        """The parts combined by shuffles within each warp (a butterfly: lane l takes lane l^m's
+        value for m = 16, 8, ... 1), then lane 0 of each warp publishes its warp's total and
+        every work-item combines the totals in warp order, so all agree on the result."""
+        W, tid = self.warp, self.tid
+        out: list[Stmt] = []
+        m = W // 2
+        while m:
+            for var, op in accs:
+                # every lane shuffles (a shuffle inside a select would run in some lanes only)
+                other = Var(self.fresh(f"{var.name}_x{m}"), var.dtype)
+                out.append(Decl(other, Call(WARP_XOR, (var, const(m, I64)), var.dtype)))
+                out.append(Assign(var, _combiner(op, var, other)))
+            m //= 2
+        n = self.T // W
+        bufs = self._parts(accs, n)
+        out.append(If(binop("%", tid, const(W)).eq(0), [Store(b, binop("/", tid, const(W)), var)
+                                                         for b, (var, _) in zip(bufs, accs)]))
+        out.append(Barrier("local"))
+        for b, (var, op) in zip(bufs, accs):
+            total: Expr = Load(b, const(0))
+            for w in range(1, n):
+                total = _combiner(op, total, Load(b, const(w)))
+            out.append(Assign(var, _combiner(op, saved[var.name], total) if var.name in saved else total))
+        out.append(Barrier("local"))          # the totals are read before anyone writes them again
+        return out
 
-def cooperate(body: list[Stmt], fresh, max_threads: int = 256, min_work: int = 256):
+
+def cooperate(body: list[Stmt], fresh, max_threads: int = 256, min_work: int = 256, warp: int = 0):
     """(statements for a work-group of T work-items, T, the local-index Var they use) for a
     group body, or None when one work-item per iteration is the better (or only safe) launch:
     the body cannot be shared safely, or it shares fewer than `min_work` loop iterations.
-    A Fail inside stops one work-item: allowed only where the group has no barrier."""
+    A Fail inside stops one work-item: allowed only where the group has no barrier. `warp`:
+    the warp width when reductions may combine by warp shuffles (0: local memory only)."""
     try:
         planner = _Planner(body)
         plan = planner.plan(body)
@@ -448,7 +488,7 @@ def cooperate(body: list[Stmt], fresh, max_threads: int = 256, min_work: int = 2
         T *= 2
     T = min(T, max_threads)
     tid = Var(fresh("lid"), I64)
-    out = _Emitter(T, tid, planner.non_owned, fresh).emit(plan)
+    out = _Emitter(T, tid, planner.non_owned, fresh, warp).emit(plan)
     while out and isinstance(out[-1], Barrier):
         out.pop()
     walk = list(walk_stmts(out))

@@ -1,8 +1,8 @@
 """Kernel IR as CUDA C++: the GPU printer (codegen/gpu.py) with CUDA's spellings:
 `extern "C" __global__` kernels, `__restrict__`, `__shared__` arrays, C types and C math names
 (expf; CUDA's device math library has the C99 set), blockIdx / threadIdx, __syncthreads(),
-__half conversions, atomicCAS; and the one thing only CUDA has, tensor-core steps (`Mma`) as
-wmma fragments (mma.h, `wmma` naming nvcuda::wmma).
+__half conversions, atomicCAS; and what only CUDA has here: warp shuffles (__shfl_xor_sync) and
+tensor-core steps (`Mma`) as wmma fragments (mma.h, `wmma` naming nvcuda::wmma).
 """
 from __future__ import annotations
 
@@ -44,6 +44,9 @@ class CudaPrinter(GpuPrinter):
         if kind == "global":
             return f"((int64_t)blockIdx.{d} * blockDim.{d} + threadIdx.{d})"
         return f"(int64_t){'blockIdx' if kind == 'group' else 'threadIdx'}.{d}"
+
+    def warp_xor(self, value: str, lane_mask: str) -> str:
+        return f"__shfl_xor_sync(0xffffffffu, {value}, {lane_mask})"
 
     def barrier(self, s: Barrier) -> list[str]:
         return ["__syncwarp();" if s.scope == "warp" else "__syncthreads();"]
