@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 JOBS   ?= 2
 
-.PHONY: all venv demo test opencl-deps zoo-full conformance bench support-matrix clean fuzz sanitize hf-bert stress
+.PHONY: all venv demo test opencl-deps zoo-full conformance bench support-matrix clean fuzz sanitize hf-bert stress sass-deps
 
 all: test
 
@@ -87,3 +87,9 @@ stress: venv
 # compiled and checked against ONNX Runtime (about 30 s).
 hf-bert: venv
 	$(BIN)/python -m models.hf_bert --size base --check
+
+# cuobjdump and nvdisasm (PyPI's nvidia-cuda-cuobjdump, -nvdisasm) into the venv, for `python -m models.sass_stats`: what
+# the cuda target's kernels compile to (registers, spills, FFMA / HMMA / LDS / SHFL counts)
+# where the CUDA toolkit has nvcc but no cuobjdump and there is no GPU.
+sass-deps: venv
+	$(BIN)/python -m pip install -q nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm

@@ -215,7 +215,8 @@ def beside_torch(a) -> str:
     tf32 = _tf32(a.target)          # PyTorch gets TF32 exactly when aotc does
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
-    rows = [f"GPU: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; float32, TF32 {'on' if tf32 else 'off'}; "
+    rows = [f"GPU: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; float32, "
+            f"TF32 {'on' if tf32 else 'off'}; "
             f"target {a.target}; median of "
             f"{a.runs} runs after warm-up, ms. aotc includes copying inputs in and outputs out.", "",
             "| model | batch | PyTorch eager | torch.compile | aotc cuda | eager/aotc | compile/aotc | max abs err |",

@@ -113,3 +113,24 @@ def opencl_target_with(directory: Path, name: str, gpu: dict, base: str = "openc
     p = Path(directory) / f"{name}.toml"
     p.write_text(text)
     return str(p)
+
+
+def gemm_layouts_model():
+    """GEMMs on every operand layout a GPU GEMM kernel walks differently (A and B each with K as
+    the unit stride or not, both computed at run time), sizes that are not multiples of any
+    tile, alpha/beta and a bias, and a batched MatMul; (model, feeds)."""
+    from onnx import helper
+    M, K, N = 37, 70, 133
+    nodes, feeds, outs = [], {}, []
+    for ta in (0, 1):
+        for tb in (0, 1):
+            a, b = f"a{ta}{tb}", f"b{ta}{tb}"
+            feeds[a] = rand(*((K, M) if ta else (M, K)), seed=10 + 2 * ta + tb)
+            feeds[b] = rand(*((N, K) if tb else (K, N)), seed=20 + 2 * ta + tb)
+            nodes.append(helper.make_node("Gemm", [a, b, "bias"], [f"y{ta}{tb}"], transA=ta, transB=tb,
+                                          alpha=0.5, beta=2.0))
+            outs.append(f"y{ta}{tb}")
+    feeds["p"], feeds["q"] = rand(3, 29, 300, seed=30), rand(3, 300, 45, seed=31)
+    nodes.append(helper.make_node("MatMul", ["p", "q"], ["pq"]))
+    outs.append("pq")
+    return graph_model(nodes, feeds, outs, {"bias": rand(N, seed=5)}), feeds

@@ -23,7 +23,7 @@ from aotc.compiler import compile_model
 from aotc.errors import ArtifactError
 from aotc.frontend import import_model, load_onnx
 from models.zoo import ZOO
-from tests.helpers import assert_parity, eager_cuda_target, graph_model, rand
+from tests.helpers import assert_parity, eager_cuda_target, gemm_layouts_model, graph_model, rand
 
 EMU = Path(__file__).parent / "cuda_emu"
 CXX = shutil.which("g++")
@@ -43,7 +43,8 @@ def emulated_build(sources: list[Path], lib: Path, target: dict, include_dirs: l
             cmd = [CXX, "-std=c++20", "-x", "c++"]
         else:
             cmd = ["gcc", "-std=c99"]
-        cmd += ["-O1", "-fPIC", "-w", "-I", str(EMU)] + [f"-I{d}" for d in include_dirs] + ["-c", str(src), "-o", str(obj)]
+        cmd += ["-O1", "-fPIC", "-w", "-I", str(EMU)] + [f"-I{d}" for d in include_dirs]
+        cmd += ["-c", str(src), "-o", str(obj)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr[-4000:]
         objs.append(str(obj))
@@ -66,26 +67,8 @@ def _parity(model: onnx.ModelProto, tmp_path: Path, target: str, shapes=None, rt
     return (out / "model.cu").read_text()
 
 
-def _gemms(tmp_path=None):
-    """GEMMs on every operand layout the tile loads walk differently, sizes that are not
-    multiples of any tile, a bias epilogue, and a batched MatMul."""
-    M, K, Nc = 37, 70, 133
-    nodes, feeds, outs = [], {}, []
-    for ta in (0, 1):
-        for tb in (0, 1):
-            a, b = f"a{ta}{tb}", f"b{ta}{tb}"
-            feeds[a] = rand(*((K, M) if ta else (M, K)), seed=10 + 2 * ta + tb)
-            feeds[b] = rand(*((Nc, K) if tb else (K, Nc)), seed=20 + 2 * ta + tb)
-            nodes.append(N("Gemm", [a, b, "bias"], [f"y{ta}{tb}"], transA=ta, transB=tb, alpha=0.5, beta=2.0))
-            outs.append(f"y{ta}{tb}")
-    feeds["p"], feeds["q"] = rand(3, 29, 300, seed=30), rand(3, 300, 45, seed=31)
-    nodes.append(N("MatMul", ["p", "q"], ["pq"]))
-    outs.append("pq")
-    return graph_model(nodes, feeds, outs, {"bias": rand(Nc, seed=5)})
-
-
 def test_gemms_as_cuda_prints_them(tmp_path):
-    src = _parity(_gemms(), tmp_path, "cuda:sm_90")
+    src = _parity(gemm_layouts_model()[0], tmp_path, "cuda:sm_90")
     assert "__shared__ __align__(32) float a_tile" in src and "wmma" not in src
 
 
@@ -99,7 +82,7 @@ def test_tf32_gemms_on_emulated_tensor_cores(tmp_path):
     """`cuda,tf32`: the wmma steps, their fragment alignment (checked by the emulated loads),
     the warp barriers and the epilogue through local memory give each GEMM of TF32-rounded
     inputs, summed in float32 (numpy's product of the rounded inputs, to float32 rounding)."""
-    model = _gemms()
+    model, _ = gemm_layouts_model()
     path = tmp_path / "model.onnx"
     onnx.save(model, str(path))
     out = compile_model(path, target="cuda:sm_90,tf32", output_dir=tmp_path / "out", build=emulated_build)

@@ -225,7 +225,8 @@ def test_gemm_tiles_are_read_and_written_without_bank_conflicts():
     M, N, K = 512, 512, 512
     for a_rs, a_cs in ((K, 1), (1, M)):
         for b_rs, b_cs in ((N, 1), (1, K)):
-            A, B, C = Buffer("a", F32, (M * K,), "in"), Buffer("b", F32, (K * N,), "in"), Buffer("c", F32, (M, N), "out")
+            A, B = Buffer("a", F32, (M * K,), "in"), Buffer("b", F32, (K * N,), "in")
+            C = Buffer("c", F32, (M, N), "out")
             b = Builder()
             g = b.gemm(M, N, K, matrix(A, 0, a_rs, a_cs), matrix(B, 0, b_rs, b_cs), GemmDest(C, (0, 0), (0,), (1,)))
             body, grid, block = gemm_kernel(g, GemmShape(p), Kernel("k", "", [A, B, C], []))
@@ -250,7 +251,8 @@ def test_tensor_core_fragments_are_aligned_and_cover_the_tile():
     for tile in (128, 64):
         p = GpuParams(block=256, tm=tile, tn=tile, tk=16, rm=8, rn=8, warp=32)
         M, N, K = 300, 260, 200
-        A, B, C = Buffer("a", F32, (M * K,), "in"), Buffer("b", F32, (K * N,), "in"), Buffer("c", F32, (M, N), "out")
+        A, B = Buffer("a", F32, (M * K,), "in"), Buffer("b", F32, (K * N,), "in")
+        C = Buffer("c", F32, (M, N), "out")
         b = Builder()
         g = b.gemm(M, N, K, matrix(A, 0, K, 1), matrix(B, 0, N, 1), GemmDest(C, (0, 0), (0,), (1,)))
         body, grid, block = mma_kernel(g, GemmShape(p), Kernel("k", "", [A, B, C], []))
@@ -282,7 +284,8 @@ def test_tensor_core_fragments_are_aligned_and_cover_the_tile():
     # a GEMM too small for the device: 64 x 64 tiles, then K split (never below whole fragments)
     q = GpuParams(block=256, tm=128, tn=128, tk=8, rm=8, rn=8, min_groups=128, split_min_k=256, warp=32)
     b = Builder()
-    A, B, C = Buffer("a", F32, (128 * 768,), "in"), Buffer("b", F32, (768 * 768,), "in"), Buffer("c", F32, (128, 768), "out")
+    A, B = Buffer("a", F32, (128 * 768,), "in"), Buffer("b", F32, (768 * 768,), "in")
+    C = Buffer("c", F32, (128, 768), "out")
     g = b.gemm(128, 768, 768, matrix(A, 0, 768, 1), matrix(B, 0, 768, 1), GemmDest(C, (0, 0), (0,), (1,)))
     shape = mma_shape(g, q)
     assert (shape.p.tm, shape.p.tn, shape.p.tk, shape.split) == (64, 64, 16, 3)

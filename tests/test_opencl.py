@@ -19,7 +19,8 @@ from aotc.api import compile as aotc_compile
 from aotc.check.runner import run_check
 from aotc.errors import ArtifactError, RunError
 from models.zoo import ZOO
-from tests.helpers import assert_parity, eager_gpu_target, graph_model, opencl_target_with, rand, single_op_model
+from tests.helpers import (assert_parity, eager_gpu_target, gemm_layouts_model, graph_model, opencl_target_with, rand,
+                           single_op_model)
 
 N = helper.make_node
 
@@ -186,23 +187,10 @@ def _cuda_tiles(tmp_path, **extra) -> str:
 
 @pytest.mark.parametrize("eager", [False, True], ids=["full-tiles", "split-k"])
 def test_gemm_layouts_with_cuda_tiles(eager, tmp_path):
-    """The GEMM kernel with the cuda target's tiles, on every operand layout it walks
-    differently (A and B each with K as the unit stride or not, both computed at run time),
-    sizes that are not multiples of the tiles, a bias epilogue and a batched product; 'split-k':
+    """The GEMM kernel with the cuda target's tiles on `gemm_layouts_model` (every operand
+    layout, sizes that are not multiples of the tiles, a bias epilogue, a batched product); 'split-k':
     tiles halved and K split as for a GEMM too small for the GPU (else the tiles stay whole)."""
-    M, K, Nc = 37, 70, 133
-    nodes, feeds, outs = [], {}, []
-    for ta in (0, 1):
-        for tb in (0, 1):
-            a, bb = f"a{ta}{tb}", f"b{ta}{tb}"
-            feeds[a] = rand(*((K, M) if ta else (M, K)), seed=10 + 2 * ta + tb)
-            feeds[bb] = rand(*((Nc, K) if tb else (K, Nc)), seed=20 + 2 * ta + tb)
-            nodes.append(N("Gemm", [a, bb, "bias"], [f"y{ta}{tb}"], transA=ta, transB=tb, alpha=0.5, beta=2.0))
-            outs.append(f"y{ta}{tb}")
-    feeds["p"], feeds["q"] = rand(3, 29, 300, seed=30), rand(3, 300, 45, seed=31)
-    nodes.append(N("MatMul", ["p", "q"], ["pq"]))
-    outs.append("pq")
-    m = graph_model(nodes, feeds, outs, {"bias": rand(Nc, seed=5)})
+    m, feeds = gemm_layouts_model()
     target = _cuda_tiles(tmp_path, min_groups=4096, split_min_k=16) if eager else _cuda_tiles(tmp_path, min_groups=0)
     assert_parity(m, tmp_path, feeds, target=target)
     cl = (tmp_path / "out" / "model.cl").read_text()

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..kernel.ir import (BOUND, F32, I64, LOCAL, MMA_A, MMA_B, MMA_C, MMA_K, MMA_M, MMA_N, PRIVATE, REDUCTION, SPATIAL,
-                         UNROLLED, Assign, Barrier, Buffer, Builder, Comment, Const, Decl, Expr, Fail, Gemm, GpuIndex, If,
-                         Kernel, Load, Loop, Matrix, Mma, Stmt, Store, Var, binop, const, free_variables, map_expr, select,
-                         walk_stmts)
+from ..kernel.ir import (BOUND, F32, I64, LOCAL, MMA_A, MMA_B, MMA_C, MMA_K, MMA_M, MMA_N, PRIVATE, REDUCTION,
+                         SPATIAL, UNROLLED, Assign, Barrier, Buffer, Builder, Comment, Const, Decl, Expr, Fail, Gemm,
+                         GpuIndex, If, Kernel, Load, Loop, Matrix, Mma, Stmt, Store, Var, binop, const, free_variables,
+                         map_expr, select, walk_stmts)
 from ..kernel.retype import widen_accumulators
 from .gpu_group import cooperate
 
@@ -282,7 +282,8 @@ class _Former:
         return self.p.group_min_work
 
     def single(self, body, host_vars, pending) -> DeviceLaunch:
-        coop = cooperate(body, self.k.fresh, self.p.block, self.group_work(1), self.shuffle_warp) if self.groups else None
+        coop = cooperate(body, self.k.fresh, self.p.block, self.group_work(1), self.shuffle_warp) \
+            if self.groups else None
         if coop is not None:
             stmts, T, _ = coop
             kern, scalars = self._kernel(stmts, host_vars, pending, f"one work-group of {T}")
