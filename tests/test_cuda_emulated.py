@@ -115,10 +115,9 @@ def test_tf32_rounds_like_the_hardware(tmp_path):
     assert np.all(y == 8.0), y[0, :4]                              # float32 would give 8 + 2**-9
 
 
-@pytest.mark.parametrize("name,target", [("mlp", "cuda:sm_90"), ("bert", "cuda:sm_90"), ("resnet50", "cuda:sm_90"),
-                                         ("lstm", "cuda:sm_90"), ("bert", "cuda:sm_90,tf32"),
-                                         ("resnet50", "cuda:sm_80,tf32"), ("bert", "eager"), ("mobilenetv2", "eager"),
-                                         ("gpt2", "eager")])
+@pytest.mark.parametrize("name,target", [(n, "cuda:sm_90") for n in sorted(ZOO)] + [
+    ("bert", "cuda:sm_90,tf32"), ("resnet50", "cuda:sm_80,tf32"), ("bert", "eager"), ("mobilenetv2", "eager"),
+    ("gpt2", "eager"), ("yolo", "eager"), ("gru", "eager")])
 def test_zoo_models_on_emulated_cuda(name, target, tmp_path):
     """Small zoo models through the whole cuda artifact: the graph capture and replay, host
     loops, work-group launches with their barriers, GEMMs and Conv batches; with tf32, within
