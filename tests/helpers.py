@@ -115,12 +115,12 @@ def opencl_target_with(directory: Path, name: str, gpu: dict, base: str = "openc
     return str(p)
 
 
-def gemm_layouts_model():
+def gemm_layouts_model(M: int = 37):
     """GEMMs on every operand layout a GPU GEMM kernel walks differently (A and B each with K as
     the unit stride or not, both computed at run time), sizes that are not multiples of any
-    tile, alpha/beta and a bias, and a batched MatMul; (model, feeds)."""
+    tile, alpha/beta and a bias, and a batched MatMul; (model, feeds). M: the Gemms' rows."""
     from onnx import helper
-    M, K, N = 37, 70, 133
+    K, N = 70, 133
     nodes, feeds, outs = [], {}, []
     for ta in (0, 1):
         for tb in (0, 1):

@@ -67,9 +67,12 @@ def _parity(model: onnx.ModelProto, tmp_path: Path, target: str, shapes=None, rt
     return (out / "model.cu").read_text()
 
 
-def test_gemms_as_cuda_prints_them(tmp_path):
-    src = _parity(gemm_layouts_model()[0], tmp_path, "cuda:sm_90")
+@pytest.mark.parametrize("rows", [37, 3])
+def test_gemms_as_cuda_prints_them(rows, tmp_path):
+    """Tiled GEMMs (37 rows), and few-row ones as a thread per result (3 rows, `gemv_rows`)."""
+    src = _parity(gemm_layouts_model(rows)[0], tmp_path, "cuda:sm_90")
     assert "__shared__ __align__(32) float a_tile" in src and "wmma" not in src
+    assert (f"GEMM {rows}x133x70" in src) == (rows == 37) and (f"{rows * 133} work-items" in src) == (rows == 3)
 
 
 def _tf32(x: np.ndarray) -> np.ndarray:

@@ -185,14 +185,20 @@ def _cuda_tiles(tmp_path, **extra) -> str:
     return opencl_target_with(tmp_path, name, gpu)
 
 
+@pytest.mark.parametrize("rows", [37, 3])
 @pytest.mark.parametrize("eager", [False, True], ids=["full-tiles", "split-k"])
-def test_gemm_layouts_with_cuda_tiles(eager, tmp_path):
+def test_gemm_layouts_with_cuda_tiles(eager, rows, tmp_path):
     """The GEMM kernel with the cuda target's tiles on `gemm_layouts_model` (every operand
     layout, sizes that are not multiples of the tiles, a bias epilogue, a batched product); 'split-k':
-    tiles halved and K split as for a GEMM too small for the GPU (else the tiles stay whole)."""
-    m, feeds = gemm_layouts_model()
+    tiles halved and K split as for a GEMM too small for the GPU (else the tiles stay whole).
+    rows=3: the Gemms are few-row products, one work-item per result (`gemv_rows`)."""
+    m, feeds = gemm_layouts_model(rows)
     target = _cuda_tiles(tmp_path, min_groups=4096, split_min_k=16) if eager else _cuda_tiles(tmp_path, min_groups=0)
     assert_parity(m, tmp_path, feeds, target=target)
     cl = (tmp_path / "out" / "model.cl").read_text()
-    assert ("chunks of" in cl) == eager
+    for g in range(4):
+        launches = [line for line in cl.splitlines() if line.startswith(f"/* Gemm 'Gemm_{g}'")]
+        tiled = [line for line in launches if f"GEMM {rows}x133x70" in line]
+        assert (len(tiled) == 1) == (rows == 37) and (f"{rows * 133} work-items" in launches[0]) == (rows == 3), launches
+    assert ("chunks of" in cl) == (eager and rows == 37)   # (a batched product never splits K)
     assert "8x8 per work-item" in cl or eager

@@ -60,6 +60,7 @@ class GpuParams:
     min_items: int = 0            # a launch of fewer work-items leaves the device idle: groups share from 32
     warp: int = 0                 # work-items that run in lockstep on banked local memory (CUDA: 32); 0: none
     shuffle: int = 0              # 1: a warp's work-items exchange registers (reductions combine by shuffles)
+    gemv_rows: int = 0            # a GEMM of at most this many rows: one work-item per result, no tiles
 
     @classmethod
     def of(cls, target: dict) -> "GpuParams":
@@ -291,8 +292,9 @@ class _Former:
         kern, scalars = self._kernel(body, host_vars, pending, "one work-item")
         return DeviceLaunch(kern, scalars, (1,), (1,))
 
-    def spatial(self, s: Loop, host_vars, pending) -> DeviceLaunch:
-        """The spatial nest starting at s, collapsed onto the grid."""
+    def spatial(self, s: Loop, host_vars, pending, share: bool = True) -> DeviceLaunch:
+        """The spatial nest starting at s, collapsed onto the grid (`share`: a work-group per
+        iteration where the work inside is worth sharing)."""
         nest = [s]
         body = s.body
         while len(body) == 1 and isinstance(body[0], Loop) and body[0].role == SPATIAL \
@@ -314,7 +316,7 @@ class _Former:
                                  else idx))
             inner *= e
         coop = cooperate(list(body), self.k.fresh, self.p.block, self.group_work(total), self.shuffle_warp) \
-            if self.groups else None
+            if self.groups and share else None
         if coop is not None:
             # a work-group per iteration, its work-items sharing the loops inside
             # (exactly `total` groups: no guard around the body, whose barriers every
@@ -332,6 +334,8 @@ class _Former:
         """A GEMM launch (over `batch`, spatial loops around the Gemm, on grid axis 2); a
         split-K GEMM also a second launch summing its chunks. Where the target allows TF32
         ([numerics] tf32) a float32 GEMM runs on tensor cores (`mma_kernel`)."""
+        if not batch and g.M <= self.p.gemv_rows and g.K <= GEMV_MAX_K and not (g.a.packed or g.b.packed):
+            return [self.spatial(gemv_loop(g, self.k), host_vars, pending, share=False)]
         tensor = self.tf32 and g.a.buf.value_dtype == F32 and g.b.buf.value_dtype == F32
         shape = (mma_shape if tensor else gemm_shape)(g, self.p, batch)
         depth = "".join(f"{e}x" for _, e in batch)
@@ -715,6 +719,29 @@ def _epilogue(b: Builder, g: Gemm, v: Expr) -> None:
             b.emit(s)
     else:
         b.store(g.c.buf, g.c.at(g.i, g.j), g.value)
+
+
+GEMV_MAX_K = 2048            # a longer dot product per work-item is worth a tiled, split launch
+
+
+def gemv_loop(g: Gemm, k: Kernel) -> Loop:
+    """A GEMM with few rows (a batch-1 layer, an LSTM step) as a spatial nest over C with each
+    result's dot product inside: one work-item per result, consecutive work-items reading
+    consecutive columns of B (coalesced) and the same row of A, then the Gemm's epilogue. No
+    local memory, no barriers: tiles of 32 rows would mostly compute rows C does not have."""
+    b = Builder()
+    b.names = set(k.names_used) | b.names
+    with b.loops([g.M, g.N], ["i", "j"], role=SPATIAL) as (i, j):
+        b.emit(Decl(g.i, i))
+        for s in g.row_epilogue:
+            b.emit(s)
+        b.emit(Decl(g.j, j))
+        total = b.accumulator("dot", const(0.0, F32))
+        with b.loop(g.K, "k", role=REDUCTION) as kk:
+            b.assign(total, total + Load(g.a.buf, g.a.at(i, kk)) * Load(g.b.buf, g.b.at(kk, j)))
+        _epilogue(b, g, total)
+    k.names_used |= b.names
+    return b.body[0]
 
 
 def split_sum_kernel(g: Gemm, shape: GemmShape, partial: Buffer, k: Kernel) -> Loop:
