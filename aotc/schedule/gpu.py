@@ -724,41 +724,37 @@ def _epilogue(b: Builder, g: Gemm, v: Expr) -> None:
 GEMV_MAX_K = 2048            # a longer dot product per work-item is worth a tiled, split launch
 
 
+def _nest_over_c(g: Gemm, k: Kernel, hint: str, init, extent: int, start: int, term) -> Loop:
+    """A spatial nest over C(i, j) whose body sums init(i, j) and term(i, j, r) for r in
+    [start, extent), then runs the Gemm's epilogue on the sum."""
+    b = Builder()
+    b.names = set(k.names_used) | b.names
+    with b.loops([g.M, g.N], ["i", "j"], role=SPATIAL) as (i, j):
+        b.emit(Decl(g.i, i))
+        for s in g.row_epilogue:
+            b.emit(s)
+        b.emit(Decl(g.j, j))
+        total = b.accumulator(hint, init(i, j))
+        with b.loop(extent, "r", role=REDUCTION, start=start) as r:
+            b.assign(total, total + term(i, j, r))
+        _epilogue(b, g, total)
+    k.names_used |= b.names
+    return b.body[0]
+
+
 def gemv_loop(g: Gemm, k: Kernel) -> Loop:
     """A GEMM with few rows (a batch-1 layer, an LSTM step) as a spatial nest over C with each
     result's dot product inside: one work-item per result, consecutive work-items reading
     consecutive columns of B (coalesced) and the same row of A, then the Gemm's epilogue. No
     local memory, no barriers: tiles of 32 rows would mostly compute rows C does not have."""
-    b = Builder()
-    b.names = set(k.names_used) | b.names
-    with b.loops([g.M, g.N], ["i", "j"], role=SPATIAL) as (i, j):
-        b.emit(Decl(g.i, i))
-        for s in g.row_epilogue:
-            b.emit(s)
-        b.emit(Decl(g.j, j))
-        total = b.accumulator("dot", const(0.0, F32))
-        with b.loop(g.K, "k", role=REDUCTION) as kk:
-            b.assign(total, total + Load(g.a.buf, g.a.at(i, kk)) * Load(g.b.buf, g.b.at(kk, j)))
-        _epilogue(b, g, total)
-    k.names_used |= b.names
-    return b.body[0]
+    return _nest_over_c(g, k, "dot", lambda i, j: const(0.0, F32), g.K, 0,
+                        lambda i, j, r: Load(g.a.buf, g.a.at(i, r)) * Load(g.b.buf, g.b.at(r, j)))
 
 
 def split_sum_kernel(g: Gemm, shape: GemmShape, partial: Buffer, k: Kernel) -> Loop:
     """The K chunks' partial products summed, then the Gemm's epilogue: a spatial nest over C."""
-    b = Builder()
-    b.names = set(k.names_used) | b.names
-    with b.loops([g.M, g.N], ["i", "j"], role=SPATIAL) as (i, j):
-        b.emit(Decl(g.i, i))
-        for s in g.row_epilogue:
-            b.emit(s)
-        b.emit(Decl(g.j, j))
-        total = b.accumulator("sum", Load(partial, i * g.N + j))
-        with b.loop(shape.split, "z", role=REDUCTION, start=1) as z:
-            b.assign(total, total + Load(partial, (z * g.M + i) * g.N + j))
-        _epilogue(b, g, total)
-    k.names_used |= b.names
-    return b.body[0]
+    return _nest_over_c(g, k, "sum", lambda i, j: Load(partial, i * g.N + j), shape.split, 1,
+                        lambda i, j, z: Load(partial, (z * g.M + i) * g.N + j))
 
 
 class _unrolled:
