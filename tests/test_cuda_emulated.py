@@ -158,3 +158,23 @@ def test_op_families_on_emulated_cuda(tmp_path):
     assert_parity(m, tmp_path, feeds, target=eager_cuda_target(tmp_path), build=emulated_build)
     src = (tmp_path / "out" / "model.cu").read_text()
     assert "__shfl_xor_sync" in src and "__syncthreads();" in src
+
+
+def test_check_on_a_tf32_target_takes_its_tolerance(tmp_path, monkeypatch):
+    """`aotc check --target cuda:sm_90,tf32` compares with rtol = atol = 1e-2 unless told
+    otherwise (run here on the emulation): a product TF32 cannot give to float32's precision
+    passes with them and fails at 1e-6."""
+    from typer.testing import CliRunner
+
+    import aotc.check.runner as runner
+    from aotc.cli import app
+    real = runner.run_check
+    monkeypatch.setattr(runner, "run_check", lambda *a, **kw: real(*a, build=emulated_build, **kw))
+    m = graph_model([N("MatMul", ["a", "b"], ["y"])], {"a": rand(32, 256, seed=1)}, ["y"], {"b": rand(256, 48, seed=2)})
+    path = tmp_path / "mm.onnx"
+    onnx.save(m, str(path))
+    ok = CliRunner().invoke(app, ["check", str(path), "--target", "cuda:sm_90,tf32"])
+    assert ok.exit_code == 0 and "(rtol 0.01, atol 0.01)" in ok.output, ok.output
+    tight = CliRunner().invoke(app, ["check", str(path), "--target", "cuda:sm_90,tf32", "--rtol", "1e-6",
+                                     "--atol", "1e-6"])
+    assert tight.exit_code == 1 and "MISMATCH" in tight.output, tight.output
