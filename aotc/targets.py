@@ -77,7 +77,7 @@ def load_target(name: str) -> dict:
     requested = name
     if name == NATIVE:
         name = native_target()
-    spec, *options = name.split(",")           # cuda:sm_90,tf32: a target with options
+    spec, *options = [name] if name.endswith(".toml") else name.split(",")   # cuda:sm_90,tf32: with options
     base, _, arch = spec.partition(":")        # cuda:sm_90: the cuda target for one architecture
     t = _read(base if arch else spec)
     if arch:

@@ -37,3 +37,18 @@ def test_zoo_on_simd_target(name, target, tmp_path):
     assert res.outputs
     for o in res.outputs:
         assert o.passed, f"{name}/{o.name} on {target}: max_abs={o.max_abs_err:.3g} {o.note}"
+
+
+def test_target_options_after_a_comma():
+    """`cuda,tf32` / `cuda:sm_90,tf32` turn on a switch the target file lists under [options]
+    (its [numerics] key); an option a target does not list is refused, naming the ones it has."""
+    from aotc.errors import AotcError
+    t = load_target("cuda:sm_90,tf32")
+    assert t["arch"] == ["sm_90"] and t["numerics"]["tf32"] is True and t["name"] == "cuda:sm_90,tf32"
+    assert load_target("cuda,tf32")["arch"] == ["sm_80", "sm_90"]
+    assert load_target("cuda")["numerics"]["tf32"] is False
+    for bad, why in (("cuda,fast", "its options: tf32"), ("opencl,tf32", "its options: none"),
+                     ("c,tf32", "its options: none")):
+        with pytest.raises(AotcError, match="has no option") as e:
+            load_target(bad)
+        assert why in str(e.value.hint), e.value.hint
