@@ -28,7 +28,7 @@ class CompiledModel:
 
     def profile(self) -> list[tuple[str, float]]:
         """Per kernel: (name and ONNX nodes, milliseconds summed over the runs so far), when
-        loaded with profile=True (CPU targets)."""
+        loaded with profile=True (CPU targets; cuda: per device launch, timed by CUDA events)."""
         return self._lib.profile(self._instance)
 
     @property

@@ -178,3 +178,37 @@ def test_check_on_a_tf32_target_takes_its_tolerance(tmp_path, monkeypatch):
     tight = CliRunner().invoke(app, ["check", str(path), "--target", "cuda:sm_90,tf32", "--rtol", "1e-6",
                                      "--atol", "1e-6"])
     assert tight.exit_code == 1 and "MISMATCH" in tight.output, tight.output
+
+
+@pytest.mark.parametrize("eager", [False, True])
+def test_index_error_is_a_status_on_emulated_cuda(eager, tmp_path):
+    """A kernel's Fail (atomicCAS into the status word) comes back as a status naming the
+    kernel, through the graph; the next run with good indices is right. 'eager': the gather
+    rows as blocks (no barrier in them, so a thread may stop alone)."""
+    from aotc.errors import RunError
+    from tests.helpers import single_op_model
+    x = rand(10, 4, seed=12)
+    m = single_op_model("Gather", {"x": x, "i": np.array([3, 10], np.int64)}, axis=0)
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    target = eager_cuda_target(tmp_path) if eager else "cuda:sm_90"
+    cm = load(compile_model(path, target=target, output_dir=tmp_path / "out", build=emulated_build))
+    with pytest.raises(RunError, match=r"Gather.*out of range"):
+        cm.run({"x": x, "i": np.array([3, 10], np.int64)})
+    np.testing.assert_array_equal(cm.run({"x": x, "i": np.array([3, -10], np.int64)})[0], x[[3, 0]])
+
+
+def test_profile_mode_on_emulated_cuda(tmp_path):
+    """An instance made with profile=True runs its launches one by one (no graph), between
+    events, and names each device kernel; results as with the graph."""
+    e = ZOO["mlp"]
+    path = tmp_path / "mlp.onnx"
+    onnx.save(e.build("small"), str(path))
+    out = compile_model(path, target="cuda:sm_90", output_dir=tmp_path / "out", shapes=e.shapes_for("small"),
+                        build=emulated_build)
+    feeds = sample_inputs(import_model(load_onnx(path), "m", e.shapes_for("small")), seed=5)
+    plain, profiled = load(out), load(out, profile=True)
+    for a, b in zip(plain.run(feeds), profiled.run(feeds)):
+        np.testing.assert_array_equal(a, b)
+    names = [n for n, _ in profiled.profile()]
+    assert len(names) == 3 and all(n.startswith("k00") for n in names), names
