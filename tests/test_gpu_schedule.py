@@ -1,8 +1,11 @@
 """The GPU schedule's decisions, on kernel IR built by hand: when the work-items of a group
 share the loops of a spatial iteration (aotc/schedule/gpu_group.py), which barriers that
 needs, and how a GEMM launch is cut (tiles, batch, split K). Parity of the code this makes is
-tested on OpenCL (tests/test_opencl.py, the 'eager' target) and on a GPU (docs/GPU.md)."""
+tested on OpenCL (tests/test_opencl.py, the 'eager' target), on the CUDA emulation
+(tests/test_cuda_emulated.py) and on a GPU (docs/GPU.md)."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 from aotc.kernel.ir import (F32, PRIVATE, REDUCTION, SPATIAL, Assign, Barrier, Buffer, Builder, GemmDest, If, Loop,
                             Store, Var, binop, matrix, select, walk_stmts)
@@ -129,6 +132,11 @@ def test_gemm_launch_shapes():
     batched = gemm_shape(gemm(128, 128, 64), p, ((Var("h"), 12),))
     assert batched.split == 1 and batched.depth == 12
     assert gemm_shape(gemm(128, 768, 768), GpuParams()).split == 1     # min_groups 0: as configured
+    # min_results 16: tiles stop at 4 x 4 results per work-item (64 x 64), K splits instead
+    q = replace(p, min_results=16)
+    ffn = gemm_shape(gemm(128, 3072, 768), q)                 # 2 x 48 groups -> K in 2
+    assert (ffn.p.tm, ffn.p.rm, ffn.split, ffn.chunk) == (64, 4, 2, 384)
+    assert (gemm_shape(gemm(128, 3072, 768), p).p.rm, gemm_shape(gemm(128, 3072, 768), p).split) == (2, 1)
 
 
 def _address(e, env: dict, decls: dict) -> int:

@@ -186,19 +186,24 @@ def _cuda_tiles(tmp_path, **extra) -> str:
 
 
 @pytest.mark.parametrize("rows", [37, 3])
-@pytest.mark.parametrize("eager", [False, True], ids=["full-tiles", "split-k"])
-def test_gemm_layouts_with_cuda_tiles(eager, rows, tmp_path):
+@pytest.mark.parametrize("mode", ["full-tiles", "split-k", "split-k-4x4"])
+def test_gemm_layouts_with_cuda_tiles(mode, rows, tmp_path):
     """The GEMM kernel with the cuda target's tiles on `gemm_layouts_model` (every operand
-    layout, sizes that are not multiples of the tiles, a bias epilogue, a batched product); 'split-k':
-    tiles halved and K split as for a GEMM too small for the GPU (else the tiles stay whole).
-    rows=3: the Gemms are few-row products, one work-item per result (`gemv_rows`)."""
+    layout, sizes that are not multiples of the tiles, a bias epilogue, a batched product);
+    'split-k': tiles halved (to 2 x 2 results per work-item, or 4 x 4 with min_results 16) and
+    K split as for a GEMM too small for the GPU; else the tiles stay whole. rows=3: the Gemms
+    are few-row products, one work-item per result (`gemv_rows`)."""
     m, feeds = gemm_layouts_model(rows)
-    target = _cuda_tiles(tmp_path, min_groups=4096, split_min_k=16) if eager else _cuda_tiles(tmp_path, min_groups=0)
-    assert_parity(m, tmp_path, feeds, target=target)
+    eager = mode != "full-tiles"
+    extra = {"min_groups": 4096, "split_min_k": 16} if eager else {"min_groups": 0}
+    if mode == "split-k-4x4":
+        extra["min_results"] = 16
+    assert_parity(m, tmp_path, feeds, target=_cuda_tiles(tmp_path, **extra))
     cl = (tmp_path / "out" / "model.cl").read_text()
     for g in range(4):
         launches = [line for line in cl.splitlines() if line.startswith(f"/* Gemm 'Gemm_{g}'")]
         tiled = [line for line in launches if f"GEMM {rows}x133x70" in line]
         assert (len(tiled) == 1) == (rows == 37) and (f"{rows * 133} work-items" in launches[0]) == (rows == 3), launches
     assert ("chunks of" in cl) == (eager and rows == 37)   # (a batched product never splits K)
-    assert "8x8 per work-item" in cl or eager
+    per_item = {"full-tiles": "8x8", "split-k": "2x2", "split-k-4x4": "4x4"}[mode]
+    assert rows == 3 or f"{per_item} per work-item" in cl

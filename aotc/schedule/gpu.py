@@ -61,6 +61,7 @@ class GpuParams:
     warp: int = 0                 # work-items that run in lockstep on banked local memory (CUDA: 32); 0: none
     shuffle: int = 0              # 1: a warp's work-items exchange registers (reductions combine by shuffles)
     gemv_rows: int = 0            # a GEMM of at most this many rows: one work-item per result, no tiles
+    min_results: int = 4          # halved tiles keep at least this many results per work-item (rm * rn)
 
     @classmethod
     def of(cls, target: dict) -> "GpuParams":
@@ -428,8 +429,10 @@ def gemm_shape(g: Gemm, p: GpuParams, batch: tuple = ()) -> GemmShape:
     def groups(q):
         return -(-g.M // q.tm) * -(-g.N // q.tn) * depth
 
-    # (down to 2 x 2 results per work-item: one loads two operands per multiply-add)
-    while p.min_groups and groups(p) < p.min_groups and p.rm % 2 == 0 and p.rn % 2 == 0 and p.rm * p.rn >= 16 \
+    # (down to min_results results per work-item, 2 x 2 at least: one loads two operands per
+    # multiply-add)
+    while p.min_groups and groups(p) < p.min_groups and p.rm % 2 == 0 and p.rn % 2 == 0 \
+            and p.rm * p.rn // 4 >= max(p.min_results, 4) \
             and (p.tm // 2 * p.tk) % p.threads() == 0 and (p.tn // 2 * p.tk) % p.threads() == 0:
         p = replace(p, tm=p.tm // 2, tn=p.tn // 2, rm=p.rm // 2, rn=p.rn // 2)
     split = 1
