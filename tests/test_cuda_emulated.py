@@ -81,16 +81,26 @@ def _tf32(x: np.ndarray) -> np.ndarray:
     return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
 
 
-def test_tf32_gemms_on_emulated_tensor_cores(tmp_path):
+@pytest.mark.parametrize("kind", ["cuda:sm_90,tf32", "small-tiles-split-k"])
+def test_tf32_gemms_on_emulated_tensor_cores(kind, tmp_path):
     """`cuda,tf32`: the wmma steps, their fragment alignment (checked by the emulated loads),
     the warp barriers and the epilogue through local memory give each GEMM of TF32-rounded
-    inputs, summed in float32 (numpy's product of the rounded inputs, to float32 rounding)."""
+    inputs, summed in float32 (numpy's product of the rounded inputs, to float32 rounding).
+    'small-tiles-split-k': a target file of 32 x 32 tiles with tf32 in its [numerics] and the
+    eager thresholds: tensor-core tiles of 64 x 64 (the least whole fragments), K split."""
     model, _ = gemm_layouts_model()
     path = tmp_path / "model.onnx"
     onnx.save(model, str(path))
-    out = compile_model(path, target="cuda:sm_90,tf32", output_dir=tmp_path / "out", build=emulated_build)
+    target = kind
+    if kind == "small-tiles-split-k":
+        from tests.helpers import opencl_target_with
+        target = opencl_target_with(tmp_path, "cuda-small-tf32", {"tm": 32, "tn": 32, "rm": 2, "rn": 2, "min_groups": 4096,
+                                                                  "split_min_k": 16}, base="cuda")
+        Path(target).write_text(Path(target).read_text().replace("tf32 = false", "tf32 = true"))
+    out = compile_model(path, target=target, output_dir=tmp_path / "out", build=emulated_build)
     src = (out / "model.cu").read_text()
     assert "wmma::mma_sync(" in src and "__syncwarp();" in src
+    assert kind != "small-tiles-split-k" or ("64x64 tiles" in src and "chunks of" in src)
     m = load(out)
     feeds = sample_inputs(import_model(load_onnx(path), "m"), seed=4)
     got = dict(zip(m.output_names, m.run({k: feeds[k] for k in m.input_names})))

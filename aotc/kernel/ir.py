@@ -382,14 +382,14 @@ class Barrier(Stmt):
 
 @dataclass(eq=False)
 class Mma(Stmt):
-    """One tensor-core step of a warp, which its work-items run together (a target whose [gpu]
-    allows TF32; the GPU schedule's `mma_kernel`). `frag` is a buffer of fragments (space MMA_A,
+    """One tensor-core step of a warp, which its work-items run together (the GPU schedule's
+    `mma_kernel`, for a target that allows TF32: [numerics] tf32). `frag` is a buffer of fragments (space MMA_A,
     MMA_B or MMA_C: a warp's 16 x 8, 8 x 16 or 16 x 16 tile, held across its registers) and
     `at` (a constant, or an unrolled loop's index) which of them. op:
       'zero':  frag[at] = 0
       'load':  frag[at] = the tile of `mem` at `offset` (row-major, `ld` elements a row),
                rounded to TF32; `offset` and `ld` must be multiples of 8 (32-byte aligned)
-      'mma':   frag[at] += a[a_at] . b[b_at]  (`a`, `b`: (Buffer, int))
+      'mma':   frag[at] += a[a_at] . b[b_at]  (`a`, `b`: (fragment Buffer, index Expr))
       'store': the tile frag[at] into `mem` at `offset`, row-major, `ld` a row."""
     op: str
     frag: Buffer

@@ -632,12 +632,13 @@ MMA_TK = 16                  # K staged per step (two tensor-core steps)
 
 
 def mma_shape(g: Gemm, p: GpuParams, batch: tuple = ()) -> GemmShape:
-    """The tile of a TF32 tensor-core GEMM: the target's, halved down to 64 x 64 while the
-    launch would have fewer than min_groups groups, then K split as for `gemm_shape`."""
+    """The tile of a TF32 tensor-core GEMM: 128 x 128 (64 x 64 where the target's tiles are
+    smaller), halved down to 64 x 64 while the launch would have fewer than min_groups groups,
+    then K split as for `gemm_shape`."""
     depth = 1
     for _, e in batch:
         depth *= e
-    q = replace(p, tk=MMA_TK)
+    q = replace(p, tk=MMA_TK, tm=128 if p.tm >= 128 else 64, tn=128 if p.tn >= 128 else 64)
 
     def groups(q):
         return -(-g.M // q.tm) * -(-g.N // q.tn) * depth
