@@ -94,8 +94,8 @@ def test_tf32_gemms_on_emulated_tensor_cores(kind, tmp_path):
     target = kind
     if kind == "small-tiles-split-k":
         from tests.helpers import opencl_target_with
-        target = opencl_target_with(tmp_path, "cuda-small-tf32", {"tm": 32, "tn": 32, "rm": 2, "rn": 2, "min_groups": 4096,
-                                                                  "split_min_k": 16}, base="cuda")
+        small = {"tm": 32, "tn": 32, "rm": 2, "rn": 2, "min_groups": 4096, "split_min_k": 16}
+        target = opencl_target_with(tmp_path, "cuda-small-tf32", small, base="cuda")
         Path(target).write_text(Path(target).read_text().replace("tf32 = false", "tf32 = true"))
     out = compile_model(path, target=target, output_dir=tmp_path / "out", build=emulated_build)
     src = (out / "model.cu").read_text()
