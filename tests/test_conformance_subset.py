@@ -7,7 +7,9 @@ import pytest
 from models.conformance import collect, run_cases
 
 CASES = [
-    "test_abs", "test_add", "test_and2d", "test_argmax_default_axis_random", "test_averagepool_1d_default",
+    "test_abs", "test_add", "test_and2d", "test_attention_3d_causal", "test_attention_4d_gqa_with_past_and_present",
+    "test_attention_causal_boolmask_nan_robustness", "test_attention_local_window_ext_cache_rank3_head_mask",
+    "test_attention_4d_with_qk_matmul_softcap", "test_argmax_default_axis_random", "test_averagepool_1d_default",
     "test_batchnorm_epsilon", "test_bitshift_left_int16", "test_cast_DOUBLE_to_FLOAT", "test_ceil", "test_clip",
     "test_concat_1d_axis_0", "test_constant", "test_basic_conv_with_padding", "test_conv_with_strides_padding",
     "test_convtranspose", "test_cos", "test_div", "test_elu", "test_equal", "test_erf", "test_exp",

@@ -17,13 +17,14 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import dtypes
-from ..kernel.ir import (I32, ORDERED, REDUCTION, SPATIAL, Buffer, Builder, Expr, Load, binop, call, cast, const,
-                         maximum, select)
+from ..kernel.ir import (I32, ORDERED, REDUCTION, SPATIAL, Buffer, Builder, Expr, Load, Store, binop, call, cast,
+                         const, maximum, select)
 from .common import ints, norm_axis, prod
 from .registry import register
 from .tensor import _bstrides, contiguous_strides, strided_copy
 
 F64 = dtypes.FLOAT64
+NEG_INF = float("-inf")
 
 
 def _lowest(dt, sign: int) -> Expr:
@@ -210,20 +211,50 @@ def _lower_softmax(node, ctx):
             with b.loop(n, "k", role=SPATIAL) as k:
                 b.store(Y, at(k), select(k.eq(arg), const(1, Y.dtype), const(0, Y.dtype)))
             return
+        if op == "Softmax":
+            softmax_row(b, lambda k: Load(X, at(k)), lambda k, v: Store(Y, at(k), v), n, X.dtype,
+                        load_stored=lambda k: Load(Y, at(k)), mx=mx)
+            return
         s = b.accumulator("sum", const(0.0, X.dtype))
         with b.loop(n, "k", role=REDUCTION) as k:
-            e = b.local("e", call("exp", Load(X, at(k)) - mx))
-            if op == "Softmax":
-                b.store(Y, at(k), e)
-            b.assign(s, s + e)
-        if op == "Softmax":
-            inv = b.local("inv", const(1.0, X.dtype) / s, dtype=X.dtype)
-            with b.loop(n, "k", role=SPATIAL) as k:
-                b.store(Y, at(k), Load(Y, at(k)) * inv)
-        else:
-            shift = b.local("shift", mx + cast(call("log", s), X.dtype))
-            with b.loop(n, "k", role=SPATIAL) as k:
-                b.store(Y, at(k), Load(X, at(k)) - shift)
+            b.assign(s, s + call("exp", Load(X, at(k)) - mx))
+        shift = b.local("shift", mx + cast(call("log", s), X.dtype))
+        with b.loop(n, "k", role=SPATIAL) as k:
+            b.store(Y, at(k), Load(X, at(k)) - shift)
+
+
+def softmax_row(b: Builder, load, store, n: int, dtype, load_stored=None, guarded: bool = False,
+                dead: Expr | None = None, on_prob=None, mx: Expr | None = None) -> None:
+    """softmax over n values: load(k) reads value k, store(k, v) -> the Store statement writing
+    result k, load_stored(k) reads what store wrote (default: load, for a row done in place).
+    The maximum skips a NaN (it reaches every output anyway, through exp(x - max) and the sum).
+    `guarded`: attention's rule for a row of -inf (and, with `dead`, a row whose bias masks
+    every key): zeros, not NaN. on_prob(builder, k, p): more to do with each probability.
+    `mx`: the row's maximum, when the caller has it already."""
+    load_stored = load_stored or load
+    if mx is None:
+        mx = b.local("mx", load(const(0)))
+        with b.loop(n, "k", role=REDUCTION, start=1) as k:
+            v = b.local("v", load(k))
+            b.assign(mx, select(v > mx, v, mx))
+    if guarded:
+        mx = b.local("shift", select(mx.eq(const(NEG_INF, dtype)), const(0.0, dtype), mx))
+    s = b.accumulator("sum", const(0.0, dtype))
+    with b.loop(n, "k", role=REDUCTION) as k:
+        e = b.local("e", call("exp", load(k) - mx))
+        b.emit(store(k, e))
+        b.assign(s, s + e)
+    if guarded:
+        s = b.local("total", select(s.eq(const(0.0, s.dtype)), const(1.0, s.dtype), s))
+    inv = b.local("inv", const(1.0, dtype) / s, dtype=dtype)
+    with b.loop(n, "k", role=SPATIAL) as k:
+        p = load_stored(k) * inv
+        if dead is not None:
+            p = select(dead, const(0.0, dtype), p)
+        if on_prob is not None:
+            p = b.local("p", p)
+            on_prob(b, k, p)
+        b.emit(store(k, p))
 
 
 def _softmax_infer(node, ins):

@@ -53,7 +53,10 @@ def _gather_elements(n: Node, data: np.ndarray, indices: np.ndarray) -> list[np.
 _NUMPY_FOLDERS = {"GatherElements": _gather_elements}
 
 
-def evaluate(n: Node, arrays: list[np.ndarray | None], out_types: list[tuple]) -> list[np.ndarray]:
+def evaluate(n: Node, arrays: list[np.ndarray | None], out_types: list[tuple],
+             opset: int = NORMALIZED_OPSET) -> list[np.ndarray]:
+    """n's outputs on constant inputs, by the reference implementation at `opset` (an op newer
+    than NORMALIZED_OPSET names its own)."""
     from onnx.reference import ReferenceEvaluator
 
     own = _NUMPY_FOLDERS.get(n.op_type) if not n.domain or n.domain == "ai.onnx" else None
@@ -68,7 +71,7 @@ def evaluate(n: Node, arrays: list[np.ndarray | None], out_types: list[tuple]) -
     outputs = [helper.make_tensor_value_info(nm, dtypes.to_onnx(t[0]), t[1])
                for nm, t in zip(out_names, out_types) if nm]
     graph = helper.make_graph([proto], "fold", inputs, outputs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", NORMALIZED_OPSET)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     feeds = {nm: a for nm, a in zip(in_names, arrays) if a is not None}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

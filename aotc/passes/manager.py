@@ -8,6 +8,7 @@ from ..ir.graph import Graph
 from ..ir.verify import verify
 from . import simplify
 from .recurrent import prepack_recurrent_weights
+from .attention import fuse_attention
 from .infer import infer_shapes
 from .normalize import normalize_opset
 
@@ -20,6 +21,8 @@ DEFAULT_PASSES: list[tuple[str, Pass]] = [
     ("remove_identities", simplify.remove_identities),
     ("eliminate_dead_code", simplify.eliminate_dead_code),
     ("canonicalize_views", simplify.canonicalize_views),
+    # before cancel_transposes, which folds the Transpose of K it may add into the one making Kᵀ
+    ("fuse_attention", fuse_attention),
     ("cancel_transposes", simplify.cancel_transposes),
     # constant Gemm weights stored transposed are transposed first, so that a following
     # per-channel Mul/Add (a decomposed BatchNormalization) folds into them too

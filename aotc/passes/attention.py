@@ -1,0 +1,213 @@
+"""Scaled dot-product attention as exporters write it, rewritten into one Attention node.
+
+    MatMul(Q, Kᵀ) -> [Mul / Div by a scalar constant]* -> [Add(float mask) | Where(bool, ., c)]
+      -> Softmax(last axis) -> MatMul(., V)
+
+becomes Attention(Q, K, V, mask) (ops/attention.py), one kernel computing each head's scores
+in a scratch of its own, instead of a score tensor for every head written by one kernel and
+read by the next two. When Q, K and V are the usual head split of a (batch, seq, hidden)
+tensor (Reshape to (batch, seq, heads, head size), then Transpose) and the output is merged
+back the same way, the node takes the 3-D tensors as they are (the ONNX op's 3-D form), so the
+four Transposes around the heads are gone too.
+
+The rewrite keeps the chain's exact meaning: the node carries PLAIN_ATTR (softmax as the
+Softmax op computes it, without Attention's fully-masked-row rule) and, for a Where mask,
+FILL_ATTR (masked scores become that constant, as Where makes them). Only the scale changes
+rounding: scores are multiplied by the product of the scalars (1/c for a Div) once.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ..ir import dtypes
+from ..ir.graph import Graph, Node, Value
+from ..ops.attention import FILL_ATTR, PLAIN_ATTR
+from .simplify import eliminate_dead_code
+
+SPLIT = [0, 2, 1, 3]          # (batch, seq, heads, size) <-> (batch, heads, seq, size)
+SPLIT_T = [0, 2, 3, 1]        # (batch, seq, heads, size) -> (batch, heads, size, seq): a split K, transposed
+
+
+class _Match:
+    def __init__(self):
+        self.scale = 1.0
+        self.mask: Optional[str] = None
+        self.fill: Optional[float] = None
+        self.nodes: list[Node] = []       # what the Attention node replaces
+
+
+def fuse_attention(g: Graph) -> Graph:
+    producers = g.producers()
+    consumers = g.consumers()
+    outputs = set(g.outputs)
+
+    def only_use(value: str) -> Optional[Node]:
+        """The one node reading `value`, when that is all that reads it."""
+        users = consumers.get(value, [])
+        if value in outputs or len(users) != 1:
+            return None
+        return users[0]
+
+    def scalar(name: str) -> Optional[float]:
+        c = g.const(name)
+        if c is None or c.size != 1 or c.dtype.kind != "f":
+            return None
+        return float(np.asarray(c).reshape(-1)[0])
+
+    order = {id(n): k for k, n in enumerate(g.nodes)}
+    at: dict[int, list[Node]] = {}        # id(node) -> the new nodes that take its place
+    gone: set[int] = set()
+    for sm in list(g.nodes):
+        if sm.op_type != "Softmax" or id(sm) in gone:
+            continue
+        m = _match(g, sm, producers, only_use, scalar)
+        if m is None:
+            continue
+        new, old = m
+        # the new nodes go where the last node they replace was: everything they read is made
+        # before it, everything reading their output after it
+        last = max(old, key=lambda n: order[id(n)])
+        at[id(last)] = new
+        gone |= {id(n) for n in old}
+    if not at:
+        return g
+    nodes = []
+    for n in g.nodes:
+        nodes += at.get(id(n), [])
+        if id(n) not in gone:
+            nodes.append(n)
+    g.nodes = nodes
+    return eliminate_dead_code(g)
+
+
+def _match(g: Graph, sm: Node, producers, only_use, scalar) -> Optional[tuple[list[Node], list[Node]]]:
+    """(new nodes, the nodes they replace) for the attention ending at Softmax `sm`, or None."""
+    x = g.values[sm.inputs[0]]
+    if len(x.shape) != 4 or x.dtype != dtypes.FLOAT32:
+        return None
+    if int(sm.attr("axis", -1)) not in (-1, 3):
+        return None
+    mm2 = only_use(sm.outputs[0])
+    if mm2 is None or mm2.op_type != "MatMul" or mm2.inputs[0] != sm.outputs[0] or mm2.inputs[1] == sm.outputs[0]:
+        return None
+    B, H, Sq, Sk = x.shape
+    m = _Match()
+    # back from the Softmax: at most one mask, then scalar scales, then the first MatMul
+    cur = sm.inputs[0]
+    masked = False
+    while True:
+        p = producers.get(cur)
+        if p is None or only_use(cur) is None:
+            return None
+        if p.op_type == "MatMul":
+            break
+        if p.op_type in ("Mul", "Div"):
+            for s_pos in ((0, 1) if p.op_type == "Mul" else (0,)):
+                c = scalar(p.inputs[1 - s_pos])
+                if c is not None and tuple(g.values[p.inputs[s_pos]].shape) == x.shape:
+                    m.scale *= c if p.op_type == "Mul" else 1.0 / c
+                    cur = p.inputs[s_pos]
+                    break
+            else:
+                return None
+            m.nodes.append(p)
+            continue
+        if masked:
+            return None
+        masked = True
+        if p.op_type == "Add":
+            for s_pos in (0, 1):
+                other = g.values[p.inputs[1 - s_pos]]
+                if tuple(g.values[p.inputs[s_pos]].shape) == x.shape and _mask_fits(other, x.shape, dtypes.FLOAT32):
+                    m.mask, cur = other.name, p.inputs[s_pos]
+                    break
+            else:
+                return None
+        elif p.op_type == "Where":
+            cond, fill = g.values[p.inputs[0]], scalar(p.inputs[2])
+            if fill is None or tuple(g.values[p.inputs[1]].shape) != x.shape \
+                    or not _mask_fits(cond, x.shape, dtypes.BOOL):
+                return None
+            m.mask, m.fill, cur = cond.name, fill, p.inputs[1]
+        else:
+            return None
+        if any(q.op_type in ("Mul", "Div") for q in m.nodes):
+            return None            # a scale after the mask scales the mask too
+        m.nodes.append(p)
+    mm1 = producers[cur]
+    qx, ktx = g.values[mm1.inputs[0]], g.values[mm1.inputs[1]]
+    vx = g.values[mm2.inputs[1]]
+    if len(qx.shape) != 4 or len(ktx.shape) != 4 or len(vx.shape) != 4:
+        return None
+    D = qx.shape[3]
+    if tuple(qx.shape) != (B, H, Sq, D) or tuple(ktx.shape) != (B, H, D, Sk) or tuple(vx.shape[:3]) != (B, H, Sk):
+        return None
+    if any(g.values[v].const is not None for v in (qx.name, ktx.name, vx.name)):
+        return None
+    gone = [mm1] + m.nodes + [sm, mm2]
+    attrs = {"scale": float(np.float32(m.scale)), PLAIN_ATTR: 1}
+    if m.fill is not None:
+        attrs[FILL_ATTR] = m.fill
+    mask = [m.mask] if m.mask else []
+    name = f"{sm.name}_attention" if sm.name else "attention"
+
+    # the 3-D form when every operand is a head split and the result is merged back
+    q3 = _split_source(g, qx.name, SPLIT, producers)
+    k3 = _split_source(g, ktx.name, SPLIT_T, producers)
+    v3 = _split_source(g, vx.name, SPLIT, producers)
+    merge = _merge_target(g, mm2.outputs[0], only_use)
+    if q3 and k3 and v3 and merge:
+        tr, rs = merge
+        attrs.update(q_num_heads=H, kv_num_heads=H)
+        y3 = g.fresh_name(f"{name}_out")
+        g.values[y3] = Value(y3, x.dtype, (B, Sq, H * vx.shape[3]))
+        rs.inputs[0] = y3                 # the Reshape now views the 3-D output
+        return [Node("Attention", [q3, k3, v3] + mask, [y3], attrs, name)], gone + [tr]
+    # 4-D: K transposed back (cancel_transposes folds it into the Transpose that made Kᵀ)
+    k4 = g.fresh_name(f"{ktx.name}_keys")
+    g.values[k4] = Value(k4, ktx.dtype, (B, H, Sk, D))
+    tk = Node("Transpose", [ktx.name], [k4], {"perm": [0, 1, 3, 2]}, f"{name}_keys")
+    node = Node("Attention", [qx.name, k4, vx.name] + mask, [mm2.outputs[0]], attrs, name)
+    return [tk, node], gone
+
+
+def _mask_fits(v, scores: tuple, dtype) -> bool:
+    """A mask value the Attention node takes as it is: the dtype, rank 1-4, all keys in its last
+    dim, broadcasting to the scores."""
+    if v.dtype != dtype or not 1 <= len(v.shape) <= 4 or v.shape[-1] != scores[-1]:
+        return False
+    try:
+        return tuple(np.broadcast_shapes(tuple(v.shape), scores)) == tuple(scores)
+    except ValueError:
+        return False
+
+
+def _split_source(g: Graph, value: str, perm: list, producers) -> Optional[str]:
+    """The (batch, seq, heads * size) tensor that `value` is the head split of, by a Reshape to
+    (batch, seq, heads, size) and a Transpose by `perm`; else None."""
+    tr = producers.get(value)
+    if tr is None or tr.op_type != "Transpose" or list(tr.attr("perm", [])) != perm:
+        return None
+    rs = producers.get(tr.inputs[0])
+    if rs is None or rs.op_type != "Reshape":
+        return None
+    src = g.values[rs.inputs[0]]
+    B, S, H, D = g.values[rs.outputs[0]].shape
+    if tuple(src.shape) != (B, S, H * D) or src.const is not None:
+        return None
+    return src.name
+
+
+def _merge_target(g: Graph, value: str, only_use) -> Optional[tuple[Node, Node]]:
+    """(Transpose, Reshape) merging the heads of `value` (batch, heads, seq, size) back: the
+    Transpose to (batch, seq, heads, size) is all that reads it, and a Reshape (to any shape:
+    the 3-D output has the same elements in the same order) all that reads the Transpose."""
+    tr = only_use(value)
+    if tr is None or tr.op_type != "Transpose" or list(tr.attr("perm", [])) != SPLIT:
+        return None
+    rs = only_use(tr.outputs[0])
+    if rs is None or rs.op_type != "Reshape":
+        return None
+    return tr, rs
