@@ -233,8 +233,11 @@ def softmax_row(b: Builder, load, store, n: int, dtype, load_stored=None, guarde
     `mx`: the row's maximum, when the caller has it already."""
     load_stored = load_stored or load
     if mx is None:
-        mx = b.local("mx", load(const(0)))
-        with b.loop(n, "k", role=REDUCTION, start=1) as k:
+        # from -inf, not from value 0: the row may be what the group writes (in place), which a
+        # GPU work-group cannot read before its split loops (schedule/gpu_group.py); the result
+        # is the same, NaN rows included (they give NaN through exp and the sum either way)
+        mx = b.local("mx", const(NEG_INF, dtype))
+        with b.loop(n, "k", role=REDUCTION) as k:
             v = b.local("v", load(k))
             b.assign(mx, select(v > mx, v, mx))
     if guarded:

@@ -7,7 +7,8 @@ Decisions, all from the kernel IR's facts (loop roles, sizes) and the target's d
     is per thread.
   * Parallel loops: the outermost `spatial` loop whose work pays for a hand-off to the pool
     (`[threads] min_parallel_work` in the target file) runs in parallel; loops inside it,
-    and GEMMs inside it, run on the thread that runs the iteration.
+    and GEMMs inside it, run on the thread that runs the iteration; the scratch its
+    iterations each use alone (`Loop.private`) gets a copy per thread.
   * Vectorization hints: innermost spatial loops are marked `vectorized` (the printer gives
     the compiler `ivdep`: their iterations are independent by the op's word).
   * Accumulation precision: float32 accumulators are widened to the target's
@@ -19,8 +20,8 @@ from dataclasses import replace
 
 from ..errors import AotcError
 from ..kernel.ir import (F32, PARALLEL, REDUCTION, SPATIAL, VECTORIZED, Assign, BinOp, Buffer, Call, CallStmt, Const,
-                         Decl, Gemm, If, Loop, Select, Stmt, Store, Var, children, stmt_exprs, walk_buffers, walk_expr,
-                         walk_stmts)
+                         Decl, Gemm, If, Loop, Select, Stmt, Store, Var, children, replace_buffers, stmt_exprs,
+                         walk_buffers, walk_expr, walk_stmts)
 from ..kernel.retype import widen_accumulators
 from .gemm_cpu import ConstPacker, GemmTiles, choose_split, gemm_macs, swap_orientation
 
@@ -44,6 +45,7 @@ def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
         k.body = _gemms(k.body, [], st, packer, tiles, threads, min_gemm)
         if threads > 1:
             k.body = _parallelize(k.body, min_work, threads)
+            _private_per_thread(k)
         k.body = _vectorize(k.body)
         k.body = widen_accumulators(k.body, F32, acc)
         work = [g for g in walk_stmts(k.body) if isinstance(g, Gemm) and g.work is not None]
@@ -195,15 +197,26 @@ def _parallelize(stmts: list[Stmt], min_work: int, threads: int, nested: bool = 
 
 def _can_parallelize(lp: Loop, threads: int) -> bool:
     """Spatial, starting at 0, with at least two iterations; with GEMMs inside, at least as many
-    iterations as threads."""
-    if lp.role != SPATIAL or lp.private or not (isinstance(lp.start, Const) and lp.start.value == 0):
-        return False     # (iterations sharing one private scratch run one at a time here)
+    iterations as threads. (Its private scratch then gets a copy per thread: _private_per_thread.)"""
+    if lp.role != SPATIAL or not (isinstance(lp.start, Const) and lp.start.value == 0):
+        return False
     n = lp.extent.value if isinstance(lp.extent, Const) else None
     if n is not None and n < 2:
         return False
     if any(isinstance(x, Gemm) for x in walk_stmts(lp.body)):
         return n is not None and n >= threads
     return True
+
+
+def _private_per_thread(k) -> None:
+    """The private scratch of a parallel loop (Loop.private: each iteration fills it and uses it
+    alone, e.g. an attention head's scores) gets one copy per thread: the task a thread runs
+    uses its own (codegen/c/printer.py)."""
+    names = {n for s in walk_stmts(k.body) if isinstance(s, Loop) and s.kind == PARALLEL for n in s.private}
+    mapping = {b: replace(b, per_thread=True) for b in k.scratch if b.name in names and not b.per_thread}
+    if mapping:
+        k.scratch = [mapping.get(b, b) for b in k.scratch]
+        k.body = replace_buffers(k.body, mapping)
 
 
 def _serial_inside(stmts: list[Stmt]) -> list[Stmt]:

@@ -102,9 +102,11 @@ class CPrinter(CStylePrinter):
         super().stmt(s, ind)
 
     def _outline(self, stem: str, body_stmts: list[Stmt], bound: list[Var], signature: str, prologue: list[str],
-                 print_body, can_fail: bool) -> tuple[str, list[str]]:
+                 print_body, can_fail: bool, task: bool = False) -> tuple[str, list[str]]:
         """Print a helper function for `body_stmts` (whose variables `bound` are defined by the
-        helper itself); returns (args struct name, initializer values) for the call site."""
+        helper itself); returns (args struct name, initializer values) for the call site.
+        `task`: a parallel loop's task, which takes the copy of each per-thread buffer that
+        belongs to the thread running it (`thread`)."""
         bufs, vars_ = free_variables(body_stmts, bound)
         name = f"{self.kernel_.name}_{stem}"
         struct = f"{name}_args"
@@ -112,7 +114,8 @@ class CPrinter(CStylePrinter):
         fields += [f"    {self.type_name(v.dtype)} {v.name};" for v in vars_]
         if can_fail:
             fields.append("    int status;")
-        unpack = [f"    {self.param_decl(b)} = args->{b.name};" for b in bufs]
+        unpack = [f"    {self.param_decl(b)} = args->{b.name}" +
+                  (f" + (int64_t)thread * {b.size};" if task and b.per_thread else ";") for b in bufs]
         unpack += [f"    const {self.type_name(v.dtype)} {v.name} = args->{v.name};" for v in vars_]
         self._in_task.append(struct)
         try:
@@ -141,7 +144,7 @@ class CPrinter(CStylePrinter):
 
         struct, init = self._outline(
             task[len(self.kernel_.name) + 1:], s.body, [v], "void *task_args, int64_t begin, int64_t end, int thread",
-            ["    (void)thread;"], body, can_fail)
+            ["    (void)thread;"], body, can_fail, task=True)
         start = self.expr(s.start)
         if start != "0":
             raise PrintError(f"parallel loop {v.name!r} must start at 0 (the schedule normalizes it)")
@@ -170,9 +173,8 @@ class CPrinter(CStylePrinter):
                   ("split", f"AOTC_GEMM_SPLIT_{s.split.upper()}" if s.parallel else "AOTC_GEMM_SPLIT_NONE")]
         if s.work is not None:
             # per thread: a split GEMM's thread t packs at work + t * work_floats; in a parallel
-            # loop's task, the task's thread has its own part
-            work = f"{s.work.name} + thread * {s.work.size}" if self._in_task and s.work.per_thread else s.work.name
-            fields += [("work", work), ("work_floats", str(s.work.size))]
+            # loop's task, `work` is already the task's thread's part (_outline)
+            fields += [("work", s.work.name), ("work_floats", str(s.work.size))]
         struct = None
         if s.epilogue:
             self._task += 1
