@@ -114,8 +114,9 @@ CONFIGS = {
 def test_attention_op_matches_the_reference(config, kind, tmp_path):
     model, feeds = attention_model(**dict(CONFIGS[config]), seed=len(config))
     out = _vs_reference(model, feeds, kind, tmp_path)
-    if kind == "threads":
-        # the heads run on the pool, each thread on its own copy of the scores scratch
+    if kind == "threads" and CONFIGS[config].get("Hq", 4) >= 3:
+        # the heads (at least as many as the 3 threads) run on the pool, each thread on its own
+        # copy of the scores scratch
         src = (out / "model.c").read_text()
         assert "scores = args->scores + (int64_t)thread * " in src
 
