@@ -8,7 +8,9 @@ What C needs beyond the shared C-style printer:
     whose epilogue, when it has one, is outlined the same way and called on every finished
     tile while the tile is still in cache;
   * vectorized / unrolled loops get the pragmas of runtime/aotc_runtime.h;
-  * float16 / bfloat16 buffers are stored as uint16_t and converted at every access.
+  * float16 / bfloat16 buffers are stored as uint16_t and converted at every access;
+  * float32 exp, tanh and erf are runtime/aotc_math.h's, which loops vectorize (libm's are
+    calls, one element at a time).
 """
 from __future__ import annotations
 
@@ -28,6 +30,10 @@ def uses_pool(k: Kernel) -> bool:
                for s in walk_stmts(k.body))
 
 
+# float32 math with a vectorizable version in runtime/aotc_math.h
+VECTOR_MATH = {"exp": "aotc_expf", "tanh": "aotc_tanhf", "erf": "aotc_erff"}
+
+
 class CPrinter(CStylePrinter):
     language = "C99"
 
@@ -42,6 +48,11 @@ class CPrinter(CStylePrinter):
         if dt.name in _HALF:
             return "uint16_t"
         return ctype(dt)
+
+    def math_name(self, fn: str, dt) -> str:
+        if np.dtype(dt) == np.float32 and fn in VECTOR_MATH:
+            return VECTOR_MATH[fn]
+        return super().math_name(fn, dt)
 
     def load(self, buf: Buffer, index: str) -> str:
         if buf.dtype.name in _HALF and buf.value_dtype != buf.dtype:
