@@ -75,3 +75,7 @@ def test_hf_bert_dynamo_export_compiles_and_matches_onnx_runtime(tmp_path):
         res = run_check(path, inputs=feeds, output_dir=d / "out")
         assert [o.name for o in res.outputs] and all(o.passed for o in res.outputs), \
             [(o.name, o.max_abs_err, o.max_rel_err) for o in res.outputs]
+    # the exporter's attention (MatMul, Mul by the scale, Add of the mask, Softmax, MatMul, with
+    # the head Transposes) is one Attention kernel per layer (passes/attention.py)
+    labels = [st.group.label for st in analyze(path, shapes={"input_ids": (1, seq), "attention_mask": (1, seq)}).steps]
+    assert labels.count("Attention") == 2 and "Softmax" not in labels and "Transpose" not in labels, labels
