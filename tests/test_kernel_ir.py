@@ -51,7 +51,7 @@ def _inputs(storage):
 def test_half_storage_in_c(storage, tmp_path):
     k = _half_kernel(storage)
     src = "\n".join(["#define _POSIX_C_SOURCE 200809L", "#include <math.h>", "#include <stdint.h>",
-                     '#include "aotc_support.h"', "",
+                     '#include "aotc_support.h"', '#include "aotc_math.h"', "",
                      CPrinter().kernel(k), "",
                      "void run(const uint16_t *x, uint16_t *y, float *z) { k000_half(x, y, z); }"])
     assert f"aotc_{'half' if storage == F16 else 'bf16'}_to_float(x[i])" in src
