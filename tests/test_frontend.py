@@ -256,6 +256,20 @@ def test_unbound_symbolic_dims_name_the_input_and_the_flag(tmp_path):
     assert "--shape x=1x6" in e.hint
 
 
+def test_every_unbound_input_is_named_at_once(tmp_path):
+    """Two inputs with symbolic dims: one error naming both, and a hint with both flags."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 6])
+    m_ = helper.make_tensor_value_info("m", TensorProto.FLOAT, ["batch", "seq"])
+    g = helper.make_graph([N("Relu", ["x"], ["y"]), N("Relu", ["m"], ["z"])], "g", [x, m_],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("y", "z")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ShapeError) as info:
+        import_model(model)
+    assert "inputs 'x' (batchx6), 'm' (batchxseq) have unbound symbolic dimensions" in info.value.message
+    assert "--shape x=1x6 --shape m=1x1" in info.value.hint
+    import_model(model, shapes={"x": (2, 6), "m": (2, 3)})
+
+
 def test_input_without_any_shape_asks_for_one(tmp_path):
     g = helper.make_graph([N("Relu", ["x"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])

@@ -192,6 +192,7 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
         if k not in input_names:
             raise ShapeError(f"--shape/--const names {k!r}, which is not a graph input",
                              f"graph inputs are: {', '.join(input_names) or '(none)'}")
+    unbound: list[tuple[str, str, str]] = []          # (input, its dims, an example --shape value)
     for vi in gp.input:
         if vi.name in g.values and vi.name not in consts:
             continue                   # an initializer also listed as input (old exporters): its default
@@ -221,11 +222,19 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
         if dims is None or any(not isinstance(d, int) for d in dims):
             shown = "?" if dims is None else "x".join(str(d) for d in dims)
             example = "1x3x224x224" if dims is None else "x".join(str(d) if isinstance(d, int) else "1" for d in dims)
-            raise ShapeError(f"input {vi.name!r} has unbound symbolic dimensions ({shown})",
-                             f"fix them at compile time with --shape {vi.name}={example} "
-                             "(Python: shapes={...}), choosing the sizes you need")
+            unbound.append((vi.name, shown, example))
+            continue
         g.add_value(Value(vi.name, dt, tuple(dims)))
         g.inputs.append(vi.name)
+    if unbound:
+        # every input that needs --shape at once, not one per attempt
+        flags = " ".join(f"--shape {name}={example}" for name, _, example in unbound)
+        what = ", ".join(f"{name!r} ({shown})" for name, shown, _ in unbound)
+        name, shown, _ = unbound[0]
+        raise ShapeError(f"input {name!r} has unbound symbolic dimensions ({shown})" if len(unbound) == 1 else
+                         f"inputs {what} have unbound symbolic dimensions",
+                         f"fix them at compile time with {flags} (Python: shapes={{...}}), choosing the sizes "
+                         "you need")
 
     nodes = []
     for k, n in enumerate(gp.node):
