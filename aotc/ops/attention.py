@@ -36,7 +36,7 @@ from ..kernel.ir import REDUCTION, SPATIAL, Builder, Expr, GemmDest, Load, Store
 from .common import broadcast
 from .reduce import softmax_row
 from .registry import register
-from .tensor import contiguous_strides, strided_copy
+from .tensor import _bstrides, contiguous_strides, strided_copy
 
 # annotations the attention pass sets (never in an ONNX file: names starting with "_")
 PLAIN_ATTR = "_plain_softmax"
@@ -231,10 +231,9 @@ class _Bias:
         m = self.mask
         lm = m.shape[-1]
         idx = (b, h, i, j if lm == self.d.St else binop("min", j, const(lm - 1)))
-        shape = (1,) * (4 - len(m.shape)) + tuple(m.shape)
         off: Expr = const(0)
-        for x, n, st in zip(idx, shape, contiguous_strides(shape)):
-            if n != 1:
+        for x, st in zip(idx, _bstrides(m.shape, (self.d.B, self.d.Hq, self.d.Sq, lm))):
+            if st:
                 off = off + x * st
         return Load(m, off)
 
