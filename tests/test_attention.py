@@ -14,7 +14,7 @@ from onnx.reference import ReferenceEvaluator
 
 from aotc.api import load
 from aotc.compiler import analyze, compile_model
-from tests.helpers import NP2ONNX, assert_parity, eager_cuda_target, eager_gpu_target, eager_threads_target, rand
+from tests.helpers import NP2ONNX, assert_parity, eager_cuda_target, eager_gpu_target, eager_threads_target
 from tests.test_cuda_emulated import emulated_build
 from tests.test_opencl import _opencl_missing
 
