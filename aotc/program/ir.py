@@ -6,8 +6,7 @@ A Program is a list of operations on the memory plan's storage:
     returns a status, and the run stops there and reports which kernel it was;
   * HostLoop: repeat a body with a loop index the launches inside receive as an argument
     (a GPU schedule splits a kernel whose stages cannot be one launch into such loops;
-    Loop/Scan will compile to them too);
-  * Copy: bytes from one slot to another.
+    Loop/Scan will compile to them too).
 On CPU targets a program is one Launch per kernel, in the kernel order the memory plan was
 made for; the kernel itself hands its parallel loops to the thread pool.
 """
@@ -48,14 +47,7 @@ class HostLoop:
     body: list = field(default_factory=list)
 
 
-@dataclass
-class Copy:
-    dst: Slot
-    src: Slot
-    nbytes: int
-
-
-Op = Union[Launch, HostLoop, Copy]
+Op = Union[Launch, HostLoop]
 
 
 @dataclass
@@ -70,6 +62,26 @@ class Program:
                 elif isinstance(op, HostLoop):
                     yield from walk(op.body)
         return walk(self.body)
+
+    def host_lines(self, loop_head, launch, depth: int = 1) -> list[str]:
+        """The program as a host language's statements: `loop_head(var, extent)` spells the
+        head of a counted loop (the body is indented under it and closed with a brace), and
+        `launch(op)` the lines of one launch."""
+        lines: list[str] = []
+
+        def walk(ops, depth):
+            pad = "    " * depth
+            for op in ops:
+                if isinstance(op, HostLoop):
+                    lines.append(f"{pad}{loop_head(op.var, op.extent)} {{")
+                    walk(op.body, depth + 1)
+                    lines.append(f"{pad}}}")
+                else:
+                    assert isinstance(op, Launch), op
+                    lines.extend(pad + line for line in launch(op))
+
+        walk(self.body, depth)
+        return lines
 
     def kernels(self) -> list[Kernel]:
         """Every kernel the program launches, each once, in first-launch order."""

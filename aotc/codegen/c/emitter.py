@@ -9,7 +9,7 @@ from __future__ import annotations
 from ...ir.graph import Graph
 from ...kernel.ir import Gemm, walk_stmts
 from ...memory.planner import MemoryPlan
-from ...program.ir import HostLoop, Launch, Program, Slot
+from ...program.ir import Launch, Program, Slot
 from ...schedule.gemm_cpu import GemmTiles
 from ..abi import Port, ports
 from ..abi import ctype
@@ -96,35 +96,23 @@ def _execute(prefix: str, program: Program, in_fields: dict, out_fields: dict) -
     L.append(f"    if (({P}_WORKSPACE_BYTES && (uintptr_t)workspace % {P}_WORKSPACE_ALIGN) || ((uintptr_t)weights % 8))")
     L.append("        return AOTC_ERR_MISALIGNED;")
 
-    def ops(body, ind):
-        pad = "    " * ind
-        for op in body:
-            if isinstance(op, Launch):
-                k = op.kernel
-                params = k.params + k.scratch
-                args = [_pointer(s, p.dtype, p.role, in_fields, out_fields) for s, p in zip(op.args, params)]
-                args += list(op.scalars)
-                if uses_pool(k):
-                    args.append("pool")
-                call = f"{k.name}({', '.join(args)})"
-                L.append(f"{pad}if (profile) t0 = aotc_now_ms();")
-                if k.can_fail:
-                    L.append(f"{pad}status = {call};")
-                    L.append(f"{pad}if (status != AOTC_OK) {{")
-                    L.append(f"{pad}    if (failed) *failed = {op.index};")
-                    L.append(f"{pad}    return status;")
-                    L.append(f"{pad}}}")
-                else:
-                    L.append(f"{pad}{call};")
-                L.append(f"{pad}if (profile) profile[{op.index}] += aotc_now_ms() - t0;")
-            elif isinstance(op, HostLoop):
-                L.append(f"{pad}for (int64_t {op.var} = 0; {op.var} < {op.extent}; ++{op.var}) {{")
-                ops(op.body, ind + 1)
-                L.append(f"{pad}}}")
-            else:
-                raise TypeError(f"the C host cannot print {op!r}")
+    def launch(op: Launch) -> list[str]:
+        k = op.kernel
+        params = k.params + k.scratch
+        args = [_pointer(s, p.dtype, p.role, in_fields, out_fields) for s, p in zip(op.args, params)]
+        args += list(op.scalars)
+        if uses_pool(k):
+            args.append("pool")
+        call = f"{k.name}({', '.join(args)})"
+        lines = ["if (profile) t0 = aotc_now_ms();"]
+        if k.can_fail:
+            lines += [f"status = {call};", "if (status != AOTC_OK) {", f"    if (failed) *failed = {op.index};",
+                      "    return status;", "}"]
+        else:
+            lines.append(f"{call};")
+        return lines + [f"if (profile) profile[{op.index}] += aotc_now_ms() - t0;"]
 
-    ops(program.body, 1)
+    L += program.host_lines(lambda var, n: f"for (int64_t {var} = 0; {var} < {n}; ++{var})", launch)
     L += ["    return AOTC_OK;", "}", ""]
     return L
 

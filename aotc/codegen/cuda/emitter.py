@@ -16,7 +16,7 @@ import numpy as np
 
 from ...ir.graph import Graph
 from ...memory.planner import MemoryPlan
-from ...program.ir import HostLoop, Launch, Program, storage_args
+from ...program.ir import Launch, Program, storage_args
 from ..abi import ports
 from ..c.emitter import strerror_function
 from ..weights_check import read_weights_call
@@ -118,27 +118,19 @@ def _execute(prefix: str, program: Program, in_index: dict, out_index: dict, ker
             return f"(const {t} *)m->in[{in_index[slot.name]}]"
         return f"({t} *)m->out[{out_index[slot.name]}]"
 
-    def ops(body, ind):
-        pad = "    " * ind
-        for op in body:
-            if isinstance(op, HostLoop):
-                L.append(f"{pad}for (int64_t {op.var} = 0; {op.var} < {op.extent}; ++{op.var}) {{")
-                ops(op.body, ind + 1)
-                L.append(f"{pad}}}")
-                continue
-            assert isinstance(op, Launch)
-            k = op.kernel
-            args = [arg(slot, buf) for slot, buf in storage_args(k, op.slots)] + list(op.scalars)
-            if k.can_fail:
-                args.append("m->status")
-            grid = ", ".join(str(-(-op.grid[d] // op.block[d])) for d in range(len(op.grid)))
-            block = ", ".join(str(b) for b in op.block)
-            L.append(f"{pad}if (m->profile) cudaEventRecord(m->ev[0], m->stream);")
-            L.append(f"{pad}{k.name}<<<dim3({grid}), dim3({block}), 0, m->stream>>>({', '.join(args)});")
-            L.append(f"{pad}if (m->profile && (status = aotc_cuda_time(m->ev, m->stream, &m->ms[{kernel_index[id(k)]}])) != AOTC_OK) "
-                     "return status;")
+    def launch(op: Launch) -> list[str]:
+        k = op.kernel
+        args = [arg(slot, buf) for slot, buf in storage_args(k, op.slots)] + list(op.scalars)
+        if k.can_fail:
+            args.append("m->status")
+        grid = ", ".join(str(-(-op.grid[d] // op.block[d])) for d in range(len(op.grid)))
+        block = ", ".join(str(b) for b in op.block)
+        return ["if (m->profile) cudaEventRecord(m->ev[0], m->stream);",
+                f"{k.name}<<<dim3({grid}), dim3({block}), 0, m->stream>>>({', '.join(args)});",
+                f"if (m->profile && (status = aotc_cuda_time(m->ev, m->stream, &m->ms[{kernel_index[id(k)]}])) != AOTC_OK) "
+                "return status;"]
 
-    ops(program.body, 1)
+    L += program.host_lines(lambda var, n: f"for (int64_t {var} = 0; {var} < {n}; ++{var})", launch)
     L += ["    return aotc_cuda_status(cudaGetLastError());", "}", ""]
     return L
 

@@ -18,7 +18,7 @@ import numpy as np
 from ...ir.graph import Graph
 from ...kernel.ir import F64, walk_stmts
 from ...memory.planner import MemoryPlan
-from ...program.ir import HostLoop, Launch, Program
+from ...program.ir import Launch, Program
 from ..abi import ports
 from ..c.emitter import strerror_function
 from ..weights_check import read_weights_call
@@ -142,33 +142,21 @@ def _execute(prefix: str, program: Program, kidx: dict, in_index: dict, out_inde
             return f"&m->in[{in_index[slot.name]}]"
         return f"&m->out[{out_index[slot.name]}]"
 
-    def ops(body, ind):
-        pad = "    " * ind
-        for op in body:
-            if isinstance(op, HostLoop):
-                L.append(f"{pad}for (cl_long {op.var} = 0; {op.var} < {op.extent}; ++{op.var}) {{")
-                ops(op.body, ind + 1)
-                L.append(f"{pad}}}")
-                continue
-            assert isinstance(op, Launch)
-            k = op.kernel
-            L.append(f"{pad}/* {k.name}: {k.comment} */")
-            L.append(f"{pad}k = m->kernels[{kidx[id(k)]}];")
-            a = 0
-            for slot in op.args:
-                L.append(f"{pad}AOTC_CL_CHECK(clSetKernelArg(k, {a}, sizeof(cl_mem), {mem(slot)}));")
-                a += 1
-            for v in op.scalars:
-                L.append(f"{pad}AOTC_CL_CHECK(clSetKernelArg(k, {a}, sizeof(cl_long), &{v}));")
-                a += 1
-            if k.can_fail:
-                L.append(f"{pad}AOTC_CL_CHECK(clSetKernelArg(k, {a}, sizeof(cl_mem), &m->status));")
-            dims = len(op.grid)
-            L.append(f"{pad}" + " ".join(f"global[{d}] = {op.grid[d]};" for d in range(dims)) + " "
+    def launch(op: Launch) -> list[str]:
+        k = op.kernel
+        lines = [f"/* {k.name}: {k.comment} */", f"k = m->kernels[{kidx[id(k)]}];"]
+        args = [("sizeof(cl_mem)", mem(slot)) for slot in op.args]
+        args += [("sizeof(cl_long)", f"&{v}") for v in op.scalars]
+        if k.can_fail:
+            args.append(("sizeof(cl_mem)", "&m->status"))
+        lines += [f"AOTC_CL_CHECK(clSetKernelArg(k, {a}, {size}, {value}));" for a, (size, value) in enumerate(args)]
+        dims = len(op.grid)
+        lines.append(" ".join(f"global[{d}] = {op.grid[d]};" for d in range(dims)) + " "
                      + " ".join(f"local[{d}] = {op.block[d]};" for d in range(dims)))
-            L.append(f"{pad}AOTC_CL_CHECK(clEnqueueNDRangeKernel(m->queue, k, {dims}, NULL, global, local, 0, NULL, NULL));")
+        lines.append(f"AOTC_CL_CHECK(clEnqueueNDRangeKernel(m->queue, k, {dims}, NULL, global, local, 0, NULL, NULL));")
+        return lines
 
-    ops(program.body, 1)
+    L += program.host_lines(lambda var, n: f"for (cl_long {var} = 0; {var} < {n}; ++{var})", launch)
     L += ["    return AOTC_OK;", "}", ""]
     return L
 
