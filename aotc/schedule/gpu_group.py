@@ -462,9 +462,12 @@ class _Emitter:
                                                          for b, (var, _) in zip(bufs, accs)]))
         out.append(Barrier("local"))
         for b, (var, op) in zip(bufs, accs):
-            total: Expr = Load(b, const(0))
-            for w in range(1, n):
-                total = _combiner(op, total, Load(b, const(w)))
+            # a loop over the warps (one expression would repeat its operands when the
+            # combiner is a select)
+            total, w = Var(self.fresh(f"{var.name}_warps"), var.dtype), Var(self.fresh("w"), I64)
+            out.append(Decl(total, Load(b, const(0))))
+            if n > 1:
+                out.append(Loop(w, const(n), [Assign(total, _combiner(op, total, Load(b, w)))], start=const(1)))
             out.append(Assign(var, _combiner(op, saved[var.name], total) if var.name in saved else total))
         out.append(Barrier("local"))          # the totals are read before anyone writes them again
         return out
