@@ -128,6 +128,17 @@ static inline int aotc_read_weights(const char *path, size_t bytes, uint32_t crc
 #define AOTC_UNROLL
 #endif
 
+/* A vectorized reduction loop: `clauses` names its accumulators and how they combine
+ * (`reduction(+:sum)`), so the compiler may give each vector lane its own copy and combine them
+ * at the end, which reorders a floating-point sum (GCC and Clang do not otherwise). OpenMP's
+ * SIMD pragmas need -fopenmp-simd (no OpenMP runtime); the C targets pass it with
+ * -DAOTC_OPENMP_SIMD. Without them the loop stays as written: the same result, serially. */
+#if defined(AOTC_OPENMP_SIMD)
+#define AOTC_VECTORIZE_REDUCTION(clauses) AOTC_PRAGMA(omp simd clauses)
+#else
+#define AOTC_VECTORIZE_REDUCTION(clauses)
+#endif
+
 /* float16 / bfloat16 storage: values are stored as 16-bit patterns and computed in float. */
 static inline float aotc_half_to_float(uint16_t h)
 {

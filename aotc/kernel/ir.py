@@ -351,6 +351,10 @@ class Loop(Stmt):
     # given a copy each (a schedule running them at once must give them one), the op's
     # statement beside `role`, e.g. a Conv's im2col buffer reused for every batch entry
     private: tuple = ()
+    # a vectorized reduction loop: its accumulators ((name, op) pairs, op one of + * max min),
+    # each of which the vector lanes may update apart and combine at the end (the schedule's
+    # finding that this keeps the result, up to rounding for + and *)
+    reductions: tuple = ()
 
 
 @dataclass(eq=False)
@@ -583,6 +587,28 @@ def walk_expr(e) -> Iterator:
         yield from walk_expr(e.b)
     elif isinstance(e, BufPtr):
         yield from walk_expr(e.offset)
+
+
+def same_expr(a, b) -> bool:
+    """Whether two expressions compute the same thing (the same tree; buffers by name)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, Var):
+        return a.name == b.name and a.dtype == b.dtype
+    if isinstance(a, Const):
+        return a.dtype == b.dtype and (a.value == b.value or (a.value != a.value and b.value != b.value))
+    if isinstance(a, Load):
+        return a.buf.name == b.buf.name and same_expr(a.index, b.index)
+    if isinstance(a, BinOp):
+        return a.op == b.op and a.dtype == b.dtype and same_expr(a.a, b.a) and same_expr(a.b, b.b)
+    if isinstance(a, (Unary, Cast)):
+        return getattr(a, "op", None) == getattr(b, "op", None) and a.dtype == b.dtype and same_expr(a.a, b.a)
+    if isinstance(a, Call):
+        return a.fn == b.fn and a.dtype == b.dtype and len(a.args) == len(b.args) \
+            and all(same_expr(x, y) for x, y in zip(a.args, b.args))
+    if isinstance(a, Select):
+        return a.dtype == b.dtype and all(same_expr(getattr(a, f), getattr(b, f)) for f in ("cond", "a", "b"))
+    return a is b
 
 
 def map_expr(e, f: Callable):

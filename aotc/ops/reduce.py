@@ -189,12 +189,17 @@ def _lower_softmax(node, ctx):
         def at(k):
             return (p * n + k) * inner + q
 
-        mx = b.local("mx", Load(X, at(const(0))))
-        with b.loop(n, "k", role=REDUCTION, start=1) as k:
+        if op == "Softmax":
+            softmax_row(b, lambda k: Load(X, at(k)), lambda k, v: Store(Y, at(k), v), n, X.dtype,
+                        load_stored=lambda k: Load(Y, at(k)))
+            return
+        # the maximum from -inf (a start the vector lanes can share: schedule/cpu.py); the
+        # select inlines, unlike fmaxf. LogSoftmax skips a NaN here: it reaches every output
+        # through exp(x - mx) and the sum anyway (and the GPU schedule splits this form);
+        # Hardmax keeps it, as numpy's argmax takes a NaN for the largest value
+        mx = b.local("mx", _lowest(X.dtype, -1))
+        with b.loop(n, "k", role=REDUCTION) as k:
             v = b.local("v", Load(X, at(k)))
-            # inlines, unlike fmaxf. Softmax skips a NaN here: it reaches every output through
-            # exp(x - mx) and the sum anyway (and the GPU schedule splits this form); Hardmax
-            # keeps it, as numpy's argmax takes a NaN for the largest value
             if op == "Hardmax" and X.dtype.kind == "f":
                 b.assign(mx, select(binop("||", v > mx, binop("!=", v, v)), v, mx))
             else:
@@ -211,10 +216,6 @@ def _lower_softmax(node, ctx):
             with b.loop(n, "k", role=SPATIAL) as k:
                 b.store(Y, at(k), select(k.eq(arg), const(1, Y.dtype), const(0, Y.dtype)))
             return
-        if op == "Softmax":
-            softmax_row(b, lambda k: Load(X, at(k)), lambda k, v: Store(Y, at(k), v), n, X.dtype,
-                        load_stored=lambda k: Load(Y, at(k)), mx=mx)
-            return
         s = b.accumulator("sum", const(0.0, X.dtype))
         with b.loop(n, "k", role=REDUCTION) as k:
             b.assign(s, s + call("exp", Load(X, at(k)) - mx))
@@ -224,22 +225,21 @@ def _lower_softmax(node, ctx):
 
 
 def softmax_row(b: Builder, load, store, n: int, dtype, load_stored=None, guarded: bool = False,
-                dead: Expr | None = None, on_prob=None, mx: Expr | None = None) -> None:
+                dead: Expr | None = None, on_prob=None) -> None:
     """softmax over n values: load(k) reads value k, store(k, v) -> the Store statement writing
     result k, load_stored(k) reads what store wrote (default: load, for a row done in place).
     The maximum skips a NaN (it reaches every output anyway, through exp(x - max) and the sum).
     `guarded`: attention's rule for a row of -inf (and, with `dead`, a row whose bias masks
-    every key): zeros, not NaN. on_prob(builder, k, p): more to do with each probability.
-    `mx`: the row's maximum, when the caller has it already."""
+    every key): zeros, not NaN. on_prob(builder, k, p): more to do with each probability."""
     load_stored = load_stored or load
-    if mx is None:
-        # from -inf, not from value 0: the row may be what the group writes (in place), which a
-        # GPU work-group cannot read before its split loops (schedule/gpu_group.py); the result
-        # is the same, NaN rows included (they give NaN through exp and the sum either way)
-        mx = b.local("mx", const(NEG_INF, dtype))
-        with b.loop(n, "k", role=REDUCTION) as k:
-            v = b.local("v", load(k))
-            b.assign(mx, select(v > mx, v, mx))
+    # the maximum from -inf, not from value 0: the row may be what the group writes (in place),
+    # which a GPU work-group cannot read before its split loops (schedule/gpu_group.py), and a
+    # constant start lets the CPU's vector lanes share the loop (schedule/cpu.py); the result
+    # is the same, NaN rows included (they give NaN through exp and the sum either way)
+    mx = b.local("mx", const(NEG_INF, dtype))
+    with b.loop(n, "k", role=REDUCTION) as k:
+        v = b.local("v", load(k))
+        b.assign(mx, select(v > mx, v, mx))
     if guarded:
         mx = b.local("shift", select(mx.eq(const(NEG_INF, dtype)), const(0.0, dtype), mx))
     s = b.accumulator("sum", const(0.0, dtype))

@@ -10,7 +10,10 @@ Decisions, all from the kernel IR's facts (loop roles, sizes) and the target's d
     and GEMMs inside it, run on the thread that runs the iteration; the scratch its
     iterations each use alone (`Loop.private`) gets a copy per thread.
   * Vectorization hints: innermost spatial loops are marked `vectorized` (the printer gives
-    the compiler `ivdep`: their iterations are independent by the op's word).
+    the compiler `ivdep`: their iterations are independent by the op's word), and so are
+    innermost reduction loops whose accumulators vector lanes can keep apart (a sum, a
+    product, a maximum from a constant start), with those accumulators (the C printer asks
+    for an OpenMP SIMD reduction: compilers do not reorder a floating-point sum otherwise).
   * Accumulation precision: float32 accumulators are widened to the target's
     `[numerics] accumulate_float32` (kernel/retype.py).
 """
@@ -20,8 +23,8 @@ from dataclasses import replace
 
 from ..errors import AotcError
 from ..kernel.ir import (F32, PARALLEL, REDUCTION, SPATIAL, VECTORIZED, Assign, BinOp, Buffer, Call, CallStmt, Const,
-                         Decl, Gemm, If, Loop, Select, Stmt, Store, Var, children, replace_buffers, stmt_exprs,
-                         walk_buffers, walk_expr, walk_stmts)
+                         Decl, Expr, Fail, Gemm, If, Loop, Select, Stmt, Store, Var, children, replace_buffers,
+                         same_expr, stmt_exprs, walk_buffers, walk_expr, walk_stmts)
 from ..kernel.retype import widen_accumulators
 from .gemm_cpu import ConstPacker, GemmTiles, choose_split, gemm_macs, swap_orientation
 
@@ -237,19 +240,91 @@ def _serial_inside(stmts: list[Stmt]) -> list[Stmt]:
 
 # ----------------------------------------------------------------------------- vector hints
 def _vectorize(stmts: list[Stmt]) -> list[Stmt]:
-    """Innermost spatial loops get the `vectorized` kind (iterations are independent)."""
+    """Innermost spatial loops get the `vectorized` kind (iterations are independent); so do
+    innermost reduction loops whose accumulators the vector lanes can update apart (the loop
+    carries them in `reductions`, see _reductions)."""
     out = []
+    known: dict[str, Expr] = {}         # locals of this list holding a constant, not assigned since
     for s in stmts:
+        if isinstance(s, Decl):
+            if isinstance(s.init, Const):
+                known[s.var.name] = s.init
+        elif isinstance(s, Assign):
+            known.pop(s.var.name, None)
         if isinstance(s, Loop):
-            if s.role in (SPATIAL,) and s.kind != PARALLEL and not any(children(x) for x in s.body) \
-                    and not any(isinstance(x, Gemm) for x in s.body):
+            innermost = s.kind != PARALLEL and not any(children(x) for x in s.body) \
+                and not any(isinstance(x, Gemm) for x in s.body)
+            if innermost and s.role == SPATIAL:
                 s = replace(s, kind=VECTORIZED)
+            elif innermost and s.role == REDUCTION and (red := _reductions(s, known)):
+                s = replace(s, kind=VECTORIZED, reductions=red)
             else:
                 s = replace(s, body=_vectorize(s.body))
+            for x in walk_stmts(s.body):
+                if isinstance(x, Assign):
+                    known.pop(x.var.name, None)
         elif isinstance(s, If):
             s = If(s.cond, _vectorize(s.then), _vectorize(s.orelse))
+            for x in walk_stmts(s.then + s.orelse):
+                if isinstance(x, Assign):
+                    known.pop(x.var.name, None)
         out.append(s)
     return out
+
+
+def _reductions(lp: Loop, known: dict) -> tuple:
+    """The accumulators of a reduction loop as (name, op) pairs when vector lanes can each
+    update their own copy and the copies combine into what the loop computes serially; () when
+    not. Each accumulator must be read only by its own updates, all of one form:
+      * acc = acc + e, acc = acc * e: reassociated, so the sum changes by rounding only;
+      * acc = max(acc, e) / min(acc, e) on integers: exact in any order;
+      * acc = e > acc ? e : acc (or <) on floats: a NaN e is skipped in any order, and so the
+        result is exact when acc starts from a constant that is not NaN (a NaN start would
+        stay NaN serially, but the lanes' combination may not keep it). -0 and +0 tie: either
+        may come out where both occur."""
+    if any(isinstance(x, (Fail, CallStmt, Gemm, Loop)) for x in walk_stmts(lp.body)):
+        return ()
+    local = {x.var.name for x in walk_stmts(lp.body) if isinstance(x, Decl)}
+    ops: dict[str, str] = {}
+    for x in walk_stmts(lp.body):
+        if isinstance(x, Assign) and x.var.name not in local:
+            op = _update_op(x.var, x.value) if x.var.dtype.kind in "fiu" else None
+            if op is None or ops.setdefault(x.var.name, op) != op:
+                return ()
+            if op in ("smax", "smin") and x.var.dtype.kind == "f":
+                start = known.get(x.var.name)
+                if start is None or start.value != start.value:
+                    return ()
+    if not ops:
+        return ()
+    # an accumulator read anywhere but in its own update would see one lane's part
+    for x in walk_stmts(lp.body):
+        own = x.var.name if isinstance(x, Assign) and x.var.name in ops else None
+        if any(isinstance(v, Var) and v.name in ops and v.name != own for e in stmt_exprs(x) for v in walk_expr(e)):
+            return ()
+    return tuple((name, {"smax": "max", "smin": "min"}.get(op, op)) for name, op in ops.items())
+
+
+def _update_op(acc: Var, value: Expr) -> str | None:
+    """How `acc = value` combines acc with a term that does not read it: '+', '*', 'max',
+    'min' (integers), 'smax' / 'smin' (the select form), or None."""
+    def is_acc(e):
+        return isinstance(e, Var) and e.name == acc.name
+
+    def free(e):
+        return not any(isinstance(v, Var) and v.name == acc.name for v in walk_expr(e))
+
+    if isinstance(value, BinOp) and value.op in ("+", "*", "max", "min"):
+        if value.op in ("max", "min") and acc.dtype.kind == "f":
+            return None
+        if (is_acc(value.a) and free(value.b)) or (is_acc(value.b) and free(value.a)):
+            return value.op
+        return None
+    if isinstance(value, Select) and is_acc(value.b) and free(value.a) and isinstance(value.cond, BinOp):
+        c = value.cond
+        if c.op in (">", "<") and is_acc(c.b) and same_expr(c.a, value.a):
+            return "smax" if c.op == ">" else "smin"
+    return None
 
 
 def check_threads(threads: int) -> int:

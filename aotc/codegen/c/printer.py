@@ -84,6 +84,9 @@ class CPrinter(CStylePrinter):
             self.out(f"{self.indent}return AOTC_OK;")
 
     def loop_pragma(self, s: Loop) -> str:
+        if s.kind == VECTORIZED and s.reductions:
+            clauses = " ".join(f"reduction({op}:{name})" for name, op in s.reductions)
+            return f"AOTC_VECTORIZE_REDUCTION({clauses})"
         if s.kind == VECTORIZED:
             return "AOTC_VECTORIZE"
         if s.kind == UNROLLED:
