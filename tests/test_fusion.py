@@ -166,3 +166,38 @@ def test_epilogue_when_the_product_is_computed_transposed(target, tmp_path):
     g = next(s for s in walk_stmts(c.steps[0].kernel.body) if isinstance(s, Gemm))
     assert (g.M, g.N) == (9, 48) and g.c.rs == 1, "computed transposed, written through strides"
     assert_parity(m, tmp_path, {"x": x, "res": res}, target=target)
+
+
+# ----------------------------------------------------------------------------- direct convolutions
+def _depthwise_block(stored_conv: bool):
+    """Depthwise 3x3 stride 2 -> Add(per-channel tensor) -> Add(residual-like input) -> Clip:
+    the chain reads two operands besides the conv, one broadcast per channel."""
+    x = rand(2, 6, 9, 11, seed=11)
+    r = rand(2, 6, 5, 6, seed=12)
+    chan = rand(6, 1, 1, seed=15)          # an input, so that no pass folds it into the bias
+    inits = {"w": rand(6, 1, 3, 3, seed=13), "b": rand(6, seed=14),
+             "lo": np.array(-0.5, np.float32), "hi": np.array(0.75, np.float32)}
+    nodes = [N("Conv", ["x", "w", "b"], ["c"], group=6, pads=[1, 1, 1, 1], strides=[2, 2]),
+             N("Add", ["c", "chan"], ["a"]), N("Add", ["a", "r"], ["s"]), N("Clip", ["s", "lo", "hi"], ["y"])]
+    outs = ["y", "c"] if stored_conv else ["y"]
+    feeds = {"x": x, "r": r, "chan": chan}
+    return graph_model(nodes, feeds, outs, inits, opset=13), feeds
+
+
+@pytest.mark.parametrize("stored_conv", [False, True], ids=["in_place", "conv_also_stored"])
+@pytest.mark.parametrize("target", ["c", "opencl"])
+def test_direct_conv_runs_its_chain_on_each_finished_row(stored_conv, target, tmp_path):
+    """A direct (depthwise) convolution says when an output row is final; the fused chain runs
+    on that row there, not in a second pass over the whole output."""
+    if target == "opencl":
+        from tests.test_opencl import _opencl_missing
+        if _opencl_missing() is not None:
+            pytest.skip(str(_opencl_missing()))
+    model, feeds = _depthwise_block(stored_conv)
+    c = _analyze(model, tmp_path, target="c", threads=1)
+    assert _kernels(c) == ["Conv+Add+Add+Clip"]
+    body = c.steps[0].kernel.body
+    # one loop nest (over channels) and nothing after it
+    assert len([s for s in body if isinstance(s, Loop)]) == 1 and isinstance(body[-1], Loop), body
+    (tmp_path / target).mkdir()
+    assert_parity(model, tmp_path / target, feeds, target=target)

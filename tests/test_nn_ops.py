@@ -38,6 +38,10 @@ def test_conv2d_geometry(attrs, tmp_path):
     ("depthwise_s2", (1, 4, 9, 9), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1], strides=[2, 2])),
     ("depthwise_mult", (1, 3, 6, 7), (6, 1, 5, 5), dict(group=3, pads=[2, 2, 2, 2])),
     ("depthwise_dil", (1, 4, 9, 9), (4, 1, 3, 3), dict(group=4, pads=[2, 2, 2, 2], dilations=[2, 2])),
+    # a row no position of which every tap reaches (kernel wider than the padded span), and
+    # asymmetric pads with a stride: the taps' common range and the edges tap by tap
+    ("depthwise_wide_kernel", (1, 2, 4, 3), (2, 1, 3, 5), dict(group=2, pads=[0, 2, 1, 1])),
+    ("depthwise_1x7_s3", (1, 3, 5, 20), (3, 1, 1, 7), dict(group=3, pads=[0, 3, 0, 1], strides=[1, 3])),
     ("big_kernel_stride", (1, 3, 16, 16), (8, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3])),
     ("one_in_channel", (1, 1, 12, 12), (6, 1, 5, 5), {}),
     ("no_bias", (1, 4, 6, 6), (5, 4, 3, 3), dict(pads=[1, 1, 1, 1], _nobias=True)),

@@ -363,19 +363,45 @@ def _conv_direct(ctx, X, W, Bias, Y, win: _Window, group: int):
                 inside = _inside(pos, S, win)
                 src_row = (n * C + cin0 + c) * SL + _dot(pos, xst[:-1])
 
-                def tap(k_l, lo, hi):
+                def weight(k_l):
+                    return b.local("w", W[(m * Cg + c) * prod(win.kernel) + _dot(list(ko) + [k_l], kst)])
+
+                def tap(k_l, lo, hi, w=None):
                     lp = _span(b, lo, hi)
                     if lp is None:
                         return
-                    w = b.local("w", W[(m * Cg + c) * prod(win.kernel) + _dot(list(ko) + [k_l], kst)])
+                    w = w if w is not None else weight(k_l)
                     with lp as q:
                         b.store(Y, dst + q, Y[dst + q] + w * X[_plus(src_row, k_l * d_l - pb_l) + q * s_l])
 
+                def taps():
+                    if win.kernel[-1] > UNROLL_TAPS:
+                        _each_tap(b, win, S[-1], OLast, tap)
+                        return
+                    # the positions every tap reaches take them all in one pass over the row
+                    # (in tap order, as the per-tap passes add them); the edges tap by tap
+                    ranges = [_tap_range(k, s_l, d_l, pb_l, S[-1], OLast) for k in range(win.kernel[-1])]
+                    lo_all, hi_all = max(lo for lo, _ in ranges), min(hi for _, hi in ranges)
+                    if hi_all - lo_all < 2 or len(ranges) == 1:
+                        _each_tap(b, win, S[-1], OLast, tap)
+                        return
+                    ws = [weight(const(k)) for k in range(len(ranges))]
+                    with b.loop(const(hi_all), "p", role=SPATIAL, start=const(lo_all)) as q:
+                        acc: Expr = Y[dst + q]
+                        for k, w in enumerate(ws):
+                            acc = acc + w * X[_plus(src_row, const(k * d_l - pb_l)) + q * s_l]
+                        b.store(Y, dst + q, acc)
+                    for k, (lo, hi) in enumerate(ranges):
+                        tap(const(k), const(lo), const(min(hi, lo_all)), ws[k])
+                        tap(const(k), const(max(lo, hi_all)), const(hi), ws[k])
+
                 if inside is None:
-                    _each_tap(b, win, S[-1], OLast, tap)
+                    taps()
                 else:
                     with b.if_(inside):
-                        _each_tap(b, win, S[-1], OLast, tap)
+                        taps()
+            # the row is done: a fused activation can run on it while it is in cache
+            b.final(GemmDest(Y, (n, m, *oo, 0), (), (r + 1,)), OLast)
 
 
 register("Conv", lower=_lower_conv)(_conv_infer)
