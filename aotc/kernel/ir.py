@@ -464,18 +464,6 @@ class GemmDest:
 
 
 @dataclass(eq=False)
-class Final(Stmt):
-    """The op's word that elements of `dest.buf` hold their final values from here on: those
-    at dest.index with the dims in dest.cols walked (row-major) over `n` positions, e.g. a
-    direct convolution's output row once every tap has added into it. An op that says this
-    says it once for every element of the buffer, and reads none of them afterwards. Lowering
-    runs a fused elementwise chain on them there, while they are in cache, and removes the
-    statement (kernel/lowering.py): no schedule or printer sees one."""
-    dest: "GemmDest"
-    n: int
-
-
-@dataclass(eq=False)
 class Gemm(Stmt):
     """C[M, N] = A[M, K] . B[K, N] (+ C when `accumulate`), float32, then for every element
     (i, j) the `epilogue` runs with `value` holding the result; `row_epilogue` is its part
@@ -793,10 +781,6 @@ class Builder:
 
     def fail(self, status: str, detail: str = "") -> None:
         self.emit(Fail(status, detail))
-
-    def final(self, dest: GemmDest, n: int) -> None:
-        """Elements of dest.buf are final here (see Final)."""
-        self.emit(Final(dest, int(n)))
 
     def gemm(self, M: int, N: int, K: int, a: Matrix, b: Matrix, dest: GemmDest, accumulate: bool = False,
              result: Callable | None = None) -> Gemm:

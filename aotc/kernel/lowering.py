@@ -11,7 +11,7 @@ from ..fusion.groups import Group, group_shapes
 from ..ir.graph import Graph, Value
 from ..ops import registry
 from .context import LowerCtx
-from .ir import (SPATIAL, Buffer, Builder, Const, Decl, Expr, Fail, Final, Gemm, If, Kernel, Load, Loop, Store, Var, cast,
+from .ir import (SPATIAL, Buffer, Builder, Const, Decl, Expr, Fail, Gemm, If, Kernel, Load, Loop, Store, Var, cast,
                  const, stmt_exprs, walk_buffers, walk_expr, walk_stmts, wrap)
 from .names import RESERVED
 from .space import IndexSpace
@@ -173,14 +173,11 @@ def _lower_group(g: Graph, grp: Group, consumers, k: int) -> KernelStep:
         gemms = chain.gemm_producers(b.body)
         if gemms is not None:
             b.body[:] = chain.into_gemms(b.body, gemms, b)
-        elif chain.at_finals(b.body):
-            b.body[:] = _finish_gemms(chain.into_finals(b.body, b))
         else:
             b.body[:] = _finish_gemms(b.body)
             chain.loop_nest(b)
     else:
         b.body[:] = _finish_gemms(b.body)
-    b.body[:] = _rewrite(b.body, lambda s: [] if isinstance(s, Final) else s)    # a Final no chain took
 
     label = "_".join(n.op_type.lower().replace(".", "_") for n in grp.nodes)
     name = f"k{k:03d}_{label}"[:60]
@@ -194,20 +191,6 @@ def _lower_group(g: Graph, grp: Group, consumers, k: int) -> KernelStep:
     kern = Kernel(name, names, ordered, b.body, scratch_used, names_used=b.names)
     binds = {p.name: v for v, p in params.by_value.items() if p in ordered}
     return KernelStep(kern, grp, binds)
-
-
-def _rewrite(stmts: list, f) -> list:
-    """Every statement s (loop and branch bodies included) replaced by f(s): a statement or a
-    list of them."""
-    out = []
-    for s in stmts:
-        if isinstance(s, Loop):
-            s = replace(s, body=_rewrite(s.body, f))
-        elif isinstance(s, If):
-            s = If(s.cond, _rewrite(s.then, f), _rewrite(s.orelse, f))
-        r = f(s)
-        out.extend(r if isinstance(r, list) else [r])
-    return out
 
 
 def _finish_gemms(stmts: list) -> list:
@@ -368,48 +351,10 @@ class _Chain:
             out.append(s)
         return out
 
-    # ------------------------------------------------------------------ where values are final
-    def at_finals(self, body) -> bool:
-        """Does the anchor say where its output's elements are final (Final statements), and
-        can the chain run there (it cannot fail)?"""
-        if self.anchor_out is None:
-            return False
-        buf = self.anchor_buf[self.anchor_out]
-        return any(isinstance(s, Final) and s.dest.buf is buf for s in walk_stmts(body)) and not self._can_fail()
-
-    def into_finals(self, body, b: Builder) -> list:
-        """Each Final on the anchor's output becomes a loop running the chain over its elements."""
-        buf = self.anchor_buf[self.anchor_out]
-
-        def expand(s):
-            if not (isinstance(s, Final) and s.dest.buf is buf):
-                return s
-            p = Var(b.fresh("p"))
-            row_b, elem_b, out_at, _, env = self._chain_at(
-                s.dest, const(0), p, b, lambda eb, at: eb.local("y", Load(buf, at(self.space.strides))))
-            for o, out in self.outs.items():
-                elem_b.store(out, out_at, env[o])
-            return row_b.body + [Loop(p, const(s.n), elem_b.body, role=SPATIAL)]
-
-        return _rewrite(body, expand)
-
     def _epilogue(self, gm: Gemm, b: Builder) -> Gemm:
-        """The chain at C(i, j), from where the GEMM's C lands in the anchor's output (gm.dest)."""
-        row_b, elem_b, out_at, value, env = self._chain_at(
-            gm.dest, gm.i, gm.j, b, lambda eb, at: gm.value if gm.result is None else eb.local("y", gm.result))
-        if self.anchor_stored:
-            elem_b.store(self.anchor_buf[self.anchor_out], out_at, value)
-        for o, buf in self.outs.items():
-            elem_b.store(buf, out_at, env[o])
-        return replace(gm, row_epilogue=row_b.body, epilogue=elem_b.body)
-
-    def _chain_at(self, dest, i: Expr, j: Expr, b: Builder, anchor_value):
-        """The chain at element (i, j) of a walk over `dest` (rows walked by i, cols by j):
-        operand offsets split into a per-row part (hoisted into the first statement list) and a
-        per-column part. anchor_value(builder, at) gives the anchor's value there. Returns the
-        row and element builders, the element's offset in the anchor's layout, the anchor's
-        value and every chain value."""
-        space = self.space
+        """The chain at C(i, j): operand offsets split into a per-row part (hoisted) and a
+        per-column part, from where the GEMM's C lands in the anchor's output (gm.dest)."""
+        dest, space = gm.dest, self.space
         runs = space.runs(dest.buf.shape)
         row_b, elem_b = _Sub(b), _Sub(b)
         row_cache: dict[tuple, Expr] = {}
@@ -418,7 +363,7 @@ class _Chain:
             """A walk over several dims starts at 0 in each (the ops' GEMMs do): the variable is
             then one index over the walk's loop dims, merged where the operand is contiguous."""
             parts = []
-            for walk, var in ((dest.rows, i), (dest.cols, j)):
+            for walk, var in ((dest.rows, gm.i), (dest.cols, gm.j)):
                 if len(walk) == 1:
                     parts.append(space.dim_offset(runs[walk[0]], wrap(dest.index[walk[0]]) + var, strides))
                 else:
@@ -436,10 +381,15 @@ class _Chain:
                 row_cache[key] = rpart if isinstance(rpart, (Const, Var)) else row_b.local("row", rpart)
             return row_cache[key] + cpart
 
-        value = anchor_value(elem_b, at)
+        value = gm.value if gm.result is None else elem_b.local("y", gm.result)
         env = self._compute(elem_b, lambda key: value if key[0] == self.anchor_out
                             else Load(self.operands[key][0], at(key[1])))
-        return row_b, elem_b, at(space.strides), value, env
+        out_at = at(space.strides)
+        if self.anchor_stored:
+            elem_b.store(self.anchor_buf[self.anchor_out], out_at, value)
+        for o, buf in self.outs.items():
+            elem_b.store(buf, out_at, env[o])
+        return replace(gm, row_epilogue=row_b.body, epilogue=elem_b.body)
 
 
 class _Sub:

@@ -400,8 +400,6 @@ def _conv_direct(ctx, X, W, Bias, Y, win: _Window, group: int):
                 else:
                     with b.if_(inside):
                         taps()
-            # the row is done: a fused activation can run on it while it is in cache
-            b.final(GemmDest(Y, (n, m, *oo, 0), (), (r + 1,)), OLast)
 
 
 register("Conv", lower=_lower_conv)(_conv_infer)
