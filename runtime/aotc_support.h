@@ -139,8 +139,16 @@ static inline int aotc_read_weights(const char *path, size_t bytes, uint32_t crc
 #define AOTC_VECTORIZE_REDUCTION(clauses)
 #endif
 
+/* Conversions the kernels' loops call on every element: always inlined, since a call left in
+ * a loop keeps it scalar (see aotc_math.h). */
+#if defined(__GNUC__)
+#define AOTC_ELEMENT_FN static inline __attribute__((always_inline))
+#else
+#define AOTC_ELEMENT_FN static inline
+#endif
+
 /* float16 / bfloat16 storage: values are stored as 16-bit patterns and computed in float. */
-static inline float aotc_half_to_float(uint16_t h)
+AOTC_ELEMENT_FN float aotc_half_to_float(uint16_t h)
 {
     union { uint32_t u; float f; } v;
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
@@ -161,7 +169,7 @@ static inline float aotc_half_to_float(uint16_t h)
     return v.f;
 }
 
-static inline uint16_t aotc_half_from_float(float f)
+AOTC_ELEMENT_FN uint16_t aotc_half_from_float(float f)
 {
     union { float f; uint32_t u; } v;
     uint32_t sign, exp, man;
@@ -190,14 +198,14 @@ static inline uint16_t aotc_half_from_float(float f)
     return (uint16_t)sign;                    /* underflow to zero */
 }
 
-static inline float aotc_bf16_to_float(uint16_t b)
+AOTC_ELEMENT_FN float aotc_bf16_to_float(uint16_t b)
 {
     union { uint32_t u; float f; } v;
     v.u = (uint32_t)b << 16;
     return v.f;
 }
 
-static inline uint16_t aotc_bf16_from_float(float f)
+AOTC_ELEMENT_FN uint16_t aotc_bf16_from_float(float f)
 {
     union { float f; uint32_t u; } v;
     v.f = f;

@@ -109,3 +109,33 @@ def test_vector_math_is_within_bounds(target, tmp_path):
         if ln.split(" ")[0] in BOUNDS:
             name, worst, at = ln.split()
             assert float(worst) <= BOUNDS[name], f"{name}: {worst} ULP at x = {at} ({target})"
+
+
+def test_math_calls_are_inlined_into_large_run_functions(tmp_path):
+    """A kernel called once is inlined into the run function; in a large model GCC then stops
+    inlining into it (its growth limits), and a math call left in a loop keeps the loop scalar
+    (YOLO's sigmoid after its head Transpose: 102,000 calls). The functions are always_inline;
+    this compiles YOLO's full-size C, where that happened, and asks GCC what it did not inline."""
+    import re
+
+    from aotc.compiler import compile_model
+    from aotc.targets import native_target
+    from models.build import save
+    from models.zoo import ZOO
+
+    if CC is None or "Free Software Foundation" not in subprocess.run([CC, "--version"], capture_output=True,
+                                                                      text=True).stdout:
+        pytest.skip("the check reads GCC's inlining report")
+    e = ZOO["yolo"]
+    path = tmp_path / "yolo.onnx"
+    save(e.build("full"), path)
+    name = native_target()
+    out = compile_model(path, target=name, output_dir=tmp_path / "out", threads=1, shapes=e.shapes_for("full"))
+    with open(TARGETS_DIR / f"{name}.toml", "rb") as f:
+        flags = tomllib.load(f)["cflags"]
+    src = next(p for p in out.glob("*.c") if not p.name.endswith("_weights.c"))
+    proc = subprocess.run([CC, *flags, f"-I{out}", "-c", str(src), "-o", str(tmp_path / "y.o"),
+                           "-fopt-info-inline-missed"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    missed = [ln for ln in proc.stderr.splitlines() if re.search(r"not inlinable: .*aotc_(exp|tanh|erf)f", ln)]
+    assert not missed, missed[:5]
