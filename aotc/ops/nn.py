@@ -7,7 +7,8 @@ Conv lowering, float32:
   * 1x1, stride 1, no padding: one GEMM per (batch, group) straight on the input.
   * depthwise (one input channel per group): a direct loop nest, one output row at a time,
     the innermost loop over output columns with start/end computed so that no index is
-    ever out of range (no padded copy, no branch in the inner loop).
+    ever out of range (no padded copy, no branch in the inner loop); the columns every tap of
+    a kernel row reaches take all those taps in one pass, the edge columns tap by tap.
   * everything else: im2col of one (batch, group) into ctx.scratch, then a GEMM.
 The weights are the GEMM's A operand, the output positions its columns; the bias is what the
 GEMM makes of each element (its epilogue, applied to each tile as it is finished), and the
