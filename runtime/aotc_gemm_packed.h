@@ -13,11 +13,13 @@
  * K is cut into equal blocks of at most KC (aotc_sgemm_kstep). An operand is given either
  * as a strided matrix (element (r, c) at X[r*rs + c*cs], so a transposed operand is just
  * other strides), packed here one cache block at a time into `work` (the caller's scratch,
- * see aotc/kernel/gemm.py for its size), or, with rs == cs == 0, already packed: constant
+ * see aotc/schedule/gemm_cpu.py for its size), or, with rs == cs == 0, already packed: constant
  * weights are packed once at compile time, K block after K block, each block holding all
  * the panels (Mpad = M rounded up to MR):
  *   A: block at k0 starts at Ap + k0*Mpad; its panel p at + p*kc*MR   (B likewise with NR)
- * so the tiles read every operand as one forward stream.
+ * so the tiles read every operand as one forward stream. B may also be a convolution's
+ * im2col matrix packed straight from the convolution's input (aotc_im2col), so that no
+ * im2col buffer is written and read back.
  *
  * Blocking (Goto/BLIS): columns in blocks of NC, K in blocks of KC (B block in L2/L3), rows in
  * blocks of MC (A block in L2), then NR x MR tiles (B micro-panel in L1). The tile prefetches
@@ -138,6 +140,165 @@ static void aotc_sgemm_pack_b(int64_t kc, int64_t n, const float *B, int64_t rs,
     }
 }
 
+/* B of a convolution read from its input: the im2col matrix without the buffer. Element
+ * (k, j), for k = (c*KH + kh)*KW + kw and j = oh*OW + ow, is x[(c*H + ih)*W + iw] with
+ * ih = oh*SH - PH + kh*DH and iw = ow*SW - PW + kw*DW, or 0 where (ih, iw) is outside the
+ * H x W input (aotc/kernel/ir.py ConvWindow; a 1-D convolution has H = KH = 1). */
+typedef struct {
+    const float *x;                 /* the input's first channel (of this group) */
+    int64_t H, W, KH, KW, SH, SW, DH, DW, PH, PW, OH, OW;
+} aotc_im2col;
+
+/* d[0, len) <- s[0], s[SW], ..., s[SW*(len - 1)], or zeros when s is NULL */
+static inline void aotc_copy_short(float *d, const float *s, int64_t len, int64_t SW)
+{
+    int64_t u;
+    for (u = 0; u < len; ++u)
+        d[u] = s ? s[u * SW] : 0.0f;
+}
+
+/* The columns [lo, hi) of a run of `len` output columns whose input columns are iw, iw + SW,
+ * ... that lie inside [0, W). */
+static void aotc_im2col_inside(int64_t iw, int64_t len, int64_t SW, int64_t W, int64_t *lo, int64_t *hi)
+{
+    int64_t l = 0, h = len;
+    if (iw < 0)
+        l = aotc_gemm_min(len, SW == 1 ? -iw : (-iw + SW - 1) / SW);
+    if (iw + (len - 1) * SW >= W)
+        h = iw >= W ? 0 : aotc_gemm_min(len, SW == 1 ? W - iw : (W - iw + SW - 1) / SW);
+    *lo = l;
+    *hi = h < l ? l : h;
+}
+
+/* One copy into a panel row: dst[at, at + len) <- the channel's x[src], x[src + SW], ...,
+ * within one group of 16 columns (`lanes`: the columns of its group it fills) */
+typedef struct {
+    int32_t src;               /* (a channel of a convolution's input has far fewer elements) */
+    uint16_t lanes;
+    uint8_t at, len;
+} aotc_im2col_seg;
+
+#define AOTC_IM2COL_GROUPS ((AOTC_GEMM_NR + 15) / 16)   /* groups of 16 columns in a panel row */
+#define AOTC_IM2COL_TAPS 32                             /* taps planned at a time */
+#if AOTC_GEMM_NR > 255
+#error "the im2col packer keeps panel columns in 8 bits: AOTC_GEMM_NR must be below 256"
+#endif
+/* with AVX-512 and NR a multiple of 16, a stride-1 panel row is built in registers, 16 columns
+ * at a time: each segment an expanding load into its lanes (reading just the segment) */
+#if defined(__AVX512F__) && AOTC_GEMM_NR % 16 == 0
+#define AOTC_IM2COL_EXPAND 1
+#include <immintrin.h>
+#else
+#define AOTC_IM2COL_EXPAND 0
+#endif
+
+/* Bp <- rows [k0, k0 + kc) x cols [j0, j0 + n) of the im2col matrix of v as NR-column panels
+ * (as aotc_sgemm_pack_b lays them out). A panel's columns are runs along output rows. What a
+ * tap (kh, kw) copies from a channel does not depend on the channel, so each panel first
+ * plans its taps: per tap and group of 16 columns, the pieces of its runs that read inside
+ * the input (segments, at most 16 per group); a panel row, for k = (c, tap), is then those
+ * segments' copies from channel c over zeros (the padding, and the columns past n). The plan
+ * holds AOTC_IM2COL_TAPS taps: kernels with more are planned again as their taps come. */
+static void aotc_sgemm_pack_b_im2col(const aotc_im2col *v, int64_t k0, int64_t kc, int64_t j0, int64_t n,
+                                     float *restrict Bp)
+{
+    enum { G = AOTC_IM2COL_GROUPS, T = AOTC_IM2COL_TAPS };
+    const int64_t H = v->H, W = v->W, SW = v->SW, KK = v->KH * v->KW;
+    int64_t run_at[AOTC_GEMM_NR + 1], run_h[AOTC_GEMM_NR], run_w[AOTC_GEMM_NR];
+    aotc_im2col_seg seg[T][G][16];
+    int count[T][G];                 /* segments of tap t0 + i in group g */
+    unsigned char full[T];           /* tap t0 + i's segments fill its whole row */
+    int64_t p, k, r, t;
+    for (p = 0; p < n; p += AOTC_GEMM_NR, Bp += kc * AOTC_GEMM_NR) {
+        const int64_t nr = aotc_gemm_min(AOTC_GEMM_NR, n - p);
+        int64_t runs = 0, c = k0 / KK, tap = k0 % KK, t0 = 0, t1 = 0;
+        /* the panel's runs: columns [run_at[r], run_at[r + 1]) are one output row, whose first
+           one reads input row run_h[r] + kh*DH, column run_w[r] + kw*DW */
+        for (t = 0; t < nr; ++runs) {
+            const int64_t j = j0 + p + t, oh = j / v->OW, ow = j % v->OW;
+            run_at[runs] = t;
+            run_h[runs] = oh * v->SH - v->PH;
+            run_w[runs] = ow * SW - v->PW;
+            t += aotc_gemm_min(v->OW - ow, nr - t);
+        }
+        run_at[runs] = nr;
+        for (k = 0; k < kc; ++k) {
+            float *restrict dst = Bp + k * AOTC_GEMM_NR;
+            const float *xc = v->x + c * H * W;
+            const int i = (int)(tap - t0);
+            int g, e;
+            if (tap < t0 || tap >= t1) {          /* plan taps [tap, t1) */
+                t0 = tap;
+                t1 = aotc_gemm_min(KK, tap + T);
+                for (t = t0; t < t1; ++t) {
+                    const int64_t kh = t / v->KW, kw = t % v->KW;
+                    int64_t covered = 0;
+                    for (g = 0; g < G; ++g)
+                        count[t - t0][g] = 0;
+                    for (r = 0; r < runs; ++r) {
+                        const int64_t len = run_at[r + 1] - run_at[r];
+                        const int64_t ih = run_h[r] + kh * v->DH, iw = run_w[r] + kw * v->DW;
+                        int64_t lo, hi;
+                        if (ih < 0 || ih >= H)
+                            continue;
+                        aotc_im2col_inside(iw, len, SW, W, &lo, &hi);
+                        covered += hi - lo;
+                        while (hi > lo) {          /* in pieces within groups */
+                            const int64_t at = run_at[r] + lo, piece = aotc_gemm_min(hi - lo, 16 - at % 16);
+                            aotc_im2col_seg *q = &seg[t - t0][at / 16][count[t - t0][at / 16]++];
+                            q->src = (int32_t)(ih * W + iw + lo * SW);
+                            q->at = (uint8_t)at;
+                            q->len = (uint8_t)piece;
+                            q->lanes = (uint16_t)(((1u << piece) - 1u) << (at % 16));
+                            lo += piece;
+                        }
+                    }
+                    full[t - t0] = covered == AOTC_GEMM_NR;
+                }
+                k -= 1;                           /* and this k again, with its plan */
+                continue;
+            }
+#if AOTC_IM2COL_EXPAND
+            if (SW == 1) {
+                for (g = 0; g < G; ++g) {
+                    __m512 acc = _mm512_setzero_ps();
+                    for (e = 0; e < count[i][g]; ++e)
+                        acc = _mm512_mask_expandloadu_ps(acc, (__mmask16)seg[i][g][e].lanes, xc + seg[i][g][e].src);
+                    _mm512_storeu_ps(dst + 16 * g, acc);
+                }
+            } else if (SW == 2) {
+                /* a segment: its 2*len - 1 floats loaded, the even ones taken, expanded into its lanes */
+                const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+                for (g = 0; g < G; ++g) {
+                    __m512 acc = _mm512_setzero_ps();
+                    for (e = 0; e < count[i][g]; ++e) {
+                        const aotc_im2col_seg *q = &seg[i][g][e];
+                        const int reads = 2 * q->len - 1;
+                        const __mmask16 lo = (__mmask16)(reads >= 16 ? 0xFFFFu : (1u << reads) - 1u);
+                        const __mmask16 hi = (__mmask16)(reads > 16 ? (1u << (reads - 16)) - 1u : 0u);
+                        const __m512 a = _mm512_maskz_loadu_ps(lo, xc + q->src);
+                        const __m512 b = _mm512_maskz_loadu_ps(hi, xc + q->src + 16);
+                        acc = _mm512_mask_expand_ps(acc, (__mmask16)q->lanes, _mm512_permutex2var_ps(a, even, b));
+                    }
+                    _mm512_storeu_ps(dst + 16 * g, acc);
+                }
+            } else
+#endif
+            {
+                if (!full[i])
+                    aotc_copy_short(dst, NULL, AOTC_GEMM_NR, 1);
+                for (g = 0; g < G; ++g)
+                    for (e = 0; e < count[i][g]; ++e)
+                        aotc_copy_short(dst + seg[i][g][e].at, xc + seg[i][g][e].src, seg[i][g][e].len, SW);
+            }
+            if (++tap == KK) {
+                tap = 0;
+                ++c;
+            }
+        }
+    }
+}
+
 /* The micro-kernel: C[0:mr, 0:nr] (=, or += when accumulate) a * b over kc steps, where a is
  * one packed A panel (kc x MR) and b one packed B panel (kc x NR); element (i, j) of C at
  * C[i*rsc + j*csc]. */
@@ -244,6 +405,7 @@ typedef struct {
     int64_t rsa, csa;
     const float *B;
     int64_t rsb, csb;
+    const aotc_im2col *bim2col; /* not NULL: B is this convolution's im2col matrix (B unused) */
     float *C;
     int64_t rsc, csc;
     int accumulate;
@@ -259,7 +421,7 @@ typedef struct {
 static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                              float *work)
 {
-    const int a_packed = g->rsa == 0 && g->csa == 0, b_packed = g->rsb == 0 && g->csb == 0;
+    const int a_packed = g->rsa == 0 && g->csa == 0, b_packed = g->rsb == 0 && g->csb == 0 && !g->bim2col;
     const int64_t K = g->K, M = m1 - m0, N = n1 - n0;
     const int64_t kstep = aotc_sgemm_kstep(K);
     const int64_t nc_max = aotc_gemm_min(AOTC_GEMM_NC, N);
@@ -288,6 +450,9 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
             const float *bp;
             if (b_packed) {
                 bp = g->B + pc * Npad + (n0 + jc) * kc;
+            } else if (g->bim2col) {
+                aotc_sgemm_pack_b_im2col(g->bim2col, pc, kc, n0 + jc, nc, bwork);
+                bp = bwork;
             } else {
                 aotc_sgemm_pack_b(kc, nc, g->B + pc * g->rsb + (n0 + jc) * g->csb, g->rsb, g->csb, bwork);
                 bp = bwork;

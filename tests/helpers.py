@@ -71,13 +71,14 @@ def eager_threads_target(directory: Path) -> str:
     """A target file: the portable c target with every threading threshold at 1, so that the
     schedule puts every spatial loop and every GEMM on the thread pool (tests of the parallel
     code paths on small models)."""
+    import json
     import tomllib
     from aotc.paths import TARGETS_DIR
     with open(TARGETS_DIR / "c.toml", "rb") as f:
         t = tomllib.load(f)
     lines = ['name = "c-eager-threads"', 'language = "c"', f'cc = "{t["cc"]}"',
              f"cflags = {t['cflags']!r}".replace("'", '"'), f"ldflags = {t['ldflags']!r}".replace("'", '"'),
-             "alignment = 64", "[gemm]"] + [f"{k} = {v}" for k, v in t["gemm"].items()] + \
+             "alignment = 64", "[gemm]"] + [f"{k} = {json.dumps(v)}" for k, v in t["gemm"].items()] + \
         ["[threads]", "min_parallel_work = 1", "min_parallel_gemm_macs = 1", "[numerics]",
          'accumulate_float32 = "float64"']
     p = Path(directory) / "c-eager-threads.toml"

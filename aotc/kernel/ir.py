@@ -417,24 +417,48 @@ class Fail(Stmt):
 
 
 @dataclass(frozen=True, eq=False)
+class ConvWindow:
+    """The geometry of a 2-D convolution's im2col matrix: for k = (c*KH + kh)*KW + kw and
+    j = oh*OW + ow, element (k, j) is the input at channel c, row oh*SH - PH + kh*DH, column
+    ow*SW - PW + kw*DW, and 0 where that is outside the H x W input (a 1-D one has H = 1)."""
+    size: tuple      # (H, W)
+    kernel: tuple    # (KH, KW)
+    strides: tuple
+    dilations: tuple
+    pads: tuple      # (PH, PW): padding before
+    out: tuple       # (OH, OW)
+
+
+@dataclass(frozen=True, eq=False)
 class Matrix:
     """A matrix operand: element (r, c) at buf[offset + r*rs + c*cs]. `layout` other than
-    'strided' names a layout the schedule packed a constant into (schedule/gemm_cpu.py);
-    then rs and cs are 0 and `offset` is where this matrix's panels start."""
+    'strided' says how else to read it, and then rs and cs are 0:
+      * 'panels_a' / 'panels_b': a constant the schedule packed into the GEMM's panels
+        (schedule/gemm_cpu.py); `offset` is where this matrix's panels start;
+      * 'im2col': a convolution's im2col matrix read from the input itself (`window` says how;
+        `offset` is where the input's channels start).
+    `direct`, on a strided matrix that an op fills itself (an im2col buffer), is the same
+    matrix as the op's input holds it (layout 'im2col'): a schedule whose GEMM can read that
+    skips the buffer and the statements that fill it."""
     buf: Buffer
     offset: Expr
     rs: int
     cs: int
     layout: str = "strided"
+    window: Optional[ConvWindow] = None
+    direct: Optional["Matrix"] = None
 
     @property
     def packed(self) -> bool:
-        return self.layout != "strided"
+        """Packed into panels at compile time (read as it is stored)."""
+        return self.layout.startswith("panels")
 
     def at(self, r: Expr, c: Expr) -> Expr:
         return self.offset + wrap(r) * self.rs + wrap(c) * self.cs
 
     def transposed(self) -> "Matrix":
+        if self.layout == "im2col":
+            raise ValueError("an im2col matrix is read as the GEMM's B only")
         return Matrix(self.buf, self.offset, self.cs, self.rs, self.layout)
 
 
@@ -559,6 +583,8 @@ def stmt_exprs(s: Stmt) -> list:
         out = []
         for m in (s.a, s.b, s.c):
             out += [BufPtr(m.buf, m.offset)]
+            if m.direct is not None:
+                out.append(BufPtr(m.direct.buf, m.direct.offset))
         if s.work is not None:
             out.append(s.work)
         return out
@@ -658,7 +684,7 @@ def map_stmts(stmts: list[Stmt], f: Callable) -> list[Stmt]:
 
 
 def _map_matrix(m: Matrix, f) -> Matrix:
-    return Matrix(m.buf, map_expr(m.offset, f), m.rs, m.cs, m.layout)
+    return replace(m, offset=map_expr(m.offset, f), direct=_map_matrix(m.direct, f) if m.direct else None)
 
 
 def walk_buffers(stmts: list[Stmt]) -> list[Buffer]:
@@ -709,7 +735,8 @@ def replace_buffers(stmts: list[Stmt], mapping: dict) -> list[Stmt]:
 
 
 def _swap_matrix(m: Matrix, mapping) -> Matrix:
-    return Matrix(mapping.get(m.buf, m.buf), m.offset, m.rs, m.cs, m.layout)
+    return replace(m, buf=mapping.get(m.buf, m.buf),
+                   direct=_swap_matrix(m.direct, mapping) if m.direct else None)
 
 
 # ----------------------------------------------------------------------------- builder

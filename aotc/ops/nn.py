@@ -24,14 +24,14 @@ negative number.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
-from ..kernel.ir import (F32, I64, ORDERED, REDUCTION, SPATIAL, Const, Expr, GemmDest, If, binop, call, cast, const,
-                         matrix, maximum, minimum, select)
+from ..kernel.ir import (F32, I64, ORDERED, REDUCTION, SPATIAL, Const, ConvWindow, Expr, GemmDest, If, Matrix, binop,
+                         call, cast, const, matrix, maximum, minimum, select)
 from .common import ints, prod
 from .registry import register
 
@@ -253,7 +253,7 @@ def _lower_conv(node, ctx):
             src = matrix(X, (n * C + g * Cg) * SL, SL, 1)
         else:
             _im2col(b, X, col, n, g * Cg, Cg, S, O, win)
-            src = matrix(col, 0, OL, 1)
+            src = replace(matrix(col, 0, OL, 1), direct=_im2col_direct(X, n, g * Cg, S, O, win))
         # C(i, j): output channel g*Mg + i at output position j
         dest = GemmDest(Y, (n, g * Mg) + (0,) * r, (1,), tuple(range(2, 2 + r)))
         b.gemm(Mg, OL, K, matrix(W, g * (Mg * K), K, 1), src, dest,
@@ -338,6 +338,18 @@ def _im2col(b, X, col, n, c0, Cg, S, O, win: _Window):
                             fill(const(0), const(OLast))
 
         _each_tap(b, win, S[-1], OLast, tap)
+
+
+def _im2col_direct(X, n, c0, S, O, win: _Window) -> Matrix | None:
+    """The im2col matrix of a 1-D or 2-D convolution as its input holds it (Matrix.direct),
+    for a GEMM that packs B from the input itself; None for more spatial dims."""
+    if len(S) > 2:
+        return None
+    pad = [1] * (2 - len(S))              # a 1-D convolution is a 2-D one of height 1
+    w = ConvWindow(size=(*pad, *S), kernel=(*pad, *win.kernel), strides=(*pad, *win.strides),
+                   dilations=(*pad, *win.dilations), pads=(*[0] * len(pad), *win.pads_begin),
+                   out=(*pad, *O))
+    return Matrix(X, (n * X.shape[1] + c0) * prod(S), 0, 0, "im2col", window=w)
 
 
 def _conv_direct(ctx, X, W, Bias, Y, win: _Window, group: int):

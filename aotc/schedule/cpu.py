@@ -4,7 +4,9 @@ Decisions, all from the kernel IR's facts (loop roles, sizes) and the target's d
   * GEMMs (gemm_cpu.py): constant operands packed at compile time into the micro-kernel's
     panels; the orientation (Cᵀ = Bᵀ.Aᵀ when that pads less to the tile); with threads, the
     GEMM is split among them (rows or columns) when it is big enough; its packing scratch
-    is per thread.
+    is per thread. A convolution's im2col matrix that the op also describes as its input
+    holds it (`Matrix.direct`) is packed by the GEMM from the input itself (`[gemm]
+    im2col_packing`): the im2col buffer and the loops that fill it go.
   * Parallel loops: the outermost `spatial` loop whose work pays for a hand-off to the pool
     (`[threads] min_parallel_work` in the target file) runs in parallel; loops inside it,
     and GEMMs inside it, run on the thread that runs the iteration; the scratch its
@@ -26,7 +28,7 @@ from ..kernel.ir import (F32, PARALLEL, REDUCTION, SPATIAL, VECTORIZED, Assign, 
                          Decl, Expr, Fail, Gemm, If, Loop, Select, Stmt, Store, Var, children, replace_buffers,
                          same_expr, stmt_exprs, walk_buffers, walk_expr, walk_stmts)
 from ..kernel.retype import widen_accumulators
-from .gemm_cpu import ConstPacker, GemmTiles, choose_split, gemm_macs, swap_orientation
+from .gemm_cpu import ConstPacker, GemmTiles, choose_split, gemm_macs, packs_im2col, swap_orientation
 
 # a loop of unknown trip count (bounds from data or from outer indices) counts as this many
 UNKNOWN_TRIPS = 8
@@ -43,9 +45,11 @@ def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
     min_work = int(knobs.get("min_parallel_work", 32768))
     min_gemm = int(knobs.get("min_parallel_gemm_macs", 262144))
     acc = target.get("numerics", {}).get("accumulate_float32", "float64")
+    im2col = bool(target.get("gemm", {}).get("im2col_packing", True))
     for st in steps:
         k = st.kernel
-        k.body = _gemms(k.body, [], st, packer, tiles, threads, min_gemm)
+        k.body = _gemms(k.body, [], st, packer, tiles, threads, min_gemm, im2col)
+        _drop_unused_scratch(k)
         if threads > 1:
             k.body = _parallelize(k.body, min_work, threads)
             _private_per_thread(k)
@@ -58,23 +62,31 @@ def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
 
 # ----------------------------------------------------------------------------- GEMMs
 def _gemms(stmts: list[Stmt], loops: list[Loop], st, packer: ConstPacker, tiles: GemmTiles, threads: int,
-           min_gemm: int, inside_parallel: bool = False) -> list[Stmt]:
+           min_gemm: int, im2col: bool) -> list[Stmt]:
     out = []
     for s in stmts:
         if isinstance(s, Gemm):
-            s = _schedule_gemm(s, loops, st, packer, tiles, threads, min_gemm)
+            filled = s.b.buf
+            s = _schedule_gemm(s, loops, st, packer, tiles, threads, min_gemm, im2col)
+            if s.b.layout == "im2col":     # B packed from the input: what filled its buffer goes
+                out = [x for x in out if not _only_fills(x, filled)]
         elif isinstance(s, Loop):
-            s = replace(s, body=_gemms(s.body, loops + [s], st, packer, tiles, threads, min_gemm))
+            body = _gemms(s.body, loops + [s], st, packer, tiles, threads, min_gemm, im2col)
+            used = {b.name for b in walk_buffers(body)}
+            s = replace(s, body=body, private=tuple(n for n in s.private if n in used))
         elif isinstance(s, If):
-            s = If(s.cond, _gemms(s.then, loops, st, packer, tiles, threads, min_gemm),
-                   _gemms(s.orelse, loops, st, packer, tiles, threads, min_gemm))
+            s = If(s.cond, _gemms(s.then, loops, st, packer, tiles, threads, min_gemm, im2col),
+                   _gemms(s.orelse, loops, st, packer, tiles, threads, min_gemm, im2col))
         out.append(s)
     return out
 
 
-def _schedule_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int, min_gemm: int) -> Gemm:
+def _schedule_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int, min_gemm: int,
+                   im2col: bool) -> Gemm:
     if tiles.prefers_transposed(g.M, g.N, g.K):
         g = swap_orientation(g)
+    elif im2col and packs_im2col(g):
+        g = replace(g, b=g.b.direct)      # an im2col B: the GEMM packs it from the input
     pa = packer.pack(st, g, "a", loops)
     if pa is not None:
         g = replace(g, a=pa)
@@ -87,6 +99,18 @@ def _schedule_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, th
     n_work = tiles.work_floats(g.M, g.N, g.K, g.a.packed, g.b.packed)
     work = Buffer("gemm_work", F32, (max(n_work, 1),), "scratch", per_thread=split != "none") if n_work else None
     return replace(g, parallel=split != "none", split=split, work=work)
+
+
+def _only_fills(s: Stmt, buf: Buffer) -> bool:
+    """Does s do nothing but store into buf (an im2col nest)?"""
+    stores = [x for x in walk_stmts([s]) if isinstance(x, Store)]
+    return bool(stores) and all(x.buf is buf for x in stores) and \
+        not any(isinstance(x, (Gemm, Fail, CallStmt)) for x in walk_stmts([s]))
+
+
+def _drop_unused_scratch(k) -> None:
+    used = {b.name for b in walk_buffers(k.body)}
+    k.scratch = [b for b in k.scratch if b.name in used]
 
 
 def _share_work_buffer(st, gemms: list[Gemm], threads: int) -> None:

@@ -122,6 +122,19 @@ def pack_b(b: np.ndarray, tiles: GemmTiles) -> np.ndarray:
 
 
 
+# The GEMM packs an im2col B from the convolution's input (aotc_sgemm_pack_b_im2col) when each
+# tap's plan, made once per panel, serves at least this many input channels: with fewer, making
+# the plans costs about what the im2col buffer's pass does (measured: LeNet-5's 1- and
+# 6-channel 5x5 convolutions and YOLO's 3-channel first one were slower read directly).
+IM2COL_MIN_CHANNELS = 8
+
+
+def packs_im2col(g: Gemm) -> bool:
+    """Should g read its B from the convolution's input (g.b.direct) rather than its im2col buffer?"""
+    d = g.b.direct
+    return d is not None and g.K >= IM2COL_MIN_CHANNELS * d.window.kernel[0] * d.window.kernel[1]
+
+
 def gemm_macs(g: Gemm) -> int:
     return g.M * g.N * max(g.K, 1)
 

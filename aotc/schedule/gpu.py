@@ -153,8 +153,9 @@ def _rebase(stmts: list[Stmt], old: Buffer, new: Buffer, offset: Expr) -> list[S
         return map_expr(e, f)
 
     def mat(m: Matrix) -> Matrix:
+        # (a matrix's `direct` form is for CPU GEMMs, which pack B themselves: dropped here)
         if m.buf.name != old.name:
-            return replace(m, offset=expr(m.offset))
+            return replace(m, offset=expr(m.offset), direct=None)
         return Matrix(new, offset + expr(m.offset), m.rs, m.cs, m.layout)
 
     out = []

@@ -189,6 +189,13 @@ class CPrinter(CStylePrinter):
             # per thread: a split GEMM's thread t packs at work + t * work_floats; in a parallel
             # loop's task, `work` is already the task's thread's part (_outline)
             fields += [("work", s.work.name), ("work_floats", str(s.work.size))]
+        view = None
+        if B.layout == "im2col":
+            w = B.window
+            view = [("x", self.expr(_ptr(B)))] + [
+                (k, str(v)) for k, v in zip(("H", "W", "KH", "KW", "SH", "SW", "DH", "DW", "PH", "PW", "OH", "OW"),
+                                            (*w.size, *w.kernel, *w.strides, *w.dilations, *w.pads, *w.out))]
+            fields[6:9] = [("B", "NULL"), ("rsb", "0"), ("csb", "0"), ("bim2col", "&im2col")]
         struct = None
         if s.epilogue:
             self._task += 1
@@ -196,6 +203,9 @@ class CPrinter(CStylePrinter):
             struct, init = self._epilogue(s, stem)
             fields += [("epilogue", f"{self.kernel_.name}_{stem}"), ("epilogue_args", "&epilogue")]
         self.out(f"{pad}{{")
+        if view:
+            self.out(f"{pad}    /* B: the im2col matrix of {view[0][1]}, packed from it block by block */")
+            self.out(f"{pad}    const aotc_im2col im2col = {{ {', '.join(f'.{k} = {v}' for k, v in view)} }};")
         if struct:
             self.out(f"{pad}    {struct} epilogue = {{ {', '.join(init)} }};")
         text = ", ".join(f".{k} = {v}" for k, v in fields)

@@ -1,0 +1,110 @@
+"""A convolution's GEMM packing its B (the im2col matrix) straight from the input
+(runtime/aotc_gemm_packed.h `aotc_sgemm_pack_b_im2col`, chosen by the CPU schedule from the
+lowering's `Matrix.direct`), against the same model built with the im2col buffer
+(`[gemm] im2col_packing = false`: the loops that fill it, then the GEMM packs from it) and
+against ONNX Runtime. The packed values and their order are the same, so the two artifacts
+agree bit for bit."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from aotc.api import compile as aotc_compile
+from aotc.paths import TARGETS_DIR
+from aotc.schedule.gemm_cpu import IM2COL_MIN_CHANNELS, GemmTiles
+from aotc.targets import load_target, native_target
+from tests.helpers import eager_threads_target, graph_model, rand
+
+# (x shape, w shape, attrs): output rows wider and narrower than a panel, strides, dilations,
+# asymmetric pads, pads wider than the kernel (whole runs of zeros), a kernel as wide as the
+# padded input, groups, batch 2, 1-D, K over one K block, N over one column block, and one
+# whose GEMM is computed transposed (so it keeps the buffer)
+CONVS = [
+    ((2, 9, 13, 40), (7, 9, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 8, 17, 19), (6, 8, 5, 4), dict(strides=[2, 3], pads=[2, 1, 0, 3])),
+    ((1, 8, 12, 12), (5, 8, 3, 3), dict(dilations=[2, 3], pads=[3, 3, 1, 0])),
+    ((1, 8, 5, 6), (4, 8, 2, 2), dict(pads=[3, 3, 3, 3])),
+    ((2, 16, 9, 70), (8, 8, 1, 7), dict(group=2, pads=[0, 3, 0, 3], strides=[1, 2])),
+    ((2, 8, 50), (6, 8, 5), dict(pads=[2, 1], strides=[2], dilations=[2])),
+    ((1, 8, 3, 4), (3, 8, 3, 6), dict(pads=[1, 1, 1, 1])),
+    ((1, 48, 10, 10), (16, 48, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 8, 50, 50), (4, 8, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 3, 23, 31), (6, 3, 3, 3), dict(strides=[3, 2])),          # 3 channels: the buffer
+    ((1, 128, 7, 7), (64, 128, 3, 3), dict(pads=[1, 1, 1, 1])),      # computed transposed
+    # column strides 2 and 3
+    ((1, 8, 15, 29), (32, 8, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 10, 11, 40), (36, 10, 2, 4), dict(strides=[1, 3], pads=[1, 2, 0, 1])),
+]
+
+
+def _model(tmp_path: Path):
+    N = helper.make_node
+    nodes, feeds, inits = [], {}, {}
+    for i, (xs, ws, attrs) in enumerate(CONVS):
+        feeds[f"x{i}"] = rand(*xs, seed=i)
+        inits[f"w{i}"] = rand(*ws, seed=100 + i) * 0.3
+        inits[f"b{i}"] = rand(ws[0], seed=200 + i)
+        nodes.append(N("Conv", [f"x{i}", f"w{i}", f"b{i}"], [f"y{i}"], **attrs))
+    m = graph_model(nodes, feeds, [f"y{i}" for i in range(len(CONVS))], inits)
+    path = tmp_path / "convs.onnx"
+    onnx.save(m, str(path))
+    return path, feeds
+
+
+def _gemm_shape(xs, ws, attrs):
+    """(M, N, K) of one group's GEMM."""
+    r = len(xs) - 2
+    s = attrs.get("strides", [1] * r)
+    d = attrs.get("dilations", [1] * r)
+    p = attrs.get("pads", [0] * 2 * r)
+    out = [(xs[2 + i] + p[i] + p[r + i] - d[i] * (ws[2 + i] - 1) - 1) // s[i] + 1 for i in range(r)]
+    g = attrs.get("group", 1)
+    return ws[0] // g, int(np.prod(out)), int(np.prod(ws[1:]))
+
+
+def _with_buffer(target: str, directory: Path) -> str:
+    """The target (a name or a .toml) with im2col_packing off."""
+    src = Path(target) if target.endswith(".toml") else TARGETS_DIR / f"{target}.toml"
+    text = src.read_text()
+    assert "im2col_packing = true" in text
+    name = load_target(target)["name"]
+    text = text.replace("im2col_packing = true", "im2col_packing = false")
+    text = text.replace(f'name = "{name}"', f'name = "{name}-buffer"', 1)
+    p = directory / f"{name}-buffer.toml"
+    p.write_text(text)
+    return str(p)
+
+
+@pytest.mark.parametrize("target,threads", [("native", 1), ("c", 1), ("eager", 2)])
+def test_im2col_packing_matches_the_im2col_buffer_and_ort(target, threads, tmp_path):
+    import onnxruntime as ort
+    if target == "eager":
+        target = eager_threads_target(tmp_path)      # every GEMM split between the threads
+    elif target == "native":
+        target = native_target()
+    path, feeds = _model(tmp_path)
+    direct = aotc_compile(path, target=target, output_dir=tmp_path / "direct", threads=threads)
+    buffered = aotc_compile(path, target=_with_buffer(target, tmp_path), output_dir=tmp_path / "buffer",
+                            threads=threads)
+
+    # the schedule took the direct B for every convolution whose GEMM keeps its orientation
+    # (a transposed one reads B as A: it keeps the buffer) and has IM2COL_MIN_CHANNELS input
+    # channels per group; its im2col loops are gone
+    tiles = GemmTiles.of(load_target(target))
+    plain = sum(not tiles.prefers_transposed(*_gemm_shape(*c)) and c[1][1] >= IM2COL_MIN_CHANNELS for c in CONVS)
+    assert plain >= len(CONVS) - 2
+    src = (tmp_path / "direct" / "convs.c").read_text()
+    assert len(re.findall(r"const aotc_im2col im2col = ", src)) == plain
+    assert src.count(".bim2col = &im2col") == plain
+    assert "bim2col" not in (tmp_path / "buffer" / "convs.c").read_text()
+
+    got, want = direct.run(feeds), buffered.run(feeds)
+    ref = ort.InferenceSession(onnx.load(str(path)).SerializeToString()).run(None, feeds)
+    for name, a, b, r in zip(direct.output_names, got, want, ref):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+        np.testing.assert_allclose(a, r, rtol=1e-4, atol=1e-4, err_msg=name)
