@@ -123,16 +123,22 @@ def pack_b(b: np.ndarray, tiles: GemmTiles) -> np.ndarray:
 
 
 # The GEMM packs an im2col B from the convolution's input (aotc_sgemm_pack_b_im2col) when each
-# tap's plan, made once per panel, serves at least this many input channels: with fewer, making
-# the plans costs about what the im2col buffer's pass does (measured: LeNet-5's 1- and
-# 6-channel 5x5 convolutions and YOLO's 3-channel first one were slower read directly).
+# tap's plan, made once per panel, serves at least IM2COL_MIN_CHANNELS input channels, or when
+# every packed element feeds at least IM2COL_MIN_ROWS rows of the product (the packing is then
+# small beside the GEMM, and the buffer's traffic is what counts). Otherwise making the plans
+# costs about what the im2col buffer's pass does (measured: LeNet-5's 1- and 6-channel 5x5
+# convolutions with 6 and 16 rows, YOLO's 3-channel stem with 16 rows were slower read
+# directly; ResNet-50's 3-channel stem with 64 rows was faster, 4.6 -> 3.9 ms).
 IM2COL_MIN_CHANNELS = 8
+IM2COL_MIN_ROWS = 64
 
 
 def packs_im2col(g: Gemm) -> bool:
     """Should g read its B from the convolution's input (g.b.direct) rather than its im2col buffer?"""
     d = g.b.direct
-    return d is not None and g.K >= IM2COL_MIN_CHANNELS * d.window.kernel[0] * d.window.kernel[1]
+    if d is None:
+        return False
+    return g.K >= IM2COL_MIN_CHANNELS * d.window.kernel[0] * d.window.kernel[1] or g.M >= IM2COL_MIN_ROWS
 
 
 def gemm_macs(g: Gemm) -> int:
