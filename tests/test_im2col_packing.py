@@ -110,3 +110,26 @@ def test_im2col_packing_matches_the_im2col_buffer_and_ort(target, threads, tmp_p
     for name, a, b, r in zip(direct.output_names, got, want, ref):
         np.testing.assert_array_equal(a, b, err_msg=name)
         np.testing.assert_allclose(a, r, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+@pytest.mark.parametrize("target,avx512", [("c", False), ("c-avx512", False), ("c-avx512", True)])
+def test_packer_matches_the_definition_under_sanitizers(target, avx512, tmp_path):
+    """The packer alone (tests/im2col_pack_check.c): every value of 3,004 random geometries
+    against the im2col definition, built with AddressSanitizer and UBSan, with the target's
+    micro-tile, on the portable path and (where the CPU has it) the AVX-512 one."""
+    import subprocess
+    from aotc.paths import RUNTIME_DIR
+    from aotc.targets import cpu_flags
+    if avx512 and "avx512f" not in cpu_flags():
+        pytest.skip("this CPU has no AVX-512")
+    tiles = GemmTiles.of(load_target(target))
+    exe = tmp_path / "check"
+    flags = ["-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl"] if avx512 else ["-mno-avx512f"]
+    cmd = ["cc", "-std=c99", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+           *flags, *[f"-D{k}={v}" for k, v in tiles.macros().items()], f"-I{RUNTIME_DIR}",
+           str(Path(__file__).with_name("im2col_pack_check.c")), "-o", str(exe)]
+    built = subprocess.run(cmd, capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "3004 geometries, 0 with wrong values" in r.stdout
