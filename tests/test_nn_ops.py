@@ -53,6 +53,35 @@ def test_conv2d_variants(case, tmp_path):
     _conv_case(tmp_path, xs, ws, bias=bias, **attrs)
 
 
+@pytest.mark.parametrize("case", [
+    ((2, 6, 9, 40), (6, 1, 3, 3), dict(group=6, pads=[1, 1, 1, 1])),
+    ((1, 4, 13, 17), (8, 1, 5, 5), dict(group=4, pads=[2, 1, 0, 3], strides=[2, 1])),
+    ((1, 3, 12, 30), (3, 1, 3, 7), dict(group=3, pads=[2, 3, 2, 3], dilations=[2, 1], strides=[1, 2])),
+], ids=["3x3", "5x5_asym_s2_mult2", "3x7_dil"])
+def test_depthwise_one_pass_matches_the_row_by_row_nest(case, tmp_path, monkeypatch):
+    """The depthwise fast path (rows every kernel row reaches summed in one pass,
+    ops/nn.py _depthwise_one_pass) against ONNX Runtime, and against the same model built with
+    it off (DEPTHWISE_ONE_PASS_TAPS = 0: every row as the other direct convolutions)."""
+    import re
+    from aotc.api import compile as aotc_compile
+    from aotc.ops import nn
+    xs, ws, attrs = case
+    x = rand(*xs, seed=5)
+    m = single_op_model("Conv", {"x": x}, inits={"w": rand(*ws, seed=6), "b": rand(ws[0], seed=7)}, **attrs)
+    (tmp_path / "fast").mkdir()
+    assert_parity(m, tmp_path / "fast", {"x": x})
+    fast = aotc_compile(tmp_path / "fast" / "model.onnx", output_dir=tmp_path / "fast" / "again", threads=1)
+    monkeypatch.setattr(nn, "DEPTHWISE_ONE_PASS_TAPS", 0)
+    slow = aotc_compile(tmp_path / "fast" / "model.onnx", output_dir=tmp_path / "slow", threads=1)
+    src_fast = (tmp_path / "fast" / "again" / "model.c").read_text()
+    src_slow = (tmp_path / "slow" / "model.c").read_text()
+    # the fast path sums all taps from the bias: one statement with KH*KW products
+    products = ws[2] * ws[3]
+    pattern = r"= \w+\[m\]" + r"( \+ w\d+ \* x\[[^\]]*\])" * products + ";"
+    assert re.search(pattern, src_fast) and not re.search(pattern, src_slow)
+    np.testing.assert_allclose(fast.run({"x": x})[0], slow.run({"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
 def test_conv1d(tmp_path):
     _conv_case(tmp_path, (2, 4, 17), (6, 4, 3), pads=[1, 2], strides=[2], dilations=[2])
 

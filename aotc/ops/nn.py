@@ -352,67 +352,139 @@ def _im2col_direct(X, n, c0, S, O, win: _Window) -> Matrix | None:
     return Matrix(X, (n * X.shape[1] + c0) * prod(S), 0, 0, "im2col", window=w)
 
 
+# a depthwise 2-D kernel with at most this many taps computes its interior output rows in one
+# pass (every tap of every kernel row into a register), the rows and columns at the padding as
+# the other direct convolutions do
+DEPTHWISE_ONE_PASS_TAPS = 49
+
+
 def _conv_direct(ctx, X, W, Bias, Y, win: _Window, group: int):
-    """Loop nest: for each output row, accumulate every (input channel, tap) into it."""
+    """Loop nest: for each output row, accumulate every (input channel, tap) into it; a
+    depthwise 2-D convolution computes the rows every kernel row reaches in one pass."""
     b = ctx.b
-    N, C, S = X.shape[0], X.shape[1], list(X.shape[2:])
+    M, O = W.shape[0], list(Y.shape[2:])
+    with b.loops([X.shape[0], M], ["n", "m"], role=SPATIAL) as (n, m):
+        if not _depthwise_one_pass(ctx, X, W, Bias, Y, win, group, n, m):
+            with b.loops(O[:-1], [f"o{i}" for i in range(len(O) - 1)], role=SPATIAL) as oo:
+                _direct_row(ctx, X, W, Bias, Y, win, group, n, m, oo)
+
+
+def _direct_row(ctx, X, W, Bias, Y, win: _Window, group: int, n, m, oo):
+    """Output row (n, m, oo...): the bias, then every (input channel, outer taps) added to it,
+    the row test hoisted above the last dim."""
+    b = ctx.b
+    C, S = X.shape[1], list(X.shape[2:])
     M, O = W.shape[0], list(Y.shape[2:])
     Cg, Mg = C // group, M // group
     r = len(S)
     SL, OL, OLast = prod(S), prod(O), O[-1]
     xst, ost, kst = _strides(S), _strides(O), _strides(win.kernel)
     s_l, d_l, pb_l = win.strides[-1], win.dilations[-1], win.pads_begin[-1]
-    with b.loops([N, M], ["n", "m"], role=SPATIAL) as (n, m):
-        cin0 = (m / Mg) * Cg if group > 1 else const(0)
-        with b.loops(O[:-1], [f"o{i}" for i in range(r - 1)], role=SPATIAL) as oo:
-            dst = (n * M + m) * OL + _dot(oo, ost[:-1])
-            with b.loop(OLast, "p", role=SPATIAL) as p:
-                b.store(Y, dst + p, Bias[m] if Bias is not None else const(0, Y.dtype))
-            # input channels and the outer kernel dims, summed into the output row; the row
-            # test hoisted above the last dim
-            with b.loops([Cg, *win.kernel[:-1]], ["c"] + [f"k{i}" for i in range(r - 1)], role=REDUCTION) as idx:
-                c, ko = idx[0], idx[1:]
-                pos = [o * win.strides[i] - win.pads_begin[i] + ko[i] * win.dilations[i] for i, o in enumerate(oo)]
-                inside = _inside(pos, S, win)
-                src_row = (n * C + cin0 + c) * SL + _dot(pos, xst[:-1])
+    cin0 = (m / Mg) * Cg if group > 1 else const(0)
+    dst = (n * M + m) * OL + _dot(oo, ost[:-1])
+    with b.loop(OLast, "p", role=SPATIAL) as p:
+        b.store(Y, dst + p, Bias[m] if Bias is not None else const(0, Y.dtype))
+    with b.loops([Cg, *win.kernel[:-1]], ["c"] + [f"k{i}" for i in range(r - 1)], role=REDUCTION) as idx:
+        c, ko = idx[0], idx[1:]
+        pos = [o * win.strides[i] - win.pads_begin[i] + ko[i] * win.dilations[i] for i, o in enumerate(oo)]
+        inside = _inside(pos, S, win)
+        src_row = (n * C + cin0 + c) * SL + _dot(pos, xst[:-1])
 
-                def weight(k_l):
-                    return b.local("w", W[(m * Cg + c) * prod(win.kernel) + _dot(list(ko) + [k_l], kst)])
+        def weight(k_l):
+            return b.local("w", W[(m * Cg + c) * prod(win.kernel) + _dot(list(ko) + [k_l], kst)])
 
-                def tap(k_l, lo, hi, w=None):
-                    lp = _span(b, lo, hi)
-                    if lp is None:
-                        return
-                    w = w if w is not None else weight(k_l)
-                    with lp as q:
-                        b.store(Y, dst + q, Y[dst + q] + w * X[_plus(src_row, k_l * d_l - pb_l) + q * s_l])
+        def tap(k_l, lo, hi, w=None):
+            lp = _span(b, lo, hi)
+            if lp is None:
+                return
+            w = w if w is not None else weight(k_l)
+            with lp as q:
+                b.store(Y, dst + q, Y[dst + q] + w * X[_plus(src_row, k_l * d_l - pb_l) + q * s_l])
 
-                def taps():
-                    if win.kernel[-1] > UNROLL_TAPS:
-                        _each_tap(b, win, S[-1], OLast, tap)
-                        return
-                    # the positions every tap reaches take them all in one pass over the row
-                    # (in tap order, as the per-tap passes add them); the edges tap by tap
-                    ranges = [_tap_range(k, s_l, d_l, pb_l, S[-1], OLast) for k in range(win.kernel[-1])]
-                    lo_all, hi_all = max(lo for lo, _ in ranges), min(hi for _, hi in ranges)
-                    if hi_all - lo_all < 2 or len(ranges) == 1:
-                        _each_tap(b, win, S[-1], OLast, tap)
-                        return
-                    ws = [weight(const(k)) for k in range(len(ranges))]
-                    with b.loop(const(hi_all), "p", role=SPATIAL, start=const(lo_all)) as q:
-                        acc: Expr = Y[dst + q]
-                        for k, w in enumerate(ws):
-                            acc = acc + w * X[_plus(src_row, const(k * d_l - pb_l)) + q * s_l]
-                        b.store(Y, dst + q, acc)
-                    for k, (lo, hi) in enumerate(ranges):
-                        tap(const(k), const(lo), const(min(hi, lo_all)), ws[k])
-                        tap(const(k), const(max(lo, hi_all)), const(hi), ws[k])
+        def taps():
+            if win.kernel[-1] > UNROLL_TAPS:
+                _each_tap(b, win, S[-1], OLast, tap)
+                return
+            # the positions every tap reaches take them all in one pass over the row
+            # (in tap order, as the per-tap passes add them); the edges tap by tap
+            ranges = [_tap_range(k, s_l, d_l, pb_l, S[-1], OLast) for k in range(win.kernel[-1])]
+            lo_all, hi_all = max(lo for lo, _ in ranges), min(hi for _, hi in ranges)
+            if hi_all - lo_all < 2 or len(ranges) == 1:
+                _each_tap(b, win, S[-1], OLast, tap)
+                return
+            ws = [weight(const(k)) for k in range(len(ranges))]
+            with b.loop(const(hi_all), "p", role=SPATIAL, start=const(lo_all)) as q:
+                acc: Expr = Y[dst + q]
+                for k, w in enumerate(ws):
+                    acc = acc + w * X[_plus(src_row, const(k * d_l - pb_l)) + q * s_l]
+                b.store(Y, dst + q, acc)
+            for k, (lo, hi) in enumerate(ranges):
+                tap(const(k), const(lo), const(min(hi, lo_all)), ws[k])
+                tap(const(k), const(max(lo, hi_all)), const(hi), ws[k])
 
-                if inside is None:
-                    taps()
-                else:
-                    with b.if_(inside):
-                        taps()
+        if inside is None:
+            taps()
+        else:
+            with b.if_(inside):
+                taps()
+
+
+def _depthwise_one_pass(ctx, X, W, Bias, Y, win: _Window, group: int, n, m) -> bool:
+    """Plane (n, m) of a 2-D convolution with one input channel per group and a small kernel:
+    the output rows every kernel row reaches, and in them the columns every tap reaches, are
+    each one sum of all taps from the bias, written once (the per-row way reads and writes an
+    output row once per kernel row); the other rows as _direct_row, the other columns tap by
+    tap. False (nothing emitted) for any other convolution."""
+    C, S, O = X.shape[1], list(X.shape[2:]), list(Y.shape[2:])
+    if len(S) != 2 or C // group != 1 or prod(win.kernel) > DEPTHWISE_ONE_PASS_TAPS \
+            or max(win.kernel) > UNROLL_TAPS:
+        return False
+    (H, Wd), (OH, OW), (KH, KW) = S, O, win.kernel
+    (sh, sw), (dh, dw), (ph, pw) = win.strides, win.dilations, win.pads_begin
+    rows = [_tap_range(k, sh, dh, ph, H, OH) for k in range(KH)]
+    cols = [_tap_range(k, sw, dw, pw, Wd, OW) for k in range(KW)]
+    top, bottom = max(lo for lo, _ in rows), min(hi for _, hi in rows)
+    left, right = max(lo for lo, _ in cols), min(hi for _, hi in cols)
+    if bottom - top < 1 or right - left < 2:
+        return False
+    b = ctx.b
+    M = W.shape[0]
+    x_plane = (n * C + m / (M // group)) * (H * Wd)
+    y_plane = (n * M + m) * (OH * OW)
+    bias = Bias[m] if Bias is not None else const(0, Y.dtype)
+
+    def edge_rows(start: int, end: int):
+        lp = _span(b, const(start), const(end), "o0")
+        if lp is not None:
+            with lp as o:
+                _direct_row(ctx, X, W, Bias, Y, win, group, n, m, [o])
+
+    edge_rows(0, top)
+    ws = [[b.local("w", W[m * (KH * KW) + k0 * KW + k1]) for k1 in range(KW)] for k0 in range(KH)]
+    with b.loop(const(bottom), "o0", role=SPATIAL, start=const(top)) as o:
+        dst = y_plane + o * OW
+        src = [x_plane + _plus(o * sh, const(k0 * dh - ph)) * Wd for k0 in range(KH)]
+        with b.loop(const(right), "p", role=SPATIAL, start=const(left)) as q:
+            acc: Expr = bias
+            for k0 in range(KH):
+                for k1 in range(KW):
+                    acc = acc + ws[k0][k1] * X[_plus(src[k0], const(k1 * dw - pw)) + q * sw]
+            b.store(Y, dst + q, acc)
+        # the columns some tap misses: the bias, then each tap where it reaches
+        for start, end in ((0, left), (right, OW)):
+            lp = _span(b, const(start), const(end))
+            if lp is None:
+                continue
+            with lp as q:
+                b.store(Y, dst + q, bias)
+            for k0 in range(KH):
+                for k1, (lo, hi) in enumerate(cols):
+                    lp = _span(b, const(max(lo, start)), const(min(hi, end)))
+                    if lp is not None:
+                        with lp as q:
+                            b.store(Y, dst + q, Y[dst + q] + ws[k0][k1] * X[_plus(src[k0], const(k1 * dw - pw)) + q * sw])
+    edge_rows(bottom, OH)
+    return True
 
 
 register("Conv", lower=_lower_conv)(_conv_infer)
