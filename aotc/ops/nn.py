@@ -8,8 +8,12 @@ Conv lowering, float32:
   * depthwise (one input channel per group): a direct loop nest, one output row at a time,
     the innermost loop over output columns with start/end computed so that no index is
     ever out of range (no padded copy, no branch in the inner loop); the columns every tap of
-    a kernel row reaches take all those taps in one pass, the edge columns tap by tap.
-  * everything else: im2col of one (batch, group) into ctx.scratch, then a GEMM.
+    a kernel row reaches take all those taps in one pass, the edge columns tap by tap. In
+    2-D, with a small kernel, the rows every kernel row reaches are one pass summing all taps
+    from the bias (each output element written once).
+  * everything else: im2col of one (batch, group) into ctx.scratch, then a GEMM. The GEMM's B
+    also says what the im2col matrix is in terms of the input (Matrix.direct), so a schedule
+    whose GEMM can pack from the input (the CPU's) drops the scratch and its loops.
 The weights are the GEMM's A operand, the output positions its columns; the bias is what the
 GEMM makes of each element (its epilogue, applied to each tile as it is finished), and the
 activations and residual adds that fusion puts after the Conv follow there too. The schedule
