@@ -16,7 +16,7 @@ from onnx import helper
 
 from aotc.api import compile as aotc_compile
 from aotc.paths import TARGETS_DIR
-from aotc.schedule.gemm_cpu import IM2COL_MIN_CHANNELS, IM2COL_MIN_ROWS, GemmTiles
+from aotc.schedule.gemm_cpu import IM2COL_MAX_BUFFER, IM2COL_MIN_CHANNELS, IM2COL_MIN_ROWS, GemmTiles
 from aotc.targets import load_target, native_target
 from tests.helpers import eager_threads_target, graph_model, rand
 
@@ -35,6 +35,7 @@ CONVS = [
     ((1, 48, 10, 10), (16, 48, 3, 3), dict(pads=[1, 1, 1, 1])),
     ((1, 8, 50, 50), (4, 8, 3, 3), dict(pads=[1, 1, 1, 1])),
     ((1, 3, 23, 31), (6, 3, 3, 3), dict(strides=[3, 2])),          # 3 channels, 6 rows: the buffer
+    ((1, 3, 330, 300), (8, 3, 3, 3), dict(strides=[2, 2])),        # ... but a 2.5 MiB buffer
     ((1, 3, 20, 36), (64, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3])),   # 3 channels, 64 rows
     ((1, 128, 7, 7), (64, 128, 3, 3), dict(pads=[1, 1, 1, 1])),      # computed transposed
     # column strides 2 and 3
@@ -95,10 +96,12 @@ def test_im2col_packing_matches_the_im2col_buffer_and_ort(target, threads, tmp_p
 
     # the schedule took the direct B for every convolution whose GEMM keeps its orientation
     # (a transposed one reads B as A: it keeps the buffer) and has IM2COL_MIN_CHANNELS input
-    # channels per group or IM2COL_MIN_ROWS output channels; its im2col loops are gone
+    # channels per group, IM2COL_MIN_ROWS output channels or a buffer over IM2COL_MAX_BUFFER
+    # bytes; its im2col loops are gone
     tiles = GemmTiles.of(load_target(target))
     plain = sum(not tiles.prefers_transposed(*_gemm_shape(*c)) and
-                (c[1][1] >= IM2COL_MIN_CHANNELS or _gemm_shape(*c)[0] >= IM2COL_MIN_ROWS) for c in CONVS)
+                (c[1][1] >= IM2COL_MIN_CHANNELS or _gemm_shape(*c)[0] >= IM2COL_MIN_ROWS or
+                 _gemm_shape(*c)[1] * _gemm_shape(*c)[2] * 4 > IM2COL_MAX_BUFFER) for c in CONVS)
     assert plain >= len(CONVS) - 2
     src = (tmp_path / "direct" / "convs.c").read_text()
     assert len(re.findall(r"const aotc_im2col im2col = ", src)) == plain

@@ -122,15 +122,21 @@ def pack_b(b: np.ndarray, tiles: GemmTiles) -> np.ndarray:
 
 
 
-# The GEMM packs an im2col B from the convolution's input (aotc_sgemm_pack_b_im2col) when each
-# tap's plan, made once per panel, serves at least IM2COL_MIN_CHANNELS input channels, or when
-# every packed element feeds at least IM2COL_MIN_ROWS rows of the product (the packing is then
-# small beside the GEMM, and the buffer's traffic is what counts). Otherwise making the plans
-# costs about what the im2col buffer's pass does (measured: LeNet-5's 1- and 6-channel 5x5
-# convolutions with 6 and 16 rows, YOLO's 3-channel stem with 16 rows were slower read
-# directly; ResNet-50's 3-channel stem with 64 rows was faster, 4.6 -> 3.9 ms).
+# The GEMM packs an im2col B from the convolution's input (aotc_sgemm_pack_b_im2col) when
+#   * each tap's plan, made once per panel, serves at least IM2COL_MIN_CHANNELS input
+#     channels, or
+#   * every packed element feeds at least IM2COL_MIN_ROWS rows of the product (the packing is
+#     then small beside the GEMM), or
+#   * the im2col buffer would exceed IM2COL_MAX_BUFFER bytes (its passes then run at memory
+#     speed, and reading the input directly is no slower while the workspace shrinks).
+# Otherwise making the plans costs more than the buffer's passes. Measured: LeNet-5's 1- and
+# 6-channel 5x5 convolutions (6 and 16 rows, buffers of 0.08 and 0.06 MiB) 0.69x read
+# directly; YOLO's and MobileNetV2's 3-channel stems (16 and 32 rows, 10.5 and 1.3 MiB
+# buffers) 1.00x and 0.99x, YOLO's workspace 4.41 -> 3.47 MiB; ResNet-50's 3-channel 7x7 stem
+# (64 rows) 4.6 -> 4.3 ms.
 IM2COL_MIN_CHANNELS = 8
 IM2COL_MIN_ROWS = 64
+IM2COL_MAX_BUFFER = 1 << 20
 
 
 def packs_im2col(g: Gemm) -> bool:
@@ -138,7 +144,8 @@ def packs_im2col(g: Gemm) -> bool:
     d = g.b.direct
     if d is None:
         return False
-    return g.K >= IM2COL_MIN_CHANNELS * d.window.kernel[0] * d.window.kernel[1] or g.M >= IM2COL_MIN_ROWS
+    return g.K >= IM2COL_MIN_CHANNELS * d.window.kernel[0] * d.window.kernel[1] or g.M >= IM2COL_MIN_ROWS \
+        or g.K * g.N * 4 > IM2COL_MAX_BUFFER
 
 
 def gemm_macs(g: Gemm) -> int:
