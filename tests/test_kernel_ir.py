@@ -160,3 +160,20 @@ def test_accumulators_widen_and_what_derives_from_them_follows():
     text = CPrinter().kernel(Kernel("k", "", [x, y], wide))
     assert "double sum = 0.0;" in text and "double mean = sum / 8.0f;" in text and "float inv = (float)(1.0f / sum);" in text
     assert widen_accumulators(b.body, F32, F32) is b.body
+
+
+def test_per_thread_copies_start_on_their_own_cache_lines():
+    """A per-thread scratch's copies are whole cache lines apart (no two threads write one
+    line), and the workspace holds them so."""
+    import numpy as np
+    from aotc.kernel.ir import F32, I64, Buffer
+    from aotc.program.ir import scratch_bytes
+    row = Buffer("row", F32, (28,), "scratch", per_thread=True)
+    assert row.thread_stride == 32 and scratch_bytes(row, 2) == 2 * 32 * 4
+    taps = Buffer("tap", I64, (3,), "scratch", per_thread=True)
+    assert taps.thread_stride == 8 and scratch_bytes(taps, 3) == 3 * 64
+    whole = Buffer("w", F32, (64,), "scratch", per_thread=True)
+    assert whole.thread_stride == 64
+    shared = Buffer("s", F32, (28,), "scratch")
+    assert scratch_bytes(shared, 2) == 28 * 4
+    assert np.dtype(row.dtype).itemsize * row.thread_stride % Buffer.CACHE_LINE == 0

@@ -257,6 +257,33 @@ def test_resize_linear(ct, tmp_path):
     assert_parity(graph_model(nodes, {"x": x}, ["y_up", "y_sz"], inits, opset=13), tmp_path, {"x": x})
 
 
+@pytest.mark.parametrize("case", [
+    ((1, 4, 28, 28), [1, 1, 1.25, 1.25], "half_pixel"),
+    ((2, 3, 5, 6), [1, 1, 1, 2.5], "align_corners"),
+    ((3, 7), [2, 0.6], "asymmetric"),
+    ((2, 3, 4, 5, 6), [1, 1, 1.5, 1.3, 0.5], "pytorch_half_pixel"),
+], ids=["2d_up", "last_axis_only", "2d_down", "3d"])
+def test_resize_linear_by_rows_matches_the_elementwise_form(case, tmp_path, monkeypatch):
+    """Linear Resize axis after axis (a row scratch per output row, the last axis from a tap
+    table: ops/nn.py _resize_linear_by_rows) against ONNX Runtime, and against the element-wise
+    form (RESIZE_BY_ROWS = False), built with 2 threads (the row scratch per thread)."""
+    from aotc.api import compile as aotc_compile
+    from aotc.ops import nn
+    shape, scales, ct = case
+    x = rand(*shape, seed=21)
+    m = graph_model([helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear",
+                                      coordinate_transformation_mode=ct)],
+                    {"x": x}, ["y"], {"s": np.array(scales, np.float32)}, opset=13)
+    (tmp_path / "rows").mkdir()
+    assert_parity(m, tmp_path / "rows", {"x": x})
+    rows = aotc_compile(tmp_path / "rows" / "model.onnx", output_dir=tmp_path / "rows" / "t2", threads=2)
+    assert "row[tap[" in (tmp_path / "rows" / "t2" / "model.c").read_text()
+    monkeypatch.setattr(nn, "RESIZE_BY_ROWS", False)
+    elementwise = aotc_compile(tmp_path / "rows" / "model.onnx", output_dir=tmp_path / "elementwise", threads=2)
+    assert "row[tap[" not in (tmp_path / "elementwise" / "model.c").read_text()
+    np.testing.assert_allclose(rows.run({"x": x})[0], elementwise.run({"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
 def test_resize_opset11_upsample_sizes(tmp_path):
     """The opset-11 form (roi + scales, or empty scales + sizes) and a 2x nearest upsample."""
     x = rand(1, 3, 4, 5, seed=14)

@@ -271,6 +271,17 @@ class Buffer:
     def nbytes(self) -> int:
         return self.size * np.dtype(self.dtype).itemsize
 
+    CACHE_LINE = 64
+
+    @property
+    def thread_stride(self) -> int:
+        """Elements from one thread's copy of a per-thread buffer to the next: its size rounded
+        up to whole cache lines, so that two threads never write one line (a 28-float row
+        each, 112 bytes apart, would share lines and bounce them between the cores)."""
+        item = np.dtype(self.dtype).itemsize
+        per_line = max(1, self.CACHE_LINE // item)
+        return -(-self.size // per_line) * per_line
+
     def strides(self) -> list[int]:
         st, acc = [], 1
         for d in reversed(self.shape):

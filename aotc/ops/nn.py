@@ -965,6 +965,9 @@ def _lower_resize(node, ctx):
     linear = mode == "linear" and X.dtype.kind == "f"
     if mode == "linear" and not linear:
         raise UnsupportedError([f"Resize node {node.name!r}: linear mode on {X.dtype}"])
+    if RESIZE_BY_ROWS and linear and r >= 2 and not (out[-1] == X.shape[-1] and float(scales[-1]) == 1.0):
+        _resize_linear_by_rows(ctx, X, Y, out, scales, ct)
+        return
     nest = _Nest(b, SPATIAL)
     oo = []
     idx_terms = []            # per axis: [(index expr, weight expr or None), ...] (1 or 2 entries)
@@ -987,14 +990,7 @@ def _lower_resize(node, ctx):
             else:
                 idx_terms.append([(b.local(f"s{i}", _nearest_index(b, x, nearest_mode, L, f"r{i}")), None)])
             continue
-        xc = b.local(f"x{i}", maximum(_f(0.0), minimum(_f(L - 1), x)))
-        i0 = b.local(f"a{i}", minimum(const(L - 1), cast(xc, I64)))
-        i1 = b.local(f"b{i}", minimum(const(L - 1), i0 + 1))
-        eq = binop("==", i0, i1)
-        d0 = b.local(f"da{i}", select(eq, _f(0.5), call("abs", xc - cast(i0, F32))))
-        d1 = b.local(f"db{i}", select(eq, _f(0.5), call("abs", xc - cast(i1, F32))))
-        # the tap at i0 is weighted by the distance to i1 and vice versa
-        idx_terms.append([(i0, d1), (i1, d0)])
+        idx_terms.append(_linear_taps(b, x, L, i))
     at = _dot(oo, _strides(out))
     if not linear:
         b.store(Y, at, X[_dot([t[0][0] for t in idx_terms], xst)])
@@ -1010,6 +1006,69 @@ def _lower_resize(node, ctx):
             total = term if total is None else total + term
         b.store(Y, at, total)
     nest.close()
+
+
+# linear Resize whose last axis changes: axis after axis (_resize_linear_by_rows); False: the
+# element-wise form (tests compare the two)
+RESIZE_BY_ROWS = True
+
+
+def _linear_taps(b, x: Expr, L: int, i: int) -> list:
+    """The two taps [(index, weight), (index, weight)] of source coordinate x on an axis of
+    length L (clamped to it; at the edge both taps are the same index, weighted 1/2 each)."""
+    xc = b.local(f"x{i}", maximum(_f(0.0), minimum(_f(L - 1), x)))
+    i0 = b.local(f"a{i}", minimum(const(L - 1), cast(xc, I64)))
+    i1 = b.local(f"b{i}", minimum(const(L - 1), i0 + 1))
+    eq = binop("==", i0, i1)
+    d0 = b.local(f"da{i}", select(eq, _f(0.5), call("abs", xc - cast(i0, F32))))
+    d1 = b.local(f"db{i}", select(eq, _f(0.5), call("abs", xc - cast(i1, F32))))
+    # the tap at i0 is weighted by the distance to i1 and vice versa
+    return [(i0, d1), (i1, d0)]
+
+
+def _resize_linear_by_rows(ctx, X, Y, out, scales, ct) -> None:
+    """Linear Resize whose last axis changes, one axis after the other: each output row is
+    first the input rows its outer coordinates reach, weighted and summed into a row scratch
+    (contiguous, vectorizable), then read at the last axis' two taps per output element, whose
+    indices and weights are computed once per kernel into a table (the element-wise form
+    recomputed them for every element and gathered four values for each)."""
+    b = ctx.b
+    r, L, OW = len(X.shape), X.shape[-1], out[-1]
+    xst = _strides(X.shape)
+    taps = ctx.scratch((2, OW), I64, "tap")           # the last axis' taps: indices ...
+    weights = ctx.scratch((2, OW), F32, "weight")     # ... and weights
+    with b.loop(OW, "o", role=SPATIAL) as o:
+        for k, (ix, w) in enumerate(_linear_taps(b, _original_coord(o, ct, scales[-1], L, OW), L, r - 1)):
+            b.store(taps, k * OW + o, ix)
+            b.store(weights, k * OW + o, w)
+    row = ctx.scratch((L,), X.dtype, "row")
+    walked = [i for i in range(r - 1) if out[i] > 1]        # (an axis of 1 opens no loop)
+    with b.loops([out[i] for i in walked], [f"i{i}" for i in walked], role=SPATIAL, private=(row,)) as idx:
+        oo = [const(0)] * (r - 1)
+        for i, v in zip(walked, idx):
+            oo[i] = v
+        idx_terms = []
+        for i, o in enumerate(oo):
+            if out[i] == X.shape[i] and float(scales[i]) == 1.0:
+                idx_terms.append([(o, None)])
+            else:
+                idx_terms.append(_linear_taps(b, _original_coord(o, ct, scales[i], X.shape[i], out[i]),
+                                              X.shape[i], i))
+        with b.loop(L, "j", role=SPATIAL) as j:
+            total = None
+            for combo in itertools.product(*idx_terms):
+                w = None
+                for _, wt in combo:
+                    if wt is not None:
+                        w = wt if w is None else w * wt
+                term = X[_dot([ix for ix, _ in combo], xst[:-1]) + j]
+                term = term if w is None else cast(w, X.dtype) * term
+                total = term if total is None else total + term
+            b.store(row, j, total)
+        at = _dot(oo, _strides(out)[:-1])
+        with b.loop(OW, "o", role=SPATIAL) as o:
+            b.store(Y, at + o, cast(weights[o], X.dtype) * row[taps[o]] +
+                    cast(weights[OW + o], X.dtype) * row[taps[OW + o]])
 
 
 register("Resize", lower=_lower_resize, const_inputs=(1, 2, 3))(_resize_infer)

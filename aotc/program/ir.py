@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator, Union
 
+import numpy as np
+
 from ..kernel.ir import Buffer, Kernel
 
 
@@ -110,7 +112,9 @@ def build_program(steps, plan) -> Program:
 
 def scratch_bytes(buf: Buffer, threads: int) -> int:
     """Bytes a scratch buffer takes in the workspace (one copy per thread when per-thread)."""
-    return buf.nbytes * (threads if buf.per_thread else 1)
+    if buf.per_thread:
+        return buf.thread_stride * np.dtype(buf.dtype).itemsize * threads
+    return buf.nbytes
 
 
 def step_slots(t: int, st, plan) -> dict[str, Slot]:

@@ -129,7 +129,7 @@ class CPrinter(CStylePrinter):
         if can_fail:
             fields.append("    int status;")
         unpack = [f"    {self.param_decl(b)} = args->{b.name}" +
-                  (f" + (int64_t)thread * {b.size};" if task and b.per_thread else ";") for b in bufs]
+                  (f" + (int64_t)thread * {b.thread_stride};" if task and b.per_thread else ";") for b in bufs]
         unpack += [f"    const {self.type_name(v.dtype)} {v.name} = args->{v.name};" for v in vars_]
         self._in_task.append(struct)
         try:
@@ -188,7 +188,7 @@ class CPrinter(CStylePrinter):
         if s.work is not None:
             # per thread: a split GEMM's thread t packs at work + t * work_floats; in a parallel
             # loop's task, `work` is already the task's thread's part (_outline)
-            fields += [("work", s.work.name), ("work_floats", str(s.work.size))]
+            fields += [("work", s.work.name), ("work_floats", str(s.work.thread_stride))]
         view = None
         if B.layout == "im2col":
             w = B.window
