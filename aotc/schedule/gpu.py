@@ -239,8 +239,9 @@ class _Former:
                     ops += self.form(spread, host_vars, pending)
                 elif ext is not None and s.role == SPATIAL and _has_gemm(s.body) and ext <= self.p.host_loop_max:
                     ops.append(DeviceLoop(s.var, ext, self.form(s.body, host_vars + [s.var], pending)))
-                elif ext is not None and s.role == SPATIAL and not _has_gemm(s.body):
-                    ops.append(self.spatial(s, host_vars, pending))
+                elif ext is not None and s.role == SPATIAL and not _has_gemm(s.body) \
+                        and (copied := self.with_private_copies(s)) is not None:
+                    ops.append(self.spatial(copied, host_vars, pending))
                 else:
                     ops.append(self.single([s], host_vars, pending))
             else:
@@ -352,25 +353,26 @@ class _Former:
             out.append(self.spatial(split_sum_kernel(g, shape, partial, self.k), host_vars, pending))
         return out
 
-    def distribute(self, s: Loop) -> list[Stmt] | None:
-        """A spatial nest around several loops and GEMMs (a Conv's batch and group loops around
-        its im2col and GEMM) as one nest around each of them, so that every launch covers all
-        iterations at once (launches over the whole nest instead of host loops). Each private
-        scratch gets a copy per iteration. None when a statement at the nest's level passes
-        values on (a local), or the copies would take more than EXPAND_MAX_BYTES."""
+    def _nest(self, s: Loop) -> tuple[list[Loop], list[Stmt]]:
+        """The spatial loops of constant extent from s inward, as long as each holds just the
+        next, and the statements inside the innermost."""
         nest, body = [], [s]
         while len(body) == 1 and isinstance(body[0], Loop) and body[0].role == SPATIAL \
                 and _const_extent(body[0]) and isinstance(body[0].start, Const) and body[0].start.value == 0:
             nest.append(body[0])
             body = [x for x in body[0].body if not isinstance(x, Comment)]
-        if len(body) < 2 or not all(isinstance(x, (Loop, Gemm)) for x in body):
-            return None
+        return nest, body
+
+    def _private_per_iteration(self, nest: list[Loop], body: list[Stmt]) -> list[Stmt] | None:
+        """`body` with each private scratch of the nest (Loop.private: filled and used by one
+        iteration alone) given a copy per iteration of the nest, since the device runs the
+        iterations at once; None when the copies would take more than EXPAND_MAX_BYTES."""
+        private = {n for lp in nest for n in lp.private}
+        by_name = {b.name: b for b in self.k.scratch}
         depth, z = 1, const(0)
         for lp in reversed(nest):
             z = z + lp.var * depth
             depth *= _const_extent(lp)
-        private = {n for lp in nest for n in lp.private}
-        by_name = {b.name: b for b in self.k.scratch}
         if not private <= set(by_name) or sum(by_name[n].nbytes for n in private) * depth > EXPAND_MAX_BYTES:
             return None
         for name in private:
@@ -378,6 +380,34 @@ class _Former:
             new = Buffer(old.name, old.dtype, (depth * old.size,), old.role, old.space, old.compute)
             self.k.scratch[self.k.scratch.index(old)] = new
             body = _rebase(body, old, new, z * old.size)
+        return body
+
+    def with_private_copies(self, s: Loop) -> Loop | None:
+        """The spatial nest s, its private scratch given a copy per iteration (work-items run
+        the iterations at once and would share one copy); s itself when it has none; None when
+        the copies would not fit."""
+        nest, body = self._nest(s)
+        if not any(lp.private for lp in nest):
+            return s
+        body = self._private_per_iteration(nest, body)
+        if body is None:
+            return None
+        for lp in reversed(nest):
+            body = [Loop(lp.var, lp.extent, body, lp.kind, lp.start, SPATIAL, lp.axis)]
+        return body[0]
+
+    def distribute(self, s: Loop) -> list[Stmt] | None:
+        """A spatial nest around several loops and GEMMs (a Conv's batch and group loops around
+        its im2col and GEMM) as one nest around each of them, so that every launch covers all
+        iterations at once (launches over the whole nest instead of host loops). Each private
+        scratch gets a copy per iteration. None when a statement at the nest's level passes
+        values on (a local), or the copies would take more than EXPAND_MAX_BYTES."""
+        nest, body = self._nest(s)
+        if len(body) < 2 or not all(isinstance(x, (Loop, Gemm)) for x in body):
+            return None
+        body = self._private_per_iteration(nest, body)
+        if body is None:
+            return None
         out = []
         for x in body:
             for lp in reversed(nest):
@@ -387,11 +417,7 @@ class _Former:
 
     def gemm_batch(self, s: Loop) -> tuple | None:
         """((Var, extent), ...) of a spatial nest around a lone Gemm, and the Gemm; else None."""
-        nest, body = [], [s]
-        while len(body) == 1 and isinstance(body[0], Loop) and body[0].role == SPATIAL \
-                and _const_extent(body[0]) and isinstance(body[0].start, Const) and body[0].start.value == 0:
-            nest.append(body[0])
-            body = [x for x in body[0].body if not isinstance(x, Comment)]
+        nest, body = self._nest(s)
         if not nest or len(body) != 1 or not isinstance(body[0], Gemm):
             return None
         depth = 1
