@@ -136,3 +136,51 @@ def test_packer_matches_the_definition_under_sanitizers(target, avx512, tmp_path
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "3004 geometries, 0 with wrong values" in r.stdout
+
+
+@pytest.mark.parametrize("kind", ["opencl", "opencl-eager", "cuda-emulated", "cuda-emulated-tf32"])
+def test_gpu_gemm_stages_im2col_from_the_input(kind, tmp_path):
+    """GPU schedules stage a convolution's B tiles straight from its input (`Matrix.element`
+    on the 'im2col' form): against the same model with im2col buffers (bit for bit: the same
+    values summed in the same order) and ONNX Runtime, on PoCL (the default tiles, and the
+    eager ones: small tiles, K split, a work-group per iteration) and in the CUDA emulation
+    (FFMA tiles and TF32 tensor cores). The convolutions include 4-row ones, which run a
+    work-item per result (`gemv_rows`), and batch 2, whose images share one launch."""
+    import json
+    import onnxruntime as ort
+    from aotc.compiler import compile_model
+    from tests.helpers import eager_cuda_target, eager_gpu_target
+    if kind.startswith("opencl"):
+        from tests.test_opencl import _opencl_missing
+        if _opencl_missing():
+            pytest.skip(_opencl_missing())
+        target, build = ("opencl" if kind == "opencl" else eager_gpu_target(tmp_path)), None
+    else:
+        from tests.test_cuda_emulated import CXX, emulated_build
+        if CXX is None:
+            pytest.skip("g++ is not installed")
+        target, build = eager_cuda_target(tmp_path), emulated_build
+        if kind.endswith("tf32"):
+            p = Path(target)
+            p.write_text(p.read_text().replace("tf32 = false", "tf32 = true"))
+    path, feeds = _model(tmp_path)
+    out = {}
+    for how, t in (("direct", target), ("buffer", _with_buffer(target, tmp_path))):
+        out[how] = compile_model(path, target=t, output_dir=tmp_path / how, build=build)
+    # every convolution reads its input: no im2col launch; with the default tiles (no split
+    # K, whose partial sums take workspace) no workspace at all, the outputs being the user's
+    # buffers; with buffers, each convolution's im2col fills one first
+    ws = {h: json.loads((out[h] / "manifest.json").read_text())["workspace_bytes"] for h in out}
+    assert ws["direct"] < ws["buffer"]
+    if kind == "opencl":
+        direct, buffered = ((out[h] / "convs.cl").read_text() for h in ("direct", "buffer"))
+        assert ws["direct"] == 0
+        assert direct.count("__kernel ") == len(CONVS) and buffered.count("__kernel ") == 2 * len(CONVS)
+
+    from aotc.api import load
+    got, want = (load(out[h]).run(feeds) for h in ("direct", "buffer"))
+    ref = ort.InferenceSession(onnx.load(str(path)).SerializeToString()).run(None, feeds)
+    tol = 1e-2 if kind.endswith("tf32") else 1e-4
+    for name, a, b, r in zip(load(out["direct"]).output_names, got, want, ref):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+        np.testing.assert_allclose(a, r, rtol=tol, atol=tol, err_msg=name)

@@ -467,6 +467,36 @@ class Matrix:
     def at(self, r: Expr, c: Expr) -> Expr:
         return self.offset + wrap(r) * self.rs + wrap(c) * self.cs
 
+    def element(self, r: Expr, c: Expr, local: Callable[[str, Expr], Expr] = lambda name, e: e) -> Expr:
+        """Element (r, c) as an expression: a load, or for an 'im2col' matrix the input element
+        its window reaches, 0 in the padding (only the bounds the window can cross are tested).
+        `local(name, e)` may give a subexpression a name (Builder.local) for readable code."""
+        if self.layout == "strided":
+            return Load(self.buf, self.at(r, c))
+        if self.layout != "im2col":
+            raise ValueError(f"a {self.layout} matrix is read by the packed GEMM only")
+        w = self.window
+        (H, W), (KH, KW), (SH, SW), (DH, DW), (PH, PW), (OH, OW) = \
+            w.size, w.kernel, w.strides, w.dilations, w.pads, w.out
+        r, c = wrap(r), wrap(c)
+        oh, ow = (c / OW, c % OW) if OH > 1 else (const(0), c)
+        ih = local("ih", oh * SH - PH + (r / KW) % KH * DH)
+        iw = local("iw", ow * SW - PW + r % KW * DW)
+        value = Load(self.buf, self.offset + (r / (KH * KW) * H + ih) * W + iw)
+        inside = []
+        for x, pad, last, n in ((ih, PH, (OH - 1) * SH - PH + (KH - 1) * DH, H),
+                                (iw, PW, (OW - 1) * SW - PW + (KW - 1) * DW, W)):
+            if pad > 0:
+                inside.append(x >= 0)
+            if last >= n:
+                inside.append(x < n)
+        if not inside:
+            return value
+        cond = inside[0]
+        for x in inside[1:]:
+            cond = binop("&&", cond, x)
+        return select(cond, value, const(0.0, self.buf.value_dtype))
+
     def transposed(self) -> "Matrix":
         if self.layout == "im2col":
             raise ValueError("an im2col matrix is read as the GEMM's B only")

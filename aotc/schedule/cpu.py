@@ -28,6 +28,7 @@ from ..kernel.ir import (F32, PARALLEL, REDUCTION, SPATIAL, VECTORIZED, Assign, 
                          Decl, Expr, Fail, Gemm, If, Loop, Select, Stmt, Store, Var, children, replace_buffers,
                          same_expr, stmt_exprs, walk_buffers, walk_expr, walk_stmts)
 from ..kernel.retype import widen_accumulators
+from .direct import drop_unused_scratch, read_im2col_directly
 from .gemm_cpu import ConstPacker, GemmTiles, choose_split, gemm_macs, packs_im2col, swap_orientation
 
 # a loop of unknown trip count (bounds from data or from outer indices) counts as this many
@@ -48,8 +49,12 @@ def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
     im2col = bool(target.get("gemm", {}).get("im2col_packing", True))
     for st in steps:
         k = st.kernel
-        k.body = _gemms(k.body, [], st, packer, tiles, threads, min_gemm, im2col)
-        _drop_unused_scratch(k)
+        if im2col:
+            # (a GEMM computed transposed reads B as its A: that one keeps the im2col buffer)
+            k.body = read_im2col_directly(k.body, lambda g: packs_im2col(g) and
+                                          not tiles.prefers_transposed(g.M, g.N, g.K))
+        k.body = _gemms(k.body, [], st, packer, tiles, threads, min_gemm)
+        drop_unused_scratch(k)
         if threads > 1:
             k.body = _parallelize(k.body, min_work, threads)
             _private_per_thread(k)
@@ -62,31 +67,23 @@ def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
 
 # ----------------------------------------------------------------------------- GEMMs
 def _gemms(stmts: list[Stmt], loops: list[Loop], st, packer: ConstPacker, tiles: GemmTiles, threads: int,
-           min_gemm: int, im2col: bool) -> list[Stmt]:
+           min_gemm: int) -> list[Stmt]:
     out = []
     for s in stmts:
         if isinstance(s, Gemm):
-            filled = s.b.buf
-            s = _schedule_gemm(s, loops, st, packer, tiles, threads, min_gemm, im2col)
-            if s.b.layout == "im2col":     # B packed from the input: what filled its buffer goes
-                out = [x for x in out if not _only_fills(x, filled)]
+            s = _schedule_gemm(s, loops, st, packer, tiles, threads, min_gemm)
         elif isinstance(s, Loop):
-            body = _gemms(s.body, loops + [s], st, packer, tiles, threads, min_gemm, im2col)
-            used = {b.name for b in walk_buffers(body)}
-            s = replace(s, body=body, private=tuple(n for n in s.private if n in used))
+            s = replace(s, body=_gemms(s.body, loops + [s], st, packer, tiles, threads, min_gemm))
         elif isinstance(s, If):
-            s = If(s.cond, _gemms(s.then, loops, st, packer, tiles, threads, min_gemm, im2col),
-                   _gemms(s.orelse, loops, st, packer, tiles, threads, min_gemm, im2col))
+            s = If(s.cond, _gemms(s.then, loops, st, packer, tiles, threads, min_gemm),
+                   _gemms(s.orelse, loops, st, packer, tiles, threads, min_gemm))
         out.append(s)
     return out
 
 
-def _schedule_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int, min_gemm: int,
-                   im2col: bool) -> Gemm:
+def _schedule_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int, min_gemm: int) -> Gemm:
     if tiles.prefers_transposed(g.M, g.N, g.K):
         g = swap_orientation(g)
-    elif im2col and packs_im2col(g):
-        g = replace(g, b=g.b.direct)      # an im2col B: the GEMM packs it from the input
     pa = packer.pack(st, g, "a", loops)
     if pa is not None:
         g = replace(g, a=pa)
@@ -99,18 +96,6 @@ def _schedule_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, th
     n_work = tiles.work_floats(g.M, g.N, g.K, g.a.packed, g.b.packed)
     work = Buffer("gemm_work", F32, (max(n_work, 1),), "scratch", per_thread=split != "none") if n_work else None
     return replace(g, parallel=split != "none", split=split, work=work)
-
-
-def _only_fills(s: Stmt, buf: Buffer) -> bool:
-    """Does s do nothing but store into buf (an im2col nest)?"""
-    stores = [x for x in walk_stmts([s]) if isinstance(x, Store)]
-    return bool(stores) and all(x.buf is buf for x in stores) and \
-        not any(isinstance(x, (Gemm, Fail, CallStmt)) for x in walk_stmts([s]))
-
-
-def _drop_unused_scratch(k) -> None:
-    used = {b.name for b in walk_buffers(k.body)}
-    k.scratch = [b for b in k.scratch if b.name in used]
 
 
 def _share_work_buffer(st, gemms: list[Gemm], threads: int) -> None:

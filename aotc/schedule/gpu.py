@@ -9,7 +9,8 @@ loops (`DeviceLoop`), formed from the op's loop roles:
     an LSTM's time steps) is a host loop: its index reaches the launches inside as a scalar
     argument;
   * a `Gemm` is a tiled kernel written in the IR itself (`gemm_kernel`): a work-group per TM x
-    TN tile of C, A and B tiles staged in `local` memory between barriers, each work-item
+    TN tile of C, A and B tiles staged in `local` memory between barriers (a convolution's B,
+    its im2col matrix, staged straight from the input: no im2col buffer), each work-item
     accumulating RM x RN results in `private` registers, then the Gemm's epilogue (bias,
     activation, residual: whatever fusion put there) at each of its elements; where the target
     allows TF32, warps of the work-group sum 16 x 16 fragments on tensor cores instead
@@ -27,6 +28,7 @@ from ..kernel.ir import (BOUND, F32, I64, LOCAL, MMA_A, MMA_B, MMA_C, MMA_K, MMA
                          GpuIndex, If, Kernel, Load, Loop, Matrix, Mma, Stmt, Store, Var, binop, const, free_variables,
                          map_expr, select, walk_stmts)
 from ..kernel.retype import widen_accumulators
+from .direct import drop_unused_scratch, read_im2col_directly
 from .gpu_group import cooperate
 
 
@@ -82,8 +84,12 @@ def schedule_gpu(graph, steps, target: dict) -> None:
     params = GpuParams.of(target)
     acc = target.get("numerics", {}).get("accumulate_float32", "float32")
     tf32 = bool(target.get("numerics", {}).get("tf32", False))
+    im2col = bool(target.get("gemm", {}).get("im2col_packing", True))
     for t, st in enumerate(steps):
         k = st.kernel
+        if im2col:
+            k.body = read_im2col_directly(k.body, lambda g: True)
+            drop_unused_scratch(k)
         k.body = widen_accumulators(k.body, F32, acc)
         # a kernel without an anchor may write over its input in place (memory/planner.py):
         # its work-items never share loops, whose ownership of elements assumes no aliasing
@@ -153,7 +159,7 @@ def _rebase(stmts: list[Stmt], old: Buffer, new: Buffer, offset: Expr) -> list[S
         return map_expr(e, f)
 
     def mat(m: Matrix) -> Matrix:
-        # (a matrix's `direct` form is for CPU GEMMs, which pack B themselves: dropped here)
+        # (a matrix's `direct` form, where the target keeps im2col buffers, is dropped here)
         if m.buf.name != old.name:
             return replace(m, offset=expr(m.offset), direct=None)
         return Matrix(new, offset + expr(m.offset), m.rs, m.cs, m.layout)
@@ -546,12 +552,12 @@ class _GemmFrame:
                 kc, r = _tile_walk(A, "cs", self.tm, tk, self.tid + l_ * T)
                 gi, gk = b.local("gi", self.bm * self.tm + r), b.local("gk", k0 + kc)
                 ok = binop("&&", gi < g.M, gk < self.k_hi)
-                b.store(a_next, l_, select(ok, Load(A.buf, A.offset + gi * A.rs + gk * A.cs), const(0.0, F32)))
+                b.store(a_next, l_, select(ok, A.element(gi, gk, b.local), const(0.0, F32)))
             with _unrolled(b, nb, "l") as l_:
                 kc, c = _tile_walk(B, "rs", self.tn, tk, self.tid + l_ * T)
                 gk, gj = b.local("gk", k0 + kc), b.local("gj", self.bn * self.tn + c)
                 ok = binop("&&", gk < self.k_hi, gj < g.N)
-                b.store(b_next, l_, select(ok, Load(B.buf, B.offset + gk * B.rs + gj * B.cs), const(0.0, F32)))
+                b.store(b_next, l_, select(ok, B.element(gk, gj, b.local), const(0.0, F32)))
 
         steps = -(-(self.shape.chunk if self.shape.split > 1 else max(g.K, 0)) // tk)
         if steps:
@@ -779,7 +785,7 @@ def gemv_loop(g: Gemm, k: Kernel) -> Loop:
     consecutive columns of B (coalesced) and the same row of A, then the Gemm's epilogue. No
     local memory, no barriers: tiles of 32 rows would mostly compute rows C does not have."""
     return _nest_over_c(g, k, "dot", lambda i, j: const(0.0, F32), g.K, 0,
-                        lambda i, j, r: Load(g.a.buf, g.a.at(i, r)) * Load(g.b.buf, g.b.at(r, j)))
+                        lambda i, j, r: g.a.element(i, r) * g.b.element(r, j))
 
 
 def split_sum_kernel(g: Gemm, shape: GemmShape, partial: Buffer, k: Kernel) -> Loop:
