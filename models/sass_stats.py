@@ -1,6 +1,7 @@
 """What the cuda target's kernels compile to, without a GPU: per device kernel, ptxas's registers,
 spills and shared memory, and the machine instructions that matter for speed, counted in the
-SASS (fused multiply-adds, tensor-core MMAs, shared and global loads, shuffles, barriers).
+SASS (all of them, then fused multiply-adds, tensor-core MMAs, shared and global loads,
+shuffles, barriers).
 
 python -m models.sass_stats MODEL [--size small|full] [--target cuda:sm_90] [--shape x=1x3x224x224]
                                   [--match GEMM] [--cuobjdump PATH]
@@ -69,6 +70,7 @@ def kernel_stats(cu: Path, arch: str, cuobjdump: str) -> dict:
         fn = chunk.split("\n", 1)[0].strip()
         c = stats.setdefault(fn, Counter())
         for op in re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", chunk):
+            c["all"] += 1
             base, *mods = op.split(".")
             width = next((m for m in mods if m in ("64", "128")), None)
             if base == "LDS" and width:
@@ -114,7 +116,7 @@ def main(argv=None) -> None:
         shutil.copyfile(RUNTIME_DIR / h, work / h)
     comments = {ln.kernel.name: ln.kernel.comment for ln in c.program.launches()}
     stats = kernel_stats(work / f"{name}.cu", c.target["arch"][-1], cuobjdump)
-    cols = ["registers", "spill", "smem"] + COUNTED
+    cols = ["registers", "spill", "smem", "all"] + COUNTED
     print("| kernel | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
     for k, comment in comments.items():

@@ -15,6 +15,7 @@ import pytest
 from onnx import helper
 
 from aotc.api import compile as aotc_compile
+from aotc.kernel import ir
 from aotc.paths import TARGETS_DIR
 from aotc.schedule.gemm_cpu import IM2COL_MAX_BUFFER, IM2COL_MIN_CHANNELS, IM2COL_MIN_ROWS, GemmTiles
 from aotc.targets import load_target, native_target
@@ -138,23 +139,26 @@ def test_packer_matches_the_definition_under_sanitizers(target, avx512, tmp_path
     assert "3004 geometries, 0 with wrong values" in r.stdout
 
 
-@pytest.mark.parametrize("kind", ["opencl", "opencl-eager", "cuda-emulated", "cuda-emulated-tf32"])
-def test_gpu_gemm_stages_im2col_from_the_input(kind, tmp_path):
+@pytest.mark.parametrize("kind", ["opencl", "opencl-int64", "opencl-eager", "cuda-emulated", "cuda-emulated-tf32"])
+def test_gpu_gemm_stages_im2col_from_the_input(kind, tmp_path, monkeypatch):
     """GPU schedules stage a convolution's B tiles straight from its input (`Matrix.element`
     on the 'im2col' form): against the same model with im2col buffers (bit for bit: the same
     values summed in the same order) and ONNX Runtime, on PoCL (the default tiles, and the
     eager ones: small tiles, K split, a work-group per iteration) and in the CUDA emulation
     (FFMA tiles and TF32 tensor cores). The convolutions include 4-row ones, which run a
-    work-item per result (`gemv_rows`), and batch 2, whose images share one launch."""
+    work-item per result (`gemv_rows`), and batch 2, whose images share one launch.
+    opencl-int64: the 64-bit index arithmetic of inputs of 2^31 elements or more."""
     import json
     import onnxruntime as ort
     from aotc.compiler import compile_model
     from tests.helpers import eager_cuda_target, eager_gpu_target
+    if kind == "opencl-int64":
+        monkeypatch.setattr(ir, "IM2COL_U32_LIMIT", 0)
     if kind.startswith("opencl"):
         from tests.test_opencl import _opencl_missing
         if _opencl_missing():
             pytest.skip(_opencl_missing())
-        target, build = ("opencl" if kind == "opencl" else eager_gpu_target(tmp_path)), None
+        target, build = (eager_gpu_target(tmp_path) if kind == "opencl-eager" else "opencl"), None
     else:
         from tests.test_cuda_emulated import CXX, emulated_build
         if CXX is None:
@@ -172,9 +176,9 @@ def test_gpu_gemm_stages_im2col_from_the_input(kind, tmp_path):
     # buffers; with buffers, each convolution's im2col fills one first
     ws = {h: json.loads((out[h] / "manifest.json").read_text())["workspace_bytes"] for h in out}
     assert ws["direct"] < ws["buffer"]
-    if kind == "opencl":
+    if kind in ("opencl", "opencl-int64"):
         direct, buffered = ((out[h] / "convs.cl").read_text() for h in ("direct", "buffer"))
-        assert ws["direct"] == 0
+        assert ws["direct"] == 0 and ("uint ih" in direct) == (kind == "opencl")
         assert direct.count("__kernel ") == len(CONVS) and buffered.count("__kernel ") == 2 * len(CONVS)
 
     from aotc.api import load

@@ -39,6 +39,7 @@ from .names import RESERVED
 
 I64 = dtypes.INT64
 I32 = dtypes.INT32
+U32 = np.dtype(np.uint32)
 F32 = dtypes.FLOAT32
 F64 = dtypes.FLOAT64
 BOOL = dtypes.BOOL
@@ -440,6 +441,9 @@ class ConvWindow:
     out: tuple       # (OH, OW)
 
 
+IM2COL_U32_LIMIT = 1 << 31   # an im2col matrix reads an input of fewer elements in 32-bit arithmetic
+
+
 @dataclass(frozen=True, eq=False)
 class Matrix:
     """A matrix operand: element (r, c) at buf[offset + r*rs + c*cs]. `layout` other than
@@ -469,8 +473,13 @@ class Matrix:
 
     def element(self, r: Expr, c: Expr, local: Callable[[str, Expr], Expr] = lambda name, e: e) -> Expr:
         """Element (r, c) as an expression: a load, or for an 'im2col' matrix the input element
-        its window reaches, 0 in the padding (only the bounds the window can cross are tested).
-        `local(name, e)` may give a subexpression a name (Builder.local) for readable code."""
+        its window reaches, 0 in the padding. `local(name, e)` may give a subexpression a name
+        (Builder.local) for readable code.
+
+        The im2col arithmetic is unsigned 32-bit where the input has under 2^31 elements
+        (cheaper than 64-bit on GPUs, whose integer units are 32 bits wide): an input row or
+        column before the padding wraps around to a large value, so one compare per axis tests
+        both of its bounds, and only for the axes the window can leave."""
         if self.layout == "strided":
             return Load(self.buf, self.at(r, c))
         if self.layout != "im2col":
@@ -479,17 +488,20 @@ class Matrix:
         (H, W), (KH, KW), (SH, SW), (DH, DW), (PH, PW), (OH, OW) = \
             w.size, w.kernel, w.strides, w.dilations, w.pads, w.out
         r, c = wrap(r), wrap(c)
-        oh, ow = (c / OW, c % OW) if OH > 1 else (const(0), c)
-        ih = local("ih", oh * SH - PH + (r / KW) % KH * DH)
-        iw = local("iw", ow * SW - PW + r % KW * DW)
-        value = Load(self.buf, self.offset + (r / (KH * KW) * H + ih) * W + iw)
+        channels = self.buf.size // (H * W)
+        if channels * H * W < IM2COL_U32_LIMIT:
+            r, c = cast(r, U32), cast(c, U32)
+        oh, ow = (c / OW, c % OW) if OH > 1 else (wrap(0, c), c)
+        ih = local("ih", oh * SH + (r / KW) % KH * DH - PH)
+        iw = local("iw", ow * SW + r % KW * DW - PW)
+        value = Load(self.buf, self.offset + cast((r / (KH * KW) * H + ih) * W + iw, I64))
         inside = []
         for x, pad, last, n in ((ih, PH, (OH - 1) * SH - PH + (KH - 1) * DH, H),
                                 (iw, PW, (OW - 1) * SW - PW + (KW - 1) * DW, W)):
-            if pad > 0:
-                inside.append(x >= 0)
-            if last >= n:
+            if x.dtype == U32 and (pad > 0 or last >= n):
                 inside.append(x < n)
+            elif x.dtype != U32:
+                inside += ([x >= 0] if pad > 0 else []) + ([x < n] if last >= n else [])
         if not inside:
             return value
         cond = inside[0]
