@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from tests.helpers import assert_parity, graph_model, rand, single_op_model
+from tests.helpers import assert_parity, eager_threads_target, graph_model, rand, single_op_model
 
 
 def _conv_case(tmp_path, x_shape, w_shape, bias=True, op="Conv", **attrs):
@@ -61,10 +61,12 @@ def test_conv2d_variants(case, tmp_path):
 def test_depthwise_one_pass_matches_the_row_by_row_nest(case, tmp_path, monkeypatch):
     """The depthwise fast path (rows every kernel row reaches summed in one pass,
     ops/nn.py _depthwise_one_pass) against ONNX Runtime, and against the same model built with
-    it off (DEPTHWISE_ONE_PASS_TAPS = 0: every row as the other direct convolutions)."""
+    it off (DEPTHWISE_ONE_PASS_TAPS = 0: every row as the other direct convolutions). (Small
+    planes at stride 1 take the padded plane instead: off here, tested below.)"""
     import re
     from aotc.api import compile as aotc_compile
     from aotc.ops import nn
+    monkeypatch.setattr(nn, "PADDED_PLANE_MAX", 0)
     xs, ws, attrs = case
     x = rand(*xs, seed=5)
     m = single_op_model("Conv", {"x": x}, inits={"w": rand(*ws, seed=6), "b": rand(ws[0], seed=7)}, **attrs)
@@ -80,6 +82,35 @@ def test_depthwise_one_pass_matches_the_row_by_row_nest(case, tmp_path, monkeypa
     pattern = r"= \w+\[m\]" + r"( \+ w\d+ \* x\[[^\]]*\])" * products + ";"
     assert re.search(pattern, src_fast) and not re.search(pattern, src_slow)
     np.testing.assert_allclose(fast.run({"x": x})[0], slow.run({"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", [
+    ((2, 6, 14, 14), (6, 1, 5, 5), dict(group=6, pads=[2, 2, 2, 2])),
+    ((1, 4, 7, 9), (8, 1, 3, 3), dict(group=4, pads=[1, 0, 2, 1])),
+    ((1, 3, 12, 11), (3, 1, 3, 5), dict(group=3, pads=[2, 3, 2, 1], dilations=[2, 1])),
+    ((1, 2, 6, 6), (2, 1, 7, 7), dict(group=2, pads=[3, 3, 3, 3])),
+    ((1, 5, 9, 8), (5, 1, 3, 3), dict(group=5, pads=[0, 1, 0, 1])),
+], ids=["5x5_mobile", "asym_mult2", "dil_wide", "kernel_wider_than_plane", "pads_columns_only"])
+def test_depthwise_padded_plane_matches_the_other_paths(case, tmp_path, monkeypatch):
+    """Small depthwise planes at stride 1 go through a zero-padded copy and one flat stencil
+    loop (ops/nn.py _depthwise_padded): against ONNX Runtime at 1 and 2 threads (the planes
+    are per-thread scratch), and against the same model built without it (the one-pass and
+    row-by-row paths)."""
+    from aotc.api import compile as aotc_compile
+    from aotc.ops import nn
+    xs, ws, attrs = case
+    x = rand(*xs, seed=8)
+    m = single_op_model("Conv", {"x": x}, inits={"w": rand(*ws, seed=9), "b": rand(ws[0], seed=10)}, **attrs)
+    (tmp_path / "padded").mkdir()
+    assert_parity(m, tmp_path / "padded", {"x": x})
+    path = tmp_path / "padded" / "model.onnx"
+    padded = aotc_compile(path, output_dir=tmp_path / "p2", target=eager_threads_target(tmp_path), threads=2)
+    src = (tmp_path / "p2" / "model.c").read_text()
+    assert "padded" in src and "wide" in src, "the padded plane was not taken"
+    monkeypatch.setattr(nn, "PADDED_PLANE_MAX", 0)
+    other = aotc_compile(path, output_dir=tmp_path / "other", threads=1)
+    assert "wide" not in (tmp_path / "other" / "model.c").read_text()
+    np.testing.assert_allclose(padded.run({"x": x})[0], other.run({"x": x})[0], rtol=1e-5, atol=1e-5)
 
 
 def test_conv1d(tmp_path):
