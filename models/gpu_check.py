@@ -2,6 +2,8 @@
 
 python -m models.gpu_check zoo   [--size full] [--models a,b] [--jobs 8] [--target cuda:sm_90] [--report F]
 python -m models.gpu_check torch [--batches 1,32] [--models resnet50,bert,...] [--report F]
+python -m models.gpu_check variants [--models resnet50,bert] [--batch 1] [--variant NAME:TABLE.KEY=VALUE,...]
+                                    [--runs 50] [--rounds 6] [--target cuda:sm_90] [--report F]
 
 `zoo`: every zoo model is built, compiled for the cuda target (in parallel: nvcc compiles one
 file on one core), run next to ONNX Runtime (CPU) on the same seeded inputs, and timed (median
@@ -13,11 +15,19 @@ are exported to ONNX, compiled by aotc, checked against the PyTorch output, and 
 PyTorch eager and torch.compile on the same GPU, float32 (TF32 off), median of CUDA-event
 timings after warm-up; aotc's time includes its host<->device copies, PyTorch's inputs and
 outputs stay on the GPU.
+`variants`: the GPU schedule's choices side by side in one run. Each variant is the target with
+some of its settings changed (`--variant im2col-buffers:gemm.im2col_packing=false`; without
+--variant, DEFAULT_VARIANTS: each undoes one change made without a GPU, plus tf32); every
+model is compiled for each, checked against ONNX Runtime, and timed in rounds that rotate the
+variants' order (median over all rounds); "base/variant" > 1: the variant is faster. At
+`--batch` other than 1 the zoo model's first input dim is renamed and set (a model whose
+graph fixes its batch reports an error).
 """
 from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import re
 import statistics
 import time
 from pathlib import Path
@@ -250,19 +260,205 @@ def beside_torch(a) -> str:
     return "\n".join(rows)
 
 
+# ----------------------------------------------------------------------------- schedule variants
+# each undoes one change made without a GPU (docs/GPU.md "Since the H100 run"), plus TF32
+DEFAULT_VARIANTS = (
+    "im2col-buffers:gemm.im2col_packing=false",
+    "tiled-few-rows:gpu.gemv_rows=0",
+    "min-4x4-results:gpu.min_results=16",
+    "tree-reductions:gpu.shuffle=0",
+    "block-results:gpu.warp=0,gpu.shuffle=0",
+    "tf32:numerics.tf32=true",
+)
+
+
+def parse_variant(spec: str) -> tuple[str, dict]:
+    """'name:table.key=value,...' -> (name, {(table, key): TOML value text})"""
+    name, sep, rest = spec.partition(":")
+    settings = {}
+    for item in rest.split(",") if sep else []:
+        lhs, eq, value = item.partition("=")
+        table, dot, key = lhs.strip().partition(".")
+        if not (eq and dot and table and key and value.strip()):
+            raise SystemExit(f"--variant {spec!r}: write NAME:TABLE.KEY=VALUE[,TABLE.KEY=VALUE...]")
+        settings[(table, key)] = value.strip()
+    if not name or not settings:
+        raise SystemExit(f"--variant {spec!r}: write NAME:TABLE.KEY=VALUE[,TABLE.KEY=VALUE...]")
+    return name, settings
+
+
+def variant_target(base: str, name: str, settings: dict, directory: Path) -> str:
+    """A target file: the target `base` (cuda:sm_90, cuda,tf32...) with `settings` set in its
+    tables, named `name`; checked by loading it back."""
+    import tomllib
+    from aotc.paths import TARGETS_DIR
+    from aotc.targets import load_target
+    resolved = load_target(base)
+    stem = base.split(",")[0].partition(":")[0]
+    src = Path(stem) if stem.endswith(".toml") else TARGETS_DIR / f"{stem}.toml"
+    lines = src.read_text().splitlines()
+    want = dict(settings)
+    want[("", "name")] = f'"{name}"'
+    if "arch" in resolved:
+        want[("", "arch")] = "[" + ", ".join(f'"{x}"' for x in resolved["arch"]) + "]"
+    for opt, on in resolved.get("numerics", {}).items():
+        if on is True and ("numerics", opt) not in want:       # options the base name turned on
+            want[("numerics", opt)] = "true"
+    table, out, done = "", [], set()
+
+    def close(t):          # keys of table t not in the file yet go at its end
+        for (tb, key), value in want.items():
+            if tb == t and (tb, key) not in done:
+                out.append(f"{key} = {value}")
+                done.add((tb, key))
+    for line in lines:
+        head = re.match(r"^\[(\w+)\]\s*$", line)
+        if head:
+            close(table)
+            table = head.group(1)
+        else:
+            m = re.match(r"^(\w+)\s*=", line)
+            if m and (table, m.group(1)) in want:
+                line = f"{m.group(1)} = {want[(table, m.group(1))]}"
+                done.add((table, m.group(1)))
+        out.append(line)
+    close(table)
+    for t in sorted({tb for tb, _ in want if tb and (tb, _) not in done}):
+        out.append(f"[{t}]")
+        close(t)
+    path = Path(directory) / f"{name}.toml"
+    path.write_text("\n".join(out) + "\n")
+    got = load_target(str(path))
+    for (tb, key), value in settings.items():
+        expect = tomllib.loads(f"x = {value}")["x"]
+        if got.get(tb, {}).get(key) != expect:
+            raise SystemExit(f"variant {name}: {tb}.{key} did not take ({got.get(tb, {}).get(key)!r})")
+    return str(path)
+
+
+def _batched_model(name: str, size: str, batch: int, path: Path) -> dict:
+    """Write zoo model `name` to `path` (its inputs' and outputs' first dim renamed when batch
+    is not 1); returns the input shapes at that batch."""
+    import onnx
+    from models.zoo import ZOO
+    e = ZOO[name]
+    m = e.build(size)
+    shapes = {k: tuple(v) for k, v in e.shapes_for(size).items()}
+    if batch != 1:
+        for v in list(m.graph.input) + list(m.graph.output):
+            dims = v.type.tensor_type.shape.dim
+            if len(dims) and dims[0].dim_value == 1:
+                dims[0].ClearField("dim_value")
+                dims[0].dim_param = "batch"
+        del m.graph.value_info[:]
+        shapes = {k: (batch,) + v[1:] for k, v in shapes.items()}
+    onnx.save(m, str(path))
+    return shapes
+
+
+def _compile_variant(args):
+    name, path, shapes, label, target, build = args
+    from aotc.compiler import compile_model
+    t0 = time.perf_counter()
+    try:
+        compile_model(path, target=target, output_dir=path.with_name(f"{path.stem}_{label}"), shapes=shapes,
+                      build=build)
+        return name, label, time.perf_counter() - t0, None
+    except Exception as ex:        # reported per model and variant, the others go on
+        return name, label, time.perf_counter() - t0, f"{type(ex).__name__}: {str(ex)[:300]}"
+
+
+def variants(a, build=None) -> str:
+    """The `variants` table; `build` replaces nvcc's build (tests: the CUDA emulation), and
+    then the variants compile in this process, one after another."""
+    from aotc.api import load
+    from aotc.check.inputs import sample_inputs
+    from aotc.check.parity import compare
+    from aotc.check.runner import reference_outputs
+    from aotc.frontend import import_model, load_onnx
+    from models.zoo import ZOO
+    work = Path(a.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    names = a.models.split(",") if a.models else ["resnet50", "bert"]
+    specs = [parse_variant(v) for v in (a.variant or DEFAULT_VARIANTS)]
+    targets = {"base": a.target}
+    for label, settings in specs:
+        targets[label] = variant_target(a.target, label, settings, work)
+    paths = {n: work / f"v_{n}_{a.size}_b{a.batch}.onnx" for n in names}
+    shapes = {n: _batched_model(n, a.size, a.batch, paths[n]) for n in names}
+    jobs = [(n, paths[n], shapes[n], label, t, build) for n in names for label, t in targets.items()]
+    if build is None:
+        with cf.ProcessPoolExecutor(a.jobs) as pool:
+            built = {(n, lb): err for n, lb, _, err in pool.map(_compile_variant, jobs)}
+    else:
+        built = {(n, lb): err for n, lb, _, err in map(_compile_variant, jobs)}
+    described = {"base": a.target} | {lb: ", ".join(f"{t}.{k} = {v}" for (t, k), v in st.items()) for lb, st in specs}
+    rows = [f"Target {a.target}; batch {a.batch}; median of {a.runs} invokes per variant in {a.rounds} rounds "
+            "(the variants' order rotated each round) after warm-up, ms, each invoke copying inputs in and "
+            "outputs out. base/variant > 1: the variant is faster.", "",
+            "| model | variant | settings | ms | base/variant | parity |", "|---|---|---|---|---|---|"]
+    per_round = max(1, a.runs // a.rounds)
+    for n in names:
+        path = paths[n]
+        models, checks = {}, {}
+        feeds = None
+        for label in targets:
+            err = built[(n, label)]
+            if err:
+                rows.append(f"| {n} | {label} | {described[label]} | | | ERROR: {err} |")
+                continue
+            try:
+                m = load(path.with_name(f"{path.stem}_{label}"))
+                if feeds is None:
+                    feeds = sample_inputs(import_model(load_onnx(path), n, shapes[n]), seed=3)
+                    ref = reference_outputs(path, feeds)
+                got = m.run({k: feeds[k] for k in m.input_names})
+            except Exception as ex:
+                rows.append(f"| {n} | {label} | {described[label]} | | | ERROR: {type(ex).__name__}: {str(ex)[:200]} |")
+                continue
+            tf32 = _tf32(targets[label])
+            rtol, atol = (1e-2, 1e-2) if tf32 else (ZOO[n].rtol, ZOO[n].atol)
+            ok = all(compare(o, x, y, rtol, atol).passed for o, x, y in zip(m.output_names, got, ref))
+            models[label], checks[label] = m, "PASS" if ok else "FAIL"
+        if not models:
+            continue
+        arrays = {lb: [feeds[k] for k in m.input_names] for lb, m in models.items()}
+        for lb, m in models.items():
+            for _ in range(5):
+                m.run(arrays[lb])
+        times = {lb: [] for lb in models}
+        order = list(models)
+        for r in range(a.rounds):
+            for lb in order[r % len(order):] + order[:r % len(order)]:
+                for _ in range(per_round):
+                    t0 = time.perf_counter()
+                    models[lb].run(arrays[lb])
+                    times[lb].append(time.perf_counter() - t0)
+        med = {lb: statistics.median(ts) * 1e3 for lb, ts in times.items()}
+        for lb in models:
+            ratio = f"{med['base'] / med[lb]:.2f}" if "base" in med else ""
+            rows.append(f"| {n} | {lb} | {described[lb]} | {med[lb]:.3f} | {ratio} | {checks[lb]} |")
+            print(rows[-1], flush=True)
+    return "\n".join(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["zoo", "torch"])
+    ap.add_argument("what", choices=["zoo", "torch", "variants"])
     ap.add_argument("--size", default="full", choices=["small", "full"])
     ap.add_argument("--models", default=None)
     ap.add_argument("--target", default="cuda:sm_90")
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--batches", default="1,32")
+    ap.add_argument("--batch", type=int, default=1, help="variants: the batch size")
+    ap.add_argument("--rounds", type=int, default=6, help="variants: rounds of timing")
+    ap.add_argument("--variant", action="append", default=None,
+                    help="variants: NAME:TABLE.KEY=VALUE[,...] (repeatable; default: DEFAULT_VARIANTS)")
     ap.add_argument("--workdir", default="build/gpu")
     ap.add_argument("--report", type=Path, default=None)
     a = ap.parse_args()
-    text = zoo(a) if a.what == "zoo" else beside_torch(a)
+    text = {"zoo": zoo, "torch": beside_torch, "variants": variants}[a.what](a)
     print(text)
     if a.report:
         a.report.write_text(text + "\n")

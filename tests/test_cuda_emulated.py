@@ -6,6 +6,7 @@ launches, graph capture) is then checked against ONNX Runtime on fresh random in
 opencl target is on PoCL. Speed means nothing here; docs/GPU.md has the GPU's numbers."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -222,3 +223,25 @@ def test_profile_mode_on_emulated_cuda(tmp_path):
         np.testing.assert_array_equal(a, b)
     names = [n for n, _ in profiled.profile()]
     assert len(names) == 3 and all(n.startswith("k00") for n in names), names
+
+
+def test_schedule_variants_harness(tmp_path):
+    """`python -m models.gpu_check variants` (the GPU schedule's choices side by side), run
+    here on the emulation: each variant's target really has its setting, every model at batch
+    2 passes against ONNX Runtime under each, and each gets a time and a ratio."""
+    import argparse
+    from models.gpu_check import variants
+    a = argparse.Namespace(models="lenet5,mlp", size="small", batch=2, target="cuda:sm_90", jobs=1, runs=4,
+                           rounds=2, workdir=str(tmp_path), variant=["im2col-buffers:gemm.im2col_packing=false",
+                                                                    "tiled-few-rows:gpu.gemv_rows=0"])
+    table = variants(a, build=emulated_build)
+    rows = [r for r in table.splitlines() if r.startswith("| lenet5") or r.startswith("| mlp")]
+    assert len(rows) == 6, table
+    for r in rows:
+        cells = [c.strip() for c in r.strip("|").split("|")]
+        assert cells[-1] == "PASS" and float(cells[3]) > 0 and float(cells[4]) > 0, r
+    ws = {lb: json.loads((tmp_path / f"v_lenet5_small_b2_{lb}" / "manifest.json").read_text())["workspace_bytes"]
+          for lb in ("base", "im2col-buffers")}
+    assert ws["im2col-buffers"] > ws["base"], ws
+    src = {lb: (tmp_path / f"v_mlp_small_b2_{lb}" / "v_mlp_small_b2.cu").read_text() for lb in ("base", "tiled-few-rows")}
+    assert "a_tile" not in src["base"] and "a_tile" in src["tiled-few-rows"]
