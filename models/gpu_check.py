@@ -17,7 +17,8 @@ timings after warm-up; aotc's time includes its host<->device copies, PyTorch's 
 outputs stay on the GPU.
 `variants`: the GPU schedule's choices side by side in one run. Each variant is the target with
 some of its settings changed (`--variant im2col-buffers:gemm.im2col_packing=false`; without
---variant, DEFAULT_VARIANTS: each undoes one change made without a GPU, plus tf32); every
+--variant, DEFAULT_VARIANTS: each undoes one change made without a GPU or tries the next one,
+plus tf32); every
 model is compiled for each, checked against ONNX Runtime, and timed in rounds that rotate the
 variants' order (median over all rounds); "base/variant" > 1: the variant is faster. At
 `--batch` other than 1 the zoo model's first input dim is renamed and set (a model whose
@@ -261,7 +262,8 @@ def beside_torch(a) -> str:
 
 
 # ----------------------------------------------------------------------------- schedule variants
-# each undoes one change made without a GPU (docs/GPU.md "Since the H100 run"), plus TF32
+# each undoes one change made without a GPU (docs/GPU.md "Since the H100 run") or tries the
+# next one named there (batch-1 tiles of at least 4 x 4 results), plus TF32
 DEFAULT_VARIANTS = (
     "im2col-buffers:gemm.im2col_packing=false",
     "tiled-few-rows:gpu.gemv_rows=0",
