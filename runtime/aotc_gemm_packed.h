@@ -157,15 +157,21 @@ static inline void aotc_copy_short(float *d, const float *s, int64_t len, int64_
         d[u] = s ? s[u * SW] : 0.0f;
 }
 
+/* ceil(a / SW) for a > 0, without a division at strides 1 and 2 (the packer plans often) */
+static inline int64_t aotc_im2col_steps(int64_t a, int64_t SW)
+{
+    return SW == 1 ? a : SW == 2 ? (a + 1) >> 1 : (a + SW - 1) / SW;
+}
+
 /* The columns [lo, hi) of a run of `len` output columns whose input columns are iw, iw + SW,
  * ... that lie inside [0, W). */
 static void aotc_im2col_inside(int64_t iw, int64_t len, int64_t SW, int64_t W, int64_t *lo, int64_t *hi)
 {
     int64_t l = 0, h = len;
     if (iw < 0)
-        l = aotc_gemm_min(len, SW == 1 ? -iw : (-iw + SW - 1) / SW);
+        l = aotc_gemm_min(len, aotc_im2col_steps(-iw, SW));
     if (iw + (len - 1) * SW >= W)
-        h = iw >= W ? 0 : aotc_gemm_min(len, SW == 1 ? W - iw : (W - iw + SW - 1) / SW);
+        h = iw >= W ? 0 : aotc_gemm_min(len, aotc_im2col_steps(W - iw, SW));
     *lo = l;
     *hi = h < l ? l : h;
 }
@@ -179,7 +185,7 @@ typedef struct {
 } aotc_im2col_seg;
 
 #define AOTC_IM2COL_GROUPS ((AOTC_GEMM_NR + 15) / 16)   /* groups of 16 columns in a panel row */
-#define AOTC_IM2COL_TAPS 32                             /* taps planned at a time */
+#define AOTC_IM2COL_TAPS 64                             /* taps planned at a time */
 #if AOTC_GEMM_NR > 255
 #error "the im2col packer keeps panel columns in 8 bits: AOTC_GEMM_NR must be below 256"
 #endif
@@ -230,8 +236,8 @@ static void aotc_sgemm_pack_b_im2col(const aotc_im2col *v, int64_t k0, int64_t k
             if (tap < t0 || tap >= t1) {          /* plan taps [tap, t1) */
                 t0 = tap;
                 t1 = aotc_gemm_min(KK, tap + T);
-                for (t = t0; t < t1; ++t) {
-                    const int64_t kh = t / v->KW, kw = t % v->KW;
+                int64_t kh = t0 / v->KW, kw = t0 % v->KW;
+                for (t = t0; t < t1; ++t, kw = kw + 1 == v->KW ? 0 : kw + 1, kh += kw == 0) {
                     int64_t covered = 0;
                     for (g = 0; g < G; ++g)
                         count[t - t0][g] = 0;

@@ -60,7 +60,9 @@ int main(void)
     failed += check(3, 224, 224, 7, 7, 2, 2, 1, 1, 3, 3, 3, 3);       /* its stem: N over a column block */
     failed += check(2, 1, 400, 1, 64, 1, 1, 1, 1, 0, 10, 0, 10);      /* a 64-tap 1-D kernel */
     failed += check(1, 3, 3000, 1, 3, 1, 1, 1, 1, 0, 1, 0, 1);        /* 3000-wide rows */
-    cases += 4;
+    failed += check(3, 20, 41, 9, 9, 2, 2, 1, 1, 4, 4, 3, 4);         /* 81 taps: planned in two parts */
+    failed += check(2, 1, 300, 1, 130, 1, 2, 1, 1, 0, 9, 0, 3);       /* 130 taps: in three */
+    cases += 6;
     printf("%d geometries, %d with wrong values\n", cases, failed);
     return failed != 0;
 }
