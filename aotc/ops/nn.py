@@ -384,9 +384,9 @@ def _conv_direct(ctx, X, W, Bias, Y, win: _Window, group: int):
 
 # a depthwise 2-D convolution at stride 1 whose zero-padded input plane and wide output take
 # at most this many elements together goes through them (`_depthwise_padded`). Measured (1
-# thread, the native CPU target): 14 x 14 planes with 5 x 5 kernels 2.2x faster, 28 x 28 with 3 x 3 1.15x;
-# 56 x 56 with 3 x 3 (6,614 elements; a 4% edge) 1.27x slower, as the copy costs more than
-# the edges it saves
+# thread, the native CPU target): 14 x 14 planes with 5 x 5 kernels 2.2x faster, 28 x 28
+# with 3 x 3 1.15x; 56 x 56 with 3 x 3 (6,614 elements; a 4% edge) 1.27x slower, as the copy
+# costs more than the edges it saves
 PADDED_PLANE_MAX = 2048
 
 
