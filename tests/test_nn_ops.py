@@ -205,6 +205,39 @@ def test_maxpool_indices_and_1d(tmp_path):
     assert_parity(graph_model(nodes, {"x": x, "x1": x1}, ["y", "i", "y1"]), tmp_path, {"x": x, "x1": x1})
 
 
+@pytest.mark.parametrize("xs,attrs", [
+    ((2, 3, 30, 41), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 4, 20, 20), dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2])),
+    ((1, 2, 17, 23), dict(kernel_shape=[3, 4], strides=[1, 3], dilations=[2, 1], pads=[2, 0, 1, 3], ceil_mode=1)),
+    ((1, 3, 40), dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
+    ((1, 2, 5, 6, 19), dict(kernel_shape=[2, 3, 3], strides=[1, 2, 1], pads=[1, 0, 1, 0, 1, 1])),
+], ids=["resnet_stem", "yolo_sppf", "mixed_ceil", "1d", "3d"])
+def test_maxpool_by_rows_matches_position_by_position(xs, attrs, tmp_path, monkeypatch):
+    """MaxPool's interior columns a row at a time (ops/nn.py POOL_BY_ROWS) against ONNX
+    Runtime, and bit for bit against the position-by-position nest on inputs with NaNs,
+    infinities and ties, at 1 and 2 threads."""
+    import re
+    from aotc.api import compile as aotc_compile
+    from aotc.ops import nn
+    x = rand(*xs, seed=11)
+    (tmp_path / "rows").mkdir()
+    assert_parity(single_op_model("MaxPool", {"x": x}, **attrs), tmp_path / "rows", {"x": x})
+    path = tmp_path / "rows" / "model.onnx"
+    odd = x.copy().reshape(-1)
+    rng = np.random.default_rng(12)
+    for value in (np.nan, np.inf, -np.inf, 0.5):
+        odd[rng.choice(odd.size, size=max(1, odd.size // 50), replace=False)] = value
+    odd = odd.reshape(xs)
+    rows = aotc_compile(path, output_dir=tmp_path / "r2", target=eager_threads_target(tmp_path), threads=2)
+    # the interior rows start from the lowest value stored into the output row
+    assert re.search(r"\w+\[[^\]]*\bp\] = \(-INFINITY\);", (tmp_path / "r2" / "model.c").read_text())
+    monkeypatch.setattr(nn, "POOL_BY_ROWS", False)
+    each = aotc_compile(path, output_dir=tmp_path / "each", threads=1)
+    a, b = rows.run({"x": odd})[0], each.run({"x": odd})[0]
+    np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
+    np.testing.assert_array_equal(np.nan_to_num(a), np.nan_to_num(b))
+
+
 @pytest.mark.parametrize("attrs", [
     dict(kernel_shape=[2, 2], strides=[2, 2]),
     dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),

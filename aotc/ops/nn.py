@@ -719,7 +719,17 @@ def _lowest(dt):
     return const(int(np.iinfo(dt).min), dt)
 
 
+POOL_BY_ROWS = True     # MaxPool's interior columns a row at a time (False: every position alone)
+
+
 def _lower_pool(node, ctx):
+    """For each output position, the maximum or mean of the window's taps inside the input.
+    A MaxPool without an Indices output computes each output row's columns whose every
+    last-dim tap is inside (the interior) together: the row set to the lowest value, then one
+    pass per outer tap taking that tap row's last-dim taps (unrolled) into every interior
+    column, the same taps in the same order as position by position (so NaNs and ties come
+    out alike), but a vectorizable loop; the edge columns position by position. (A mean keeps
+    the position-by-position sum, whose accumulator the schedule may widen.)"""
     X, Y = ctx.ins[0], ctx.outs[0]
     I = ctx.outs[1] if len(ctx.outs) > 1 else None
     win = _pool_window(node, X)
@@ -735,15 +745,33 @@ def _lower_pool(node, ctx):
     else:
         ist = xst
     b = ctx.b
-    with b.loops([N, C], ["n", "c"], role=SPATIAL) as (n, c):
+    # the interior columns of the last dim: [left, right), every tap inside
+    left, right = 0, 0
+    if POOL_BY_ROWS and is_max and I is None and win.kernel[-1] <= UNROLL_TAPS:
+        ranges = [_tap_range(k, win.strides[-1], win.dilations[-1], win.pads_begin[-1], S[-1], O[-1])
+                  for k in range(win.kernel[-1])]
+        left, right = max(lo for lo, _ in ranges), min(hi for _, hi in ranges)
+        if right - left < 2:
+            left, right = 0, 0
+
+    def count(oo, bounds):
+        """the number of taps a mean divides by"""
+        if include_pad:
+            counts = [minimum(const(win.kernel[i]),
+                              _ceil_div(S[i] + win.pads_begin[i] + win.pads_end[i] - o * win.strides[i],
+                                        win.dilations[i])) for i, o in enumerate(oo)]
+        else:
+            counts = [maximum(hi - lo, const(0)) for lo, hi in bounds]
+        cnt = counts[0]
+        for k in counts[1:]:
+            cnt = cnt * k
+        return cnt
+
+    def point(n, c, oo, outer_bounds):
+        """Output (n, c, oo...) alone: its last dim's tap range, then every tap in range."""
         base = (n * C + c) * SL
-        bounds, oo = [], []
-        outer = _Nest(b, SPATIAL)
-        for i in range(r):          # one loop per output dim, its tap range hoisted to its level
-            o = outer.loop(O[i], f"o{i}")
-            lo, hi = _bounds(o, S[i], win, i)
-            bounds.append((b.local(f"lo{i}", lo), b.local(f"hi{i}", hi)))
-            oo.append(o)
+        lo, hi = _bounds(oo[-1], S[-1], win, r - 1)
+        bounds = outer_bounds + [(b.local(f"lo{r - 1}", lo), b.local(f"hi{r - 1}", hi))]
         out_at = (n * C + c) * OL + _dot(oo, ost)
         if is_max:
             acc = b.local("acc", _lowest(X.dtype))
@@ -770,16 +798,42 @@ def _lower_pool(node, ctx):
             if I is not None:
                 b.store(I, out_at, arg)
         else:
-            if include_pad:
-                counts = [minimum(const(win.kernel[i]),
-                                  _ceil_div(S[i] + win.pads_begin[i] + win.pads_end[i] - o * win.strides[i],
-                                            win.dilations[i])) for i, o in enumerate(oo)]
-            else:
-                counts = [maximum(hi - lo, const(0)) for lo, hi in bounds]
-            cnt = counts[0]
-            for k in counts[1:]:
-                cnt = cnt * k
-            b.store(Y, out_at, acc / cast(cnt, X.dtype))
+            b.store(Y, out_at, acc / cast(count(oo, bounds), X.dtype))
+
+    def interior(n, c, oo, outer_bounds):
+        """Columns [left, right) of output row (n, c, oo...), tap row by tap row."""
+        row = (n * C + c) * OL + _dot(oo, ost[:-1])
+        s_l, d_l, pb_l = win.strides[-1], win.dilations[-1], win.pads_begin[-1]
+        with b.loop(const(right), "p", role=SPATIAL, start=const(left)) as q:
+            b.store(Y, row + q, _lowest(X.dtype))
+        inner = _Nest(b, REDUCTION)
+        ks = [inner.loop(outer_bounds[i][1], f"k{i}", start=outer_bounds[i][0]) for i in range(r - 1)]
+        src = (n * C + c) * SL + _dot([o * win.strides[i] - win.pads_begin[i] + k * win.dilations[i]
+                                        for i, (o, k) in enumerate(zip(oo, ks))], xst[:-1])
+        with b.loop(const(right), "p", role=SPATIAL, start=const(left)) as q:
+            acc = b.local("acc", Y[row + q])
+            for k in range(win.kernel[-1]):
+                v = b.local("v", X[_plus(src, const(k * d_l - pb_l)) + q * s_l])
+                b.assign(acc, select(v > acc, v, acc))
+            b.store(Y, row + q, acc)
+        inner.close()
+
+    with b.loops([N, C], ["n", "c"], role=SPATIAL) as (n, c):
+        outer_bounds, oo = [], []
+        outer = _Nest(b, SPATIAL)
+        for i in range(r - 1):      # one loop per outer output dim, its tap range hoisted to its level
+            o = outer.loop(O[i], f"o{i}")
+            lo, hi = _bounds(o, S[i], win, i)
+            outer_bounds.append((b.local(f"lo{i}", lo), b.local(f"hi{i}", hi)))
+            oo.append(o)
+        for start, end in ((0, left), (right, O[-1])) if right else ((0, O[-1]),):
+            if end - start == 1:
+                point(n, c, oo + [const(start)], outer_bounds)
+            elif end > start:
+                with b.loop(const(end), f"o{r - 1}", role=SPATIAL, start=const(start)) as o:
+                    point(n, c, oo + [o], outer_bounds)
+        if right:
+            interior(n, c, oo, outer_bounds)
         outer.close()
 
 
