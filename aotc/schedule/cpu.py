@@ -49,10 +49,9 @@ def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
     im2col = bool(target.get("gemm", {}).get("im2col_packing", True))
     for st in steps:
         k = st.kernel
-        if im2col:
-            # (a GEMM computed transposed reads B as its A: that one keeps the im2col buffer)
-            k.body = read_im2col_directly(k.body, lambda g: packs_im2col(g) and
-                                          not tiles.prefers_transposed(g.M, g.N, g.K))
+        # (a GEMM computed transposed reads B as its A: that one keeps the im2col buffer)
+        k.body = read_im2col_directly(k.body, lambda g: im2col and packs_im2col(g) and
+                                      not tiles.prefers_transposed(g.M, g.N, g.K))
         k.body = _gemms(k.body, [], st, packer, tiles, threads, min_gemm)
         drop_unused_scratch(k)
         if threads > 1:

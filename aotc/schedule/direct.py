@@ -16,13 +16,16 @@ from ..kernel.ir import Buffer, CallStmt, Fail, Gemm, If, Loop, Stmt, Store, wal
 def read_im2col_directly(stmts: list[Stmt], wanted: Callable[[Gemm], bool]) -> list[Stmt]:
     """`stmts` with every GEMM that has a direct B and for which wanted(g) holds reading it,
     the statements before it at its level that only fill its im2col buffer dropped, and each
-    loop's private scratch list kept to what its body still uses."""
+    loop's private scratch list kept to what its body still uses. The other GEMMs forget
+    their direct form (no kernel gets the input as an argument it does not read)."""
     out: list[Stmt] = []
     for s in stmts:
         if isinstance(s, Gemm) and s.b.direct is not None and wanted(s):
             filled = s.b.buf
             out = [x for x in out if not _only_fills(x, filled)]
             s = replace(s, b=s.b.direct)
+        elif isinstance(s, Gemm) and s.b.direct is not None:
+            s = replace(s, b=replace(s.b, direct=None))
         elif isinstance(s, Loop):
             body = read_im2col_directly(s.body, wanted)
             used = {b.name for b in walk_buffers(body)}

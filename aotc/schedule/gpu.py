@@ -87,9 +87,8 @@ def schedule_gpu(graph, steps, target: dict) -> None:
     im2col = bool(target.get("gemm", {}).get("im2col_packing", True))
     for t, st in enumerate(steps):
         k = st.kernel
-        if im2col:
-            k.body = read_im2col_directly(k.body, lambda g: True)
-            drop_unused_scratch(k)
+        k.body = read_im2col_directly(k.body, lambda g: im2col)
+        drop_unused_scratch(k)
         k.body = widen_accumulators(k.body, F32, acc)
         # a kernel without an anchor may write over its input in place (memory/planner.py):
         # its work-items never share loops, whose ownership of elements assumes no aliasing
@@ -159,9 +158,8 @@ def _rebase(stmts: list[Stmt], old: Buffer, new: Buffer, offset: Expr) -> list[S
         return map_expr(e, f)
 
     def mat(m: Matrix) -> Matrix:
-        # (a matrix's `direct` form, where the target keeps im2col buffers, is dropped here)
         if m.buf.name != old.name:
-            return replace(m, offset=expr(m.offset), direct=None)
+            return replace(m, offset=expr(m.offset))
         return Matrix(new, offset + expr(m.offset), m.rs, m.cs, m.layout)
 
     out = []
