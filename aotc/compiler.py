@@ -20,7 +20,7 @@ from .fusion import Group, form_groups
 from .ir import dtypes
 from .ir.graph import Graph
 from .kernel.lowering import KernelStep, c_ident, lower_groups
-from .memory import MemoryPlan, plan_memory
+from .memory import MemoryPlan, elide_concats, plan_memory
 from .memory.planner import mark_aliased
 from .ops import registry
 from .passes.manager import PassManager
@@ -102,10 +102,11 @@ def analyze(path, target: str = DEFAULT_TARGET, name: Optional[str] = None, shap
     with step("fusing and lowering kernels"):
         groups = form_groups(g, fuse=fuse)
         steps = lower_groups(g, groups)
+        steps, slices = elide_concats(g, groups, steps, align=int(tgt.get("alignment", 64)))
     with step(f"scheduling for {tgt['name']}"):
         backend.schedule(g, steps, tgt, n_threads)
     with step("planning memory"):
-        plan = plan_memory(g, groups, steps, align=int(tgt.get("alignment", 64)), threads=n_threads)
+        plan = plan_memory(g, groups, steps, align=int(tgt.get("alignment", 64)), threads=n_threads, slices=slices)
         mark_aliased(g, steps, plan)
     program = backend.program(g, steps, plan, tgt)
     return Compiled(g, hist, groups, steps, plan, program, tgt, n_threads, opset, n_before)

@@ -75,12 +75,26 @@ def independent_check(c) -> None:
     g, plan, steps = c.graph, c.plan, c.steps
     producers = g.producers()
 
-    def root(v):                                   # a view's bytes are its source's
+    def source(v):                                 # a view's bytes are its source's
         p = producers.get(v)
         while p is not None and registry.get(p.op_type).view:
             v = p.inputs[0]
             p = producers.get(v)
         return v
+
+    # a Concat input computed into its slice of the output: its bytes are the output's
+    slice_of = {source(i): (o, at) for i, (o, at) in plan.slices.items()}
+
+    def place(v):                                  # (the value owning v's bytes, byte offset)
+        s = source(v)
+        if s in slice_of:
+            o, at = slice_of[s]
+            r, more = place(o)
+            return r, at + more
+        return s, 0
+
+    def root(v):
+        return place(v)[0]
 
     born: dict[str, int] = {}
     dies: dict[str, int] = {}
@@ -93,8 +107,11 @@ def independent_check(c) -> None:
             r = root(v)
             dies[r] = max(dies.get(r, t), t)
     for v, loc in plan.locations.items():          # views sit where their source sits
-        if loc.kind == "arena" and root(v) in plan.locations:
-            assert plan.locations[root(v)] == loc, f"view {v} is not stored with its source {root(v)}"
+        r, at = place(v)
+        if loc.kind == "arena" and r in plan.locations:
+            want = plan.locations[r]
+            assert (loc.kind, loc.offset) == (want.kind, want.offset + at), \
+                f"{v} is not stored at byte {at} of {r}"
 
     spans = {}                                     # buffer -> (first, last, lo, hi)
     for r in born:
@@ -405,3 +422,70 @@ def test_zoo_arena_is_close_to_the_lower_bound(name, tmp_path):
     assert s["lower_bound_bytes"] <= s["arena_bytes"] <= s["intermediates_bytes"]
     assert ratio <= 1.10
     independent_check(c)
+
+
+# ------------------------------------------------------------------------------------------ Concat slices
+def _concat_model():
+    """Concats of every kind elide_concats must tell apart; (model, feeds)."""
+    x = rand(1, 4, 4, 8, seed=21)                 # a channel: 32 floats, 128 bytes
+    z = rand(1, 2, 4, 8, seed=22)
+    t = rand(1, 1, 3, 3, seed=26)                 # a channel: 36 bytes
+    w1, w2, w3 = rand(3, 4, 1, 1, seed=23), rand(5, 4, 1, 1, seed=24), rand(2, 8, 1, 1, seed=25)
+    nodes = [
+        N("Conv", ["x", "w1"], ["a"]), N("Sigmoid", ["a"], ["a1"]),          # a1: 3 channels
+        N("Conv", ["x", "w2"], ["b"]), N("Relu", ["b"], ["b1"]),             # b1: 5 channels
+        N("Concat", ["a1", "b1"], ["c1"], axis=1),                           # taken: a1, b1 into c1
+        # a1's last reader, an elementwise kernel, runs before c1's: it must not write over a1
+        N("Neg", ["a1"], ["e"]), N("ReduceSum", ["e", "ax"], ["er"], keepdims=1),
+        N("Conv", ["c1", "w3"], ["d0"]), N("Add", ["d0", "er"], ["d"]),     # reads c1: (1, 2, 4, 8)
+        N("Tanh", ["x"], ["f"]), N("Reshape", ["f", "s"], ["fv"]),           # fv: a view, (1, 4, 32)
+        N("Neg", ["x"], ["g"]), N("Reshape", ["g", "s"], ["gv"]),
+        N("Concat", ["fv", "gv"], ["c2"], axis=1),                           # taken: views as inputs
+        N("Concat", ["c2", "fv"], ["c3"], axis=1),                           # not: c2, fv already in one
+        N("Concat", ["z", "d"], ["c4"], axis=1),                             # not: z is a graph input
+        N("Exp", ["d"], ["h"]), N("Concat", ["h", "h"], ["c5"], axis=1),     # not: the same value twice
+        N("Cos", ["x"], ["k"]), N("Sin", ["x"], ["l"]),
+        N("Concat", ["k", "l"], ["c6"], axis=2),                             # not: channels before the axis
+        N("Abs", ["x"], ["m"]), N("Concat", ["m", "er"], ["c7"], axis=1),    # not: c7 is a graph output
+        N("Floor", ["x"], ["n"]), N("Ceil", ["x"], ["q"]), N("Concat", ["n", "q"], ["c8"], axis=1),
+        N("Relu", ["c8"], ["c8r"]),                                          # taken unless Relu fuses in
+        N("Sqrt", ["t"], ["u"]), N("Softsign", ["t"], ["v"]),
+        N("Concat", ["u", "v"], ["c9"], axis=1), N("Neg", ["c9"], ["c9n"]),  # not: 36-byte slices
+    ]
+    outs = ["d", "c3", "c4", "c5", "c6", "c7", "c8r", "c9n"]
+    m = graph_model(nodes, {"x": x, "z": z, "t": np.abs(t)}, outs,
+                    {"w1": w1, "w2": w2, "w3": w3, "s": np.array([1, 4, 32]), "ax": np.array([1])})
+    return m, {"x": x, "z": z, "t": np.abs(t)}
+
+
+def test_concat_inputs_are_computed_into_their_slices(tmp_path):
+    """A Concat whose inputs can live in its output is no kernel: each input's kernel writes
+    its slice. The plan places them (independent_check sees the output live from its first
+    input's kernel to its last reader, and every input at its byte offset), and the others
+    stay copies; every output against ONNX Runtime at 1 and 2 threads."""
+    from aotc.api import compile as aotc_compile, load
+    from tests.helpers import eager_threads_target
+    m, feeds = _concat_model()
+    c = compile_info(m, tmp_path)
+    taken = {"a1": ("c1", 0), "b1": ("c1", 3 * 128), "fv": ("c2", 0), "gv": ("c2", 4 * 128)}
+    assert {k: v for k, v in c.plan.slices.items() if k in taken} == taken
+    concats = {n.outputs[0] for st in c.steps for n in st.group.nodes if n.op_type == "Concat"}
+    assert {"c3", "c4", "c5", "c6", "c7", "c9"} <= concats and not {"c1", "c2"} & concats, concats
+    assert ("c8" in concats) != ({"n", "q"} <= set(c.plan.slices)), "c8: a kernel, or its inputs in slices"
+    assert c.plan.locations["b1"].offset == c.plan.locations["c1"].offset + 384
+    independent_check(c)
+    assert_parity(m, tmp_path, feeds)
+    import onnxruntime as ort
+    from aotc.compiler import compile_model
+    ref = ort.InferenceSession(m.SerializeToString()).run(None, feeds)
+    two = aotc_compile(tmp_path / "model.onnx", output_dir=tmp_path / "t2", target=eager_threads_target(tmp_path),
+                       threads=2)
+    # unfused, each elementwise node is a kernel of its own that may write over an input dying
+    # in it: Neg over a1 would overwrite c1's first slice before c1's Conv reads it
+    loose = analyze(tmp_path / "model.onnx", fuse=False)
+    assert "a1" in loose.plan.slices and not any(i == "a1" for _, i in loose.plan.inplace)
+    independent_check(loose)
+    unfused = load(compile_model(tmp_path / "model.onnx", output_dir=tmp_path / "loose", fuse=False))
+    for art in (two, unfused):
+        for name, a, b in zip(art.output_names, art.run(feeds), ref):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=name)

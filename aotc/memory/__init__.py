@@ -1,1 +1,1 @@
-from .planner import MemoryPlan, plan_memory  # noqa: F401
+from .planner import MemoryPlan, elide_concats, plan_memory  # noqa: F401

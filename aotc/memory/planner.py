@@ -3,7 +3,8 @@
 Storage kinds: `input` / `output` (the caller's pointers), `weight` (offset in the
 read-only weights blob), `arena` (offset in the one workspace). Views (Reshape & co.)
 share their source's storage; an elementwise kernel may write its output over an input
-that dies there (in-place). Offsets: size-descending first fit over lifetimes, improved by
+that dies there (in-place); a Concat's inputs may be computed straight into their slices of
+its output, and the Concat is then no kernel (elide_concats). Offsets: size-descending first fit over lifetimes, improved by
 a bounded search when it misses the lower bound (plan_offsets); then the validator checks
 the result on every compile.
 """
@@ -38,6 +39,7 @@ class MemoryPlan:
     lower_bound_bytes: int                       # peak simultaneously-live bytes
     alignment: int
     inplace: list[tuple[str, str]] = field(default_factory=list)   # (output, reused input)
+    slices: dict[str, tuple[str, int]] = field(default_factory=dict)  # value -> (its Concat's output, byte offset)
 
     def summary(self) -> dict:
         return {
@@ -47,6 +49,7 @@ class MemoryPlan:
             "weights_bytes": self.weights_bytes,
             "alignment": self.alignment,
             "inplace_reuses": len(self.inplace),
+            "concat_slices": len(self.slices),
         }
 
 
@@ -73,15 +76,62 @@ class _Sets:
             self.parent[rb] = ra
 
 
-def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: int = 64,
-                inplace: bool = True, threads: int = 1) -> MemoryPlan:
-    """Where every value and every kernel's scratch lives; per-thread scratch takes `threads`
-    copies (thread t's at offset + t * its size)."""
+def _view_sets(groups: list[Group]) -> _Sets:
+    """Values joined with the values they are views of (Reshape & co.: one storage)."""
     sets = _Sets()
     for grp in groups:
         if grp.view:
-            src, dst = grp.anchor.inputs[0], grp.anchor.outputs[0]
-            sets.union(src, dst)
+            sets.union(grp.anchor.inputs[0], grp.anchor.outputs[0])
+    return sets
+
+
+def elide_concats(g: Graph, groups: list[Group], steps: list[KernelStep], align: int = 64
+                  ) -> tuple[list[KernelStep], dict]:
+    """Concats whose inputs can be computed straight into their slices of the output: the
+    steps without those Concat kernels, and {input value: (concat output, byte offset)} for
+    plan_memory. A Concat qualifies when it is a kernel of its own (nothing fused after it),
+    every dim before its axis is 1 (each input is then one contiguous slice of the output),
+    every slice starts a multiple of `align` bytes in (every buffer stays aligned), and
+    neither its output nor any input is (a view of) a graph input, output or constant, or
+    takes part in another such Concat, or appears twice."""
+    sets = _view_sets(groups)
+    external = set(g.inputs) | set(g.outputs) | {n for n, v in g.values.items() if v.const is not None}
+    members: dict[str, list[str]] = {}
+    for v in g.values:
+        members.setdefault(sets.find(v), []).append(v)
+    taken: set[str] = set()
+    slices: dict[str, tuple[str, int]] = {}
+    kept = []
+    for st in steps:
+        node = st.group.anchor
+        if node is None or node.op_type != "Concat" or st.group.chain or any(not i for i in node.inputs):
+            kept.append(st)
+            continue
+        out = g.values[node.outputs[0]]
+        axis = int(node.attr("axis"))
+        axis = axis + len(out.shape) if axis < 0 else axis
+        values = [g.values[i] for i in node.inputs] + [out]
+        roots = [sets.find(v.name) for v in values]
+        if any(int(d) != 1 for d in out.shape[:axis]) or len(set(roots)) != len(roots) or taken & set(roots) \
+                or any(m in external for r in roots for m in members[r]) or any(v.nbytes == 0 for v in values) \
+                or any(sum(v.nbytes for v in values[:k]) % align for k in range(1, len(values) - 1)):
+            kept.append(st)
+            continue
+        taken |= set(roots)
+        at = 0
+        for v in values[:-1]:
+            slices[v.name] = (out.name, at)
+            at += v.nbytes
+    return kept, slices
+
+
+def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: int = 64,
+                inplace: bool = True, threads: int = 1, slices: dict | None = None) -> MemoryPlan:
+    """Where every value and every kernel's scratch lives; per-thread scratch takes `threads`
+    copies (thread t's at offset + t * its size). `slices` (elide_concats): values that live
+    inside another value's storage, at a byte offset (a Concat's inputs in its output)."""
+    slices = slices or {}
+    sets = _view_sets(groups)
 
     inputs, outputs = set(g.inputs), set(g.outputs)
     consts = {n for n, v in g.values.items() if v.const is not None}
@@ -110,6 +160,10 @@ def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: i
             return None
         return min(firsts), max(lasts + firsts)
 
+    # values in a Concat's output take no part in in-place reuse: their storage is the
+    # output's, which outlives them
+    pinned = set(slices) | {o for o, _ in slices.values()}
+
     # in-place: an elementwise kernel's output takes over an input that dies in it
     reused: list[tuple[str, str]] = []
     if inplace:
@@ -118,12 +172,12 @@ def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: i
                 continue      # the anchor writes its whole output before the chain reads
             for o in st.writes:
                 ro = sets.find(o)
-                if external(members[ro]):
+                if external(members[ro]) or pinned & set(members[ro]):
                     continue
                 ov = g.values[o]
                 for i in st.reads:
                     ri = sets.find(i)
-                    if ri == ro or external(members[ri]):
+                    if ri == ro or external(members[ri]) or pinned & set(members[ri]):
                         continue
                     iv = g.values[i]
                     if tuple(iv.shape) != tuple(ov.shape) or iv.nbytes != ov.nbytes:
@@ -140,9 +194,17 @@ def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: i
                     reused.append((o, i))
                     break
 
+    # storage sets inside another one's: root -> (the enclosing root, byte offset)
+    inner = {sets.find(i): (sets.find(o), at) for i, (o, at) in slices.items()}
+    held: dict[str, list[str]] = {}
+    for r, (outer, _) in inner.items():
+        held.setdefault(outer, []).append(r)
+
     locations: dict[str, Location] = {}
     intervals: list[Interval] = []
     for root, mem in members.items():
+        if root in inner:
+            continue              # placed with the storage that holds it, below
         outs = [m for m in mem if m in outputs]
         ins = [m for m in mem if m in inputs]
         cs = [m for m in mem if m in consts]
@@ -156,7 +218,9 @@ def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: i
         elif cs:
             loc = Location("weight", cs[0])
         else:
-            span = set_span(mem)
+            # its lifetime spans the values it holds (a Concat's output: from its first
+            # input's kernel on)
+            span = set_span(mem + [m for r in held.get(root, []) for m in members[r]])
             if span is None:
                 continue
             size = max(g.values[m].nbytes for m in mem)
@@ -177,6 +241,9 @@ def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: i
     for v, loc in locations.items():
         if loc.kind == "arena":
             locations[v] = Location("arena", loc.name, offsets[loc.name])
+    for r, (outer, at) in inner.items():
+        for m in members[r]:
+            locations[m] = Location("arena", outer, offsets[outer] + at)
 
     # weights blob: constants that kernels read, each aligned
     weight_order, woff = [], 0
@@ -203,6 +270,7 @@ def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: i
         lower_bound_bytes=peak_live_bytes(intervals),
         alignment=align,
         inplace=reused,
+        slices=dict(slices),
     )
 
 
