@@ -488,8 +488,7 @@ class Matrix:
         (H, W), (KH, KW), (SH, SW), (DH, DW), (PH, PW), (OH, OW) = \
             w.size, w.kernel, w.strides, w.dilations, w.pads, w.out
         r, c = wrap(r), wrap(c)
-        channels = self.buf.size // (H * W)
-        if channels * H * W < IM2COL_U32_LIMIT:
+        if self.buf.size < IM2COL_U32_LIMIT:
             r, c = cast(r, U32), cast(c, U32)
         oh, ow = (c / OW, c % OW) if OH > 1 else (wrap(0, c), c)
         ih = local("ih", oh * SH + (r / KW) % KH * DH - PH)

@@ -4,9 +4,9 @@ Storage kinds: `input` / `output` (the caller's pointers), `weight` (offset in t
 read-only weights blob), `arena` (offset in the one workspace). Views (Reshape & co.)
 share their source's storage; an elementwise kernel may write its output over an input
 that dies there (in-place); a Concat's inputs may be computed straight into their slices of
-its output, and the Concat is then no kernel (elide_concats). Offsets: size-descending first fit over lifetimes, improved by
-a bounded search when it misses the lower bound (plan_offsets); then the validator checks
-the result on every compile.
+its output, and the Concat is then no kernel (elide_concats). Offsets: size-descending first
+fit over lifetimes, improved by a bounded search when it misses the lower bound
+(plan_offsets); then the validator checks the result on every compile.
 """
 from __future__ import annotations
 
