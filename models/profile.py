@@ -24,6 +24,16 @@ from .build import save
 from .zoo import ZOO
 
 
+def zoo_model(name: str, size: str, workdir: Path) -> tuple[Path, dict, dict]:
+    """Zoo model `name` saved under workdir: (its path, its input shapes, seeded inputs)."""
+    e = ZOO[name]
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / f"{name}_{size}.onnx"
+    save(e.build(size), path)
+    shapes = e.shapes_for(size)
+    return path, shapes, sample_inputs(import_model(load_onnx(path), name, shapes), seed=1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model")
@@ -35,15 +45,11 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=Path("build/profile"))
     ap.add_argument("--by-strategy", action="store_true", help="also sum the time by lowering strategy")
     a = ap.parse_args()
-    e = ZOO[a.model]
-    a.workdir.mkdir(parents=True, exist_ok=True)
-    path = a.workdir / f"{a.model}_{a.size}.onnx"
-    save(e.build(a.size), path)
-    feeds = sample_inputs(import_model(load_onnx(path), a.model, e.shapes_for(a.size)), seed=1)
+    path, shapes, feeds = zoo_model(a.model, a.size, a.workdir)
     per: dict[int, dict[str, float]] = {}
     for t in [int(x) for x in a.threads.split(",")]:
         out = compile_model(path, target=a.target, output_dir=a.workdir / f"{a.model}_{a.size}_{t}", threads=t,
-                            shapes=e.shapes_for(a.size))
+                            shapes=shapes)
         m = load(out, threads=t, profile=True)
         for _ in range(3):
             m.run(feeds)

@@ -20,12 +20,9 @@ from pathlib import Path
 import onnx
 
 from aotc.api import load
-from aotc.check.inputs import sample_inputs
 from aotc.compiler import compile_model
-from aotc.frontend import import_model, load_onnx
 
-from .build import save
-from .zoo import ZOO
+from .profile import zoo_model
 
 
 def ort_node_times(path: Path, feeds: dict, threads: int, runs: int, run_aotc, workdir: Path) -> dict[str, float]:
@@ -62,13 +59,9 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--workdir", type=Path, default=Path("build/vs_ort"))
     a = ap.parse_args()
-    e = ZOO[a.model]
-    a.workdir.mkdir(parents=True, exist_ok=True)
-    path = a.workdir / f"{a.model}_{a.size}.onnx"
-    save(e.build(a.size), path)
-    feeds = sample_inputs(import_model(load_onnx(path), a.model, e.shapes_for(a.size)), seed=1)
+    path, shapes, feeds = zoo_model(a.model, a.size, a.workdir)
     out = compile_model(path, target=a.target, output_dir=a.workdir / f"{a.model}_{a.size}", threads=a.threads,
-                        shapes=e.shapes_for(a.size))
+                        shapes=shapes)
     m = load(out, threads=a.threads, profile=True)
     for _ in range(3):
         m.run(feeds)
