@@ -93,16 +93,17 @@ _i = ctypes.c_int64
 class GemmLib:
     """Both runtime GEMMs compiled for one target, callable on numpy arrays."""
 
-    def __init__(self, target: str, workdir: Path, tiles: GemmTiles | None = None):
+    def __init__(self, target: str, workdir: Path, tiles: GemmTiles | None = None, defines: dict | None = None):
         self.target = load_target(target)
         self.tiles = tiles or GemmTiles.of(self.target)
         workdir.mkdir(parents=True, exist_ok=True)
-        tag = "_".join(str(v) for v in self.tiles.macros().values())
+        macros = {**self.tiles.macros(), **(defines or {})}
+        tag = "_".join(str(v) for v in macros.values())
         src = workdir / f"gemm_{target}_{tag}.c"
         src.write_text(_SHIM)
         lib = workdir / f"libgemm_{target}_{tag}.so"
         cmd = [self.target.get("cc", "cc"), *self.target["cflags"], "-Wno-unused-function",
-               *[f"-D{k}={v}" for k, v in self.tiles.macros().items()], f"-I{RUNTIME_DIR}", str(src), "-o", str(lib), *self.target["ldflags"]]
+               *[f"-D{k}={v}" for k, v in macros.items()], f"-I{RUNTIME_DIR}", str(src), "-o", str(lib), *self.target["ldflags"]]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
             raise RuntimeError(f"building the GEMM library for {target} failed:\n{proc.stderr}")

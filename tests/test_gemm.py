@@ -15,12 +15,16 @@ from models.gemm_bench import GemmLib
 _NEEDS = {name: set(load_target(name).get("requires", [])) for name in ("c", "c-avx2", "c-avx512")}
 
 
-@pytest.fixture(scope="module", params=["c", "c-avx2", "c-avx512"])
+@pytest.fixture(scope="module", params=["c", "c-avx2", "c-avx512", "c-avx512/plain-tile"])
 def lib(request, tmp_path_factory):
-    missing = _NEEDS[request.param] - cpu_flags()
+    """The GEMM of each target; plain-tile: its micro-kernel in plain C, as compilers without
+    GCC's vector extension build it (GCC and Clang hold the tile in vectors)."""
+    target, _, variant = request.param.partition("/")
+    missing = _NEEDS[target] - cpu_flags()
     if missing:
-        pytest.skip(f"this CPU lacks {', '.join(sorted(missing))} for target {request.param}")
-    return GemmLib(request.param, tmp_path_factory.mktemp(f"gemm_{request.param}"))
+        pytest.skip(f"this CPU lacks {', '.join(sorted(missing))} for target {target}")
+    defines = {"AOTC_TILE_VECTORS": 0} if variant == "plain-tile" else None
+    return GemmLib(target, tmp_path_factory.mktemp(f"gemm_{target}_{variant}"), defines=defines)
 
 
 def _shapes(t: GemmTiles):
