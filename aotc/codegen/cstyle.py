@@ -30,6 +30,7 @@ _PREC = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 4, "<=": 4, ">": 4, ">=": 4, "
 # generic math names with a float (`f` suffix in C99) and a double variant
 MATH_FUNCTIONS = ("exp", "log", "sqrt", "tanh", "erf", "floor", "ceil", "rint", "sin", "cos", "tan", "atan",
                   "asin", "acos", "sinh", "cosh", "pow", "fmod", "log1p", "atan2", "round", "expm1", "fabs")
+# and "sigmoid", which C has not: each printer spells it (sigmoid(), by default 1 / (1 + exp(-x)))
 
 
 class PrintError(Exception):
@@ -75,6 +76,11 @@ class CStylePrinter:
         """C99 spelling: expf for float, exp for double."""
         base = "fabs" if fn == "abs" else fn
         return f"{base}f" if np.dtype(dt) == np.float32 else base
+
+    def sigmoid(self, x: str, dt) -> str:
+        """1 / (1 + exp(-x)) (x printed as an operand of a unary minus)."""
+        one = self.float_literal(1.0, dt)
+        return f"({one} / ({one} + {self.math_name('exp', dt)}(-{x})))"
 
     def warp_xor(self, value: str, lane_mask: str) -> str:
         """`value` as the work-item whose lane in the warp is this one's xor lane_mask has it."""
@@ -164,6 +170,8 @@ class CStylePrinter:
         if isinstance(e, Call):
             if e.fn == WARP_XOR:
                 return self.warp_xor(self.expr(e.args[0]), self.expr(e.args[1]))
+            if e.fn == "sigmoid":
+                return self.sigmoid(self.expr(e.args[0], 99), e.dtype)
             if e.fn == "abs" and e.dtype.kind in "iu":
                 a = self.expr(e.args[0], 99)
                 return f"({a} < 0 ? -{a} : {a})"

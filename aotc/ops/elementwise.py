@@ -72,7 +72,7 @@ _UNARY = {
     "Log": lambda n, x: call("log", x),
     "Sqrt": lambda n, x: call("sqrt", x),
     "Reciprocal": lambda n, x: _c(1, x) / x,
-    "Sigmoid": lambda n, x: _c(1, x) / (_c(1, x) + call("exp", -x)),
+    "Sigmoid": lambda n, x: call("sigmoid", x),
     "Tanh": lambda n, x: call("tanh", x),
     "Erf": lambda n, x: call("erf", x),
     "Floor": lambda n, x: call("floor", x),

@@ -58,7 +58,7 @@ def _activation(name: str, alpha: float, beta: float):
     fns = {
         "relu": lambda x: select(x > c(0), x, c(0)),
         "tanh": lambda x: call("tanh", x),
-        "sigmoid": lambda x: c(1) / (c(1) + call("exp", -x)),
+        "sigmoid": lambda x: call("sigmoid", x),
         "softsign": lambda x: x / (c(1) + call("abs", x)),
         "softplus": lambda x: call("log1p", call("exp", x)),
         "affine": lambda x: c(alpha) * x + c(beta),

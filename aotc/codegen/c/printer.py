@@ -54,6 +54,11 @@ class CPrinter(CStylePrinter):
             return VECTOR_MATH[fn]
         return super().math_name(fn, dt)
 
+    def sigmoid(self, x: str, dt) -> str:
+        if np.dtype(dt) == np.float32:
+            return f"aotc_sigmoidf({x})"
+        return super().sigmoid(x, dt)
+
     def load(self, buf: Buffer, index: str) -> str:
         if buf.dtype.name in _HALF and buf.value_dtype != buf.dtype:
             return f"{_HALF[buf.dtype.name]}_to_float({buf.name}[{index}])"
