@@ -21,6 +21,7 @@ CASES = [
     "test_max_float32", "test_maxpool_1d_default", "test_mean_one_input", "test_mod_broadcast", "test_mul",
     "test_neg", "test_nllloss_NCd1d2d3_sum_weight_high_ii", "test_prelu_broadcast", "test_pow", "test_reciprocal",
     "test_reduce_max_default_axes_keepdims_random", "test_rnn_seq_length", "test_relu",
+    "test_rotary_embedding_with_interleaved_rotary_dim",
     "test_scatter_elements_with_axis", "test_scatternd", "test_sce_mean_weight_log_prob", "test_shape",
     "test_sigmoid", "test_softmax_axis_0",
     "test_split_1d_uneven_split_opset18", "test_sqrt", "test_sub", "test_sum_one_input", "test_tanh",
