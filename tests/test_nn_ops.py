@@ -321,6 +321,21 @@ def test_resize_linear(ct, tmp_path):
     assert_parity(graph_model(nodes, {"x": x}, ["y_up", "y_sz"], inits, opset=13), tmp_path, {"x": x})
 
 
+@pytest.mark.parametrize("ct", _CT)
+@pytest.mark.parametrize("a, exclude", [(-0.75, 0), (-0.5, 1)])
+def test_resize_cubic(ct, a, exclude, tmp_path):
+    """Cubic convolution (coefficient a, exclude_outside), up- and down-sampling by scales and
+    by sizes: four taps per axis, clamped at the edges or renormalized inside them."""
+    x = rand(2, 3, 6, 7, seed=14)
+    inits = {"up": np.array([1, 1, 2, 1.6], np.float32), "down": np.array([1, 1, 0.6, 0.5], np.float32),
+             "sizes": np.array([2, 3, 9, 4], np.int64)}
+    nodes = [helper.make_node("Resize", ["x", "", s], [f"y_{s}"], mode="cubic", coordinate_transformation_mode=ct,
+                              cubic_coeff_a=a, exclude_outside=exclude) for s in ("up", "down")]
+    nodes.append(helper.make_node("Resize", ["x", "", "", "sizes"], ["y_sizes"], mode="cubic",
+                                  coordinate_transformation_mode=ct, cubic_coeff_a=a, exclude_outside=exclude))
+    assert_parity(graph_model(nodes, {"x": x}, ["y_up", "y_down", "y_sizes"], inits, opset=13), tmp_path, {"x": x})
+
+
 @pytest.mark.parametrize("case", [
     ((1, 4, 28, 28), [1, 1, 1.25, 1.25], "half_pixel"),
     ((2, 3, 5, 6), [1, 1, 1, 2.5], "align_corners"),

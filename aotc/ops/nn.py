@@ -965,8 +965,8 @@ def _resize_spec(node, ins):
     r = len(x.shape)
     mode = node.attr("mode", "nearest")
     ct = node.attr("coordinate_transformation_mode", "half_pixel")
-    if mode not in ("nearest", "linear"):
-        raise UnsupportedError([f"Resize node {node.name!r} with mode {mode!r} (nearest and linear only)"])
+    if mode not in ("nearest", "linear", "cubic"):
+        raise UnsupportedError([f"Resize node {node.name!r} with mode {mode!r} (nearest, linear and cubic only)"])
     if ct not in _CT_MODES:
         raise UnsupportedError([f"Resize node {node.name!r} with coordinate_transformation_mode {ct!r}"])
     if mode == "nearest" and node.attr("nearest_mode", "round_prefer_floor") not in _NEAREST:
@@ -1091,10 +1091,10 @@ def _lower_resize(node, ctx):
     b = ctx.b
     r = len(X.shape)
     xst = _strides(X.shape)
-    linear = mode == "linear" and X.dtype.kind == "f"
-    if mode == "linear" and not linear:
-        raise UnsupportedError([f"Resize node {node.name!r}: linear mode on {X.dtype}"])
-    if RESIZE_BY_ROWS and linear and r >= 2 and not (out[-1] == X.shape[-1] and float(scales[-1]) == 1.0):
+    linear = mode in ("linear", "cubic") and X.dtype.kind == "f"      # (taps weighted and summed)
+    if mode != "nearest" and not linear:
+        raise UnsupportedError([f"Resize node {node.name!r}: {mode} mode on {X.dtype}"])
+    if RESIZE_BY_ROWS and mode == "linear" and r >= 2 and not (out[-1] == X.shape[-1] and float(scales[-1]) == 1.0):
         _resize_linear_by_rows(ctx, X, Y, out, scales, ct)
         return
     nest = _Nest(b, SPATIAL)
@@ -1119,7 +1119,11 @@ def _lower_resize(node, ctx):
             else:
                 idx_terms.append([(b.local(f"s{i}", _nearest_index(b, x, nearest_mode, L, f"r{i}")), None)])
             continue
-        idx_terms.append(_linear_taps(b, x, L, i))
+        if mode == "cubic":
+            idx_terms.append(_cubic_taps(b, x, L, i, float(node.attr("cubic_coeff_a", -0.75)),
+                                         bool(int(node.attr("exclude_outside", 0)))))
+        else:
+            idx_terms.append(_linear_taps(b, x, L, i))
     at = _dot(oo, _strides(out))
     if not linear:
         b.store(Y, at, X[_dot([t[0][0] for t in idx_terms], xst)])
@@ -1153,6 +1157,36 @@ def _linear_taps(b, x: Expr, L: int, i: int) -> list:
     d1 = b.local(f"db{i}", select(eq, _f(0.5), call("abs", xc - cast(i1, F32))))
     # the tap at i0 is weighted by the distance to i1 and vice versa
     return [(i0, d1), (i1, d0)]
+
+
+def _cubic_taps(b, x: Expr, L: int, i: int, A: float, exclude_outside: bool) -> list:
+    """The four taps [(index, weight)] of source coordinate x on an axis of length L: indices
+    floor(x) - 1 ... floor(x) + 2, clamped into the axis, weighted by the cubic convolution
+    kernel with coefficient A at their distances from x (Keys' kernel, A = -0.75 by default as
+    in ONNX). exclude_outside: taps outside the axis weigh 0 and the others are renormalized."""
+    f0 = b.local(f"f{i}", call("floor", x))
+    t = b.local(f"t{i}", x - f0)                       # in [0, 1): distance past the second tap
+    i0 = b.local(f"c{i}", cast(f0, I64))
+    a = _f(A)
+
+    def far(d):      # the kernel at a distance d in [1, 2]
+        return ((a * d - _f(5.0) * a) * d + _f(8.0) * a) * d - _f(4.0) * a
+
+    def near(d):     # ... and at a distance d in [0, 1]
+        return ((a + _f(2.0)) * d - (a + _f(3.0))) * d * d + _f(1.0)
+
+    weights = [far(t + _f(1.0)), near(t), near(_f(1.0) - t), far(_f(2.0) - t)]
+    taps = []
+    for k, w in zip(range(-1, 3), weights):
+        ix = b.local(f"k{i}_{k + 1}", i0 + k)
+        w = b.local(f"w{i}_{k + 1}", w)
+        if exclude_outside:
+            w = b.local(f"w{i}_{k + 1}", select(binop("&&", ix >= 0, ix < L), w, _f(0.0)))
+        taps.append((maximum(const(0), minimum(const(L - 1), ix)), w))
+    if exclude_outside:
+        total = b.local(f"wsum{i}", taps[0][1] + taps[1][1] + taps[2][1] + taps[3][1])
+        taps = [(ix, w / total) for ix, w in taps]
+    return taps
 
 
 def _resize_linear_by_rows(ctx, X, Y, out, scales, ct) -> None:
