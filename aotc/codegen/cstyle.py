@@ -25,11 +25,12 @@ from ..kernel.ir import (BOUND, PARALLEL, WARP_XOR, Assign, Barrier, BinOp, BufP
                          Select, Stmt, Store, Unary, Var)
 
 _ARITH = {"+", "-", "*", "/", "%"}
-_PREC = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 4, "<=": 4, ">": 4, ">=": 4, "<<": 5, ">>": 5,
+_PREC = {"||": 1, "&&": 2, "|": 2.25, "^": 2.5, "&": 2.75, "==": 3, "!=": 3, "<": 4, "<=": 4, ">": 4, ">=": 4, "<<": 5, ">>": 5,
          "+": 6, "-": 6, "*": 7, "/": 7, "%": 7}
 # generic math names with a float (`f` suffix in C99) and a double variant
 MATH_FUNCTIONS = ("exp", "log", "sqrt", "tanh", "erf", "floor", "ceil", "rint", "sin", "cos", "tan", "atan",
-                  "asin", "acos", "sinh", "cosh", "pow", "fmod", "log1p", "atan2", "round", "expm1", "fabs")
+                  "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh", "pow", "fmod", "log1p", "atan2",
+                  "round", "expm1", "fabs")
 # and "sigmoid", which C has not: each printer spells it (sigmoid(), by default 1 / (1 + exp(-x)))
 
 

@@ -968,7 +968,8 @@ def evaluate(e: Expr, env: dict) -> Union[int, float, bool]:
                 "<": lambda: a < b, "<=": lambda: a <= b, ">": lambda: a > b, ">=": lambda: a >= b,
                 "==": lambda: a == b, "!=": lambda: a != b, "&&": lambda: bool(a and b),
                 "||": lambda: bool(a or b), "min": lambda: min(a, b), "max": lambda: max(a, b),
-                "<<": lambda: a << b, ">>": lambda: a >> b}[e.op]()
+                "<<": lambda: a << b, ">>": lambda: a >> b, "&": lambda: a & b, "|": lambda: a | b,
+                "^": lambda: a ^ b}[e.op]()
     if isinstance(e, Unary):
         a = evaluate(e.a, env)
         return -a if e.op == "-" else (not a)

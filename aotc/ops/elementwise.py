@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..kernel.ir import Const, Expr, Var, binop, call, cast, const, select
 from .common import broadcast
@@ -103,12 +103,30 @@ _UNARY = {
     "HardSigmoid": lambda n, x: _clamp01(_c(_num(n, "alpha", 0.2), x) * x + _c(_num(n, "beta", 0.5), x)),
     "HardSwish": lambda n, x: x * _clamp01(x * _c(1 / 6, x) + _c(0.5, x)),
     "Mish": lambda n, x: x * call("tanh", call("log1p", call("exp", x))),
+    "Asinh": lambda n, x: call("asinh", x),
+    "Acosh": lambda n, x: call("acosh", x),
+    "Atanh": lambda n, x: call("atanh", x),
+    "Swish": lambda n, x: x * call("sigmoid", _c(_num(n, "alpha", 1.0), x) * x),
+    "Shrink": lambda n, x: _shrink(n, x),
+    "BitwiseNot": lambda n, x: binop("^", x, _all_ones(x.dtype)),
     "Gelu": lambda n, x: _gelu(n, x),
     "Not": lambda n, x: binop("==", x, const(0, x.dtype)),
     "IsNaN": lambda n, x: binop("!=", x, x),
     "Identity": lambda n, x: x,
     "aotc.Copy": lambda n, x: x,
 }
+
+
+def _shrink(n, x):
+    """x + bias below -lambd, x - bias above lambd, 0 between (NaN: 0, both tests false)"""
+    lambd, bias = _num(n, "lambd", 0.5), _num(n, "bias", 0.0)
+    return select(x < _c(-lambd, x), x + _c(bias, x), select(x > _c(lambd, x), x - _c(bias, x), _c(0, x)))
+
+
+def _all_ones(dt) -> Const:
+    """The value of dt with every bit set (x ^ it is ~x without C's promotion to int making a
+    uint8's complement negative)."""
+    return const(-1 if dt.kind == "i" else (1 << (8 * dt.itemsize)) - 1, dt)
 
 
 def _gelu(n, x):
@@ -118,7 +136,14 @@ def _gelu(n, x):
     return _c(0.5, x) * x * (_c(1, x) + call("erf", x * _c(1 / math.sqrt(2), x)))
 
 
+# ops defined on some element kinds only: f float, i/u signed/unsigned integers
+_KINDS = {"Asinh": "f", "Acosh": "f", "Atanh": "f", "Swish": "f", "Shrink": "f", "BitwiseNot": "iu"}
+
+
 def _unary_infer(node, ins):
+    kinds = _KINDS.get(node.op_type)
+    if kinds is not None and ins[0].dtype.kind not in kinds:
+        raise UnsupportedError([f"{node.op_type} node {node.name!r} on element type {ins[0].dtype}"])
     dt = dtypes.BOOL if node.op_type in ("Not", "IsNaN", "IsInf") else ins[0].dtype
     return [(dt, ins[0].shape)]
 
@@ -232,11 +257,16 @@ _BINARY = {
     "Xor": lambda n, a, b: binop("!=", a.ne(const(0, a.dtype)), b.ne(const(0, b.dtype))),
     "PRelu": lambda n, a, b: select(a < _c(0, a), a * b, a),
     "BitShift": lambda n, a, b: binop("<<" if n.attr("direction", "LEFT") == "LEFT" else ">>", a, b),
+    "BitwiseAnd": lambda n, a, b: binop("&", a, b),
+    "BitwiseOr": lambda n, a, b: binop("|", a, b),
+    "BitwiseXor": lambda n, a, b: binop("^", a, b),
 }
 _CMP = {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor"}
 
 
 def _binary_infer(node, ins):
+    if node.op_type.startswith("Bitwise") and ins[0].dtype.kind not in "iu":
+        raise UnsupportedError([f"{node.op_type} node {node.name!r} on element type {ins[0].dtype}"])
     shape = broadcast(*[v.shape for v in ins if v is not None], node=node)
     dt = dtypes.BOOL if node.op_type in _CMP else ins[0].dtype
     return [(dt, shape)]

@@ -43,7 +43,7 @@ def _reduction(node) -> str:
 def _infer(node, ins):
     x, t = ins[0], ins[1]
     if x.dtype.kind != "f":
-        raise UnsupportedError(f"{node.op_type} node {node.name!r}: element type {x.dtype} (floating point only)")
+        raise UnsupportedError([f"{node.op_type} node {node.name!r}: element type {x.dtype} (floating point only)"])
     n, c, _ = _dims(node, x, t)
     w = ins[2] if len(ins) > 2 else None
     if w is not None and tuple(w.shape) != (c,):

@@ -21,7 +21,7 @@ def _geometry(node, ins):
     pos = ins[3] if len(ins) > 3 else None
     name = f"RotaryEmbedding node {node.name!r}"
     if x.dtype.kind != "f":
-        raise UnsupportedError(f"{name}: element type {x.dtype} (floating point only)")
+        raise UnsupportedError([f"{name}: element type {x.dtype} (floating point only)"])
     heads_attr = int(node.attr("num_heads", 0))
     if len(x.shape) == 4:
         batch, heads, seq, head = x.shape
