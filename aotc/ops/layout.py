@@ -1,0 +1,159 @@
+"""Layout and scan operators: DepthToSpace, SpaceToDepth (index permutations, one strided
+copy each), CumSum and CumProd (running sums / products along an axis), EyeLike."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError, UnsupportedError
+from ..ir import dtypes
+from ..kernel.ir import ORDERED, SPATIAL, Load, const, select
+from .common import norm_axis, prod
+from .registry import register
+from .tensor import strided_copy
+
+
+# ----------------------------------------------------------------------------- DepthToSpace / SpaceToDepth
+def _blocks(node, x, to_space: bool) -> tuple[int, int, int, int, int]:
+    """(N, C, H, W, blocksize) of a 4-D input, checked."""
+    name = f"{node.op_type} node {node.name!r}"
+    if len(x.shape) != 4:
+        raise ShapeError(f"{name}: input {tuple(x.shape)} must be 4-D [N, C, H, W]")
+    bs = int(node.attr("blocksize", 0))
+    if bs < 1:
+        raise ShapeError(f"{name}: blocksize {bs} must be at least 1")
+    n, c, h, w = x.shape
+    if to_space and c % (bs * bs):
+        raise ShapeError(f"{name}: {c} channels are not a multiple of blocksize^2 = {bs * bs}")
+    if not to_space and (h % bs or w % bs):
+        raise ShapeError(f"{name}: height {h} and width {w} must be multiples of blocksize {bs}")
+    return n, c, h, w, bs
+
+
+def _d2s_infer(node, ins):
+    n, c, h, w, bs = _blocks(node, ins[0], True)
+    if node.attr("mode", "DCR") not in ("DCR", "CRD"):
+        raise ShapeError(f"DepthToSpace node {node.name!r}: mode {node.attr('mode')!r} is neither DCR nor CRD")
+    return [(ins[0].dtype, (n, c // (bs * bs), h * bs, w * bs))]
+
+
+def _lower_d2s(node, ctx):
+    X, Y = ctx.ins[0], ctx.outs[0]
+    n, c, h, w, bs = _blocks(node, X, True)
+    oc = c // (bs * bs)
+    mode = node.attr("mode", "DCR")
+    # the output walked as [N, C', H, bs, W, bs] (its own layout); y[n, c', h*bs + i, w*bs + j] is
+    # x[n, (i*bs + j)*C' + c', h, w] in DCR mode, x[n, c'*bs*bs + i*bs + j, h, w] in CRD mode
+    hw = h * w
+    if mode == "DCR":
+        src = (c * hw, hw, w, bs * oc * hw, 1, oc * hw)
+    else:
+        src = (c * hw, bs * bs * hw, w, bs * hw, 1, hw)
+    shape = (n, oc, h, bs, w, bs)
+    dst = [prod(shape[k + 1:]) for k in range(6)]
+    ctx.b.comment(f"DepthToSpace ({mode}), blocks of {bs} x {bs}")
+    strided_copy(ctx.b, Y, X, shape, dst, src)
+
+
+def _s2d_infer(node, ins):
+    n, c, h, w, bs = _blocks(node, ins[0], False)
+    if node.attr("mode", "DCR") not in ("DCR", "CRD"):
+        raise ShapeError(f"SpaceToDepth node {node.name!r}: mode {node.attr('mode')!r} is neither DCR nor CRD")
+    return [(ins[0].dtype, (n, c * bs * bs, h // bs, w // bs))]
+
+
+def _lower_s2d(node, ctx):
+    X, Y = ctx.ins[0], ctx.outs[0]
+    n, c, h, w, bs = _blocks(node, X, False)
+    mode = node.attr("mode", "DCR")          # (an attribute since opset 28; DCR before)
+    # the output walked as [N, bs, bs, C, H', W'] in DCR mode: y[n, (i*bs + j)*C + c, h, w] =
+    # x[n, c, h*bs + i, w*bs + j]; as [N, C, bs, bs, H', W'] in CRD mode: y[n, c*bs*bs + i*bs + j, h, w]
+    oh, ow = h // bs, w // bs
+    if mode == "DCR":
+        shape, src = (n, bs, bs, c, oh, ow), (c * h * w, w, 1, h * w, bs * w, bs)
+    else:
+        shape, src = (n, c, bs, bs, oh, ow), (c * h * w, h * w, w, 1, bs * w, bs)
+    dst = [prod(shape[k + 1:]) for k in range(6)]
+    ctx.b.comment(f"SpaceToDepth ({mode}), blocks of {bs} x {bs}")
+    strided_copy(ctx.b, Y, X, shape, dst, src)
+
+
+register("DepthToSpace", lower=_lower_d2s)(_d2s_infer)
+register("SpaceToDepth", lower=_lower_s2d)(_s2d_infer)
+
+
+# ----------------------------------------------------------------------------- CumSum / CumProd
+def _scan_axis(node, ins) -> int:
+    x, a = ins[0], ins[1]
+    if a is None or a.const is None:
+        raise ShapeError(f"{node.op_type} node {node.name!r}: axis must be known at compile time",
+                         "bind the input that feeds it with --const")
+    arr = np.asarray(a.const).reshape(-1)
+    if arr.size != 1:
+        raise ShapeError(f"{node.op_type} node {node.name!r}: axis must be one value, not {arr.size}")
+    return norm_axis(int(arr[0]), len(x.shape), node)
+
+
+def _scan_infer(node, ins):
+    x = ins[0]
+    if len(x.shape) == 0:
+        raise ShapeError(f"{node.op_type} node {node.name!r}: the input must have at least one dim")
+    if x.dtype.kind not in "fiu":
+        raise UnsupportedError([f"{node.op_type} node {node.name!r} on element type {x.dtype}"])
+    _scan_axis(node, ins)
+    return [(x.dtype, tuple(x.shape))]
+
+
+def _lower_scan(node, ctx):
+    """y[k] = y[k - 1] (op) x[k] along the axis (x[k - 1] when exclusive; from the end when
+    reverse), row after row so that the innermost loop runs along the contiguous dims. The
+    running value is the output's previous row, in the input's type, one step after the other
+    as ONNX Runtime computes it."""
+    X, Y = ctx.ins[0], ctx.outs[0]
+    axis = _scan_axis(node, [ctx.value(0), ctx.value(1)])
+    pre, n, post = prod(X.shape[:axis]), X.shape[axis], prod(X.shape[axis + 1:])
+    exclusive, reverse = bool(int(node.attr("exclusive", 0))), bool(int(node.attr("reverse", 0)))
+    product = node.op_type == "CumProd"
+    identity = const(1 if product else 0, X.dtype)
+    b = ctx.b
+    b.comment(f"{node.op_type} along axis {axis} ({n} steps)" + (", exclusive" if exclusive else "")
+              + (", reversed" if reverse else ""))
+    def row(p, k):                          # offset of row k (along the axis) in block p
+        return p * n + k
+
+    first = n - 1 if reverse else 0
+    with b.loop(pre, "p", role=SPATIAL) as p:
+        with b.loop(post, "q", role=SPATIAL) as q:
+            b.store(Y, row(p, first) * post + q, identity if exclusive else Load(X, row(p, first) * post + q))
+        with b.loop(n - 1, "s", role=ORDERED) as s:         # the steps after the first
+            k = (const(n - 2) - s) if reverse else s + 1
+            prev = k + 1 if reverse else k - 1
+            with b.loop(post, "q", role=SPATIAL) as q:
+                before = Load(Y, row(p, prev) * post + q)
+                step = Load(X, row(p, prev if exclusive else k) * post + q)
+                b.store(Y, row(p, k) * post + q, before * step if product else before + step)
+
+
+register(["CumSum", "CumProd"], lower=_lower_scan, const_inputs=(1,), accepts_epilogue=False)(_scan_infer)
+
+
+# ----------------------------------------------------------------------------- EyeLike
+def _eye_infer(node, ins):
+    x = ins[0]
+    if len(x.shape) != 2:
+        raise ShapeError(f"EyeLike node {node.name!r}: input {tuple(x.shape)} must be 2-D")
+    dt = node.attr("dtype", None)
+    out = dtypes.from_onnx(int(dt)) if dt is not None else x.dtype
+    return [(out, tuple(x.shape))]
+
+
+def _lower_eye(node, ctx):
+    Y = ctx.outs[0]
+    rows, cols = Y.shape
+    k = int(node.attr("k", 0))
+    b = ctx.b
+    b.comment(f"ones on diagonal {k}")
+    with b.loops([rows, cols], ["i", "j"], role=SPATIAL) as (i, j):
+        b.store(Y, i * cols + j, select((j - i).eq(const(k)), const(1, Y.dtype), const(0, Y.dtype)))
+
+
+register("EyeLike", lower=_lower_eye)(_eye_infer)
