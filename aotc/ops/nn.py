@@ -739,6 +739,7 @@ def _lower_pool(node, ctx):
     SL, OL = prod(S), prod(O)
     xst, ost = _strides(S), _strides(O)
     is_max = node.op_type == "MaxPool"
+    lp = int(node.attr("p", 2)) if node.op_type == "LpPool" else None
     include_pad = bool(int(node.attr("count_include_pad", 0)))
     if is_max and int(node.attr("storage_order", 0)):
         ist = _strides(S[::-1])[::-1]       # column-major spatial index
@@ -791,12 +792,14 @@ def _lower_pool(node, ctx):
             else:
                 b.assign(acc, select(v > acc, v, acc))
         else:
-            b.assign(acc, acc + v)
+            b.assign(acc, acc + (_lp_term(v, lp) if lp is not None else v))
         inner.close()
         if is_max:
             b.store(Y, out_at, acc)
             if I is not None:
                 b.store(I, out_at, arg)
+        elif lp is not None:
+            b.store(Y, out_at, cast(_lp_root(acc, lp), X.dtype))
         else:
             b.store(Y, out_at, acc / cast(count(oo, bounds), X.dtype))
 
@@ -837,8 +840,27 @@ def _lower_pool(node, ctx):
         outer.close()
 
 
+def _lp_term(v: Expr, p: int) -> Expr:
+    """|v|^p, a tap's share of an Lp norm"""
+    return call("abs", v) if p == 1 else v * v if p == 2 else call("pow", call("abs", v), const(float(p), v.dtype))
+
+
+def _lp_root(acc: Expr, p: int) -> Expr:
+    """the p-th root of a sum of |v|^p"""
+    return acc if p == 1 else call("sqrt", acc) if p == 2 else call("pow", acc, const(1.0 / p, acc.dtype))
+
+
+def _lp_infer(node, ins):
+    if ins[0].dtype.kind != "f":
+        raise UnsupportedError([f"{node.op_type} node {node.name!r} on element type {ins[0].dtype}"])
+    if int(node.attr("p", 2)) < 1:
+        raise _err(node, f"p = {node.attr('p')} must be at least 1")
+    return (_avgpool_infer if node.op_type == "LpPool" else _global_infer)(node, ins)
+
+
 register("MaxPool", lower=_lower_pool)(_maxpool_infer)
 register("AveragePool", lower=_lower_pool)(_avgpool_infer)
+register("LpPool", lower=_lower_pool)(_lp_infer)       # taps outside (the padding) add |0|^p = 0
 
 
 def _global_infer(node, ins):
@@ -853,17 +875,22 @@ def _lower_global(node, ctx):
     N, C = X.shape[:2]
     SL = prod(X.shape[2:])
     is_max = node.op_type == "GlobalMaxPool"
+    lp = int(node.attr("p", 2)) if node.op_type == "GlobalLpPool" else None
     b = ctx.b
     with b.loops([N * C], ["nc"], role=SPATIAL) as (nc,):
         acc = b.local("acc", _lowest(X.dtype)) if is_max else b.accumulator("acc", const(0, X.dtype))
         with b.loop(SL, "p", role=REDUCTION) as p:
             v = X[nc * SL + p]
-            b.assign(acc, select(v > acc, v, acc) if is_max else acc + v)
-        b.store(Y, nc, acc if is_max else acc / const(SL, X.dtype))
+            b.assign(acc, select(v > acc, v, acc) if is_max else acc + (_lp_term(v, lp) if lp is not None else v))
+        if lp is not None:
+            b.store(Y, nc, cast(_lp_root(acc, lp), X.dtype))
+        else:
+            b.store(Y, nc, acc if is_max else acc / const(SL, X.dtype))
 
 
 register("GlobalAveragePool", lower=_lower_global)(_global_infer)
 register("GlobalMaxPool", lower=_lower_global)(_global_infer)
+register("GlobalLpPool", lower=_lower_global)(_lp_infer)
 
 
 # ----------------------------------------------------------------------------- Pad
