@@ -24,6 +24,7 @@ from .memory import MemoryPlan, elide_concats, plan_memory
 from .memory.planner import mark_aliased
 from .ops import registry
 from .passes.manager import PassManager
+from .passes.normalize import REWRITTEN_OPS
 from .paths import RUNTIME_DIR
 from .program import Program
 from .targets import NATIVE, load_target
@@ -61,10 +62,16 @@ def node_opset(g: Graph, n) -> int:
     return g.domain_opsets.get(n.domain or "ai.onnx", g.opset)
 
 
+def is_supported(n) -> bool:
+    """Does aotc compile node n: an op of the registry, or one the opset normalization rewrites
+    into one (Upsample, Scatter)?"""
+    return registry.is_supported(n) or (n.domain in ("", "ai.onnx") and n.op_type in REWRITTEN_OPS)
+
+
 def check_supported(g: Graph) -> None:
     bad = []
     for n in g.nodes:
-        if not registry.is_supported(n):
+        if not is_supported(n):
             dom = n.domain or "ai.onnx"
             bad.append(f"{n.op_type} (domain {dom}, opset {node_opset(g, n)}) in node {n.name!r}")
     if bad:

@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 from .codegen.abi import ports
-from .compiler import analyze, default_name, node_opset
+from .compiler import analyze, default_name, is_supported, node_opset
 from .frontend import import_model, load_onnx
-from .ops import registry
 
 
 def inspect_model(path, target: str = "native", shapes=None, consts=None, progress=None) -> dict:
@@ -16,7 +15,7 @@ def inspect_model(path, target: str = "native", shapes=None, consts=None, progre
         "nodes_before": len(g.nodes),
         "unsupported": [
             {"op_type": n.op_type, "domain": n.domain or "ai.onnx", "opset": node_opset(g, n), "node": n.name}
-            for n in g.nodes if not registry.is_supported(n)
+            for n in g.nodes if not is_supported(n)
         ],
     }
     if info["unsupported"]:

@@ -465,6 +465,17 @@ def test_normalize_opset(case):
     _same_as_ort(m, g, {"x": x})
 
 
+@pytest.mark.parametrize("case", ["upsample7_nearest", "upsample9_linear", "scatter10"])
+def test_rewritten_ops_compile_end_to_end(case, tmp_path):
+    """The deprecated ops the normalization rewrites (Upsample, Scatter) pass the compiler's
+    support check and match ONNX Runtime through the whole pipeline."""
+    from tests.helpers import assert_parity
+    opset, node, inits, shape, _ = NORMALIZE_CASES[case]
+    x = rand(*shape, seed=43)
+    m = graph_model([node], {"x": x}, list(node.output), inits, opset=opset)
+    assert_parity(m, tmp_path, {"x": x})
+
+
 def test_normalize_batchnorm_drops_legacy_attributes():
     x = rand(2, 3, 4, 4, seed=42)
     m = graph_model([N("BatchNormalization", ["x"] + BN_IN, ["y"], spatial=1, epsilon=1e-4)], {"x": x}, ["y"],

@@ -7,6 +7,9 @@ import numpy as np
 from ..ir.graph import Graph, Node
 from .evaluate import NORMALIZED_OPSET
 
+# operators normalize_opset replaces by another one (deprecated spellings): they compile as that one
+REWRITTEN_OPS = {"Upsample": "Resize", "Scatter": "ScatterElements"}
+
 _REDUCE = ["ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
            "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"]
 
