@@ -1,0 +1,292 @@
+"""Quantization operators: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
+MatMulInteger, QLinearMatMul.
+
+Quantizing rounds half to even (C's rint in the default rounding mode) and saturates to the
+output type: y = clamp(rint(x / scale) + zero_point). A NaN quantizes to the zero point (ONNX
+leaves it undefined; C would leave a conversion of NaN undefined too). Scales and zero points
+are per tensor (scalars) or per axis (1-D along `axis`); blocked quantization (block_size > 0),
+the float8 and 4-bit types are not supported. Integer products accumulate exactly in int32."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError, UnsupportedError
+from ..ir import dtypes
+from ..kernel.ir import F32, REDUCTION, SPATIAL, Expr, Load, binop, call, cast, const, select
+from .common import broadcast, norm_axis, prod
+from .registry import register
+
+I32 = np.dtype(np.int32)
+_QTYPES = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.uint16), np.dtype(np.int16))
+
+
+def _name(node) -> str:
+    return f"{node.op_type} node {node.name!r}"
+
+
+def _quant_params(node, x, scale, zp) -> int | None:
+    """The axis of per-axis parameters (None: per tensor), checked."""
+    if int(node.attr("block_size", 0)):
+        raise UnsupportedError([f"{_name(node)} with block_size {node.attr('block_size')} (blocked quantization)"])
+    if scale.dtype != dtypes.FLOAT32:
+        raise UnsupportedError([f"{_name(node)} with a {scale.dtype} scale (float32 only)"])
+    if zp is not None and tuple(zp.shape) != tuple(scale.shape):
+        raise ShapeError(f"{_name(node)}: zero point {tuple(zp.shape)} and scale {tuple(scale.shape)} differ")
+    if prod(scale.shape) == 1 and len(scale.shape) <= 1:
+        return None
+    if len(scale.shape) != 1:
+        raise ShapeError(f"{_name(node)}: scale {tuple(scale.shape)} must be a scalar or 1-D")
+    axis = norm_axis(int(node.attr("axis", 1)), len(x.shape), node)
+    if scale.shape[0] != x.shape[axis]:
+        raise ShapeError(f"{_name(node)}: {scale.shape[0]} scales for axis {axis} of {tuple(x.shape)}")
+    return axis
+
+
+def _saturate(b, v: Expr, dt) -> Expr:
+    """rint-ed float v (zero point added) clamped into dt's range, NaN to 0, as dt"""
+    info = np.iinfo(dt)
+    v = b.local("q", v)
+    lo, hi = const(float(info.min), F32), const(float(info.max), F32)
+    v = select(binop("!=", v, v), const(0.0, F32), select(v < lo, lo, select(v > hi, hi, v)))
+    return cast(v, dt)
+
+
+# ----------------------------------------------------------------------------- QuantizeLinear
+def _q_dtype(node, ins) -> np.dtype:
+    zp = ins[2] if len(ins) > 2 else None
+    od = int(node.attr("output_dtype", 0))
+    if zp is not None:
+        dt = zp.dtype
+    elif od:
+        try:
+            dt = dtypes.from_onnx(od)
+        except dtypes.UnsupportedDtype:
+            raise UnsupportedError([f"{_name(node)} with output_dtype {od}"]) from None
+    else:
+        dt = np.dtype(np.uint8)
+    if dt not in _QTYPES:
+        raise UnsupportedError([f"{_name(node)} to {dt} (uint8, int8, uint16, int16 only)"])
+    return dt
+
+
+def _q_infer(node, ins):
+    x = ins[0]
+    if x.dtype != dtypes.FLOAT32:
+        raise UnsupportedError([f"{_name(node)} on {x.dtype} (float32 only)"])
+    _quant_params(node, x, ins[1], ins[2] if len(ins) > 2 else None)
+    return [(_q_dtype(node, ins), tuple(x.shape))]
+
+
+def _split(x_shape, axis):
+    """x as (before the axis, the axis, after it); per tensor (axis None): (1, 1, everything)."""
+    if axis is None:
+        return 1, 1, prod(x_shape)
+    return prod(x_shape[:axis]), x_shape[axis], prod(x_shape[axis + 1:])
+
+
+def _lower_q(node, ctx):
+    X, S, Y = ctx.ins[0], ctx.ins[1], ctx.outs[0]
+    Z = ctx.ins[2] if len(ctx.ins) > 2 else None
+    axis = _quant_params(node, X, S, Z)
+    b = ctx.b
+    pre, n, post = _split(X.shape, axis)
+    b.comment(f"quantize to {Y.dtype}: rint(x / scale) + zero point, saturated"
+              + (f"; scale per index of axis {axis}" if axis is not None else ""))
+    with b.loops([pre, n, post], ["p", "c", "q"], role=SPATIAL) as (p, c, q):
+        at = (p * n + c) * post + q
+        zp = cast(Load(Z, c), F32) if Z is not None else const(0.0, F32)
+        b.store(Y, at, _saturate(b, call("rint", Load(X, at) / Load(S, c)) + zp, Y.dtype))
+
+
+register("QuantizeLinear", lower=_lower_q)(_q_infer)
+
+
+# ----------------------------------------------------------------------------- DequantizeLinear
+def _dq_infer(node, ins):
+    x = ins[0]
+    if x.dtype not in _QTYPES + (I32,):
+        raise UnsupportedError([f"{_name(node)} from {x.dtype}"])
+    zp = ins[2] if len(ins) > 2 else None
+    _quant_params(node, x, ins[1], zp)
+    if zp is not None and zp.dtype != x.dtype:
+        raise ShapeError(f"{_name(node)}: zero point {zp.dtype} and input {x.dtype} differ")
+    return [(ins[1].dtype, tuple(x.shape))]
+
+
+def _lower_dq(node, ctx):
+    X, S, Y = ctx.ins[0], ctx.ins[1], ctx.outs[0]
+    Z = ctx.ins[2] if len(ctx.ins) > 2 else None
+    axis = _quant_params(node, X, S, Z)
+    b = ctx.b
+    pre, n, post = _split(X.shape, axis)
+    b.comment("dequantize: (x - zero point) * scale" + (f", per index of axis {axis}" if axis is not None else ""))
+    with b.loops([pre, n, post], ["p", "c", "q"], role=SPATIAL) as (p, c, q):
+        at = (p * n + c) * post + q
+        v = cast(Load(X, at), I32) - (cast(Load(Z, c), I32) if Z is not None else const(0, I32))
+        b.store(Y, at, cast(v, F32) * Load(S, c))
+
+
+register("DequantizeLinear", lower=_lower_dq)(_dq_infer)
+
+
+# ----------------------------------------------------------------------------- DynamicQuantizeLinear
+def _dyn_infer(node, ins):
+    x = ins[0]
+    if x.dtype != dtypes.FLOAT32:
+        raise UnsupportedError([f"{_name(node)} on {x.dtype} (float32 only)"])
+    return [(np.dtype(np.uint8), tuple(x.shape)), (dtypes.FLOAT32, ()), (np.dtype(np.uint8), ())]
+
+
+def _lower_dyn(node, ctx):
+    """scale = (max(x, 0) - min(x, 0)) / 255, zero point = saturate(rint(-min / scale)), then
+    quantize as QuantizeLinear does (an all-zero x: scale 0, zero point 0, y 0)."""
+    X, Y = ctx.ins[0], ctx.outs[0]
+    SC = ctx.outs[1] if len(ctx.outs) > 1 else None
+    ZP = ctx.outs[2] if len(ctx.outs) > 2 else None
+    n = prod(X.shape)
+    u8 = np.dtype(np.uint8)
+    b = ctx.b
+    b.comment("uint8 quantization with the scale and zero point of x's range (0 included)")
+    lo = b.local("lo", const(0.0, F32))
+    hi = b.local("hi", const(0.0, F32))
+    with b.loop(n, "i", role=REDUCTION) as i:
+        v = b.local("v", Load(X, i))
+        b.assign(lo, select(v < lo, v, lo))
+        b.assign(hi, select(v > hi, v, hi))
+    scale = b.local("scale", (hi - lo) / const(255.0, F32))
+    empty = b.local("empty", binop("==", scale, const(0.0, F32)))
+    zpf = b.local("zpf", select(empty, const(0.0, F32), call("rint", (const(0.0, F32) - lo) / scale)))
+    zpf = b.local("zpc", select(zpf < const(0.0, F32), const(0.0, F32),
+                                select(zpf > const(255.0, F32), const(255.0, F32), zpf)))
+    if SC is not None:
+        b.store(SC, 0, scale)
+    if ZP is not None:
+        b.store(ZP, 0, cast(zpf, u8))
+    with b.loop(n, "i", role=SPATIAL) as i:
+        q = select(empty, const(0.0, F32), call("rint", Load(X, i) / scale) + zpf)
+        b.store(Y, i, _saturate(b, q, u8))
+
+
+register("DynamicQuantizeLinear", lower=_lower_dyn, accepts_epilogue=False)(_dyn_infer)
+
+
+# ----------------------------------------------------------------------------- MatMulInteger, QLinearMatMul
+def _mm_dims(node, a, b):
+    """(batch shape, M, K, N) of an integer matmul, numpy's broadcasting of the batch dims."""
+    if len(a.shape) < 2 or len(b.shape) < 2:
+        raise UnsupportedError([f"{_name(node)} on 1-D operands {tuple(a.shape)}, {tuple(b.shape)}"])
+    M, K = a.shape[-2:]
+    K2, N = b.shape[-2:]
+    if K != K2:
+        raise ShapeError(f"{_name(node)}: {tuple(a.shape)} x {tuple(b.shape)}: inner dims {K} and {K2} differ")
+    batch = broadcast(tuple(a.shape[:-2]), tuple(b.shape[:-2]), node=node)
+    return tuple(batch), M, K, N
+
+
+def _zp_along(node, zp, n: int, what: str):
+    """A zero point: a scalar, or one per row of A / column of B (1-D of n)."""
+    if zp is None:
+        return None
+    if prod(zp.shape) == 1:
+        return "scalar"
+    if tuple(zp.shape) != (n,):
+        raise UnsupportedError([f"{_name(node)}: {what} zero point of shape {tuple(zp.shape)} (a scalar or {n} values)"])
+    return "vector"
+
+
+def _batch_offset(idx, batch, shape, rows, cols):
+    """Offset of matrix `idx` (an index into the broadcast batch) in an operand of `shape`."""
+    own = tuple(shape[:-2])
+    off: Expr = const(0)
+    pad = len(batch) - len(own)
+    stride = rows * cols
+    for k in range(len(own) - 1, -1, -1):
+        if own[k] != 1:
+            off = off + idx[k + pad] * stride
+        stride *= own[k]
+    return off
+
+
+def _int_matmul(b, node, A, B, AZ, BZ, batch, M, K, N, store):
+    """acc(i, j) = sum_k (a[i, k] - a_zp) * (b[k, j] - b_zp) in int32, handed to store(flat, acc, j)."""
+    az_kind = _zp_along(node, AZ, M, "A's")
+    bz_kind = _zp_along(node, BZ, N, "B's")
+    with b.loops(list(batch) + [M, N], [f"t{k}" for k in range(len(batch))] + ["i", "j"], role=SPATIAL) as idx:
+        t, i, j = idx[:-2], idx[-2], idx[-1]
+        a0 = _batch_offset(t, batch, A.shape, M, K) + i * K
+        b0 = _batch_offset(t, batch, B.shape, K, N) + j
+        azv = cast(Load(AZ, i if az_kind == "vector" else const(0)), I32) if AZ is not None else const(0, I32)
+        bzv = cast(Load(BZ, j if bz_kind == "vector" else const(0)), I32) if BZ is not None else const(0, I32)
+        az = b.local("az", azv)
+        bz = b.local("bz", bzv)
+        acc = b.local("acc", const(0, I32))
+        with b.loop(K, "k", role=REDUCTION) as k:
+            b.assign(acc, acc + (cast(Load(A, a0 + k), I32) - az) * (cast(Load(B, b0 + k * N), I32) - bz))
+        flat = const(0)
+        for v, n in zip(list(t) + [i, j], list(batch) + [M, N]):
+            flat = flat * n + v
+        store(flat, acc, j)
+
+
+def _check_int8(node, *vals):
+    for v in vals:
+        if v is not None and v.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
+            raise UnsupportedError([f"{_name(node)} on {v.dtype} (uint8 and int8 only)"])
+
+
+def _mmi_infer(node, ins):
+    a, b_ = ins[0], ins[1]
+    _check_int8(node, a, b_)
+    batch, M, K, N = _mm_dims(node, a, b_)
+    _zp_along(node, ins[2] if len(ins) > 2 else None, M, "A's")
+    _zp_along(node, ins[3] if len(ins) > 3 else None, N, "B's")
+    return [(I32, batch + (M, N))]
+
+
+def _lower_mmi(node, ctx):
+    A, B, Y = ctx.ins[0], ctx.ins[1], ctx.outs[0]
+    AZ = ctx.ins[2] if len(ctx.ins) > 2 else None
+    BZ = ctx.ins[3] if len(ctx.ins) > 3 else None
+    batch, M, K, N = _mm_dims(node, A, B)
+    b = ctx.b
+    b.comment(f"integer matmul {M} x {K} x {N}, exact in int32")
+    _int_matmul(b, node, A, B, AZ, BZ, batch, M, K, N, lambda at, acc, j: b.store(Y, at, acc))
+
+
+register("MatMulInteger", lower=_lower_mmi)(_mmi_infer)
+
+
+def _qlmm_infer(node, ins):
+    a, a_s, a_zp, b_, b_s, b_zp, y_s, y_zp = ins[:8]
+    _check_int8(node, a, b_, y_zp)
+    batch, M, K, N = _mm_dims(node, a, b_)
+    for s, n, what in ((a_s, M, "a_scale"), (b_s, N, "b_scale"), (y_s, 1, "y_scale")):
+        if s.dtype != dtypes.FLOAT32 or prod(s.shape) not in (1, n):
+            raise UnsupportedError([f"{_name(node)}: {what} {s.dtype} {tuple(s.shape)} (float32, a scalar or per "
+                                    "row / column)"])
+    if prod(a_s.shape) != 1 or prod(y_s.shape) != 1:
+        raise UnsupportedError([f"{_name(node)}: per-row a_scale or y_scale"])
+    _zp_along(node, a_zp, M, "A's")
+    _zp_along(node, b_zp, N, "B's")
+    return [(y_zp.dtype, batch + (M, N))]
+
+
+def _lower_qlmm(node, ctx):
+    """y = saturate(rint(acc * (a_scale * b_scale / y_scale)) + y_zero_point), acc the exact
+    int32 product of the zero-point-shifted operands, the multiplier in float32."""
+    A, AS, AZ, B, BS, BZ, YS, YZ = ctx.ins[:8]
+    Y = ctx.outs[0]
+    batch, M, K, N = _mm_dims(node, A, B)
+    b = ctx.b
+    b.comment(f"quantized matmul {M} x {K} x {N}: int32 products requantized to {Y.dtype}")
+    per_col = prod(BS.shape) != 1
+
+    def store(at, acc, j):
+        mult = b.local("mult", Load(AS, const(0)) * Load(BS, j if per_col else const(0)) / Load(YS, const(0)))
+        v = call("rint", cast(acc, F32) * mult) + cast(Load(YZ, const(0)), F32)
+        b.store(Y, at, _saturate(b, v, Y.dtype))
+
+    _int_matmul(b, node, A, B, AZ, BZ, batch, M, K, N, store)
+
+
+register("QLinearMatMul", lower=_lower_qlmm)(_qlmm_infer)
