@@ -94,3 +94,32 @@ def test_eyelike(k, dtype, tmp_path):
     attrs = {"k": k, **({"dtype": dtype} if dtype is not None else {})}
     nodes = [helper.make_node("EyeLike", ["x"], ["e"], **attrs)]
     assert_parity(graph_model(nodes, {"x": x}, ["e"], opset=9), tmp_path, {"x": x})
+
+
+@pytest.mark.parametrize("time_axis", [0, 1])
+def test_reverse_sequence(time_axis, tmp_path):
+    x = rand(5, 4, 3, seed=9) if time_axis == 0 else rand(4, 5, 3, seed=9)
+    lens = np.array([5, 1, 3, 0], np.int64)
+    m = graph_model([helper.make_node("ReverseSequence", ["x", "l"], ["y"], time_axis=time_axis,
+                                      batch_axis=1 - time_axis)], {"x": x, "l": lens}, ["y"], opset=10)
+    assert_parity(m, tmp_path, {"x": x, "l": lens})
+
+
+def test_reverse_sequence_length_out_of_range_fails(tmp_path):
+    from aotc.errors import RunError
+    x, lens = rand(3, 2, seed=10), np.array([3, 4], np.int64)
+    m = graph_model([helper.make_node("ReverseSequence", ["x", "l"], ["y"])], {"x": x, "l": lens}, ["y"], opset=10)
+    with pytest.raises(RunError, match="INDEX|index"):
+        _run(tmp_path, m, {"x": x, "l": lens})
+
+
+@pytest.mark.parametrize("shape, axes", [([3, 8], None), ([5, 2], None), ([4, 9, 3], None),
+                                         ([7], [-1]), ([2, 6], [0, 2])])
+def test_center_crop_pad(shape, axes, tmp_path):
+    x = rand(3, 6, 5, seed=11)[..., :5] if axes != [0, 2] else rand(3, 4, 5, seed=11)
+    if axes is None and len(shape) == 2:
+        x = rand(6, 5, seed=12)
+    attrs = {} if axes is None else {"axes": axes}
+    m = graph_model([helper.make_node("CenterCropPad", ["x", "s"], ["y"], **attrs)], {"x": x}, ["y"],
+                    {"s": np.array(shape, np.int64)}, opset=18)
+    assert_parity(m, tmp_path, {"x": x})

@@ -1,12 +1,13 @@
 """Layout and scan operators: DepthToSpace, SpaceToDepth (index permutations, one strided
-copy each), CumSum and CumProd (running sums / products along an axis), EyeLike."""
+copy each), CumSum and CumProd (running sums / products along an axis), EyeLike,
+ReverseSequence, CenterCropPad."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
-from ..kernel.ir import ORDERED, SPATIAL, Load, const, select
+from ..kernel.ir import ORDERED, SPATIAL, Load, binop, cast, const, select
 from .common import norm_axis, prod
 from .registry import register
 from .tensor import strided_copy
@@ -157,3 +158,101 @@ def _lower_eye(node, ctx):
 
 
 register("EyeLike", lower=_lower_eye)(_eye_infer)
+
+
+# ----------------------------------------------------------------------------- ReverseSequence
+def _rs_axes(node, x, lens):
+    name = f"ReverseSequence node {node.name!r}"
+    t, bt = int(node.attr("time_axis", 0)), int(node.attr("batch_axis", 1))
+    if {t, bt} != {0, 1}:
+        raise ShapeError(f"{name}: time_axis {t} and batch_axis {bt} must be 0 and 1, one each")
+    if len(x.shape) < 2:
+        raise ShapeError(f"{name}: input {tuple(x.shape)} needs at least 2 dims")
+    if tuple(lens.shape) != (x.shape[bt],):
+        raise ShapeError(f"{name}: sequence_lens {tuple(lens.shape)} must hold one length per batch ({x.shape[bt]})")
+    return t, bt
+
+
+def _rs_infer(node, ins):
+    _rs_axes(node, ins[0], ins[1])
+    return [(ins[0].dtype, tuple(ins[0].shape))]
+
+
+def _lower_rs(node, ctx):
+    """Batch b's first sequence_lens[b] steps in reverse order, the rest as they are; a length
+    outside [0, time steps] fails the run (AOTC_ERR_INDEX_OUT_OF_RANGE)."""
+    X, L, Y = ctx.ins[0], ctx.ins[1], ctx.outs[0]
+    t_axis, b_axis = _rs_axes(node, X, L)
+    T, B, post = X.shape[t_axis], X.shape[b_axis], prod(X.shape[2:])
+    b = ctx.b
+    b.comment(f"reverse the first sequence_lens[b] of {T} steps (axis {t_axis}) of each of {B} batches")
+
+    def at(t, n, q):                  # element (time t, batch n, rest q)
+        return ((t * B + n) if t_axis == 0 else (n * T + t)) * post + q
+
+    with b.loop(B, "n", role=SPATIAL) as n:
+        length = b.local("len", cast(Load(L, n), "int64"))
+        with b.if_(binop("||", length < 0, length > T)):
+            b.fail("AOTC_ERR_INDEX_OUT_OF_RANGE", f"a sequence length outside [0, {T}]")
+        with b.loop(T, "t", role=SPATIAL) as t:
+            src = b.local("src", select(t < length, length - 1 - t, t))
+            with b.loop(post, "q", role=SPATIAL) as q:
+                b.store(Y, at(t, n, q), Load(X, at(src, n, q)))
+
+
+register("ReverseSequence", lower=_lower_rs)(_rs_infer)
+
+
+# ----------------------------------------------------------------------------- CenterCropPad
+def _ccp_shape(node, ins) -> list[int]:
+    x, s = ins[0], ins[1]
+    name = f"CenterCropPad node {node.name!r}"
+    if s is None or s.const is None:
+        raise ShapeError(f"{name}: shape must be known at compile time", "bind the input that feeds it with --const")
+    sizes = [int(v) for v in np.asarray(s.const).reshape(-1)]
+    axes = node.attr("axes", None)
+    axes = list(range(len(x.shape))) if axes is None else [norm_axis(int(a), len(x.shape), node) for a in axes]
+    if len(sizes) != len(axes):
+        raise ShapeError(f"{name}: {len(sizes)} sizes for {len(axes)} axes")
+    out = list(x.shape)
+    for a, n in zip(axes, sizes):
+        if n < 0:
+            raise ShapeError(f"{name}: size {n} is negative")
+        out[a] = n
+    return out
+
+
+def _ccp_infer(node, ins):
+    return [(ins[0].dtype, tuple(_ccp_shape(node, ins)))]
+
+
+def _lower_ccp(node, ctx):
+    """Each axis centered: cropped by (dim - size) // 2 in front, or padded with zeros by
+    (size - dim) // 2 in front (the rest at the back)."""
+    X, Y = ctx.ins[0], ctx.outs[0]
+    out = _ccp_shape(node, [ctx.value(0), ctx.value(1)])
+    shift = [(d - o) // 2 if o <= d else -((o - d) // 2) for d, o in zip(X.shape, out)]
+    b = ctx.b
+    b.comment(f"center {tuple(X.shape)} in {tuple(out)} (input index = output index + {shift})")
+    xs = [prod(X.shape[k + 1:]) for k in range(len(X.shape))]
+    with b.loops(out, [f"i{k}" for k in range(len(out))], role=SPATIAL) as idx:
+        inside, off = None, const(0)
+        for k, (i, s, d) in enumerate(zip(idx, shift, X.shape)):
+            src = i + s
+            if s < 0 or out[k] + s > d:            # this axis pads: the index may fall outside
+                ok = binop("&&", src >= 0, src < d)
+                inside = ok if inside is None else binop("&&", inside, ok)
+                src = select(src < 0, const(0), select(src >= d, const(d - 1), src))
+            off = off + src * xs[k]
+        v = Load(X, off)
+        b.store(Y, _flat(idx, out), v if inside is None else select(inside, v, const(0, Y.dtype)))
+
+
+def _flat(idx, shape):
+    at = const(0)
+    for i, n in zip(idx, shape):
+        at = at * n + i
+    return at
+
+
+register("CenterCropPad", lower=_lower_ccp, const_inputs=(1,))(_ccp_infer)
