@@ -21,7 +21,9 @@ _TARGET_HELP = ("Target: native (the best CPU target this machine runs: c-avx512
                 "C99), c-avx2, c-avx512, opencl (OpenCL C kernels + C host code), cuda (CUDA kernels + host "
                 "code built by nvcc for sm_80 and sm_90; cuda:sm_90 for one architecture; cuda,tf32 or "
                 "cuda:sm_90,tf32 to run float32 GEMMs on tensor cores in TF32, which changes numerics), or the "
-                "path of a target .toml file (see targets/).")
+                "path of a target .toml file (see targets/). CPU targets take ,direct_conv (3x3 convolutions "
+                "summed directly, not by Winograd F(2x2)) or ,winograd4 (also Winograd F(4x4) on large planes: "
+                "faster, float32 errors 10-25x a direct sum's).")
 _THREADS_HELP = "Most threads the artifact runs on; 0 = every core of this machine."
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)

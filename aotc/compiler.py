@@ -25,6 +25,7 @@ from .memory.planner import mark_aliased
 from .ops import registry
 from .passes.manager import PassManager
 from .passes.normalize import REWRITTEN_OPS
+from .passes.winograd import winograd_convs
 from .paths import RUNTIME_DIR
 from .program import Program
 from .targets import NATIVE, load_target
@@ -106,6 +107,7 @@ def analyze(path, target: str = DEFAULT_TARGET, name: Optional[str] = None, shap
     with step("optimizing graph"):
         opset = g.opset
         g = PassManager().run(g)
+        g = winograd_convs(g, tgt)          # 3 x 3 convolutions by Winograd where the target allows
     with step("fusing and lowering kernels"):
         groups = form_groups(g, fuse=fuse)
         steps = lower_groups(g, groups)

@@ -75,9 +75,10 @@ def load_target(name: str) -> dict:
     [options] (cuda,tf32), each a switch in its [numerics] table."""
     from .codegen import languages
     requested = name
-    if name == NATIVE:
-        name = native_target()
     spec, *options = [name] if name.endswith(".toml") else name.split(",")   # cuda:sm_90,tf32: with options
+    if spec == NATIVE:                         # native,winograd4: the native target with an option
+        spec = native_target()
+        name = ",".join([spec, *options])
     base, _, arch = spec.partition(":")        # cuda:sm_90: the cuda target for one architecture
     t = _read(base if arch else spec)
     if arch:

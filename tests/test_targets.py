@@ -47,8 +47,11 @@ def test_target_options_after_a_comma():
     assert t["arch"] == ["sm_90"] and t["numerics"]["tf32"] is True and t["name"] == "cuda:sm_90,tf32"
     assert load_target("cuda,tf32")["arch"] == ["sm_80", "sm_90"]
     assert load_target("cuda")["numerics"]["tf32"] is False
+    # `native` takes the options of the target it resolves to
+    nat = load_target("native,direct_conv")
+    assert nat["numerics"]["direct_conv"] is True and nat["name"].endswith(",direct_conv")
     for bad, why in (("cuda,fast", "its options: tf32"), ("opencl,tf32", "its options: none"),
-                     ("c,tf32", "its options: none")):
+                     ("c,tf32", "its options: direct_conv, winograd4")):
         with pytest.raises(AotcError, match="has no option") as e:
             load_target(bad)
         assert why in str(e.value.hint), e.value.hint

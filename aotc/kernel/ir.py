@@ -329,9 +329,13 @@ class Stmt:
 
 @dataclass(eq=False)
 class Store(Stmt):
+    """buf[index] = value. `at`, when the op gives it (Builder.store_at), is the element's
+    multi-index into buf.shape: an anchor's output stores with it let fusion run the elementwise
+    ops that follow right there (kernel/lowering.py), as GEMM epilogues do."""
     buf: Buffer
     index: Expr
     value: Expr
+    at: Optional[tuple] = None
 
 
 @dataclass(eq=False)
@@ -369,6 +373,10 @@ class Loop(Stmt):
     # each of which the vector lanes may update apart and combine at the end (the schedule's
     # finding that this keeps the result, up to rounding for + and *)
     reductions: tuple = ()
+    # the op's statement that an iteration may run more than once with the same result: each
+    # writes only its own elements, from values nothing in the loop writes (a schedule may then
+    # walk the loop in whole vector runs, the last moved back over iterations already done)
+    rerun: bool = False
 
 
 @dataclass(eq=False)
@@ -817,10 +825,11 @@ class Builder:
     def comment(self, text: str) -> None:
         self.emit(Comment(text))
 
-    def loop(self, extent, name: str = "i", role: str = ORDERED, start=0):
-        """A loop; `role` says what it is (SPATIAL / REDUCTION / ORDERED, see the module doc)."""
+    def loop(self, extent, name: str = "i", role: str = ORDERED, start=0, rerun: bool = False):
+        """A loop; `role` says what it is (SPATIAL / REDUCTION / ORDERED, see the module doc),
+        `rerun` that its iterations may run twice (Loop.rerun)."""
         assert role in ROLES, role
-        return _LoopCtx(self, Loop(Var(self.fresh(name)), wrap(extent), [], SERIAL, wrap(start), role))
+        return _LoopCtx(self, Loop(Var(self.fresh(name)), wrap(extent), [], SERIAL, wrap(start), role, rerun=rerun))
 
     def loops(self, shape: Sequence[int], names: Sequence[str] | None = None, role: str = ORDERED,
               private: Sequence[Buffer] = ()):
@@ -856,6 +865,11 @@ class Builder:
     def store(self, buf: Buffer, idx, value) -> None:
         index = buf.flat(idx) if isinstance(idx, (tuple, list)) else wrap(idx)
         self.emit(Store(buf, index, cast(wrap(value, None), buf.value_dtype)))
+
+    def store_at(self, buf: Buffer, idx: Sequence, value) -> None:
+        """buf[idx] = value, the store remembering its multi-index (see Store.at)."""
+        idx = tuple(wrap(i) for i in idx)
+        self.emit(Store(buf, buf.flat(idx), cast(wrap(value, None), buf.value_dtype), at=idx))
 
     def call(self, fn: str, *args) -> None:
         self.emit(CallStmt(fn, list(args)))

@@ -174,6 +174,8 @@ def _lower_group(g: Graph, grp: Group, consumers, k: int) -> KernelStep:
         gemms = chain.gemm_producers(b.body)
         if gemms is not None:
             b.body[:] = chain.into_gemms(b.body, gemms, b)
+        elif chain.positioned_producers(b.body):
+            b.body[:] = _finish_gemms(chain.into_stores(b.body, b))
         else:
             b.body[:] = _finish_gemms(b.body)
             chain.loop_nest(b)
@@ -337,6 +339,64 @@ class _Chain:
                 if any(isinstance(x, Load) and x.buf is buf for x in walk_expr(e)):
                     return None
         return gemms or None
+
+    # ------------------------------------------------------------------ at positioned stores
+    def positioned_producers(self, body) -> bool:
+        """Does the anchor write its output only by stores that give their multi-index
+        (Builder.store_at), with nothing else in the kernel reading it? Then the chain runs at
+        each of those stores, on the value while it is in a register."""
+        if self.anchor_out is None or self._can_fail():
+            return False
+        buf = self.anchor_buf[self.anchor_out]
+        found = False
+        for s in walk_stmts(body):
+            exprs = stmt_exprs(s)
+            if isinstance(s, Store) and s.buf is buf:
+                if s.at is None or len(s.at) != len(buf.shape):
+                    return False
+                found = True
+                exprs = [s.index, s.value]          # (not the store's own target)
+            elif isinstance(s, Gemm) and buf in (s.a.buf, s.b.buf, s.c.buf):
+                return False
+            if any(isinstance(x, Load) and x.buf is buf for e in exprs for x in walk_expr(e)):
+                return False
+        return found
+
+    def into_stores(self, body, b: Builder) -> list:
+        """body with every positioned store of the anchor's output replaced by the chain at
+        that element (operands addressed from the store's multi-index)."""
+        buf = self.anchor_buf[self.anchor_out]
+        out = []
+        for s in body:
+            if isinstance(s, Store) and s.buf is buf:
+                out.extend(self._at_store(s, b))
+                continue
+            if isinstance(s, Loop):
+                s = replace(s, body=self.into_stores(s.body, b))
+            elif isinstance(s, If):
+                s = If(s.cond, self.into_stores(s.then, b), self.into_stores(s.orelse, b))
+            out.append(s)
+        return out
+
+    def _at_store(self, st: Store, b: Builder) -> list:
+        space, sub = self.space, _Sub(b)
+        runs = space.runs(st.buf.shape)
+
+        def at(strides) -> Expr:
+            off = const(0)
+            for d, ix in enumerate(st.at):
+                off = off + space.dim_offset(runs[d], ix, strides)
+            return off
+
+        value = st.value if isinstance(st.value, (Const, Var)) else sub.local("y", st.value)
+        env = self._compute(sub, lambda key: value if key[0] == self.anchor_out
+                            else Load(self.operands[key][0], at(key[1])))
+        if self.anchor_stored:
+            sub.store(st.buf, st.index, value)
+        out_at = at(space.strides)
+        for o, buf in self.outs.items():
+            sub.store(buf, out_at, env[o])
+        return sub.body
 
     def _can_fail(self) -> bool:
         """Does a link check its values at run time (integer Div by zero)? GEMM epilogues cannot

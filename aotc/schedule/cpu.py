@@ -25,8 +25,8 @@ from dataclasses import replace
 
 from ..errors import AotcError
 from ..kernel.ir import (F32, PARALLEL, REDUCTION, SPATIAL, VECTORIZED, Assign, BinOp, Buffer, Call, CallStmt, Const,
-                         Decl, Expr, Fail, Gemm, If, Loop, Select, Stmt, Store, Var, children, replace_buffers,
-                         same_expr, stmt_exprs, walk_buffers, walk_expr, walk_stmts)
+                         Decl, Expr, Fail, Gemm, If, Loop, Select, Stmt, Store, Var, children, map_stmts, replace_buffers,
+                         const, same_expr, stmt_exprs, walk_buffers, walk_expr, walk_stmts)
 from ..kernel.retype import widen_accumulators
 from .direct import drop_unused_scratch, read_im2col_directly
 from .gemm_cpu import ConstPacker, GemmTiles, choose_split, gemm_macs, packs_im2col, swap_orientation
@@ -47,6 +47,8 @@ def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
     min_gemm = int(knobs.get("min_parallel_gemm_macs", 262144))
     acc = target.get("numerics", {}).get("accumulate_float32", "float64")
     im2col = bool(target.get("gemm", {}).get("im2col_packing", True))
+    vec = target.get("vector", {})
+    run, run_stmts = int(vec.get("run", 0)), int(vec.get("run_max_statements", 0))
     for st in steps:
         k = st.kernel
         # (a GEMM computed transposed reads B as its A: that one keeps the im2col buffer)
@@ -57,6 +59,8 @@ def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
         if threads > 1:
             k.body = _parallelize(k.body, min_work, threads)
             _private_per_thread(k)
+        if run > 1:
+            k.body = _vector_runs(k.body, run, run_stmts, st.kernel.fresh)
         k.body = _vectorize(k.body)
         k.body = widen_accumulators(k.body, F32, acc)
         work = [g for g in walk_stmts(k.body) if isinstance(g, Gemm) and g.work is not None]
@@ -247,6 +251,46 @@ def _serial_inside(stmts: list[Stmt]) -> list[Stmt]:
 
 
 # ----------------------------------------------------------------------------- vector hints
+# ----------------------------------------------------------------------------- vector runs
+# a loop walked in runs may do at most this share of its iterations twice
+RUN_WASTE = 0.25
+
+
+def _vector_runs(stmts: list[Stmt], run: int, max_stmts: int, fresh) -> list[Stmt]:
+    """Innermost loops the op marks `rerun` (an iteration may run twice), of constant trip count
+    n that is not a multiple of the target's `[vector] run` (its vector lanes) and of at most
+    `run_max_statements` statements, walked in runs of constant length: r = run (or run/2,
+    run/4: the longest whose extra iterations stay within RUN_WASTE of n), the last run moved
+    back to end at n. A compiler then vectorizes every run whole, with no scalar remainder: 28
+    Winograd tiles a row on AVX-512 were 16 in a vector, then 8, then 4 one by one, which took
+    most of the transforms' time."""
+    out = []
+    for s in stmts:
+        if isinstance(s, Loop):
+            s = _in_runs(s, run, max_stmts, fresh) or replace(s, body=_vector_runs(s.body, run, max_stmts, fresh))
+        elif isinstance(s, If):
+            s = If(s.cond, _vector_runs(s.then, run, max_stmts, fresh), _vector_runs(s.orelse, run, max_stmts, fresh))
+        out.append(s)
+    return out
+
+
+def _in_runs(lp: Loop, run: int, max_stmts: int, fresh) -> Loop | None:
+    if not lp.rerun or lp.role != SPATIAL or not isinstance(lp.extent, Const) or not isinstance(lp.start, Const) \
+            or lp.start.value != 0 or any(children(x) or isinstance(x, Gemm) for x in lp.body) \
+            or len(lp.body) > max_stmts:
+        return None
+    n = int(lp.extent.value)
+    r = next((r for r in (run, run // 2, run // 4) if 1 < r <= n and -(-n // r) * r <= (1 + RUN_WASTE) * n), 0)
+    if not r or n % r == 0:             # (whole vectors already)
+        return None
+    outer, first, inner = Var(fresh(f"{lp.var.name}_run")), Var(fresh(f"{lp.var.name}0")), Var(fresh(lp.var.name))
+    decls = [Decl(first, BinOp("min", BinOp("*", outer, const(r), outer.dtype), const(n - r), outer.dtype))]
+    index = BinOp("+", first, inner, inner.dtype)
+    body = map_stmts(lp.body, lambda e: index if isinstance(e, Var) and e.name == lp.var.name else e)
+    return Loop(outer, const(-(-n // r)), decls + [replace(lp, var=inner, extent=const(r), body=body)],
+                role=SPATIAL)
+
+
 def _vectorize(stmts: list[Stmt]) -> list[Stmt]:
     """Innermost spatial loops get the `vectorized` kind (iterations are independent); so do
     innermost reduction loops whose accumulators the vector lanes can update apart (the loop

@@ -1,0 +1,100 @@
+"""3 x 3 convolutions by Winograd's minimal filtering (aotc/ops/winograd.py), where the target
+allows it and it pays.
+
+A target opts in with `[numerics] winograd = true` (the CPU targets): F(2x2, 3x3), whose
+float32 errors are close to a direct sum's (tests/test_winograd.py: within 1.5x on wide
+convolutions). `,winograd4` on the target name allows F(4x4, 3x3) too: about 1.5x faster again
+on large planes, with errors 10-25x a direct sum's (about 1e-5 of the output's scale), so
+it is a choice the user makes, like TF32 on CUDA. `,direct_conv` turns Winograd off. The pass
+runs after the graph passes, as it depends on the target: a Conv with constant 3 x 3 weights,
+stride 1, dilation 1, one group and a float32 N-C-H-W input becomes aotc.WinogradConv with the
+weights transformed at compile time, when the estimated cost of the cheapest allowed form is
+below the direct convolution's by MIN_GAIN. The elementwise ops after it (bias, activation, residual
+add) still fuse into its kernel, as after a Conv.
+
+Cost, in multiply-adds of a GEMM:
+    direct:      9 M C  per output position
+    Winograd:    a² T (M C + TRANSFORM_COST (C + M))   for T tiles of m x m, a = m + 2
+TRANSFORM_COST is what transforming one value in or out of the a x a tile domain costs,
+counting that value's packing by the GEMM, relative to one multiply-add in the GEMM
+(calibrated with models/winograd_bench.py, see docs/PERFORMANCE.md)."""
+from __future__ import annotations
+
+from ..ir import dtypes
+from ..ir.graph import Graph, Node
+from ..ir.verify import verify
+from ..ops.nn import _conv_parts
+from ..ops.winograd import transform_weights
+from . import simplify
+
+TRANSFORM_COST = 10.0
+MIN_GAIN = 1.25
+# F(4x4) only on planes of at least this many tiles a side: on fewer, its GEMMs (N = the tiles)
+# are too narrow and its partial edge tiles too large a share, and F(2x2) measured faster
+# (256 channels at 14 x 14: F(4x4) 1.7 ms, F(2x2) 1.36 ms; 28 x 28 and larger: F(4x4) faster)
+MIN_SIDE_TILES_4 = 7
+
+
+def choose_tile(N: int, C: int, M: int, OH: int, OW: int, tiles=(2,)) -> int | None:
+    """The output tile size m (of `tiles`) of the cheapest Winograd form, or None when the
+    direct convolution is estimated to be within MIN_GAIN of it."""
+    direct = 9.0 * M * C * N * OH * OW
+    costs = []
+    for m in tiles:
+        TH, TW = -(-OH // m), -(-OW // m)
+        if m == 4 and min(TH, TW) < MIN_SIDE_TILES_4:
+            continue
+        a = m + 2
+        costs.append((a * a * N * TH * TW * (M * C + TRANSFORM_COST * (C + M)), m))
+    if not costs:
+        return None
+    cost, m = min(costs)
+    return m if cost * MIN_GAIN <= direct else None
+
+
+def allowed_tiles(target: dict) -> tuple[int, ...]:
+    """The Winograd tile sizes the target's [numerics] allow: F(2x2) with `winograd`, F(4x4)
+    too with `winograd4`; none with `direct_conv`."""
+    num = target.get("numerics", {})
+    if not num.get("winograd") or num.get("direct_conv"):
+        return ()
+    return (2, 4) if num.get("winograd4") else (2,)
+
+
+def winograd_convs(g: Graph, target: dict) -> Graph:
+    """Every eligible Conv of g whose Winograd form pays, replaced by aotc.WinogradConv."""
+    tiles = allowed_tiles(target)
+    if not tiles:
+        return g
+    changed = False
+    nodes = []
+    for n in g.nodes:
+        rewritten = _rewrite(g, n, tiles)
+        changed |= rewritten is not n
+        nodes.append(rewritten)
+    if not changed:
+        return g
+    g.nodes = nodes
+    g = simplify.eliminate_dead_code(g)
+    verify(g, "winograd_convs")
+    return g
+
+
+def _rewrite(g: Graph, n: Node, tiles) -> Node:
+    if n.op_type != "Conv" or len(n.inputs) < 2 or not n.inputs[1]:
+        return n
+    x, w = g.values[n.inputs[0]], g.const(n.inputs[1])
+    if w is None or x.dtype != dtypes.FLOAT32 or len(x.shape) != 4 or w.shape[2:] != (3, 3):
+        return n
+    group, win = _conv_parts(n, x.shape, w.shape)
+    if group != 1 or win.strides != [1, 1] or win.dilations != [1, 1]:
+        return n
+    N, C = x.shape[:2]
+    M, (OH, OW) = w.shape[0], win.out
+    m = choose_tile(N, C, M, OH, OW, tiles)
+    if m is None:
+        return n
+    u = g.add_const(transform_weights(w, m), f"{n.inputs[1]}_winograd{m}")
+    inputs = [n.inputs[0], u] + ([n.inputs[2]] if len(n.inputs) > 2 and n.inputs[2] else [])
+    pads = [win.pads_begin[0], win.pads_begin[1], win.pads_end[0], win.pads_end[1]]
+    return Node("aotc.WinogradConv", inputs, list(n.outputs), {"tile": m, "pads": pads}, n.name)
