@@ -14,7 +14,7 @@ from onnx import helper
 from aotc.api import load
 from aotc.compiler import analyze, compile_model
 from aotc.ops.winograd import TRANSFORMS, transform_weights
-from aotc.passes.winograd import allowed_tiles, choose_tile
+from aotc.passes.winograd import allowed_tiles, block_rows, choose_tile
 from aotc.targets import load_target
 
 from .helpers import assert_parity, graph_model, opencl_target_with, rand
@@ -154,6 +154,10 @@ def test_cost_model():
     assert allowed_tiles(load_target("c,winograd4")) == (2, 4)
     assert allowed_tiles(load_target("c,direct_conv")) == ()
     assert allowed_tiles(load_target("opencl")) == ()
+    # blocks: the largest divisor of the tile rows whose tiles fit, while the weights fit too
+    assert block_rows(64, 64, 2, 28, 28, 524288) == 2
+    assert block_rows(512, 512, 2, 4, 4, 524288) == 4             # 16 MB of weights: one block
+    assert block_rows(64, 64, 2, 28, 28, 0) == 28
 
 
 def test_not_used_where_it_does_not_apply(tmp_path):
@@ -183,3 +187,63 @@ def test_opencl_printer_runs_the_same_kernel(tmp_path, monkeypatch):
     onnx.save(model, str(path))
     assert _winograd_tiles(path, target) == [2]
     assert_parity(model, tmp_path, feeds=feeds, target=target)
+
+
+def _visited(lp) -> list[int]:
+    """The iterations a loop nest made by _vector_runs runs, in order (its Store's index)."""
+    from aotc.kernel.ir import Decl, Loop, Store, evaluate
+    (decl, inner) = lp.body
+    assert isinstance(decl, Decl) and isinstance(inner, Loop) and isinstance(inner.body[0], Store)
+    out = []
+    for r in range(lp.extent.value):
+        first = evaluate(decl.init, {lp.var.name: r})
+        out += [evaluate(inner.body[0].index, {decl.var.name: first, inner.var.name: i})
+                for i in range(inner.extent.value)]
+    return out
+
+
+def test_schedule_walks_rerun_loops_in_whole_vector_runs():
+    """The CPU schedule's vector runs (schedule/cpu.py): a rerun-safe loop of 28 iterations on a
+    16-lane target runs [0, 16) then [12, 28); every iteration runs, the extra ones within 25%;
+    loops not marked rerun, of whole vectors already, or too long a body stay as they are."""
+    from aotc.kernel.ir import F32, SPATIAL, Buffer, Loop, Store, Var, const
+    from aotc.schedule.cpu import _vector_runs
+    buf = Buffer("y", F32, (64,), "scratch")
+    names = iter(f"v{k}" for k in range(100))
+
+    def loop(n, rerun=True, stmts=1):
+        t = Var("t")
+        return Loop(t, const(n), [Store(buf, t, const(1.0, F32))] * stmts, role=SPATIAL, rerun=rerun)
+
+    for n, run, inner in [(28, 16, 16), (14, 16, 8), (7, 16, 4), (10, 16, 4), (30, 8, 8)]:
+        (lp,) = _vector_runs([loop(n)], run, 64, lambda h: next(names))
+        assert lp.body[1].extent.value == inner, (n, run)
+        seen = _visited(lp)
+        assert sorted(set(seen)) == list(range(n)) and len(seen) <= 1.25 * n, (n, seen)
+    for lp in (loop(28, rerun=False), loop(32), loop(28, stmts=65), loop(3)):
+        (out,) = _vector_runs([lp], 16, 64, lambda h: next(names))
+        assert out.extent.value == lp.extent.value and out.body == lp.body
+
+
+@pytest.mark.parametrize("block_bytes,rows", [(62000, 1), (100000, 2)])
+def test_blocks_of_tile_rows_match_the_direct_convolution(tmp_path, monkeypatch, block_bytes, rows):
+    """Blocks of one or two rows of tiles ([winograd] block_bytes: the 61,440 bytes of
+    transformed weights fit, and 45,056 bytes of tiles a row), taken by 2 threads, on a plane
+    whose last row and column of tiles are partial, with a residual Add and Relu fused."""
+    import aotc.passes.winograd as pw
+    from aotc.paths import TARGETS_DIR
+    monkeypatch.setattr(pw, "MIN_GAIN", 0.0)
+    text = (TARGETS_DIR / "c.toml").read_text().replace('name = "c"', 'name = "c-blocks"', 1)
+    text = text.replace("block_bytes = 524288", f"block_bytes = {block_bytes}")
+    target = tmp_path / "c-blocks.toml"
+    target.write_text(text)
+    model, feeds = _conv_net(24, 40, 15, 21, N=2, tail="residual")
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    (node,) = [n for n in analyze(path, str(target)).graph.nodes if n.op_type == "aotc.WinogradConv"]
+    assert node.attrs["block_rows"] == rows                   # of 8 rows of 2 x 2 tiles
+    got = {}
+    for t in (str(target), "c,direct_conv"):
+        out = compile_model(path, target=t, output_dir=tmp_path / Path(t).stem.replace(",", "_"), threads=2)
+        got[t] = load(out, threads=2).run(feeds)[0]
+    np.testing.assert_allclose(got[str(target)], got["c,direct_conv"], rtol=1e-4, atol=1e-5)

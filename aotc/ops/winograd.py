@@ -14,15 +14,19 @@ for every input tile t. A 3 x 3 convolution costs 9 multiply-adds per output per
 one a²/m²: 4 for F(2x2), 2.25 for F(4x4), plus the transforms, which are additions (and a few
 multiplications by small constants) done once per tile and channel, not per product.
 
-The kernel, per batch entry:
-  1. per input channel, a copy of its plane with the padding (and the rows and columns the last
-     tiles overhang) as zeros, so that every tile reads a a x a block without bound checks;
-     then Bᵀ d B for every tile, into V (the tile loop innermost: tiles m apart are read with
-     constant strides, which compilers vectorize; a tile may be done twice, Loop.rerun);
+The kernel works block by block: a block is `block_rows` rows of tiles of one batch entry (the
+pass picks it so that the block's V and P stay in cache), and the blocks are independent, each
+with its own V, P and padded rows (Loop.private: threads take blocks). Per block:
+  1. per input channel, a copy of the input rows the block reads with the padding (and the
+     rows and columns the last tiles overhang) as zeros, so that every tile reads an a x a
+     block without bound checks; then Bᵀ d B for every tile, into V (the tile loop innermost:
+     tiles m apart are read with constant strides, which compilers vectorize; a tile may be
+     done twice, Loop.rerun);
   2. a² GEMMs, P[k,l] the product of U[k,l] and V[k,l] (the runtime's packed GEMM; U packed at
      compile time);
   3. per output channel, Aᵀ P A for every tile plus the bias, stored where the tile lies in
-     the output (the last tile row and column only where they are inside).
+     the output (the image's last tile row and column only where they are inside), through
+     positioned stores, so that the elementwise ops after the convolution run right there.
 Numerics: the transforms sum and difference values before the products, so rounding differs
 from a direct sum; F(2x2) uses only 0, 1, 1/2 and F(4x4) the points 0, ±1, ±2 (the largest
 constant 8 in Aᵀ), the usual choice that keeps float32 errors near those of the direct sum
@@ -34,7 +38,8 @@ from fractions import Fraction as Fr
 import numpy as np
 
 from ..ir import dtypes
-from ..kernel.ir import F32, SPATIAL, GemmDest, const, matrix
+from ..kernel.ir import F32, SPATIAL, GemmDest, binop, const, matrix
+from .nn import _IfElse
 from .registry import register
 
 # (Bᵀ, G, Aᵀ) of F(m x m, 3 x 3) by output tile size m, exact rationals
@@ -84,8 +89,7 @@ def geometry(x_shape, m: int, pads) -> dict:
     pt, pl, pb, pr = (int(p) for p in pads)
     OH, OW = H + pt + pb - 2, W + pl + pr - 2
     TH, TW = -(-OH // m), -(-OW // m)
-    return dict(N=N, C=C, H=H, W=W, pt=pt, pl=pl, OH=OH, OW=OW, TH=TH, TW=TW,
-                Hp=TH * m + 2, Wp=TW * m + 2)
+    return dict(N=N, C=C, H=H, W=W, pt=pt, pl=pl, OH=OH, OW=OW, TH=TH, TW=TW, Wp=TW * m + 2)
 
 
 def _err(node, msg):
@@ -134,16 +138,19 @@ def _lower(node, ctx):
     BT, _, AT = TRANSFORMS[m]
     geo = geometry(X.shape, m, node.attr("pads"))
     N, C, H, W, pt, pl = (geo[k] for k in ("N", "C", "H", "W", "pt", "pl"))
-    OH, OW, TH, TW, Hp, Wp = (geo[k] for k in ("OH", "OW", "TH", "TW", "Hp", "Wp"))
+    OH, OW, TH, TW, Wp = (geo[k] for k in ("OH", "OW", "TH", "TW", "Wp"))
+    R = int(node.attr("block_rows", TH))
+    if R < 1 or TH % R:
+        raise _err(node, f"block_rows {R} does not divide the {TH} rows of tiles")
     M = U.shape[1]
-    T = TH * TW
-    NT = N * T
+    T = R * TW                                # tiles a block
+    rows_in = R * m + 2                       # input rows a block reads
     b = ctx.b
-    b.comment(f"Winograd F({m}x{m}, 3x3): {TH} x {TW} tiles of {m} x {m} per plane, "
-              f"{a * a} GEMMs {M} x {NT} x {C}")
-    V = ctx.scratch((a * a, C, NT), X.dtype, "tiles_in")
-    P = ctx.scratch((a * a, M, NT), X.dtype, "tiles_out")
-    plane = ctx.scratch((Hp * Wp,), X.dtype, "padded")
+    b.comment(f"Winograd F({m}x{m}, 3x3): {TH} x {TW} tiles of {m} x {m} per plane, in blocks of {R} "
+              f"row(s) of tiles; per block {a * a} GEMMs {M} x {T} x {C}")
+    V = ctx.scratch((a * a, C, T), X.dtype, "tiles_in")
+    P = ctx.scratch((a * a, M, T), X.dtype, "tiles_out")
+    plane = ctx.scratch((rows_in * Wp,), X.dtype, "padded")
     zero = const(0.0, F32)
 
     def zeros(start: int, end: int, base=0):
@@ -152,63 +159,72 @@ def _lower(node, ctx):
             with b.loop(end, "p", role=SPATIAL, start=start) as p:
                 b.store(plane, base + p, zero)
 
-    # 1. each input plane padded, then Bᵀ d B of each of its tiles
-    with b.loops([N, C], ["n", "c"], role=SPATIAL, private=(plane,)) as (n, c):
-        src = (n * C + c) * (H * W)
-        zeros(0, pt * Wp)
-        with b.loop(H, "y", role=SPATIAL) as y:
-            row = (y + pt) * Wp
-            zeros(0, pl, row)
-            with b.loop(W, "x", role=SPATIAL) as x:
-                b.store(plane, row + pl + x, X[src + y * W + x])
-            zeros(pl + W, Wp, row)
-        zeros((pt + H) * Wp, Hp * Wp)
-        with b.loop(TH, "th", role=SPATIAL) as th:
-            # (a tile may be transformed twice, as the schedule likes: Loop.rerun)
-            with b.loop(TW, "tw", role=SPATIAL, rerun=True) as tw:
-                corner = th * (m * Wp) + tw * m
-                d = [[b.local(f"d{i}{j}", plane[corner + (i * Wp + j)]) for j in range(a)] for i in range(a)]
-                h = [[b.local(f"h{i}{l}", _combine(BT[l], d[i])) for l in range(a)] for i in range(a)]
-                t = n * T + th * TW + tw
-                for k in range(a):
-                    for l in range(a):
-                        b.store(V, ((k * a + l) * C + c) * NT + t, _combine(BT[k], [h[i][l] for i in range(a)]))
+    # each block (R rows of tiles of one batch entry) by itself: its tiles stay in cache
+    with b.loops([N, TH // R], ["n", "blk"], role=SPATIAL, private=(V, P, plane)) as (n, blk):
+        # 1. per input channel: the rows the block reads, padded with zeros, then Bᵀ d B of each tile
+        with b.loops([C], ["c"], role=SPATIAL, private=(plane,)) as (c,):
+            src = (n * C + c) * (H * W)
+            with b.loop(rows_in, "r", role=SPATIAL) as r:
+                y = b.local("y", blk * (R * m) - pt + r)
+                with _IfElse(b, binop("&&", y >= 0, y < H)) as (inside, outside):
+                    with inside:
+                        zeros(0, pl, r * Wp)
+                        with b.loop(W, "x", role=SPATIAL) as x:
+                            b.store(plane, r * Wp + pl + x, X[src + y * W + x])
+                        zeros(pl + W, Wp, r * Wp)
+                    with outside:
+                        zeros(0, Wp, r * Wp)
+            with b.loop(R, "th", role=SPATIAL) as th:
+                # (a tile may be transformed twice, as the schedule likes: Loop.rerun)
+                with b.loop(TW, "tw", role=SPATIAL, rerun=True) as tw:
+                    corner = th * (m * Wp) + tw * m
+                    d = [[b.local(f"d{i}{j}", plane[corner + (i * Wp + j)]) for j in range(a)] for i in range(a)]
+                    h = [[b.local(f"h{i}{l}", _combine(BT[l], d[i])) for l in range(a)] for i in range(a)]
+                    t = th * TW + tw
+                    for k in range(a):
+                        for l in range(a):
+                            b.store(V, ((k * a + l) * C + c) * T + t, _combine(BT[k], [h[i][l] for i in range(a)]))
 
-    # 2. one GEMM per tile position
-    with b.loops([a * a], ["xi"], role=SPATIAL) as (xi,):
-        b.gemm(M, NT, C, matrix(U, xi * (M * C), C, 1), matrix(V, xi * (C * NT), NT, 1),
-               GemmDest(P, (xi, 0, 0), (1,), (2,)))
+        # 2. one GEMM per tile position
+        with b.loop(a * a, "xi", role=SPATIAL) as xi:
+            b.gemm(M, T, C, matrix(U, xi * (M * C), C, 1), matrix(V, xi * (C * T), T, 1),
+                   GemmDest(P, (xi, 0, 0), (1,), (2,)))
 
-    # 3. Aᵀ P A (+ bias) of each tile, stored where it is inside the output
-    full_rows, full_cols = OH // m, OW // m
-    with b.loops([N, M], ["n", "mo"], role=SPATIAL) as (n, mo):
-        bias = Bias[mo] if Bias is not None else None
+        # 3. Aᵀ P A (+ bias) of each tile, stored where it is inside the output
+        full_cols = OW // m
+        with b.loop(M, "mo", role=SPATIAL) as mo:
+            bias = Bias[mo] if Bias is not None else None
 
-        def tile(th, tw, rows: int, cols: int):
-            t = n * T + th * TW + tw
-            # (a partial tile at the edge reads only the products its inside rows and columns use)
-            ks = [k for k in range(a) if any(AT[i][k] for i in range(rows))]
-            ls = [l for l in range(a) if any(AT[j][l] for j in range(cols))]
-            p = {(k, l): b.local(f"p{k}{l}", P[((k * a + l) * M + mo) * NT + t]) for k in ks for l in ls}
-            s = {(k, j): b.local(f"s{k}{j}", _combine([AT[j][l] for l in ls], [p[k, l] for l in ls]))
-                 for k in ks for j in range(cols)}
-            for i in range(rows):
-                for j in range(cols):
-                    v = _combine([AT[i][k] for k in ks], [s[k, j] for k in ks])
-                    b.store_at(Y, (n, mo, th * m + i, tw * m + j), v + bias if bias is not None else v)
+            def tile(th, tw, rows: int, cols: int):
+                t = th * TW + tw
+                oh = (blk * R + th) * m
+                # (a partial tile at the edge reads only the products its inside rows and columns use)
+                ks = [k for k in range(a) if any(AT[i][k] for i in range(rows))]
+                ls = [l for l in range(a) if any(AT[j][l] for j in range(cols))]
+                p = {(k, l): b.local(f"p{k}{l}", P[((k * a + l) * M + mo) * T + t]) for k in ks for l in ls}
+                s = {(k, j): b.local(f"s{k}{j}", _combine([AT[j][l] for l in ls], [p[k, l] for l in ls]))
+                     for k in ks for j in range(cols)}
+                for i in range(rows):
+                    for j in range(cols):
+                        v = _combine([AT[i][k] for k in ks], [s[k, j] for k in ks])
+                        b.store_at(Y, (n, mo, oh + i, tw * m + j), v + bias if bias is not None else v)
 
-        def tile_row(th, rows: int):
-            if full_cols:
-                with b.loop(full_cols, "tw", role=SPATIAL, rerun=True) as tw:
-                    tile(th, tw, rows, m)
-            if OW % m:
-                tile(th, const(full_cols), rows, OW % m)
+            def tile_row(th, rows: int):
+                if full_cols:
+                    with b.loop(full_cols, "tw", role=SPATIAL, rerun=True) as tw:
+                        tile(th, tw, rows, m)
+                if OW % m:
+                    tile(th, const(full_cols), rows, OW % m)
 
-        if full_rows:
-            with b.loop(full_rows, "th", role=SPATIAL) as th:
-                tile_row(th, m)
-        if OH % m:
-            tile_row(const(full_rows), OH % m)
+            with b.loop(R, "th", role=SPATIAL) as th:
+                if OH % m == 0:
+                    tile_row(th, m)
+                else:                       # the image's last row of tiles is partial
+                    with _IfElse(b, (blk * R + th) * m + m <= OH) as (whole, partial):
+                        with whole:
+                            tile_row(th, m)
+                        with partial:
+                            tile_row(th, OH % m)
 
 
 register("aotc.WinogradConv", lower=_lower, how="Winograd F(m x m, 3 x 3) transforms + GEMMs")(_infer)

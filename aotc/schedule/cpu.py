@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import AotcError
-from ..kernel.ir import (F32, PARALLEL, REDUCTION, SPATIAL, VECTORIZED, Assign, BinOp, Buffer, Call, CallStmt, Const,
+from ..kernel.ir import (F32, PARALLEL, REDUCTION, SERIAL, SPATIAL, VECTORIZED, Assign, BinOp, Buffer, Call, CallStmt, Const,
                          Decl, Expr, Fail, Gemm, If, Loop, Select, Stmt, Store, Var, children, map_stmts, replace_buffers,
                          const, same_expr, stmt_exprs, walk_buffers, walk_expr, walk_stmts)
 from ..kernel.retype import widen_accumulators
@@ -250,7 +250,6 @@ def _serial_inside(stmts: list[Stmt]) -> list[Stmt]:
     return out
 
 
-# ----------------------------------------------------------------------------- vector hints
 # ----------------------------------------------------------------------------- vector runs
 # a loop walked in runs may do at most this share of its iterations twice
 RUN_WASTE = 0.25
@@ -275,9 +274,10 @@ def _vector_runs(stmts: list[Stmt], run: int, max_stmts: int, fresh) -> list[Stm
 
 
 def _in_runs(lp: Loop, run: int, max_stmts: int, fresh) -> Loop | None:
-    if not lp.rerun or lp.role != SPATIAL or not isinstance(lp.extent, Const) or not isinstance(lp.start, Const) \
-            or lp.start.value != 0 or any(children(x) or isinstance(x, Gemm) for x in lp.body) \
-            or len(lp.body) > max_stmts:
+    """lp in runs (see _vector_runs), or None where that does not apply."""
+    if not lp.rerun or lp.role != SPATIAL or lp.kind != SERIAL or not isinstance(lp.extent, Const) \
+            or not isinstance(lp.start, Const) or lp.start.value != 0 or len(lp.body) > max_stmts \
+            or any(children(x) or isinstance(x, Gemm) for x in lp.body):
         return None
     n = int(lp.extent.value)
     r = next((r for r in (run, run // 2, run // 4) if 1 < r <= n and -(-n // r) * r <= (1 + RUN_WASTE) * n), 0)
@@ -291,6 +291,7 @@ def _in_runs(lp: Loop, run: int, max_stmts: int, fresh) -> Loop | None:
                 role=SPATIAL)
 
 
+# ----------------------------------------------------------------------------- vector hints
 def _vectorize(stmts: list[Stmt]) -> list[Stmt]:
     """Innermost spatial loops get the `vectorized` kind (iterations are independent); so do
     innermost reduction loops whose accumulators the vector lanes can update apart (the loop
