@@ -105,7 +105,9 @@ def test_im2col_packing_matches_the_im2col_buffer_and_ort(target, threads, tmp_p
     plain = sum(not tiles.prefers_transposed(*_gemm_shape(*c)) and
                 (c[1][1] >= IM2COL_MIN_CHANNELS or _gemm_shape(*c)[0] >= IM2COL_MIN_ROWS or
                  _gemm_shape(*c)[1] * _gemm_shape(*c)[2] * 4 > IM2COL_MAX_BUFFER) for c in CONVS)
-    assert plain >= len(CONVS) - 2
+    # (most of them, so that the comparison below covers the direct B: 13 of the 15 on
+    # c-avx512's tiles, 12 on c-avx2's)
+    assert plain >= 2 * len(CONVS) // 3
     src = (tmp_path / "direct" / "convs.c").read_text()
     assert len(re.findall(r"const aotc_im2col im2col = ", src)) == plain
     assert src.count(".bim2col = &im2col") == plain

@@ -125,15 +125,16 @@ def test_blocked_quantization_is_unsupported(tmp_path):
 
 # ----------------------------------------------------------------------------- ConvInteger, QLinearConv
 def _run_both(model, tmp_path, feeds, target=None):
-    """(aotc's outputs, ONNX Runtime's outputs) of `model` on `feeds`."""
-    import onnxruntime as ort
+    """(aotc's outputs, the reference's outputs) of `model` on `feeds`: ONNX Runtime's, or the
+    ONNX reference implementation's where this machine's ONNX Runtime gets uint8 x int8
+    products wrong (aotc.check.runner.ort_saturates_u8s8), as `aotc check` does."""
     from aotc.api import load
+    from aotc.check.runner import reference_run
     path = tmp_path / "m.onnx"
     path.write_bytes(model.SerializeToString())
     kw = {"target": target} if target else {}
     got = load(compile_model(path, output_dir=tmp_path / "out", **kw)).run(feeds)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return got, sess.run(None, feeds)
+    return got, reference_run(path, feeds)[0]
 
 
 def _assert_exact(model, tmp_path, feeds, target=None):
@@ -461,3 +462,43 @@ def test_conv_integer_at_the_float32_exactness_bound(channels, tmp_path):
     np.testing.assert_array_equal(got, want)
     assert abs(int(want[0, 0, 0, 0])) == channels * 255 * 255
     assert (channels <= decompose.EXACT_FLOAT_TERMS) == (channels == 258)
+
+
+@pytest.mark.parametrize("a_dt, b_dt", [(np.uint8, np.int8), (np.int8, np.uint8)])
+@pytest.mark.parametrize("zero_points", [False, True])
+def test_reference_rewrite_of_mixed_sign_products_is_exact(a_dt, b_dt, zero_points, tmp_path):
+    """`aotc check`'s reference for uint8 x int8 products (ONNX Runtime on x86 CPUs without VNNI
+    saturates pairs of them to 16 bits): the rewritten model, run by ONNX Runtime, gives the
+    exact integer products (numpy in int64), at the extremes where the saturation shows, and
+    the source says whether the rewrite was used on this machine."""
+    import onnxruntime as ort
+    from aotc.check.runner import exact_integer_products, ort_saturates_u8s8, reference_run
+    a = np.where(np.arange(2 * 16).reshape(2, 16) % 3 == 0, np.iinfo(a_dt).max, np.iinfo(a_dt).min).astype(a_dt)
+    a[1] = _ints(a_dt, (16,), seed=90)
+    b = np.where(np.arange(16 * 4).reshape(16, 4) % 2 == 0, np.iinfo(b_dt).min, np.iinfo(b_dt).max).astype(b_dt)
+    b[:, 3] = _ints(b_dt, (16,), seed=91)
+    names, inits = ["a", "b"], {"b": b}
+    az, bz = (_ints(a_dt, (), seed=92), _ints(b_dt, (4,), seed=93)) if zero_points else (0, 0)
+    if zero_points:
+        names += ["az", "bz"]
+        inits.update(az=az, bz=bz)
+    m = graph_model([helper.make_node("MatMulInteger", names, ["y"], name="mm")], {"a": a}, ["y"], inits, opset=10)
+    want = (a.astype(np.int64) - np.int64(az)) @ (b.astype(np.int64) - np.asarray(bz, np.int64))
+    rewritten = graph_model([helper.make_node("MatMulInteger", names, ["y"], name="mm")], {"a": a}, ["y"], inits,
+                            opset=10)
+    assert exact_integer_products(rewritten) == ["mm"]
+    (y,) = ort.InferenceSession(rewritten.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})
+    np.testing.assert_array_equal(y, want.astype(np.int32))
+    path = tmp_path / "m.onnx"
+    path.write_bytes(m.SerializeToString())
+    (ref,), source = reference_run(path, {"a": a})
+    np.testing.assert_array_equal(ref, want.astype(np.int32))
+    assert ("rewritten" in source) == ort_saturates_u8s8()
+
+
+def test_same_sign_products_are_not_rewritten():
+    from aotc.check.runner import exact_integer_products
+    m = graph_model([helper.make_node("MatMulInteger", ["a", "b"], ["y"])], {"a": _ints(np.uint8, (2, 3), 1)}, ["y"],
+                    {"b": _ints(np.uint8, (3, 2), 2)}, opset=10)
+    before = m.SerializeToString()
+    assert exact_integer_products(m) == [] and m.SerializeToString() == before

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -44,7 +45,10 @@ def reference_outputs(model_path, feeds: Mapping[str, np.ndarray]) -> list[np.nd
 def reference_run(model_path, feeds: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], str]:
     """The model's outputs from ONNX Runtime, and which reference computed them. Where ONNX
     Runtime has no kernel for an op (newer opsets: SwiGLU, CumProd, ...) the ONNX reference
-    implementation (onnx.reference, slow but complete) runs instead, and the second value says so."""
+    implementation (onnx.reference, slow but complete) runs instead, and the second value says so.
+    Where the model multiplies uint8 by int8 and this machine's ONNX Runtime gets such products
+    wrong (ort_saturates_u8s8), ONNX Runtime runs an equivalent model whose products it gets
+    right (exact_integer_products), and the second value says that too."""
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.log_severity_level = 3
@@ -58,7 +62,93 @@ def reference_run(model_path, feeds: Mapping[str, np.ndarray]) -> tuple[list[np.
         ref = ReferenceEvaluator(onnx.load(str(model_path)))
         outs = [np.asarray(a) for a in ref.run(None, dict(feeds))]
         return outs, f"the ONNX reference implementation (onnx {onnx.__version__}; ONNX Runtime {ort.__version__}: {why})"
-    return sess.run(None, dict(feeds)), f"ONNX Runtime {ort.__version__}"
+    source = f"ONNX Runtime {ort.__version__}"
+    if any(n.op_type in _PRODUCT_FACTORS for n in onnx.load(str(model_path), load_external_data=False).graph.node):
+        model = onnx.load(str(model_path))
+        changed = exact_integer_products(model)
+        if changed and ort_saturates_u8s8():
+            sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            source += (f", its uint8 x int8 products ({', '.join(map(repr, changed[:3]))}"
+                       f"{', ...' if len(changed) > 3 else ''}) rewritten as uint8 x uint8 or int8 x int8, "
+                       f"which this CPU's ONNX Runtime computes exactly")
+    return sess.run(None, dict(feeds)), source
+
+
+# integer products and the positions of their factors and of the factors' zero points: A, B, A's, B's
+_PRODUCT_FACTORS = {"MatMulInteger": (0, 1, 2, 3), "ConvInteger": (0, 1, 2, 3),
+                    "QLinearMatMul": (0, 3, 2, 5), "QLinearConv": (0, 3, 2, 5)}
+
+
+def exact_integer_products(model) -> list[str]:
+    """Rewrites, in place, every top-level node of `model` that multiplies a uint8 tensor by an
+    int8 one (either way round) so that its second factor takes the first one's type: B' = B + 128
+    and its zero point + 128 as uint8 (or both - 128 as int8), which leaves every difference
+    B - zero point, and so the node's result, the same. Returns the rewritten nodes' names (op
+    types for unnamed ones); none when the factors' types are unknown."""
+    if not any(n.op_type in _PRODUCT_FACTORS for n in model.graph.node):
+        return []
+    try:
+        g = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:
+        return []
+    from onnx import TensorProto, helper
+    elem = {v.name: v.type.tensor_type.elem_type for v in list(g.input) + list(g.value_info) + list(g.output)}
+    elem.update({t.name: t.data_type for t in g.initializer})
+    U8, S8 = TensorProto.UINT8, TensorProto.INT8
+    nodes, changed = [], []
+    for k, n in enumerate(model.graph.node):
+        if n.op_type in _PRODUCT_FACTORS and n.domain in ("", "ai.onnx"):
+            ia, ib, _, izb = _PRODUCT_FACTORS[n.op_type]
+            a, b = n.input[ia], n.input[ib]
+            if {elem.get(a), elem.get(b)} == {U8, S8}:
+                to, shift = (U8, 128) if elem[a] == U8 else (S8, -128)
+                p = f"aotc_exact{k}_"
+                nodes.append(helper.make_node("Constant", [], [p + "shift"], value=helper.make_tensor(
+                    p + "sv", TensorProto.INT32, [], [shift])))
+                nodes.append(helper.make_node("Cast", [b], [p + "b32"], to=TensorProto.INT32))
+                nodes.append(helper.make_node("Add", [p + "b32", p + "shift"], [p + "b32s"]))
+                nodes.append(helper.make_node("Cast", [p + "b32s"], [p + "b"], to=to))
+                zb = n.input[izb] if izb < len(n.input) else ""
+                if zb:
+                    nodes.append(helper.make_node("Cast", [zb], [p + "z32"], to=TensorProto.INT32))
+                    nodes.append(helper.make_node("Add", [p + "z32", p + "shift"], [p + "z32s"]))
+                    nodes.append(helper.make_node("Cast", [p + "z32s"], [p + "z"], to=to))
+                else:
+                    nodes.append(helper.make_node("Constant", [], [p + "z"], value=helper.make_tensor(
+                        p + "zv", to, [], [shift])))
+                ins = list(n.input) + [""] * (izb + 1 - len(n.input))
+                ins[ib], ins[izb] = p + "b", p + "z"
+                del n.input[:]
+                n.input.extend(ins)
+                changed.append(n.name or n.op_type)
+        nodes.append(n)
+    if changed:
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+    return changed
+
+
+@lru_cache(maxsize=1)
+def ort_saturates_u8s8() -> bool:
+    """Whether this machine's ONNX Runtime gets uint8 x int8 products wrong. On x86 CPUs
+    without VNNI its integer GEMM adds each pair of uint8 x int8 products in 16 bits with
+    saturation (vpmaddubsw), so 255 x -128 twice gives -32768, not -65280 (seen with ONNX
+    Runtime 1.32 on an AVX2 AMD EPYC; exact where the CPU has AVX-512 VNNI). Probed once on
+    exactly that product; int8 x uint8, ConvInteger, QLinearConv and QLinearMatMul go through the
+    same kernel (seen failing the same way)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+    g = helper.make_graph([helper.make_node("MatMulInteger", ["a", "b"], ["y"])], "probe",
+                          [helper.make_tensor_value_info("a", TensorProto.UINT8, [1, 2]),
+                           helper.make_tensor_value_info("b", TensorProto.INT8, [2, 1])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT32, [1, 1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 10)])
+    m.ir_version = 7
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    (y,) = sess.run(None, {"a": np.full((1, 2), 255, np.uint8), "b": np.full((2, 1), -128, np.int8)})
+    return int(y.reshape(-1)[0]) != -65280
 
 
 def _check_input_names(model_path, inputs: Mapping, consts: Mapping) -> None:
