@@ -2,7 +2,7 @@
 Nothing here names a target: the op says what to compute; the schedule decides how."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -11,13 +11,15 @@ from .ir import Buffer, Builder
 
 
 class LowerCtx:
-    def __init__(self, node: Node, graph: Graph, ins: list[Optional[Buffer]], outs: list[Buffer], b: Builder):
+    def __init__(self, node: Node, graph: Graph, ins: list[Optional[Buffer]], outs: list[Buffer], b: Builder,
+                 param: Optional[Callable[[Value, str], Buffer]] = None):
         self.node = node
         self.graph = graph
         self.ins = ins
         self.outs = outs
         self.b = b
         self.scratch_buffers: list[Buffer] = []
+        self._param = param          # the kernel's input parameter for a graph value, by name
 
     def value(self, i: int) -> Optional[Value]:
         name = self.node.inputs[i] if i < len(self.node.inputs) else ""
@@ -38,3 +40,12 @@ class LowerCtx:
         buf = Buffer(self.b.fresh(hint), np.dtype(dtype), tuple(int(d) for d in shape), "scratch")
         self.scratch_buffers.append(buf)
         return buf
+
+    def table(self, array, hint: str) -> Buffer:
+        """A constant array the kernel reads that the op builds at compile time (a lookup table
+        made from its attributes): a new constant of the graph, stored with the weights like an
+        initializer, and an input parameter of this kernel named after `hint`."""
+        if self._param is None:
+            raise RuntimeError("this lowering context cannot add kernel inputs")
+        name = self.graph.add_const(np.ascontiguousarray(array), f"{self.node.name or self.node.op_type}_{hint}")
+        return self._param(self.graph.values[name], hint)

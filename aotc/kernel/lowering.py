@@ -84,13 +84,14 @@ class _Params:
         self.by_value: dict[str, Buffer] = {}
         self.b = b
 
-    def get(self, v: Value, role: str, shape=None) -> Buffer:
+    def get(self, v: Value, role: str, shape=None, name: Optional[str] = None) -> Buffer:
         """The parameter holding value v (seen under `shape` when given: a value of the same size
-        that the kernel writes under another shape, the anchor's result into its chain's output)."""
+        that the kernel writes under another shape, the anchor's result into its chain's output),
+        named after v, or after `name` when given."""
         buf = self.by_value.get(v.name)
         if buf is not None:
             return buf
-        name = self.b.fresh(c_ident(v.name))
+        name = self.b.fresh(c_ident(name or v.name))
         buf = value_buffer(name, v, tuple(v.shape if shape is None else shape), role)
         self.by_value[v.name] = buf
         return buf
@@ -165,7 +166,7 @@ def _lower_group(g: Graph, grp: Group, consumers, k: int) -> KernelStep:
             raise UnsupportedError([f"{node.op_type} node {node.name!r}: no code generation for this case "
                                     "(its inputs were expected to be compile-time constants)"],
                                    "bind the inputs that feed it with --const or --shape")
-        ctx = LowerCtx(node, g, ins, outs, b)
+        ctx = LowerCtx(node, g, ins, outs, b, lambda v, name: params.get(v, "in", name=name))
         op.lower(node, ctx)
         scratch.extend(ctx.scratch_buffers)
 

@@ -21,8 +21,9 @@ _NO_FOLD = {"ConstantOfShape", "Expand", "Tile", "Range"}
 # Ops whose ONNX reference implementation differs from ONNX Runtime (whose reading aotc's
 # kernels follow), so never folded by it: MaxUnpool with an output_shape larger than the
 # inferred one (the reference pads the unpooled tensor; ONNX Runtime reads the indices as flat
-# positions in output_shape, as MaxPool makes them)
-_REFERENCE_DIFFERS = {"MaxUnpool"}
+# positions in output_shape, as MaxPool makes them); TfIdfVectorizer (the reference takes
+# weights[i] for output i, ONNX Runtime and the spec for the i-th n-gram of the pool)
+_REFERENCE_DIFFERS = {"MaxUnpool", "TfIdfVectorizer"}
 FOLD_LIMIT_BYTES = 1 << 20
 
 
