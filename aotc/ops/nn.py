@@ -42,6 +42,7 @@ from ..kernel.ir import (F32, I64, ORDERED, REDUCTION, SPATIAL, Const, ConvWindo
                          call, cast, const, matrix, maximum, minimum, select)
 from .common import ints, prod
 from .registry import register
+from .resize_filters import antialias_filter, filtered_axes
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -998,8 +999,6 @@ def _resize_spec(node, ins):
         raise UnsupportedError([f"Resize node {node.name!r} with coordinate_transformation_mode {ct!r}"])
     if mode == "nearest" and node.attr("nearest_mode", "round_prefer_floor") not in _NEAREST:
         raise UnsupportedError([f"Resize node {node.name!r} with nearest_mode {node.attr('nearest_mode')!r}"])
-    if int(node.attr("antialias", 0)):
-        raise UnsupportedError([f"Resize node {node.name!r} with antialias=1"])
     policy = node.attr("keep_aspect_ratio_policy", "stretch")
     if policy not in ("stretch", "not_larger", "not_smaller"):
         raise UnsupportedError([f"Resize node {node.name!r} with keep_aspect_ratio_policy {policy!r}"])
@@ -1147,19 +1146,32 @@ def _lower_resize(node, ctx):
     linear = mode in ("linear", "cubic") and X.dtype.kind == "f"      # (taps weighted and summed)
     if mode != "nearest" and not linear:
         raise UnsupportedError([f"Resize node {node.name!r}: {mode} mode on {X.dtype}"])
-    if RESIZE_BY_ROWS and mode == "linear" and r >= 2 and not crop \
+    # antialias=1: the axes a linear or cubic Resize shrinks are low-passed by the stretched
+    # kernel, whose taps and weights per output index are tables (ops/resize_filters.py); an
+    # axis whose length stays is copied whatever its scale, as ONNX Runtime does
+    antialias = linear and bool(int(node.attr("antialias", 0)))
+    filtered = filtered_axes(mode, antialias, scales, X.shape, out)
+    if RESIZE_BY_ROWS and mode == "linear" and r >= 2 and not crop and not filtered \
             and not (out[-1] == X.shape[-1] and float(scales[-1]) == 1.0):
         _resize_linear_by_rows(ctx, X, Y, out, scales, ct)
         return
+    filters = {}              # per filtered axis: its taps and weights by output index (a table)
+    for i in filtered:
+        def coord(o, i=i):
+            return _original_coord(o, ct, scales[i], X.shape[i], out[i], roi[i])
+        filters[i] = antialias_filter(ctx, i, mode, coord, scales[i], X.shape[i], out[i],
+                                      float(node.attr("cubic_coeff_a", -0.75)),
+                                      bool(int(node.attr("exclude_outside", 0))))
+    windows = {}              # per filtered axis: the output's (first tap, tap count)
     nest = _Nest(b, SPATIAL)
     oo = []
-    idx_terms = []            # per axis: [(index expr, weight expr or None), ...] (1 or 2 entries)
+    idx_terms = []            # per axis: [(index expr, weight expr or None), ...] (1 to 4 entries)
     outside = None            # tf_crop_and_resize: a source coordinate outside the input
     for i in range(r):
         o = nest.loop(out[i], f"i{i}")
         oo.append(o)
         L = X.shape[i]
-        if out[i] == L and float(scales[i]) == 1.0 and not (crop and tuple(roi[i]) != (0.0, 1.0)):
+        if out[i] == L and (float(scales[i]) == 1.0 or antialias) and not (crop and tuple(roi[i]) != (0.0, 1.0)):
             idx_terms.append([(o, None)])
             continue
         x = _original_coord(o, ct, scales[i], L, out[i], roi[i])
@@ -1169,6 +1181,10 @@ def _lower_resize(node, ctx):
             outside = off if outside is None else binop("||", outside, off)
         if not linear and crop:
             idx_terms.append([(b.local(f"s{i}", _nearest_index(b, x, nearest_mode, L, f"r{i}")), None)])
+            continue
+        if i in filters:
+            windows[i] = filters[i].window(b, o)
+            idx_terms.append(None)            # (a loop over the taps, opened inside every output loop)
             continue
         if not linear:
             table = _nearest_table(ct, nearest_mode, scales[i], L, out[i])
@@ -1187,6 +1203,11 @@ def _lower_resize(node, ctx):
         else:
             idx_terms.append(_linear_taps(b, x, L, i))
     at = _dot(oo, _strides(out))
+    if filters:
+        acc = b.accumulator("acc", const(0.0, X.dtype))
+        taps = _Nest(b, REDUCTION)
+        for i, f in filters.items():
+            idx_terms[i] = [f.tap(b, oo[i], windows[i][0], taps.loop(windows[i][1], f"k{i}"))]
     if not linear:
         total = X[_dot([t[0][0] for t in idx_terms], xst)]
     else:
@@ -1199,6 +1220,10 @@ def _lower_resize(node, ctx):
             term = X[_dot([ix for ix, _ in combo], xst)]
             term = term if w is None else cast(w, X.dtype) * term
             total = term if total is None else total + term
+    if filters:
+        b.assign(acc, acc + total)
+        taps.close()
+        total = acc
     if outside is not None:
         total = select(outside, const(float(node.attr("extrapolation_value", 0.0)), X.dtype), total)
     b.store(Y, at, total)
