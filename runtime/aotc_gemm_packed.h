@@ -441,12 +441,56 @@ AOTC_NOINLINE static void aotc_sgemm_tile(int64_t kc, const float *restrict a, c
 
 /* The micro-kernel for one row of C (batch-1 products: an LSTM step, a classifier head):
  * C[0, 0:nr] (=, or += when accumulate) a * b over kc steps, a being the first row of one
- * packed A panel, so that 1 x NR is computed instead of MR x NR. */
+ * packed A panel, so that 1 x NR is computed instead of MR x NR. One row has only NR / VW
+ * accumulators, and each k step's multiply-adds wait for the previous step's (4 cycles of
+ * latency each): the k steps go round AOTC_ROW_CHAINS separate sums, added at the end, so that
+ * the multiply-adds of consecutive steps overlap (the sum's order differs from the MR-row
+ * tile's: tests/test_gemm.py compares the two). */
+#define AOTC_ROW_CHAINS 4
 AOTC_NOINLINE static void aotc_sgemm_tile_row(int64_t kc, const float *restrict a, const float *restrict b,
                                               float *restrict C, int64_t csc, int64_t nr, int accumulate)
 {
     float acc[AOTC_GEMM_NR];
     int64_t j, k;
+#if AOTC_TILE_VECTORS
+    {
+        enum { V = AOTC_GEMM_NR / AOTC_TILE_VW };
+        aotc_tile_vec part[AOTC_ROW_CHAINS][V];
+        int u, v;
+        AOTC_UNROLL_FULLY
+        for (u = 0; u < AOTC_ROW_CHAINS; ++u) {
+            AOTC_UNROLL_FULLY
+            for (v = 0; v < V; ++v)
+                part[u][v] = (aotc_tile_vec){ 0.0f };
+        }
+        for (k = 0; k + AOTC_ROW_CHAINS <= kc; k += AOTC_ROW_CHAINS) {
+            if (AOTC_GEMM_PREFETCH)
+                for (j = 0; j < AOTC_ROW_CHAINS * AOTC_GEMM_NR; j += AOTC_CACHE_LINE_FLOATS)
+                    AOTC_PREFETCH(b + (k + AOTC_GEMM_PREFETCH) * AOTC_GEMM_NR + j);
+            AOTC_UNROLL_FULLY
+            for (u = 0; u < AOTC_ROW_CHAINS; ++u) {
+                const float ak = a[(k + u) * AOTC_GEMM_MR];
+                AOTC_UNROLL_FULLY
+                for (v = 0; v < V; ++v)
+                    part[u][v] += ak * aotc_tile_load(b + (k + u) * AOTC_GEMM_NR + v * AOTC_TILE_VW);
+            }
+        }
+        for (; k < kc; ++k) {
+            const float ak = a[k * AOTC_GEMM_MR];
+            AOTC_UNROLL_FULLY
+            for (v = 0; v < V; ++v)
+                part[0][v] += ak * aotc_tile_load(b + k * AOTC_GEMM_NR + v * AOTC_TILE_VW);
+        }
+        AOTC_UNROLL_FULLY
+        for (v = 0; v < V; ++v) {
+            aotc_tile_vec sum = part[0][v];
+            AOTC_UNROLL_FULLY
+            for (u = 1; u < AOTC_ROW_CHAINS; ++u)
+                sum += part[u][v];
+            memcpy(&acc[v * AOTC_TILE_VW], &sum, sizeof sum);
+        }
+    }
+#else
     for (j = 0; j < AOTC_GEMM_NR; ++j)
         acc[j] = 0.0f;
     for (k = 0; k < kc; ++k) {
@@ -457,6 +501,7 @@ AOTC_NOINLINE static void aotc_sgemm_tile_row(int64_t kc, const float *restrict 
         for (j = 0; j < AOTC_GEMM_NR; ++j)
             acc[j] += ak * b[k * AOTC_GEMM_NR + j];
     }
+#endif
     for (j = 0; j < nr; ++j)
         C[j * csc] = accumulate ? C[j * csc] + acc[j] : acc[j];
 }

@@ -15,7 +15,7 @@ from models.gemm_bench import GemmLib
 _NEEDS = {name: set(load_target(name).get("requires", [])) for name in ("c", "c-avx2", "c-avx512")}
 
 
-@pytest.fixture(scope="module", params=["c", "c-avx2", "c-avx512", "c-avx512/plain-tile"])
+@pytest.fixture(scope="module", params=["c", "c-avx2", "c-avx2/plain-tile", "c-avx512", "c-avx512/plain-tile"])
 def lib(request, tmp_path_factory):
     """The GEMM of each target; plain-tile: its micro-kernel in plain C, as compilers without
     GCC's vector extension build it (GCC and Clang hold the tile in vectors)."""
@@ -74,6 +74,27 @@ def test_packed_matches_reference_and_numpy(lib):
         outside[1:M + 1, :N] = False
         assert np.array_equal(big[outside], before[outside]), f"{M}x{N}x{K}: wrote outside C"
         assert np.all(work[n_work:] == 7.0), f"{M}x{N}x{K}: wrote past the work buffer"
+
+
+def test_one_row_kernel_matches_the_tile_rows(lib):
+    """Products with one row of C take the one-row micro-kernel (its k steps over separate
+    sums); the same row computed as the first of an MR-row tile (the MR-row kernel, one sum)
+    must agree with it and with numpy, for K around the sums' count and the cache block."""
+    rng = np.random.default_rng(5)
+    t = lib.tiles
+    for N, K in [(t.nr, 1), (t.nr, 3), (t.nr + 1, 4), (2 * t.nr - 1, 5), (3 * t.nr + 5, 130), (t.nr, t.kc + 3),
+                 (2 * t.nr, 2 * t.kc + 1)]:
+        A, B = _rand(rng, t.mr, K), _rand(rng, K, N)
+        row = np.full((1, N), np.nan, np.float32)
+        lib.packed(1, N, K, A[:1], B, row)
+        tile = np.full((t.mr, N), np.nan, np.float32)
+        lib.packed(t.mr, N, K, A, B, tile)
+        _check(row, _expected(A[:1], B), K)
+        np.testing.assert_allclose(row[0], tile[0], rtol=1e-5, atol=1e-5 * np.sqrt(K), err_msg=f"N={N} K={K}")
+        C0 = _rand(rng, 1, N)
+        acc = C0.copy()
+        lib.packed(1, N, K, A[:1], B, acc, accumulate=True)
+        _check(acc, _expected(A[:1], B, C0), K)
 
 
 def test_accumulate_adds_onto_c(lib):
