@@ -338,13 +338,15 @@ static inline aotc_tile_vec aotc_tile_load(const float *p)
 
 /* The micro-kernel: C[0:mr, 0:nr] (=, or += when accumulate) a * b over kc steps, where a is
  * one packed A panel (kc x MR) and b one packed B panel (kc x NR); element (i, j) of C at
- * C[i*rsc + j*csc]. */
-AOTC_NOINLINE static void aotc_sgemm_tile(int64_t kc, const float *restrict a, const float *restrict b,
-                                          float *restrict C, int64_t rsc, int64_t csc, int64_t mr, int64_t nr,
-                                          int accumulate)
+ * C[i*rsc + j*csc]. It computes the panel's first `rows` rows (mr <= rows <= MR): a constant
+ * where it is inlined, so that each instance keeps rows x NR accumulators (aotc_sgemm_tile:
+ * all MR rows; aotc_sgemm_tile_half: an edge tile of at most half of them). */
+static inline void aotc_sgemm_tile_rows(const int rows, int64_t kc, const float *restrict a,
+                                        const float *restrict b, float *restrict C, int64_t rsc, int64_t csc,
+                                        int64_t mr, int64_t nr, int accumulate)
 {
     float part[AOTC_GEMM_MR][AOTC_GEMM_NR];   /* the tile, for the edge tiles' stores */
-    const int whole = mr == AOTC_GEMM_MR && nr == AOTC_GEMM_NR && csc == 1;
+    const int whole = mr == rows && nr == AOTC_GEMM_NR && csc == 1;
     int64_t i, j, k;
     /* C's cache lines, for writing, while the tile computes: a C written once and not in cache
        otherwise makes every store of the tile wait for its line (measured: 1x1 convolutions at
@@ -363,7 +365,7 @@ AOTC_NOINLINE static void aotc_sgemm_tile(int64_t kc, const float *restrict a, c
         aotc_tile_vec acc[AOTC_GEMM_MR][V];
         int v;
         AOTC_UNROLL_FULLY
-        for (i = 0; i < AOTC_GEMM_MR; ++i) {
+        for (i = 0; i < rows; ++i) {
             AOTC_UNROLL_FULLY
             for (v = 0; v < V; ++v)
                 acc[i][v] = (aotc_tile_vec){ 0.0f };
@@ -379,7 +381,7 @@ AOTC_NOINLINE static void aotc_sgemm_tile(int64_t kc, const float *restrict a, c
             for (v = 0; v < V; ++v)
                 bk[v] = aotc_tile_load(b + k * AOTC_GEMM_NR + v * AOTC_TILE_VW);
             AOTC_UNROLL_FULLY
-            for (i = 0; i < AOTC_GEMM_MR; ++i) {
+            for (i = 0; i < rows; ++i) {
                 AOTC_UNROLL_FULLY
                 for (v = 0; v < V; ++v)
                     acc[i][v] += a[k * AOTC_GEMM_MR + i] * bk[v];
@@ -387,7 +389,7 @@ AOTC_NOINLINE static void aotc_sgemm_tile(int64_t kc, const float *restrict a, c
         }
         if (whole) {
             AOTC_UNROLL_FULLY
-            for (i = 0; i < AOTC_GEMM_MR; ++i) {
+            for (i = 0; i < rows; ++i) {
                 AOTC_UNROLL_FULLY
                 for (v = 0; v < V; ++v) {
                     float *c = C + i * rsc + v * AOTC_TILE_VW;
@@ -398,14 +400,14 @@ AOTC_NOINLINE static void aotc_sgemm_tile(int64_t kc, const float *restrict a, c
             return;
         }
         AOTC_UNROLL_FULLY
-        for (i = 0; i < AOTC_GEMM_MR; ++i) {
+        for (i = 0; i < rows; ++i) {
             AOTC_UNROLL_FULLY
             for (v = 0; v < V; ++v)
                 memcpy(&part[i][v * AOTC_TILE_VW], &acc[i][v], sizeof acc[i][v]);
         }
     }
 #else
-    for (i = 0; i < AOTC_GEMM_MR; ++i)
+    for (i = 0; i < rows; ++i)
         for (j = 0; j < AOTC_GEMM_NR; ++j)
             part[i][j] = 0.0f;
     for (k = 0; k < kc; ++k) {
@@ -415,14 +417,14 @@ AOTC_NOINLINE static void aotc_sgemm_tile(int64_t kc, const float *restrict a, c
                 AOTC_PREFETCH(b + (k + AOTC_GEMM_PREFETCH) * AOTC_GEMM_NR + j);
         }
         AOTC_UNROLL_FULLY
-        for (i = 0; i < AOTC_GEMM_MR; ++i) {
+        for (i = 0; i < rows; ++i) {
             AOTC_UNROLL_NOT
             for (j = 0; j < AOTC_GEMM_NR; ++j)
                 part[i][j] += a[k * AOTC_GEMM_MR + i] * b[k * AOTC_GEMM_NR + j];
         }
     }
     if (whole) {
-        for (i = 0; i < AOTC_GEMM_MR; ++i)
+        for (i = 0; i < rows; ++i)
             for (j = 0; j < AOTC_GEMM_NR; ++j)
                 C[i * rsc + j] = accumulate ? C[i * rsc + j] + part[i][j] : part[i][j];
         return;
@@ -437,6 +439,21 @@ AOTC_NOINLINE static void aotc_sgemm_tile(int64_t kc, const float *restrict a, c
             for (j = 0; j < nr; ++j)
                 C[i * rsc + j * csc] = accumulate ? C[i * rsc + j * csc] + part[i][j] : part[i][j];
     }
+}
+
+AOTC_NOINLINE static void aotc_sgemm_tile(int64_t kc, const float *restrict a, const float *restrict b,
+                                          float *restrict C, int64_t rsc, int64_t csc, int64_t mr, int64_t nr,
+                                          int accumulate)
+{
+    aotc_sgemm_tile_rows(AOTC_GEMM_MR, kc, a, b, C, rsc, csc, mr, nr, accumulate);
+}
+
+#define AOTC_GEMM_HALF_MR ((AOTC_GEMM_MR + 1) / 2)
+AOTC_NOINLINE static void aotc_sgemm_tile_half(int64_t kc, const float *restrict a, const float *restrict b,
+                                               float *restrict C, int64_t rsc, int64_t csc, int64_t mr, int64_t nr,
+                                               int accumulate)
+{
+    aotc_sgemm_tile_rows(AOTC_GEMM_HALF_MR, kc, a, b, C, rsc, csc, mr, nr, accumulate);
 }
 
 /* The micro-kernel for one row of C (batch-1 products: an LSTM step, a classifier head):
@@ -506,12 +523,16 @@ AOTC_NOINLINE static void aotc_sgemm_tile_row(int64_t kc, const float *restrict 
         C[j * csc] = accumulate ? C[j * csc] + acc[j] : acc[j];
 }
 
-/* One tile of C: the MR-row micro-kernel, or the one-row one when the tile has one row. */
+/* One tile of C: the MR-row micro-kernel, the half-height one for an edge tile of at most
+ * half as many rows (an 8-row product on 6-row tiles: 9 rows computed, not 12), or the one-row
+ * one when the tile has one row. */
 static void aotc_sgemm_tile_any(int64_t kc, const float *a, const float *b, float *C, int64_t rsc, int64_t csc,
                                 int64_t mr, int64_t nr, int accumulate)
 {
     if (mr == 1)
         aotc_sgemm_tile_row(kc, a, b, C, csc, nr, accumulate);
+    else if (mr <= AOTC_GEMM_HALF_MR && AOTC_GEMM_HALF_MR < AOTC_GEMM_MR)
+        aotc_sgemm_tile_half(kc, a, b, C, rsc, csc, mr, nr, accumulate);
     else
         aotc_sgemm_tile(kc, a, b, C, rsc, csc, mr, nr, accumulate);
 }

@@ -28,9 +28,11 @@ def lib(request, tmp_path_factory):
 
 
 def _shapes(t: GemmTiles):
-    """(M, N, K) around every boundary the kernel has: 1, the micro-tile, the cache blocks."""
+    """(M, N, K) around every boundary the kernel has: 1, the micro-tile, the cache blocks, an
+    edge tile of one row (the one-row kernel), of 2 rows and of half the tile's rows (the
+    half-height kernel, partly and wholly filled)."""
     out = {(1, 1, 1), (1, 37, 13), (29, 1, 31), (13, 17, 1), (7, 13, 97), (2, 3, 5)}
-    for m in (t.mr - 1, t.mr, t.mr + 1, 2 * t.mr + 3):
+    for m in (t.mr - 1, t.mr, t.mr + 1, t.mr + 2, t.mr + (t.mr + 1) // 2, 2 * t.mr + 3):
         for n in (t.nr - 1, t.nr, t.nr + 1, 3 * t.nr + 5):
             out.add((max(m, 1), max(n, 1), 19))
     out |= {(t.mc + 1, 2 * t.nr + 1, 23), (t.mc - 1, t.nr, t.kc + 1), (t.mr + 1, t.nc + 3, 11),
