@@ -7,7 +7,6 @@ on the c target and on opencl. Then ONNX's own node cases, and the models aotc r
 from __future__ import annotations
 
 import functools
-import importlib
 import itertools
 from pathlib import Path
 
@@ -19,10 +18,10 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 from aotc.api import compile as aotc_compile
-from aotc.api import load
-from aotc.compiler import analyze, compile_model
+from aotc.compiler import analyze
 from aotc.errors import ModelError, ShapeError, UnsupportedError
-from tests.helpers import NP2ONNX, case_array, eager_gpu_target, eager_threads_target
+from tests.helpers import (NP2ONNX, eager_gpu_target, eager_threads_target, onnx_node_cases_of,
+                           run_onnx_node_case)
 from tests.test_opencl import _opencl_missing
 
 MODES = ("TF", "IDF", "TFIDF")
@@ -175,11 +174,7 @@ NODE_CASES = ["test_tfidfvectorizer_tf_batch_onlybigrams_skip0", "test_tfidfvect
 
 @functools.lru_cache(maxsize=1)
 def _node_cases() -> dict:
-    """ONNX's TfIdfVectorizer node cases, made by importing that one module of the case
-    generators (tests/helpers.onnx_node_cases makes every op's, which takes many seconds)."""
-    importlib.import_module("onnx.backend.test.case.node.tfidfvectorizer")
-    from onnx.backend.test.case import node
-    return {c.name: c for c in node._NodeTestCases if c.name.startswith("test_tfidfvectorizer_")}
+    return onnx_node_cases_of("tfidfvectorizer")
 
 
 def test_the_node_cases_are_all_of_onnxs():
@@ -188,18 +183,8 @@ def test_the_node_cases_are_all_of_onnxs():
 
 @pytest.mark.parametrize("name", NODE_CASES)
 def test_onnx_node_case(name, tmp_path):
-    """As tests/helpers.run_onnx_node_case: every data set, the output equal to the expected one."""
-    case = _node_cases()[name]
-    path = tmp_path / f"{name}.onnx"
-    onnx.save(case.model, str(path))
-    names = [i.name for i in case.model.graph.input]
-    for k, (inputs, outputs) in enumerate(case.data_sets):
-        feeds = {n: case_array(a) for n, a in zip(names, inputs)}
-        out = compile_model(path, output_dir=tmp_path / f"out{k}", shapes={n: a.shape for n, a in feeds.items()})
-        (got,) = load(out).run(feeds)
-        (want,) = [case_array(o) for o in outputs]
-        assert got.dtype == want.dtype
-        np.testing.assert_array_equal(got, want)
+    """Every data set, the output equal to the expected one."""
+    run_onnx_node_case(name, tmp_path, exact=True, case=_node_cases()[name])
 
 
 # ------------------------------------------------------------------ what aotc refuses

@@ -63,10 +63,12 @@ def reference_run(model_path, feeds: Mapping[str, np.ndarray]) -> tuple[list[np.
         outs = [np.asarray(a) for a in ref.run(None, dict(feeds))]
         return outs, f"the ONNX reference implementation (onnx {onnx.__version__}; ONNX Runtime {ort.__version__}: {why})"
     source = f"ONNX Runtime {ort.__version__}"
-    if any(n.op_type in _PRODUCT_FACTORS for n in onnx.load(str(model_path), load_external_data=False).graph.node):
+    # (the probe is cached; the model is read again only when it holds an integer product)
+    if ort_saturates_u8s8() and any(n.op_type in _PRODUCT_FACTORS for n in
+                                    onnx.load(str(model_path), load_external_data=False).graph.node):
         model = onnx.load(str(model_path))
         changed = exact_integer_products(model)
-        if changed and ort_saturates_u8s8():
+        if changed:
             sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
             source += (f", its uint8 x int8 products ({', '.join(map(repr, changed[:3]))}"
                        f"{', ...' if len(changed) > 3 else ''}) rewritten as uint8 x uint8 or int8 x int8, "
@@ -105,14 +107,15 @@ def exact_integer_products(model) -> list[str]:
                 p = f"aotc_exact{k}_"
                 nodes.append(helper.make_node("Constant", [], [p + "shift"], value=helper.make_tensor(
                     p + "sv", TensorProto.INT32, [], [shift])))
-                nodes.append(helper.make_node("Cast", [b], [p + "b32"], to=TensorProto.INT32))
-                nodes.append(helper.make_node("Add", [p + "b32", p + "shift"], [p + "b32s"]))
-                nodes.append(helper.make_node("Cast", [p + "b32s"], [p + "b"], to=to))
+
+                def shifted(src: str, out: str) -> None:       # out = src + shift, in type `to`
+                    nodes.append(helper.make_node("Cast", [src], [out + "32"], to=TensorProto.INT32))
+                    nodes.append(helper.make_node("Add", [out + "32", p + "shift"], [out + "32s"]))
+                    nodes.append(helper.make_node("Cast", [out + "32s"], [out], to=to))
+                shifted(b, p + "b")
                 zb = n.input[izb] if izb < len(n.input) else ""
                 if zb:
-                    nodes.append(helper.make_node("Cast", [zb], [p + "z32"], to=TensorProto.INT32))
-                    nodes.append(helper.make_node("Add", [p + "z32", p + "shift"], [p + "z32s"]))
-                    nodes.append(helper.make_node("Cast", [p + "z32s"], [p + "z"], to=to))
+                    shifted(zb, p + "z")
                 else:
                     nodes.append(helper.make_node("Constant", [], [p + "z"], value=helper.make_tensor(
                         p + "zv", to, [], [shift])))
