@@ -111,7 +111,14 @@ def _load_arrays(items: List[str], flag: str) -> dict:
                     raise AotcError(f"{flag} {name}: {path} has several arrays and none named {name!r}")
         else:
             arrays[name] = a
-    return arrays
+    return {k: _bfloat16_restored(a) for k, a in arrays.items()}
+
+
+def _bfloat16_restored(a: np.ndarray) -> np.ndarray:
+    """np.save writes an ml_dtypes.bfloat16 array as raw 2-byte elements ('<V2'), which np.load
+    gives back as such: read them as the bfloat16 they are (no other dtype saves so)."""
+    from .ir import dtypes
+    return a.view(dtypes.BFLOAT16) if a.dtype == np.dtype("V2") else a
 
 
 @app.command("compile")
@@ -152,7 +159,9 @@ def run_cmd(
     threads: int = typer.Option(0, "--threads", help="Threads to run on; 0 = every core, up to what the "
                                 "artifact was compiled for."),
 ):
-    """Run a compiled artifact on inputs from .npy/.npz files; writes one .npy per output."""
+    """Run a compiled artifact on inputs from .npy/.npz files; writes one .npy per output.
+    bfloat16 arrays are ml_dtypes.bfloat16 ones, which np.save writes as raw 2-byte elements:
+    such inputs are read as bfloat16, and np.load(out).view(ml_dtypes.bfloat16) reads an output."""
     try:
         from .api import load
         m = load(artifact, threads=threads)

@@ -59,8 +59,10 @@ class Library:
         if w["mode"] == "external":
             # checked by <name>_create itself (size and CRC-32); weights_problem() explains a failure
             self.weights_path = str(d / w["file"])
-        self.inputs = [(x["name"], x["c_name"], np.dtype(x["dtype"]), tuple(x["shape"])) for x in m["inputs"]]
-        self.outputs = [(x["name"], x["c_name"], np.dtype(x["dtype"]), tuple(x["shape"])) for x in m["outputs"]]
+        # (bfloat16 ports: ml_dtypes.bfloat16 arrays, numpy having no bfloat16)
+        self.inputs = [(x["name"], x["c_name"], dtypes.from_name(x["dtype"]), tuple(x["shape"])) for x in m["inputs"]]
+        self.outputs = [(x["name"], x["c_name"], dtypes.from_name(x["dtype"]), tuple(x["shape"]))
+                        for x in m["outputs"]]
 
     def _fn(self, name: str):
         return getattr(self.lib, f"{self.prefix}_{name}")
@@ -189,9 +191,20 @@ def check_inputs(lib: Library, feeds) -> list[np.ndarray]:
         a = np.asarray(a)
         if a.dtype != dt:
             raise InputError(f"input {name!r} has dtype {a.dtype}, the model expects {dtypes.name(dt)}",
-                             f"convert it, e.g. x.astype(np.{dtypes.name(dt)})")
+                             _conversion_hint(a.dtype, dt))
         if tuple(a.shape) != shape:
             raise InputError(f"input {name!r} has shape {tuple(a.shape)}, the model was compiled for {shape}",
                              "recompile with --shape to change it")
         out.append(np.ascontiguousarray(a))
     return out
+
+
+def _conversion_hint(have: np.dtype, want: np.dtype) -> str:
+    if want != dtypes.BFLOAT16:
+        return f"convert it, e.g. x.astype(np.{dtypes.name(want)})"
+    # numpy has no bfloat16: ml_dtypes' (an onnx dependency). Bit patterns are not taken as
+    # values, or values as bit patterns, without the caller saying which they hold.
+    hint = "convert it, e.g. x.astype(ml_dtypes.bfloat16) (import ml_dtypes)"
+    if have.itemsize == 2 and have.kind in "uiV":
+        hint += "; if it holds bfloat16 bit patterns, x.view(ml_dtypes.bfloat16)"
+    return hint

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir import dtypes
 from ..ir.graph import Graph
 
 
@@ -39,7 +40,7 @@ def sample_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     for name in g.inputs:
         v = g.values[name]
         dt, shape = v.dtype, v.shape
-        if dt.kind == "f":
+        if dtypes.is_float(dt):                        # (bfloat16 too: numpy kind 'V')
             a = rng.standard_normal(shape).astype(dt)
         elif dt.kind == "b":
             a = rng.random(shape) < 0.5

@@ -11,6 +11,8 @@ from typing import Iterable
 
 import numpy as np
 
+from ..ir import dtypes
+
 
 @dataclass
 class OutputReport:
@@ -57,7 +59,7 @@ def nan_divergence_note(bad: np.ndarray, got: np.ndarray, ref: np.ndarray, op_ty
     """A note when every mismatch (`bad`, a mask) is NaN on exactly one side and the model holds
     an op whose NaN handling ONNX Runtime gets otherwise than the spec; else ''."""
     ops = sorted(set(op_types) & set(ORT_NAN_DIVERGENCES))
-    if not ops or not bad.any() or got.dtype.kind != "f":
+    if not ops or not bad.any() or not dtypes.is_float(got.dtype):
         return ""
     one_sided = np.isnan(got) != np.isnan(ref)
     if not one_sided[bad].all():
@@ -68,10 +70,11 @@ def nan_divergence_note(bad: np.ndarray, got: np.ndarray, ref: np.ndarray, op_ty
 
 
 def _ulp_distance(a: np.ndarray, b: np.ndarray) -> float:
-    """Largest distance in units in the last place between finite elements of a and b."""
-    if a.size == 0 or a.dtype not in (np.float32, np.float64):
+    """Largest distance in units in the last place (of their type) between finite elements of a
+    and b."""
+    ints = {4: np.int32, 8: np.int64, 2: np.int16}.get(a.dtype.itemsize)
+    if a.size == 0 or not dtypes.is_float(a.dtype) or ints is None:
         return 0.0
-    ints = np.int32 if a.dtype == np.float32 else np.int64
     lowest = np.iinfo(ints).min
     finite = np.isfinite(a) & np.isfinite(b)
     if not finite.any():
@@ -93,7 +96,7 @@ def compare(name: str, got: np.ndarray, ref: np.ndarray, rtol: float, atol: floa
         return OutputReport(name, str(got.dtype), list(got.shape), float("inf"), float("inf"), float("inf"),
                             int(max(got.size, ref.size)), False,
                             f"expected {ref.dtype}{list(ref.shape)}, got {got.dtype}{list(got.shape)}")
-    if got.dtype.kind != "f":
+    if not dtypes.is_float(got.dtype):
         diff = got != ref
         n = int(diff.sum())
         err = float(np.abs(got.astype(np.float64) - ref.astype(np.float64)).max()) if got.size else 0.0

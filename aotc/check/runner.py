@@ -1,6 +1,7 @@
 """`aotc check`: compile, run aotc and ONNX Runtime on the same inputs, compare."""
 from __future__ import annotations
 
+import ctypes
 import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -14,6 +15,7 @@ from ..api import CompiledModel
 from ..compiler import compile_model
 from ..errors import InputError
 from ..frontend import import_model, load_onnx
+from ..ir import dtypes
 from .inputs import sample_inputs
 from .parity import OutputReport, compare, model_op_types
 
@@ -73,7 +75,30 @@ def reference_run(model_path, feeds: Mapping[str, np.ndarray]) -> tuple[list[np.
             source += (f", its uint8 x int8 products ({', '.join(map(repr, changed[:3]))}"
                        f"{', ...' if len(changed) > 3 else ''}) rewritten as uint8 x uint8 or int8 x int8, "
                        f"which this CPU's ONNX Runtime computes exactly")
-    return sess.run(None, dict(feeds)), source
+    return ort_run(sess, dict(feeds)), source
+
+
+def ort_run(sess, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """sess.run, with bfloat16 inputs and outputs as ml_dtypes.bfloat16 arrays: ONNX Runtime's
+    Python API has no numpy type for bfloat16, so those go through OrtValues (bit patterns in,
+    the output's bytes read back out)."""
+    import onnxruntime as ort
+    bf16_out = any(o.type == "tensor(bfloat16)" for o in sess.get_outputs())
+    if not bf16_out and not any(np.asarray(a).dtype == dtypes.BFLOAT16 for a in feeds.values()):
+        return sess.run(None, dict(feeds))
+    values = {}
+    for k, a in feeds.items():
+        a = np.ascontiguousarray(a)
+        values[k] = (ort.OrtValue.ortvalue_from_numpy_with_onnx_type(a.view(np.uint16), onnx.TensorProto.BFLOAT16)
+                     if a.dtype == dtypes.BFLOAT16 else ort.OrtValue.ortvalue_from_numpy(a))
+    outs = []
+    for v in sess.run_with_ort_values(None, values):
+        if v.data_type() == "tensor(bfloat16)":
+            raw = ctypes.string_at(v.data_ptr(), v.tensor_size_in_bytes())
+            outs.append(np.frombuffer(raw, np.uint16).reshape(v.shape()).view(dtypes.BFLOAT16).copy())
+        else:
+            outs.append(v.numpy())
+    return outs
 
 
 # integer products and the positions of their factors and of the factors' zero points: A, B, A's, B's

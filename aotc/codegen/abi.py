@@ -38,6 +38,7 @@ _C_TYPES = {
     np.dtype(np.uint64): "uint64_t",
     np.dtype(np.bool_): "uint8_t",
     np.dtype(np.float16): "uint16_t",        # IEEE half bits (graph inputs and outputs only)
+    dtypes.BFLOAT16: "uint16_t",             # bfloat16 bits: a float32's upper 16 (the same)
 }
 
 
@@ -94,6 +95,17 @@ def emit_header(prefix: str, g: Graph, plan: MemoryPlan, external: bool, threads
          *([f"/* CRC-32 (zlib's) of {prefix}.weights, checked by {prefix}_create. */",
             f"#define {P}_WEIGHTS_CRC32 0x{weights_crc32:08x}u"] if external else []),
          f"#define {P}_NUM_INPUTS {len(ins)}", f"#define {P}_NUM_OUTPUTS {len(outs)}", ""]
+    narrow = sorted({dtypes.name(p.dtype) for p in ins + outs if dtypes.is_narrow_float(p.dtype)})
+    if narrow:
+        L += [f"/* {' and '.join(narrow)} elements are uint16_t bit patterns (C has no such types)."]
+        if "float16" in narrow:
+            L += ["   float16: IEEE 754 binary16."]
+        if "bfloat16" in narrow:
+            L += ["   bfloat16: the upper 16 bits of a float32. To float: (uint32_t)b << 16, exact; from",
+                  "   float: round to nearest even, (u + 0x7fff + ((u >> 16) & 1)) >> 16 of its bits u,",
+                  "   a NaN as (u >> 16) | 0x40."]
+        L[-1] += " */"
+        L.append("")
     L.append("/* Inputs, in graph order. Each points to a dense row-major array. */")
     L.append("typedef struct {")
     for p in ins:

@@ -4,7 +4,9 @@ kernel IR as C-family source. C99 (codegen/c), OpenCL C (codegen/opencl) and CUD
 
     type_name        the spelling of a dtype (float, int64_t / long, half...)
     math_name        a generic math function for a dtype (expf / exp / __expf)
-    load / store     an element access, converting storage to compute dtype and back
+    load / store     an element access; a float16 / bfloat16 buffer computed in float32 is
+                     converted at each (`narrow_conversions`: the language's functions, or
+                     narrow_load / narrow_store for other shapes of access)
     param_decl       a kernel parameter (address-space qualifier, const, restrict)
     kernel_header    the kernel's signature (static void / __kernel void / __global__ void)
     loop_open        how a loop of each kind opens (pragma, bound GPU index)
@@ -20,6 +22,7 @@ import math
 import numpy as np
 
 from .abi import ctype
+from ..ir import dtypes
 from ..kernel.ir import (BITCAST, BOUND, PARALLEL, WARP_XOR, Assign, Barrier, BinOp, BufPtr, Buffer,
                          Call, GpuIndex, CallStmt, Cast, Comment, Const, Decl, Expr, Fail, Gemm, If, Kernel, Load, Loop,
                          Select, Stmt, Store, Unary, Var)
@@ -37,6 +40,11 @@ MATH_FUNCTIONS = ("exp", "log", "sqrt", "tanh", "erf", "floor", "ceil", "rint", 
 
 class PrintError(Exception):
     """The IR holds something this language cannot express (a schedule bug)."""
+
+
+def _converted(buf: Buffer) -> bool:
+    """Is buf a 16-bit float storage whose values are computed in float32?"""
+    return dtypes.is_narrow_float(buf.dtype) and buf.value_dtype != buf.dtype
 
 
 class CStylePrinter:
@@ -99,11 +107,32 @@ class CStylePrinter:
         cmp = ">" if op == "max" else "<"
         return f"(({a}) {cmp} ({b}) ? ({a}) : ({b}))"
 
+    # storage dtype name -> (function to float32, function from float32) of the language
+    narrow_conversions: dict[str, tuple[str, str]] = {}
+
     def load(self, buf: Buffer, index: str) -> str:
+        if _converted(buf):
+            return self.narrow_load(buf, index)
         return f"{buf.name}[{index}]"
 
     def store(self, buf: Buffer, index: str, value: str) -> str:
+        if _converted(buf):
+            return self.narrow_store(buf, index, value)
         return f"{buf.name}[{index}] = {value};"
+
+    def narrow_load(self, buf: Buffer, index: str) -> str:
+        """A float16 / bfloat16 element as the float32 it is computed in (exact)."""
+        return f"{self._narrow(buf)[0]}({buf.name}[{index}])"
+
+    def narrow_store(self, buf: Buffer, index: str, value: str) -> str:
+        """A float32 value stored as float16 / bfloat16: rounded to nearest even, a NaN kept a NaN."""
+        return f"{buf.name}[{index}] = {self._narrow(buf)[1]}({value});"
+
+    def _narrow(self, buf: Buffer) -> tuple[str, str]:
+        try:
+            return self.narrow_conversions[buf.dtype.name]
+        except KeyError:
+            raise PrintError(f"{self.language} has no {buf.dtype.name} storage (buffer {buf.name!r})") from None
 
     def param_decl(self, buf: Buffer) -> str:
         raise NotImplementedError

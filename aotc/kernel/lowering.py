@@ -198,9 +198,9 @@ def _lower_group(g: Graph, grp: Group, consumers, k: int) -> KernelStep:
 
 
 def value_buffer(name: str, v: Value, shape: tuple, role: str) -> Buffer:
-    """The buffer holding graph value v: float16 values (a graph's inputs and outputs) are
-    stored as float16 and computed in float32."""
-    return Buffer(name, v.dtype, shape, role, compute=dtypes.FLOAT32 if v.dtype == dtypes.FLOAT16 else None)
+    """The buffer holding graph value v: float16 and bfloat16 values (a graph's inputs and
+    outputs) are stored in their type and computed in float32."""
+    return Buffer(name, v.dtype, shape, role, compute=dtypes.FLOAT32 if dtypes.is_narrow_float(v.dtype) else None)
 
 
 def _finish_gemms(stmts: list) -> list:

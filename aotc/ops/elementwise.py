@@ -364,7 +364,7 @@ def _cast(n, x):
     to = dtypes.from_onnx(int(n.attr("to")))
     if to == dtypes.BOOL:
         return x.ne(const(0, x.dtype))
-    if to == dtypes.FLOAT16:        # (a graph output: its float16 store rounds the float32 value)
+    if dtypes.is_narrow_float(to):  # (a graph output: its 16-bit store rounds the float32 value)
         return cast(x, dtypes.FLOAT32)
     return cast(x, to)
 

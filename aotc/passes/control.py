@@ -84,13 +84,15 @@ def _inline(g: Graph, graph: onnx.GraphProto, scope: dict, prefix: str, bind: di
     label = f"{owner.op_type} node {owner.name!r}"
     for t in graph.sparse_initializer:
         raise ModelError(f"{label}: sparse initializer {t.values.name!r} in its {what}")
+    bfloat16_consts = set()                        # (a CastLike to one of them rounds)
     for t in graph.initializer:
         try:
             arr = np.asarray(onnx.numpy_helper.to_array(t)).astype(dtypes.from_onnx(t.data_type), copy=False)
         except dtypes.UnsupportedDtype as e:
             raise ModelError(f"{label}: initializer {t.name!r} of its {what}: {e}") from None
-        arr = widen_array(arr)                     # (float16 is float32 inside a graph)
-        scope[t.name] = g.add_const(arr, prefix + t.name)
+        scope[t.name] = g.add_const(widen_array(arr), prefix + t.name)   # (16-bit floats are float32 inside)
+        if arr.dtype == dtypes.BFLOAT16:
+            bfloat16_consts.add(scope[t.name])
     produced: set[str] = set(bind.values())      # (bound names may come from nodes not inferred yet)
 
     def resolve(name: str) -> str:
@@ -115,7 +117,7 @@ def _inline(g: Graph, graph: onnx.GraphProto, scope: dict, prefix: str, bind: di
                for v in attrs.values()):
             attrs[SCOPE_ATTR] = dict(scope)
         nodes.append(Node(p.op_type, inputs, outputs, attrs, prefix + (p.name or f"{p.op_type}_{k}"), p.domain))
-    widen_nodes(nodes)
+    widen_nodes(nodes, bfloat16_consts)
     return nodes, [resolve(o.name) for o in graph.output]
 
 

@@ -21,8 +21,6 @@ from ...kernel.ir import (PARALLEL, UNROLLED, VECTORIZED, Buffer, BufPtr, Fail, 
                           free_variables, walk_stmts)
 from ..cstyle import CStylePrinter, PrintError
 
-_HALF = {"float16": "aotc_half", "bfloat16": "aotc_bf16"}
-
 
 def uses_pool(k: Kernel) -> bool:
     """Does the kernel hand work to the thread pool (parallel loops or parallel GEMMs)?"""
@@ -43,10 +41,11 @@ class CPrinter(CStylePrinter):
         self._in_task: list[str] = []       # names of the args structs of the tasks being printed
 
     # ----------------------------------------------------------------- types and accesses
+    # 16-bit floats are uint16_t bits (C has no such types): runtime/aotc_support.h converts
+    narrow_conversions = {"float16": ("aotc_half_to_float", "aotc_half_from_float"),
+                          "bfloat16": ("aotc_bf16_to_float", "aotc_bf16_from_float")}
+
     def type_name(self, dt) -> str:
-        dt = np.dtype(dt)
-        if dt.name in _HALF:
-            return "uint16_t"
         return ctype(dt)
 
     def math_name(self, fn: str, dt) -> str:
@@ -58,16 +57,6 @@ class CPrinter(CStylePrinter):
         if np.dtype(dt) == np.float32:
             return f"aotc_sigmoidf({x})"
         return super().sigmoid(x, dt)
-
-    def load(self, buf: Buffer, index: str) -> str:
-        if buf.dtype.name in _HALF and buf.value_dtype != buf.dtype:
-            return f"{_HALF[buf.dtype.name]}_to_float({buf.name}[{index}])"
-        return f"{buf.name}[{index}]"
-
-    def store(self, buf: Buffer, index: str, value: str) -> str:
-        if buf.dtype.name in _HALF and buf.value_dtype != buf.dtype:
-            return f"{buf.name}[{index}] = {_HALF[buf.dtype.name]}_from_float({value});"
-        return f"{buf.name}[{index}] = {value};"
 
     def param_decl(self, buf: Buffer) -> str:
         q = "const " if buf.role == "in" else ""

@@ -1,8 +1,9 @@
 """Kernel IR as CUDA C++: the GPU printer (codegen/gpu.py) with CUDA's spellings:
 `extern "C" __global__` kernels, `__restrict__`, `__shared__` arrays, C types and C math names
 (expf; CUDA's device math library has the C99 set), blockIdx / threadIdx, __syncthreads(),
-__half conversions, atomicCAS; and what only CUDA has here: warp shuffles (__shfl_xor_sync) and
-tensor-core steps (`Mma`) as wmma fragments (mma.h, `wmma` naming nvcuda::wmma).
+__half and __nv_bfloat16 conversions (cuda_fp16.h, cuda_bf16.h), atomicCAS; and what only CUDA
+has here: warp shuffles (__shfl_xor_sync) and tensor-core steps (`Mma`) as wmma fragments (mma.h,
+`wmma` naming nvcuda::wmma).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ..gpu import GpuPrinter
 _FRAGMENT = {MMA_A: "wmma::matrix_a", MMA_B: "wmma::matrix_b", MMA_C: "wmma::accumulator"}
 
 _DIMS = "xyz"
+_NARROW_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
 
 
 class CudaPrinter(GpuPrinter):
@@ -24,19 +26,12 @@ class CudaPrinter(GpuPrinter):
     index_type = "int64_t"
     atomic_cas = "atomicCAS"
 
+    # (__float2half and __float2bfloat16 round to nearest even; a NaN stays a NaN)
+    narrow_conversions = {"float16": ("__half2float", "__float2half"),
+                          "bfloat16": ("__bfloat162float", "__float2bfloat16")}
+
     def type_name(self, dt) -> str:
-        dt = np.dtype(dt)
-        return "__half" if dt.name == "float16" else ctype(dt)
-
-    def load(self, buf: Buffer, index: str) -> str:
-        if buf.dtype.name == "float16" and buf.value_dtype != buf.dtype:
-            return f"__half2float({buf.name}[{index}])"
-        return f"{buf.name}[{index}]"
-
-    def store(self, buf: Buffer, index: str, value: str) -> str:
-        if buf.dtype.name == "float16" and buf.value_dtype != buf.dtype:
-            return f"{buf.name}[{index}] = __float2half({value});"
-        return f"{buf.name}[{index}] = {value};"
+        return _NARROW_TYPES.get(np.dtype(dt).name) or ctype(dt)
 
     def gpu_index(self, axis: str) -> str:
         kind, dim = axis.split(".")

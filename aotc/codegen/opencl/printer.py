@@ -1,7 +1,9 @@
 """Kernel IR as OpenCL C (1.2): the GPU printer (codegen/gpu.py) with OpenCL's spellings:
 `__kernel void`, `__global` pointers and `__local` arrays, OpenCL's types (long, uchar,
 half...), overloaded math builtins (exp, not expf), work-item indices (get_global_id...),
-barrier(), vload_half / vstore_half, atomic_cmpxchg.
+barrier(), vload_half / vstore_half, atomic_cmpxchg. bfloat16 has no OpenCL type: it is
+stored as ushort bits and converted by two small functions the source defines where it uses
+them (`prelude`).
 """
 from __future__ import annotations
 
@@ -12,7 +14,21 @@ from ..gpu import GpuPrinter
 
 _TYPES = {"float32": "float", "float64": "double", "float16": "half", "int8": "char", "int16": "short",
           "int32": "int", "int64": "long", "uint8": "uchar", "uint16": "ushort", "uint32": "uint",
-          "uint64": "ulong", "bool": "uchar"}
+          "uint64": "ulong", "bool": "uchar", "bfloat16": "ushort"}
+# bfloat16 is a float32's upper 16 bits: widened exactly; narrowed to nearest even, a NaN kept a
+# (quiet) NaN, as runtime/aotc_support.h does for C
+_BF16_FUNCTIONS = """\
+float aotc_bf16_to_float(ushort b)
+{
+    return as_float((uint)b << 16);
+}
+
+ushort aotc_bf16_from_float(float f)
+{
+    uint u = as_uint(f);
+    return isnan(f) ? (ushort)((u >> 16) | 0x40u) : (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+"""
 _AXES = {"global": "get_global_id", "group": "get_group_id", "local": "get_local_id"}
 
 
@@ -47,15 +63,23 @@ class OpenCLPrinter(GpuPrinter):
             return f"{'fmax' if op == 'max' else 'fmin'}({a}, {b})"
         return super().minmax(op, dt, a, b)      # the integer max() overloads need equal types
 
-    def load(self, buf: Buffer, index: str) -> str:
-        if buf.dtype.name == "float16" and buf.value_dtype != buf.dtype:
-            return f"vload_half({index}, {buf.name})"
-        return f"{buf.name}[{index}]"
+    narrow_conversions = {"bfloat16": ("aotc_bf16_to_float", "aotc_bf16_from_float")}
 
-    def store(self, buf: Buffer, index: str, value: str) -> str:
-        if buf.dtype.name == "float16" and buf.value_dtype != buf.dtype:
-            return f"vstore_half({value}, {index}, {buf.name});"
-        return f"{buf.name}[{index}] = {value};"
+    def narrow_load(self, buf: Buffer, index: str) -> str:
+        if buf.dtype.name == "float16":
+            return f"vload_half({index}, {buf.name})"
+        return super().narrow_load(buf, index)
+
+    def narrow_store(self, buf: Buffer, index: str, value: str) -> str:
+        if buf.dtype.name == "float16":
+            return f"vstore_half({value}, {index}, {buf.name});"       # (rounds to nearest even)
+        return super().narrow_store(buf, index, value)
+
+    @staticmethod
+    def prelude(source: str) -> str:
+        """Definitions the kernels in `source` call that OpenCL C has not: the bfloat16
+        conversions ('' when no kernel uses them)."""
+        return _BF16_FUNCTIONS if "aotc_bf16_" in source else ""
 
     def gpu_index(self, axis: str) -> str:
         kind, dim = axis.split(".")
