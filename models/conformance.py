@@ -8,9 +8,11 @@ set's arrays, run on the data set's inputs, every output compared with the expec
 case's rtol/atol (default rtol 1e-3, atol 1e-7, as ONNX's runner) and aotc.check.parity.compare
 (integers exact). Where the compile asks for a value at compile time that the case feeds as an
 input, the case's small inputs after the first are bound as constants and it is tried again.
-Result per case: PASS, PASS_BOUND (passes with those inputs bound), FAIL (wrong numbers), UNSUPPORTED (aotc raised
-UnsupportedError), ERROR (any other exception), TIMEOUT (killed after --timeout seconds) or
-CRASH (the worker process died). Each case runs in its own forked process, --jobs at a time.
+Result per case: PASS, PASS_BOUND (passes with those inputs bound), RANDOM (the case draws random
+numbers, which aotc's generator draws otherwise than numpy's: every output has the expected shape
+and dtype, the values are not compared; tests/test_random_ops.py tests their distributions),
+FAIL (wrong numbers), UNSUPPORTED (aotc raised UnsupportedError), ERROR (any other exception),
+TIMEOUT (killed after --timeout seconds) or CRASH (the worker process died). Each case runs in its own forked process, --jobs at a time.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-3, 1e-7
-STATUSES = ["PASS", "PASS_BOUND", "FAIL", "UNSUPPORTED", "ERROR", "TIMEOUT", "CRASH"]
+STATUSES = ["PASS", "PASS_BOUND", "RANDOM", "FAIL", "UNSUPPORTED", "ERROR", "TIMEOUT", "CRASH"]
 # an error asking for a value at compile time that the case feeds as a graph input
 _NEEDS_CONST = re.compile(r"known at compile time|known only at run time|--const")
 # what the runner binds as constants then: the case's small inputs after the first (axes,
@@ -77,6 +79,19 @@ def case_ops(case) -> list:
     return ops
 
 
+def _draws_random(case, feeds: dict, bound: dict) -> bool:
+    """Does the case draw random numbers: a random op, or a Dropout in training mode?"""
+    from aotc.ops.random import RANDOM_OPS
+    for n in case.model.graph.node:
+        if n.op_type in RANDOM_OPS:
+            return True
+        if n.op_type == "Dropout" and len(n.input) > 2 and n.input[2]:
+            t = bound.get(n.input[2], feeds.get(n.input[2]))
+            if t is not None and bool(np.asarray(t).reshape(-1)[0]):
+                return True
+    return False
+
+
 def _first_line(ex: BaseException) -> str:
     msg = getattr(ex, "message", None) or str(ex)
     lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
@@ -122,6 +137,7 @@ def run_case(case, workdir: str | os.PathLike) -> CaseResult:
         graph_outputs = [o.name for o in case.model.graph.output]
         worst = 0.0
         failures = []
+        drawn: set = set()                      # outputs drawn at random, of the expected type
         bound: dict = {}
         for k, (inputs, outputs) in enumerate(case.data_sets):
             inputs, outputs = [_tensor(a) for a in inputs], [_tensor(a) for a in outputs]
@@ -148,6 +164,7 @@ def run_case(case, workdir: str | os.PathLike) -> CaseResult:
                                   time.perf_counter() - t0)
             model = CompiledModel(out)
             got = model.run(feeds)
+            random = _draws_random(case, feeds, bound)
             names = model.output_names
             if len(got) != len(outputs):
                 return CaseResult(case.name, ops, "FAIL",
@@ -158,11 +175,16 @@ def run_case(case, workdir: str | os.PathLike) -> CaseResult:
                                       f"runner: expected output {name} is a {type(ref).__name__}",
                                       time.perf_counter() - t0)
                 r = compare(name, np.asarray(g), ref, rtol, atol)
-                if not r.passed:
+                if not r.passed and random and (np.shape(g), np.asarray(g).dtype) == (ref.shape, ref.dtype):
+                    drawn.add(name)
+                elif not r.passed:
                     worst = max(worst, r.max_abs_err)
                     failures.append(f"{name}: max_abs={r.max_abs_err:.3g} mismatches={r.mismatches}"
                                     + (f" ({r.note})" if r.note else ""))
         how = f" (inputs {', '.join(sorted(bound))} bound as constants)" if bound else ""
+        if drawn and not failures:
+            return CaseResult(case.name, ops, "RANDOM", f"{', '.join(sorted(drawn))} drawn at random: shape and "
+                              "dtype as expected, values not compared" + how, time.perf_counter() - t0)
         if failures:
             return CaseResult(case.name, ops, "FAIL", f"max abs err {worst:.3g}; " + "; ".join(failures)
                               + f" [rtol {rtol:g}, atol {atol:g}]" + how, time.perf_counter() - t0)
@@ -267,6 +289,9 @@ def report(results: list, command: str, seconds: float, jobs: int, timeout: floa
         "conditions; floats of at most " + str(_BINDABLE_FLOATS) + ": scales, boxes) are bound as compile-time "
         "constants, which aotc needs them to be and which the case feeds as graph inputs (the first compile "
         "asked for it; the first input, the data, stays a run-time one). "
+        "RANDOM: the case draws random numbers (a random op, Dropout in training mode), which aotc's "
+        "generator draws otherwise than numpy's: every output has the expected shape and dtype, the "
+        "values are not compared (tests/test_random_ops.py tests their distributions). "
         "FAIL: wrong numbers. UNSUPPORTED: aotc raised UnsupportedError "
         "(operator, element type or attribute value not implemented). ERROR: any other exception. "
         "TIMEOUT: killed after the per-case limit. CRASH: the worker process died. No case is skipped.",
@@ -275,25 +300,27 @@ def report(results: list, command: str, seconds: float, jobs: int, timeout: floa
         "",
         "## Totals",
         "",
-        "| cases | pass | pass, inputs bound | fail | unsupported | error |" + "".join(f" {s.lower()} |" for s in extra),
-        "|---|---|---|---|---|---|" + "---|" * len(extra),
-        f"| {len(results)} | {tot['PASS']} | {tot['PASS_BOUND']} | {tot['FAIL']} | {tot['UNSUPPORTED']} | "
-        f"{tot['ERROR']} |" + "".join(f" {tot[s]} |" for s in extra),
+        "| cases | pass | pass, inputs bound | random | fail | unsupported | error |"
+        + "".join(f" {s.lower()} |" for s in extra),
+        "|---|---|---|---|---|---|---|" + "---|" * len(extra),
+        f"| {len(results)} | {tot['PASS']} | {tot['PASS_BOUND']} | {tot['RANDOM']} | {tot['FAIL']} | "
+        f"{tot['UNSUPPORTED']} | {tot['ERROR']} |" + "".join(f" {tot[s]} |" for s in extra),
         "",
         "## Per operator",
         "",
         "A case counts once for each distinct op type among its graph's nodes (op-type test cases with "
         "expanded function bodies count for every op of the body).",
         "",
-        "| op | cases | pass | pass, inputs bound | fail | unsupported | error |" + "".join(f" {s.lower()} |" for s in extra),
-        "|---|---|---|---|---|---|---|" + "---|" * len(extra),
+        "| op | cases | pass | pass, inputs bound | random | fail | unsupported | error |"
+        + "".join(f" {s.lower()} |" for s in extra),
+        "|---|---|---|---|---|---|---|---|" + "---|" * len(extra),
     ]
     for op in sorted(per_op, key=str.lower):
         c = per_op[op]
-        lines.append(f"| {op} | {c['cases']} | {c['PASS']} | {c['PASS_BOUND']} | {c['FAIL']} | {c['UNSUPPORTED']} | "
-                     f"{c['ERROR']} |"
+        lines.append(f"| {op} | {c['cases']} | {c['PASS']} | {c['PASS_BOUND']} | {c['RANDOM']} | {c['FAIL']} | "
+                     f"{c['UNSUPPORTED']} | {c['ERROR']} |"
                      + "".join(f" {c[s]} |" for s in extra))
-    for status in ["FAIL", "ERROR", "TIMEOUT", "CRASH"]:
+    for status in ["RANDOM", "FAIL", "ERROR", "TIMEOUT", "CRASH"]:
         bad = [r for r in results if r.status == status]
         if not bad:
             continue

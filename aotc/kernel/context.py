@@ -1,5 +1,13 @@
 """What an op's `lower` function gets: its node, its buffers, and a builder to emit into.
-Nothing here names a target: the op says what to compute; the schedule decides how."""
+Nothing here names a target: the op says what to compute; the schedule decides how.
+
+DRAW names the one value of a run that no node makes and no caller passes: the run's draw
+number (uint64 [1]), which random ops mix into their streams (ops/random.py). The host program
+writes it at the start of every run, before any kernel: 0 in a stateless run (`<name>_run`),
+the instance's count of earlier invokes in `<name>_invoke`, so that each invoke draws afresh
+and two instances draw the same sequence. The memory plan gives it a place in the workspace
+for the whole run (memory/planner.py), the program its offset (program/ir.py `Program.draw`).
+It exists only in graphs with random ops: `LowerCtx.draw()` adds it."""
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -7,7 +15,9 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..ir.graph import Graph, Node, Value
-from .ir import Buffer, Builder
+from .ir import U64, Buffer, Builder, Expr, Load, const
+
+DRAW = "aotc.draw"
 
 
 class LowerCtx:
@@ -49,3 +59,11 @@ class LowerCtx:
             raise RuntimeError("this lowering context cannot add kernel inputs")
         name = self.graph.add_const(np.ascontiguousarray(array), f"{self.node.name or self.node.op_type}_{hint}")
         return self._param(self.graph.values[name], hint)
+
+    def draw(self) -> Expr:
+        """This run's draw number (see DRAW above), read from the kernel's `draw` parameter."""
+        if self._param is None:
+            raise RuntimeError("this lowering context cannot add kernel inputs")
+        if DRAW not in self.graph.values:
+            self.graph.add_value(Value(DRAW, U64, (1,)))
+        return Load(self._param(self.graph.values[DRAW], "draw"), const(0))

@@ -21,8 +21,8 @@ What the schedule step says (aotc/schedule, driven by targets/*.toml), never the
     precision (kernel/retype.py), GEMM threading and orientation.
 
 Storage dtype and compute dtype are apart: a Buffer holds `dtype` elements and its values are
-computed in `compute` (float16 stored, float32 computed); Load yields the compute dtype and
-every printer converts at the load and the store.
+computed in `compute` (float16 or bfloat16 stored, float32 computed); Load yields the compute
+dtype and every printer converts at the load and the store.
 
 Expressions are immutable; the smart constructors fold constants and drop `*1`, `+0` so that
 generated index arithmetic stays readable.
@@ -40,6 +40,7 @@ from .names import RESERVED
 I64 = dtypes.INT64
 I32 = dtypes.INT32
 U32 = np.dtype(np.uint32)
+U64 = np.dtype(np.uint64)
 F32 = dtypes.FLOAT32
 F64 = dtypes.FLOAT64
 BOOL = dtypes.BOOL

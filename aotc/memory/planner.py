@@ -1,10 +1,11 @@
 """Static memory plan: where every value lives.
 
 Storage kinds: `input` / `output` (the caller's pointers), `weight` (offset in the
-read-only weights blob), `arena` (offset in the one workspace). Views (Reshape & co.)
-share their source's storage; an elementwise kernel may write its output over an input
-that dies there (in-place); a Concat's inputs may be computed straight into their slices of
-its output, and the Concat is then no kernel (elide_concats). Offsets: size-descending first
+read-only weights blob), `arena` (offset in the one workspace; the run's draw number too, when
+random ops read it: the host writes it there before the first kernel, kernel/context.py DRAW).
+Views (Reshape & co.) share their source's storage; an elementwise kernel may write its
+output over an input that dies there (in-place); a Concat's inputs may be computed straight
+into their slices of its output, and the Concat is then no kernel (elide_concats). Offsets: size-descending first
 fit over lifetimes, improved by a bounded search when it misses the lower bound
 (plan_offsets); then the validator checks the result on every compile.
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ..fusion.groups import Group
 from ..ir.graph import Graph
+from ..kernel.context import DRAW
 from ..kernel.lowering import KernelStep
 from ..program.ir import scratch_bytes
 from .liveness import Interval, peak_live_bytes
@@ -148,6 +150,8 @@ def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: i
             last_use[v] = max(last_use.get(v, t), t)
         for v in st.reads:
             last_use[v] = max(last_use.get(v, -1), t)
+    if DRAW in last_use:
+        first_def[DRAW] = 0       # the host writes the draw number before the first kernel
 
     members: dict[str, list[str]] = {}
     for v in dict.fromkeys(list(first_def) + list(last_use) + list(g.values)):
@@ -162,7 +166,7 @@ def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: i
 
     # values in a Concat's output take no part in in-place reuse: their storage is the
     # output's, which outlives them
-    pinned = set(slices) | {o for o, _ in slices.values()}
+    pinned = set(slices) | {o for o, _ in slices.values()} | {DRAW}
 
     # in-place: an elementwise kernel's output takes over an input that dies in it
     reused: list[tuple[str, str]] = []

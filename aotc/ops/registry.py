@@ -9,6 +9,8 @@ An OpDef says, for one op_type:
   view = True                                   the output is the input's memory re-shaped
                                                 (Reshape & co.): no code, an alias in the plan
   fold(node, ins) -> [arrays] | None            a value known from input *shapes* alone (Shape)
+  random(node, ins) -> bool                     the node draws random numbers (ops/random.py):
+                       never folded, and merged with a twin only when both are seeded
 Constant folding on constant inputs needs nothing per op: it runs the ONNX reference
 implementation.
 Adding an operator means adding one `@register` block in the module of its family.
@@ -38,6 +40,8 @@ class OpDef:
     fold: Optional[Callable] = None
     # how the op compiles, for docs/ONNX_SUPPORT.md, where the fields above do not say it
     how: str = ""
+    # whether a node draws random numbers (its output is no function of its inputs)
+    random: Optional[Callable] = None
 
 
 _REGISTRY: dict[str, OpDef] = {}
@@ -87,3 +91,10 @@ def supported_ops() -> list[str]:
 
 def is_supported(node: Node) -> bool:
     return node.domain in ("", "ai.onnx") and get(node.op_type) is not None
+
+
+def draws_random(node: Node, ins: list) -> bool:
+    """Does the node draw random numbers (ins: its input Values, None where omitted)? Such a
+    node is never folded at compile time, nor merged with a twin unless both are seeded."""
+    op = get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    return op is not None and op.random is not None and bool(op.random(node, ins))

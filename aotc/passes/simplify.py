@@ -26,7 +26,7 @@ def eliminate_dead_code(g: Graph) -> Graph:
 
 
 def remove_identities(g: Graph) -> Graph:
-    """Identity, Dropout in inference, and Cast to the type it already has."""
+    """Identity, Dropout in inference (with its mask unused), and Cast to the type it already has."""
     consumers = g.consumers()
     kept = []
     for n in g.nodes:
@@ -35,7 +35,8 @@ def remove_identities(g: Graph) -> Graph:
             removable = True
         elif n.op_type == "Dropout":
             mask_used = len(n.outputs) > 1 and n.outputs[1] and (n.outputs[1] in consumers or n.outputs[1] in g.outputs)
-            removable = not mask_used
+            training = registry.draws_random(n, [g.values[i] if i else None for i in n.inputs])
+            removable = not mask_used and not training
         elif n.op_type == "Cast":
             removable = g.values[n.inputs[0]].dtype == g.values[n.outputs[0]].dtype
         if removable and g.forward(n.outputs[0], n.inputs[0]):
@@ -62,7 +63,9 @@ def _const_key(v: Value):
 
 def eliminate_common_subexpressions(g: Graph) -> Graph:
     """Nodes with the same op, attributes and inputs compute the same thing: keep one.
-    Small constants with equal contents are merged first so their users compare equal."""
+    Small constants with equal contents are merged first so their users compare equal.
+    Random nodes too when seeded (the same seed draws the same values); unseeded ones each
+    draw a stream of their own, so they stay."""
     canon: dict = {}
     rename: dict[str, str] = {}
     for name, v in list(g.values.items()):
@@ -73,6 +76,9 @@ def eliminate_common_subexpressions(g: Graph) -> Graph:
     kept = []
     for n in g.nodes:
         n.inputs = [rename.get(i, i) for i in n.inputs]
+        if n.attr("seed") is None and registry.draws_random(n, [g.values[i] if i else None for i in n.inputs]):
+            kept.append(n)         # an unseeded random node draws its own stream (ops/random.py)
+            continue
         key = (n.op_type, n.domain, tuple(n.inputs), tuple(sorted((k, _attr_key(v)) for k, v in n.attrs.items())))
         prev = seen.get(key)
         if prev is not None and len(prev.outputs) == len(n.outputs):

@@ -8,15 +8,17 @@ A Program is a list of operations on the memory plan's storage:
     (a GPU schedule splits a kernel whose stages cannot be one launch into such loops;
     Loop/Scan will compile to them too).
 On CPU targets a program is one Launch per kernel, in the kernel order the memory plan was
-made for; the kernel itself hands its parallel loops to the thread pool.
+made for; the kernel itself hands its parallel loops to the thread pool. Before the first
+launch, a program with random ops writes the run's draw number into the workspace (`draw`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator, Union
+from typing import Iterator, Optional, Union
 
 import numpy as np
 
+from ..kernel.context import DRAW
 from ..kernel.ir import Buffer, Kernel
 
 
@@ -55,6 +57,9 @@ Op = Union[Launch, HostLoop]
 @dataclass
 class Program:
     body: list[Op]
+    # where the run's draw number lives in the workspace (bytes; kernel/context.py DRAW), which
+    # the host writes before the first launch; None: no random op reads one
+    draw: Optional[int] = None
 
     def launches(self) -> Iterator[Launch]:
         def walk(ops):
@@ -107,7 +112,13 @@ def build_program(steps, plan) -> Program:
         args = [slot_of(plan, st.binds[p.name]) for p in st.kernel.params]
         args += [Slot("arena", "", plan.scratch[(t, s.name)]) for s in st.kernel.scratch]
         body.append(Launch(t, st.kernel, args))
-    return Program(body)
+    return Program(body, draw_offset(plan))
+
+
+def draw_offset(plan) -> Optional[int]:
+    """The draw number's place in the workspace, if the plan has one."""
+    loc = plan.locations.get(DRAW)
+    return None if loc is None else loc.offset
 
 
 def scratch_bytes(buf: Buffer, threads: int) -> int:
@@ -158,4 +169,4 @@ def build_device_program(steps, plan) -> Program:
         slots = step_slots(t, st, plan)
         st.slots = slots
         body += convert(st.device, t, slots)
-    return Program(body)
+    return Program(body, draw_offset(plan))

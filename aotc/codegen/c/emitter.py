@@ -61,9 +61,10 @@ def emit_source(prefix: str, g: Graph, program: Program, plan: MemoryPlan, exter
         L.append(f"extern const uint64_t {prefix}_weights_data[];")
         L.append("")
     L += _execute(prefix, program, in_fields, out_fields)
+    draw = "" if program.draw is None else ", 0"       # a stateless run: draw number 0
     L += [f"int {prefix}_run_with_weights(const void *weights, const {prefix}_inputs *in, {prefix}_outputs *out,",
           "    void *workspace)", "{",
-          f"    return {prefix}_execute(weights, in, out, workspace, NULL, NULL, NULL);", "}", ""]
+          f"    return {prefix}_execute(weights, in, out, workspace, NULL, NULL, NULL{draw});", "}", ""]
     L += [f"const void *{prefix}_embedded_weights(void)", "{",
           "    return NULL;" if external else f"    return {prefix}_weights_data;", "}", ""]
     L += [f"int {prefix}_run(const {prefix}_inputs *in, {prefix}_outputs *out, void *workspace)", "{"]
@@ -80,11 +81,15 @@ def emit_source(prefix: str, g: Graph, program: Program, plan: MemoryPlan, exter
 def _execute(prefix: str, program: Program, in_fields: dict, out_fields: dict) -> list[str]:
     """The run function: every launch of the program, in order, with constant offsets."""
     P = prefix.upper()
+    draws = program.draw is not None
     L = [f"/* The host program: {sum(1 for _ in program.launches())} kernel launches. `pool` may be NULL (this",
          "   thread runs everything); `failed` (may be NULL) receives the index of a kernel that failed;",
-         "   `profile` (may be NULL) accumulates each kernel's milliseconds. */",
+         "   `profile` (may be NULL) accumulates each kernel's milliseconds."
+         + ("\n   `draw`: the draw number the random ops mix into their streams (0 in a stateless run, the\n"
+            "   instance's count of earlier invokes in an invoke). */" if draws else " */"),
          f"static int {prefix}_execute(const void *weights, const {prefix}_inputs *in, {prefix}_outputs *out,",
-         "    void *workspace, aotc_pool *pool, int *failed, double *profile)", "{",
+         "    void *workspace, aotc_pool *pool, int *failed, double *profile" + (", uint64_t draw)" if draws else ")"),
+         "{",
          "    const unsigned char *w = (const unsigned char *)weights;",
          "    unsigned char *ws = (unsigned char *)workspace;",
          "    int status = AOTC_OK;", "    (void)w;", "    (void)ws;", "    (void)pool;", "    (void)status;",
@@ -95,6 +100,8 @@ def _execute(prefix: str, program: Program, in_fields: dict, out_fields: dict) -
     L.append("        return AOTC_ERR_NULL_ARGUMENT;")
     L.append(f"    if (({P}_WORKSPACE_BYTES && (uintptr_t)workspace % {P}_WORKSPACE_ALIGN) || ((uintptr_t)weights % 8))")
     L.append("        return AOTC_ERR_MISALIGNED;")
+    if draws:
+        L.append(f"    *(uint64_t *)(ws + {program.draw}) = draw;      /* read by the random ops' kernels */")
 
     def launch(op: Launch) -> list[str]:
         k = op.kernel
@@ -138,12 +145,15 @@ def _c_string(s: str) -> str:
 
 def _model_functions(prefix: str, external: bool, program: Program) -> list[str]:
     P = prefix.upper()
+    draws = program.draw is not None
     L = failure_table(prefix, program)
     L += [f"struct {prefix}_model {{",
           "    void *workspace_raw;", "    void *workspace;", "    void *weights_raw;", "    const void *weights;",
           "    aotc_pool *pool;", "    int failed;              /* kernel index of the last failure, -1: none */",
-          "    double *profile;         /* options->profile: milliseconds per kernel, summed over invokes */",
-          "};", "",
+          "    double *profile;         /* options->profile: milliseconds per kernel, summed over invokes */"]
+    if draws:
+        L += ["    uint64_t draws;          /* invokes so far: the next invoke's draw number */"]
+    L += ["};", "",
           f"int {prefix}_create_with_options(const char *weights_path, const aotc_options *options, {prefix}_model **model)",
           "{",
           f"    {prefix}_model *m;", "    int threads, pool_status, status;",
@@ -171,7 +181,7 @@ def _model_functions(prefix: str, external: bool, program: Program) -> list[str]
           "    if (!model) return AOTC_ERR_NULL_ARGUMENT;",
           "    model->failed = -1;",
           f"    return {prefix}_execute(model->weights, in, out, model->workspace, model->pool, &model->failed,",
-          "                           model->profile);",
+          "                           model->profile" + (", model->draws++);" if draws else ");"),
           "}", "",
           f"int {prefix}_profile(const {prefix}_model *model, const double **ms, const char *const **names)", "{",
           "    if (!model || !model->profile) return 0;",

@@ -5,8 +5,9 @@ The host side: an instance (`<name>_create`) picks a device (options, else the f
 else the first device), makes a context and an in-order queue, builds the program from the
 kernel source embedded in the library, creates every kernel once, and allocates one device
 buffer for the whole memory plan, one for the weights (uploaded once, here), one per graph
-input and output, and a status word. `<name>_invoke` writes the inputs, enqueues the host
-program (program/ir.py: launches and host loops) and reads the outputs and the status back.
+input and output, and a status word. `<name>_invoke` writes the inputs (and the draw number,
+when random ops read one: the instance's count of invokes), enqueues the host program
+(program/ir.py: launches and host loops) and reads the outputs and the status back.
 Every OpenCL failure becomes a status code (runtime/aotc_opencl.h).
 """
 from __future__ import annotations
@@ -43,7 +44,8 @@ def kernel_source(prefix: str, g: Graph, program: Program) -> str:
     from ...paths import RUNTIME_DIR
     codes = dict(re.findall(r"#define (AOTC_ERR_[A-Z_]+) (\d+)", (RUNTIME_DIR / "aotc_runtime.h").read_text()))
     L += [f"#define {s} {codes[s]}" for s in statuses]
-    return "\n".join(L) + "\n\n" + body + "\n"
+    prelude = printer.prelude(body)
+    return "\n".join(L) + "\n\n" + (prelude + "\n" if prelude else "") + body + "\n"
 
 
 def _uses_double(k) -> bool:
@@ -106,10 +108,14 @@ def emit_host(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
           "    cl_mem w;                 /* the weights, uploaded at create */",
           "    cl_mem status;            /* a kernel's failure: status, kernel index */",
           f"    cl_mem in[{max(len(ins), 1)}];", f"    cl_mem out[{max(len(outs), 1)}];",
-          "    int failed;", "};", ""]
+          "    int failed;"]
+    if program.draw is not None:
+        L += ["    cl_ulong draws;           /* invokes so far: the next invoke's draw number */",
+              "    cl_ulong draw;            /* this invoke's, as the write into ws reads it */"]
+    L += ["};", ""]
     L += _execute(prefix, program, kidx, in_index, out_index)
     L += _create(prefix, external, ins, outs)
-    L += _invoke(prefix, ins, outs)
+    L += _invoke(prefix, ins, outs, program.draw)
     L += [f"int {prefix}_run_with_weights(const void *weights, const {prefix}_inputs *in, {prefix}_outputs *out,",
           "    void *workspace)", "{", "    (void)weights;", "    (void)in;", "    (void)out;", "    (void)workspace;",
           "    return AOTC_ERR_NOT_SUPPORTED;", "}", "",
@@ -225,11 +231,17 @@ def _create(prefix: str, external: bool, ins, outs) -> list[str]:
     return L
 
 
-def _invoke(prefix: str, ins, outs) -> list[str]:
+def _invoke(prefix: str, ins, outs, draw) -> list[str]:
+    """`draw`: the draw number's offset in the workspace (None: no random op reads one)."""
     checks = ["!m", "!in", "!out"] + [f"!in->{p.field}" for p in ins] + [f"!out->{p.field}" for p in outs]
     L = [f"int {prefix}_invoke({prefix}_model *m, const {prefix}_inputs *in, {prefix}_outputs *out)", "{",
          "    static const cl_int zero[2] = {0, 0};", "    cl_int st[2];", "    int status;",
          f"    if ({' || '.join(checks)})", "        return AOTC_ERR_NULL_ARGUMENT;", "    m->failed = -1;"]
+    if draw is not None:
+        # m->draw stays as it is until the blocking read below has waited for this write
+        L += ["    m->draw = m->draws++;        /* the draw number the random ops read */",
+              f"    AOTC_CL_CHECK(clEnqueueWriteBuffer(m->queue, m->ws, CL_FALSE, {draw}, sizeof m->draw, &m->draw, 0, "
+              "NULL, NULL));"]
     for i, p in enumerate(ins):
         if _bytes(p):
             L.append(f"    AOTC_CL_CHECK(clEnqueueWriteBuffer(m->queue, m->in[{i}], CL_FALSE, 0, {_bytes(p)}, "
