@@ -87,6 +87,11 @@ static int64_t aotc_gemm_min(int64_t a, int64_t b)
     return a < b ? a : b;
 }
 
+static int64_t aotc_gemm_max(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
 /* The K block size for a K: K in ceil(K / KC) blocks as equal as can be, so none is a sliver
  * (aotc/kernel/gemm.py computes the same to lay out constants packed at compile time). */
 static int64_t aotc_sgemm_kstep(int64_t K)
@@ -199,6 +204,39 @@ typedef struct {
 #define AOTC_IM2COL_EXPAND 0
 #endif
 
+/* d[0, len) <- s[0], s[SW], ..., s[SW*(len - 1)] (len > 0): with AVX2, 8 floats at a time at
+ * strides 1 and 2 (a stride-2 block is 16 loaded floats, the even ones kept; the last of them
+ * is never needed, so it is not loaded, which keeps every read inside the segment); the
+ * remainder, and other strides, one at a time. */
+#if defined(__AVX2__) && !AOTC_IM2COL_EXPAND
+#include <immintrin.h>
+static inline void aotc_im2col_copy(float *restrict d, const float *restrict s, int64_t len, int64_t SW)
+{
+    int64_t u = 0;
+    if (SW == 1) {
+        for (; u + 8 <= len; u += 8)
+            _mm256_storeu_ps(d + u, _mm256_loadu_ps(s + u));
+    } else if (SW == 2) {
+        const __m256i first7 = _mm256_set_epi32(0, -1, -1, -1, -1, -1, -1, -1);
+        for (; u + 8 <= len; u += 8) {
+            const __m256 a = _mm256_loadu_ps(s + 2 * u);                    /* s0 .. s7 */
+            const __m256 b = _mm256_maskload_ps(s + 2 * u + 8, first7);    /* s8 .. s14 */
+            /* even elements, per 128-bit half: s0 s2 s8 s10 | s4 s6 s12 s14; then the quarters
+               in order: s0 s2 s4 s6 s8 s10 s12 s14 */
+            const __m256 e = _mm256_shuffle_ps(a, b, 0x88);
+            _mm256_storeu_ps(d + u, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8)));
+        }
+    }
+    for (; u < len; ++u)
+        d[u] = s[u * SW];
+}
+#else
+static inline void aotc_im2col_copy(float *restrict d, const float *restrict s, int64_t len, int64_t SW)
+{
+    aotc_copy_short(d, s, len, SW);
+}
+#endif
+
 /* Bp <- rows [k0, k0 + kc) x cols [j0, j0 + n) of the im2col matrix of v as NR-column panels
  * (as aotc_sgemm_pack_b lays them out). A panel's columns are runs along output rows. What a
  * tap (kh, kw) copies from a channel does not depend on the channel, so each panel first
@@ -296,7 +334,7 @@ static void aotc_sgemm_pack_b_im2col(const aotc_im2col *v, int64_t k0, int64_t k
                     aotc_copy_short(dst, NULL, AOTC_GEMM_NR, 1);
                 for (g = 0; g < G; ++g)
                     for (e = 0; e < count[i][g]; ++e)
-                        aotc_copy_short(dst + seg[i][g][e].at, xc + seg[i][g][e].src, seg[i][g][e].len, SW);
+                        aotc_im2col_copy(dst + seg[i][g][e].at, xc + seg[i][g][e].src, seg[i][g][e].len, SW);
             }
             if (++tap == KK) {
                 tap = 0;
@@ -573,7 +611,13 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
     const int a_packed = g->rsa == 0 && g->csa == 0, b_packed = g->rsb == 0 && g->csb == 0 && !g->bim2col;
     const int64_t K = g->K, M = m1 - m0, N = n1 - n0;
     const int64_t kstep = aotc_sgemm_kstep(K);
-    const int64_t nc_max = aotc_gemm_min(AOTC_GEMM_NC, N);
+    /* a B packed here is packed NC columns at a time, or fewer when that block would be larger
+       than MC x KC floats (A's block, which the tiles find in L2): packed blocks then stay in L2
+       too, instead of being written out to L3 and read back (a convolution's 144 x 2048 im2col
+       block is 1.2 MB) */
+    const int64_t nc_step = b_packed ? AOTC_GEMM_NC
+        : aotc_gemm_min(AOTC_GEMM_NC, aotc_gemm_max(AOTC_GEMM_NR, AOTC_GEMM_MC * AOTC_GEMM_KC / kstep / AOTC_GEMM_NR * AOTC_GEMM_NR));
+    const int64_t nc_max = aotc_gemm_min(nc_step, N);
     const int64_t Mpad = (g->M + AOTC_GEMM_MR - 1) / AOTC_GEMM_MR * AOTC_GEMM_MR;
     const int64_t Npad = (g->N + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR;
     float *bwork = work;
@@ -591,8 +635,8 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
             g->epilogue(g->epilogue_args, m0, m1, n0, n1);
         return;
     }
-    for (jc = 0; jc < N; jc += AOTC_GEMM_NC) {
-        const int64_t nc = aotc_gemm_min(AOTC_GEMM_NC, N - jc);
+    for (jc = 0; jc < N; jc += nc_step) {
+        const int64_t nc = aotc_gemm_min(nc_step, N - jc);
         for (pc = 0; pc < K; pc += kstep) {
             const int64_t kc = aotc_gemm_min(kstep, K - pc);
             const int last = pc + kc == K;

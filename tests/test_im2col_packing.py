@@ -120,19 +120,21 @@ def test_im2col_packing_matches_the_im2col_buffer_and_ort(target, threads, tmp_p
         np.testing.assert_allclose(a, r, rtol=1e-4, atol=1e-4, err_msg=name)
 
 
-@pytest.mark.parametrize("target,avx512", [("c", False), ("c-avx512", False), ("c-avx512", True)])
-def test_packer_matches_the_definition_under_sanitizers(target, avx512, tmp_path):
+@pytest.mark.parametrize("target,isa", [("c", None), ("c-avx2", "avx2"), ("c-avx512", None), ("c-avx512", "avx512f")])
+def test_packer_matches_the_definition_under_sanitizers(target, isa, tmp_path):
     """The packer alone (tests/im2col_pack_check.c): every value of 3,006 random geometries
     against the im2col definition, built with AddressSanitizer and UBSan, with the target's
-    micro-tile, on the portable path and (where the CPU has it) the AVX-512 one."""
+    micro-tile, on the portable path and (where the CPU has them) the AVX2 copies and the
+    AVX-512 expanding loads."""
     import subprocess
     from aotc.paths import RUNTIME_DIR
     from aotc.targets import cpu_flags
-    if avx512 and "avx512f" not in cpu_flags():
-        pytest.skip("this CPU has no AVX-512")
+    if isa and isa not in cpu_flags():
+        pytest.skip(f"this CPU has no {isa}")
     tiles = GemmTiles.of(load_target(target))
     exe = tmp_path / "check"
-    flags = ["-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl"] if avx512 else ["-mno-avx512f"]
+    flags = {None: ["-mno-avx2", "-mno-avx512f"], "avx2": ["-mavx2", "-mfma", "-mno-avx512f"],
+             "avx512f": ["-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl"]}[isa]
     cmd = ["cc", "-std=c99", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
            *flags, *[f"-D{k}={v}" for k, v in tiles.macros().items()], f"-I{RUNTIME_DIR}",
            str(Path(__file__).with_name("im2col_pack_check.c")), "-o", str(exe)]
