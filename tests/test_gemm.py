@@ -239,6 +239,28 @@ def test_every_target_has_gemm_tiles():
         assert t.mc % t.mr == 0 and t.nc % t.nr == 0
 
 
+def test_computed_rows_count_the_edge_kernels():
+    """The orientation choice counts the rows the tiles compute: an edge of one row runs the
+    one-row kernel, an edge of at most half MR rows the half-height tile (6-row tiles: 8 rows
+    compute 6 + 3, 7 rows 6 + 1, 10 rows 6 + 6)."""
+    t = GemmTiles.of(load_target("c-avx2"))
+    assert t.mr == 6
+    assert [t.computed_rows(m) for m in (1, 2, 3, 4, 6, 7, 8, 9, 10, 12)] == [1, 3, 3, 6, 6, 7, 9, 9, 12, 12]
+    assert t.padded_madds(8, 17) == 9 * 32
+
+
+def test_run_time_b_is_packed_in_blocks_that_fit_beside_a():
+    """work_floats holds B's block of b_block_columns columns: NC for a short K, fewer for a
+    long one (at most MC x KC floats, whole panels), as runtime/aotc_gemm_packed.h packs it."""
+    for name in _NEEDS:
+        t = GemmTiles.of(load_target(name))
+        for K in (1, 27, 144, t.kc, 3 * t.kc + 1):
+            cols = t.b_block_columns(K)
+            assert cols % t.nr == 0 and t.nr <= cols <= t.nc
+            assert cols == t.nr or t.k_step(K) * cols <= t.mc * t.kc
+        assert t.b_block_columns(1) == t.nc
+
+
 # ----------------------------------------------------------------------------- through the compiler
 def _target_or_skip(name):
     missing = _NEEDS[name] - cpu_flags()

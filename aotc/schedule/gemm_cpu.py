@@ -61,9 +61,34 @@ class GemmTiles:
         blocks = -(-K // self.kc)
         return -(-K // blocks) if blocks else 0
 
+    def computed_rows(self, M: int) -> int:
+        """Rows the micro-tiles compute for M rows: whole MR-row tiles, and an edge tile of one
+        row (the one-row kernel), of at most half MR rows (the half-height one, half MR rows)
+        or of more (a whole tile), as aotc_sgemm_tile_any picks them."""
+        edge = M % self.mr
+        half = (self.mr + 1) // 2
+        if edge == 0:
+            pad = 0
+        elif edge == 1:
+            pad = 1
+        elif edge <= half < self.mr:
+            pad = half
+        else:
+            pad = self.mr
+        return M - edge + pad
+
     def padded_madds(self, M: int, N: int) -> int:
-        """Multiply-adds per k the micro-tiles spend on an M x N result (M, N padded to MR, NR)."""
-        return _round_up(M, self.mr) * _round_up(N, self.nr)
+        """Multiply-adds per k the micro-tiles spend on an M x N result (the rows they compute
+        for M, N padded to NR)."""
+        return self.computed_rows(M) * _round_up(N, self.nr)
+
+    def b_block_columns(self, K: int) -> int:
+        """Columns of a B packed at run time that aotc_sgemm_block packs at a time: NC, or fewer
+        where that block would hold more than MC x KC floats (it stays in L2, as A's block)."""
+        kstep = self.k_step(K)
+        if kstep == 0:
+            return self.nc
+        return min(self.nc, max(self.nr, self.mc * self.kc // kstep // self.nr * self.nr))
 
     # what transposing one result element back costs, in micro-tile multiply-adds (measured on
     # ResNet-50's 1x1 convolutions, where the GEMM alone got faster but the whole did not)
@@ -82,7 +107,7 @@ class GemmTiles:
         kc = self.k_step(K)
         n = 0
         if not b_packed:
-            n += kc * _round_up(min(self.nc, N), self.nr)
+            n += kc * _round_up(min(self.b_block_columns(K), N), self.nr)
         if not a_packed:
             n += kc * _round_up(min(self.mc, M), self.mr)
         return n
