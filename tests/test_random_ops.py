@@ -548,3 +548,30 @@ def test_the_conformance_runner_says_random():
     assert got["test_training_dropout_mask"].status == "RANDOM"
     assert "y, z drawn at random" in got["test_training_dropout_mask"].reason
     assert got["test_training_dropout_zero_ratio"].status == "PASS_BOUND"
+
+
+def test_check_compares_random_outputs_by_shape_and_dtype_only(tmp_path):
+    """`aotc check` on a model with random ops: the outputs drawn from them are compared by
+    shape and dtype (aotc cannot draw ONNX Runtime's numbers) and say so; the others by value,
+    as always."""
+    from typer.testing import CliRunner
+    from aotc.check.runner import junit_xml, run_check
+    from aotc.cli import app
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5])
+    nodes = [helper.make_node("RandomNormalLike", ["x"], ["noise"], name="noise_node"),
+             helper.make_node("Add", ["x", "noise"], ["noisy"]),
+             helper.make_node("Mul", ["x", "x"], ["square"])]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3, 5]) for n in ("noisy", "square")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], outs), opset_imports=[helper.make_opsetid("", 22)])
+    path = tmp_path / "noisy.onnx"
+    onnx.save(model, str(path))
+    res = run_check(path, target="c")
+    by = {o.name: o for o in res.outputs}
+    assert res.passed
+    assert not by["noisy"].values_compared and "RandomNormalLike 'noise_node'" in by["noisy"].note
+    assert by["square"].values_compared and by["square"].mismatches == 0
+    assert "values not compared" in junit_xml(res)
+    r = CliRunner().invoke(app, ["check", str(path), "--target", "c"])
+    assert r.exit_code == 0, r.output
+    assert "random" in r.output and "PASS" in r.output
+

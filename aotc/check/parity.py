@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Iterable
 
 import numpy as np
+import onnx
 
 from ..ir import dtypes
 
@@ -25,6 +26,7 @@ class OutputReport:
     mismatches: int
     passed: bool
     note: str = ""
+    values_compared: bool = True        # False: drawn from random numbers (random_report)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -53,6 +55,53 @@ def model_op_types(model) -> set[str]:
     for f in model.functions:
         out.update(n.op_type for n in f.node)
     return out
+
+
+def random_outputs(g) -> dict[str, str]:
+    """The graph outputs of `g` (an imported aotc Graph) whose values depend on a node that
+    draws random numbers (ops/random.py; Dropout in training mode), each with that node: aotc's
+    draws cannot equal ONNX Runtime's, so check compares their shape and dtype only. A node
+    with a subgraph holding a random op counts as one."""
+    from ..ops import registry
+    random_types = {t for t in registry.supported_ops() if registry.get(t).random is not None}
+
+    def in_subgraph(n) -> bool:
+        graphs = [v for a in n.attrs.values() for v in (a if isinstance(a, list) else [a])
+                  if isinstance(v, onnx.GraphProto)]
+        return any(op in random_types for sub in graphs for op in _graph_op_types(sub))
+
+    source: dict[str, str] = {}          # value -> the random node it depends on
+    for n in g.nodes:
+        ins = [g.values.get(i) if i else None for i in n.inputs]
+        if registry.draws_random(n, ins) or in_subgraph(n):
+            src = f"{n.op_type} {n.name!r}" if n.name else n.op_type
+        else:
+            src = next((source[i] for i in n.inputs if i in source), None)
+        if src:
+            source.update((o, src) for o in n.outputs if o)
+    return {o: source[o] for o in g.outputs if o in source}
+
+
+def _graph_op_types(graph) -> set[str]:
+    out: set[str] = set()
+    for n in graph.node:
+        out.add(n.op_type)
+        for a in n.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                out |= _graph_op_types(sub)
+    return out
+
+
+def random_report(name: str, got: np.ndarray, ref: np.ndarray, node: str) -> OutputReport:
+    """An output drawn from random numbers: its shape and dtype against the reference's, its
+    values not compared."""
+    ref = np.asarray(ref)
+    ok = got.shape == ref.shape and got.dtype == ref.dtype
+    note = (f"values not compared: drawn from random numbers ({node}), which aotc and the reference "
+            f"draw differently; shape and dtype " + ("match" if ok else
+            f"differ: expected {ref.dtype}{list(ref.shape)}, got {got.dtype}{list(got.shape)}"))
+    return OutputReport(name, str(got.dtype), list(got.shape), 0.0, 0.0, 0.0, 0 if ok else int(max(got.size, ref.size)),
+                        ok, note, values_compared=False)
 
 
 def nan_divergence_note(bad: np.ndarray, got: np.ndarray, ref: np.ndarray, op_types: Iterable[str]) -> str:

@@ -17,7 +17,7 @@ from ..errors import InputError
 from ..frontend import import_model, load_onnx
 from ..ir import dtypes
 from .inputs import sample_inputs
-from .parity import OutputReport, compare, model_op_types
+from .parity import OutputReport, compare, model_op_types, random_outputs, random_report
 
 
 @dataclass
@@ -212,19 +212,22 @@ def run_check(model_path, target: str = "native", inputs: Optional[Mapping[str, 
         out = compile_model(model_path, target=target, output_dir=output_dir, shapes=shapes, consts=consts,
                             weights=weights, progress=progress, threads=threads, build=build)
         m = CompiledModel(out, threads=threads)
+        g = import_model(load_onnx(model_path), "check", shapes, consts)
         if inputs is None:
-            g = import_model(load_onnx(model_path), "check", shapes, consts)
             feeds = sample_inputs(g, seed)
         else:
             feeds = {k: np.asarray(v) for k, v in inputs.items()}
+        drawn = random_outputs(g)
         got = m.run({k: feeds[k] for k in m.input_names})
         ref, source = reference_run(model_path, {**feeds, **{k: np.asarray(v) for k, v in consts.items()}})
         res = CheckResult(str(model_path), m.manifest["target"], rtol, atol, reference=source)
         outs = list(zip(m.output_names, got, ref))
-        res.outputs = [compare(name, a, b, rtol, atol) for name, a, b in outs]
+        def reports(op_types=()):
+            return [random_report(name, a, b, drawn[name]) if name in drawn else
+                    compare(name, a, b, rtol, atol, op_types) for name, a, b in outs]
+        res.outputs = reports()
         if not res.passed:          # a note on the mismatches that are ONNX Runtime's NaN handling
-            op_types = model_op_types(onnx.load(str(model_path), load_external_data=False))
-            res.outputs = [compare(name, a, b, rtol, atol, op_types) for name, a, b in outs]
+            res.outputs = reports(model_op_types(onnx.load(str(model_path), load_external_data=False)))
         return res
     finally:
         if tmp is not None:
@@ -232,7 +235,7 @@ def run_check(model_path, target: str = "native", inputs: Optional[Mapping[str, 
 
 
 def junit_xml(res: CheckResult) -> str:
-    from xml.sax.saxutils import quoteattr
+    from xml.sax.saxutils import escape, quoteattr
     fails = sum(not o.passed for o in res.outputs)
     lines = ['<?xml version="1.0" encoding="UTF-8"?>',
              f'<testsuite name={quoteattr("aotc check " + Path(res.model).name)} tests="{len(res.outputs)}" '
@@ -243,6 +246,8 @@ def junit_xml(res: CheckResult) -> str:
             msg = (f"max_abs_err={o.max_abs_err:.3g} max_rel_err={o.max_rel_err:.3g} max_ulp={o.max_ulp:.0f} "
                    f"mismatches={o.mismatches} {o.note}")
             lines.append(f'    <failure message={quoteattr(msg)}/>')
+        elif not o.values_compared:
+            lines.append(f'    <system-out>{escape(o.note)}</system-out>')
         lines.append("  </testcase>")
     lines.append("</testsuite>")
     return "\n".join(lines) + "\n"
