@@ -48,6 +48,14 @@ def graph_model(nodes, inputs: dict, outputs: list[str], inits: dict | None = No
     return m
 
 
+def typed_model(nodes, inputs: list, outputs: list, inits=(), opset: int = 17) -> onnx.ModelProto:
+    """A model from value infos (helper.make_tensor_value_info) for its inputs and outputs and
+    (name, array) pairs for its initializers: where graph_model's inference from arrays cannot
+    say the type (float16 and bfloat16 edges)."""
+    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=[numpy_helper.from_array(a, n) for n, a in inits])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
 def assert_parity(model: onnx.ModelProto, tmp_path: Path, feeds: dict | None = None, rtol: float = 1e-4,
                   atol: float = 1e-5, shapes: dict | None = None, consts: dict | None = None, **kw):
     """Compile with aotc, run it and ONNX Runtime on the same inputs, assert every output matches."""

@@ -19,15 +19,14 @@ from onnx import helper, numpy_helper
 from aotc.api import load
 from aotc.compiler import compile_model
 from aotc.errors import InputError
-from tests.helpers import assert_parity, eager_gpu_target, onnx_node_cases_of, run_onnx_node_case
+from tests.helpers import assert_parity, eager_gpu_target, onnx_node_cases_of, run_onnx_node_case, typed_model
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 N = helper.make_node
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=21):
-    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=[numpy_helper.from_array(a, n) for n, a in inits])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    return typed_model(nodes, inputs, outputs, inits, opset)
 
 
 def _vi(name, shape, dt=TP.BFLOAT16):

@@ -5,18 +5,17 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto as TP
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from aotc.api import load
 from aotc.compiler import compile_model
-from tests.helpers import assert_parity, eager_gpu_target, run_onnx_node_case
+from tests.helpers import assert_parity, eager_gpu_target, run_onnx_node_case, typed_model
 
 N = helper.make_node
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17):
-    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=[numpy_helper.from_array(a, n) for n, a in inits])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    return typed_model(nodes, inputs, outputs, inits, opset)
 
 
 def _vi(name, shape, dt=TP.FLOAT16):
