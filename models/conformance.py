@@ -79,19 +79,6 @@ def case_ops(case) -> list:
     return ops
 
 
-def _draws_random(case, feeds: dict, bound: dict) -> bool:
-    """Does the case draw random numbers: a random op, or a Dropout in training mode?"""
-    from aotc.ops.random import RANDOM_OPS
-    for n in case.model.graph.node:
-        if n.op_type in RANDOM_OPS:
-            return True
-        if n.op_type == "Dropout" and len(n.input) > 2 and n.input[2]:
-            t = bound.get(n.input[2], feeds.get(n.input[2]))
-            if t is not None and bool(np.asarray(t).reshape(-1)[0]):
-                return True
-    return False
-
-
 def _first_line(ex: BaseException) -> str:
     msg = getattr(ex, "message", None) or str(ex)
     lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
@@ -119,9 +106,10 @@ def run_case(case, workdir: str | os.PathLike) -> CaseResult:
     import onnx
 
     from aotc.api import CompiledModel
-    from aotc.check.parity import compare
+    from aotc.check.parity import compare, random_outputs, random_report
     from aotc.compiler import compile_model
     from aotc.errors import UnsupportedError
+    from aotc.frontend import import_model, load_onnx
 
     t0 = time.perf_counter()
     ops = case_ops(case)
@@ -164,7 +152,9 @@ def run_case(case, workdir: str | os.PathLike) -> CaseResult:
                                   time.perf_counter() - t0)
             model = CompiledModel(out)
             got = model.run(feeds)
-            random = _draws_random(case, feeds, bound)
+            # outputs drawn from random numbers: shape and dtype compared (as `aotc check` does)
+            drawn_from = random_outputs(import_model(load_onnx(path), "case",
+                                                     {n: v for n, v in shapes.items() if n in feeds}, bound))
             names = model.output_names
             if len(got) != len(outputs):
                 return CaseResult(case.name, ops, "FAIL",
@@ -174,10 +164,13 @@ def run_case(case, workdir: str | os.PathLike) -> CaseResult:
                     return CaseResult(case.name, ops, "ERROR",
                                       f"runner: expected output {name} is a {type(ref).__name__}",
                                       time.perf_counter() - t0)
-                r = compare(name, np.asarray(g), ref, rtol, atol)
-                if not r.passed and random and (np.shape(g), np.asarray(g).dtype) == (ref.shape, ref.dtype):
-                    drawn.add(name)
-                elif not r.passed:
+                if name in drawn_from:
+                    r = random_report(name, np.asarray(g), ref, drawn_from[name])
+                    if r.passed:
+                        drawn.add(name)
+                else:
+                    r = compare(name, np.asarray(g), ref, rtol, atol)
+                if not r.passed:
                     worst = max(worst, r.max_abs_err)
                     failures.append(f"{name}: max_abs={r.max_abs_err:.3g} mismatches={r.mismatches}"
                                     + (f" ({r.note})" if r.note else ""))

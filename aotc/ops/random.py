@@ -274,8 +274,6 @@ def _lower_uniform(node, ctx):
     _each_element(ctx, value)
 
 
-# the ops that always draw (Dropout draws in training mode only)
-RANDOM_OPS = ("RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli", "Multinomial")
 _HOW = "kernel: counter-based SplitMix64 stream of (seed or node, draw number, element); a fresh draw per invoke"
 register(["RandomNormal", "RandomNormalLike"], lower=_lower_normal, random=_draws, how=_HOW)(_infer_normal)
 register(["RandomUniform", "RandomUniformLike"], lower=_lower_uniform, random=_draws, how=_HOW)(_infer_uniform)
