@@ -28,6 +28,7 @@ from .passes.normalize import REWRITTEN_OPS
 from .passes.winograd import winograd_convs
 from .paths import RUNTIME_DIR
 from .program import Program
+from .program.ir import bounded_outputs
 from .targets import NATIVE, load_target
 
 # The target when none is given: the best CPU target this machine runs.
@@ -118,6 +119,7 @@ def analyze(path, target: str = DEFAULT_TARGET, name: Optional[str] = None, shap
         plan = plan_memory(g, groups, steps, align=int(tgt.get("alignment", 64)), threads=n_threads, slices=slices)
         mark_aliased(g, steps, plan)
     program = backend.program(g, steps, plan, tgt)
+    program.bounded = bounded_outputs(g, plan)
     return Compiled(g, hist, groups, steps, plan, program, tgt, n_threads, opset, n_before)
 
 
@@ -192,7 +194,10 @@ def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathL
 
 
 def _port(p) -> dict:
-    return {"name": p.name, "c_name": p.field, "dtype": dtypes.name(p.dtype), "shape": list(p.shape)}
+    d = {"name": p.name, "c_name": p.field, "dtype": dtypes.name(p.dtype), "shape": list(p.shape)}
+    if p.run_time_axes:      # `shape` is then its capacity; the run writes the shape into shape_field
+        d.update(run_time_axes=list(p.run_time_axes), shape_field=p.shape_field)
+    return d
 
 
 def _write_if_changed(path: Path, text: str) -> None:

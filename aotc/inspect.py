@@ -33,6 +33,8 @@ def inspect_model(path, target: str = "native", shapes=None, consts=None, progre
         "memory_plan": c.plan.summary(),
         "inputs": {n: list(c.graph.values[n].shape) for n in c.graph.inputs},
         "outputs": {p.name: list(p.shape) for p in ports(c.graph, c.graph.outputs)},   # ONNX names
+        # outputs whose size along these axes is known only at run time ("outputs": their capacity)
+        "run_time_axes": {p.name: list(p.run_time_axes) for p in ports(c.graph, c.graph.outputs) if p.run_time_axes},
     })
     return info
 
@@ -65,4 +67,7 @@ def format_text(info: dict) -> str:
         L.append(f"  arena / lower bound       {mp['arena_bytes'] / mp['lower_bound_bytes']:.3f}")
     L.append(f"  weights                   {_mib(mp['weights_bytes'])}")
     L.append(f"  in-place reuses           {mp['inplace_reuses']}")
+    for name, axes in info.get("run_time_axes", {}).items():
+        dims = [f"at most {d}" if a in axes else str(d) for a, d in enumerate(info["outputs"][name])]
+        L.append(f"output {name!r} has a size known only at run time: [{', '.join(dims)}]")
     return "\n".join(L)

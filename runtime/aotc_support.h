@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "aotc_runtime.h"
@@ -212,6 +213,40 @@ AOTC_ELEMENT_FN uint16_t aotc_bf16_from_float(float f)
     if ((v.u & 0x7f800000u) == 0x7f800000u && (v.u & 0x7fffffu))
         return (uint16_t)((v.u >> 16) | 0x40u);             /* quiet nan */
     return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);   /* round to nearest even */
+}
+
+/* An output of run-time size (aotc/passes/bounded.py): the kernels wrote it in the row-major
+ * layout of its capacity cap[]; move it, in place, into the dense row-major layout of its
+ * run's shape dims[] (each dims[a] <= cap[a]). Every element moves to a lower or equal
+ * address, so walking them in order never overwrites one still to be moved. */
+static inline void aotc_compact(void *data, size_t elem, int rank, const int64_t *cap, const int64_t *dims)
+{
+    unsigned char *p = (unsigned char *)data;
+    int64_t idx[16] = {0}, total = 1, row;
+    size_t dst = 0;
+    int a;
+    if (rank == 0 || rank > 16)
+        return;
+    for (a = 0; a < rank; ++a)
+        total *= dims[a];
+    if (total == 0)
+        return;
+    row = dims[rank - 1];
+    for (;;) {          /* one run of the last axis per step, `idx` its start */
+        int64_t src = 0;
+        for (a = 0; a < rank; ++a)
+            src = src * cap[a] + idx[a];
+        if ((size_t)src * elem != dst)
+            memmove(p + dst, p + (size_t)src * elem, (size_t)row * elem);
+        dst += (size_t)row * elem;
+        for (a = rank - 2; a >= 0; --a) {
+            if (++idx[a] < dims[a])
+                break;
+            idx[a] = 0;
+        }
+        if (a < 0)
+            return;
+    }
 }
 
 /* Milliseconds on a monotonic clock (kernel profiling). */

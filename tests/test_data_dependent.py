@@ -1,5 +1,5 @@
-"""NonZero and Unique on compile-time constants (folded into weights) against ONNX Runtime,
-and refused on run-time inputs."""
+"""NonZero and Unique on compile-time constants (folded into weights) and Unique on a run-time
+input against ONNX Runtime (the other ops of run-time size: tests/test_bounded.py)."""
 import numpy as np
 import onnx
 import pytest
@@ -36,11 +36,11 @@ def test_unique_of_a_constant(attrs, tmp_path):
     assert_parity(m, tmp_path, {"x": x})
 
 
-@pytest.mark.parametrize("op", ["NonZero", "Unique"])
-def test_on_a_run_time_input_is_refused(op, tmp_path):
-    x = rand(3, 4, seed=5)
-    m = graph_model([helper.make_node(op, ["x"], ["y"])], {"x": x}, ["y"], opset=11)
-    path = tmp_path / "m.onnx"
-    onnx.save(m, str(path))
-    with pytest.raises(UnsupportedError, match=f"{op} node .* on an input known only at run time"):
-        compile_model(path, output_dir=tmp_path / "out")
+@pytest.mark.parametrize("attrs", [{}, {"sorted": 0}, {"axis": 0}, {"axis": 1, "sorted": 0}, {"axis": -1}])
+def test_unique_on_a_run_time_input(attrs, tmp_path):
+    """A kernel (merge sort of the slices) with outputs of run-time size (passes/bounded.py);
+    small integers as floats, so that values and slices repeat."""
+    x = np.random.default_rng(len(attrs) + attrs.get("sorted", 1)).integers(0, 3, size=(6, 2)).astype(np.float32)
+    m = graph_model([helper.make_node("Unique", ["x"], ["u", "idx", "inv", "cnt"], **attrs)], {"x": x},
+                    ["u", "idx", "inv", "cnt"], opset=11)
+    assert_parity(m, tmp_path, {"x": x})

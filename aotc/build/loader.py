@@ -39,7 +39,9 @@ class Library:
         self.ffi = cffi.FFI()
         p = self.prefix
         fields_in = "".join(f"const void *{x['c_name']};" for x in m["inputs"]) or "int unused_;"
-        fields_out = "".join(f"void *{x['c_name']};" for x in m["outputs"])
+        fields_out = "".join(f"void *{x['c_name']};" + (f"int64_t {x['shape_field']}[{len(x['shape'])}];"
+                                                           if x.get("run_time_axes") else "")
+                             for x in m["outputs"])
         self.ffi.cdef(f"""
             typedef struct {{ {fields_in} }} {p}_inputs;
             typedef struct {{ {fields_out} }} {p}_outputs;
@@ -63,6 +65,9 @@ class Library:
         self.inputs = [(x["name"], x["c_name"], dtypes.from_name(x["dtype"]), tuple(x["shape"])) for x in m["inputs"]]
         self.outputs = [(x["name"], x["c_name"], dtypes.from_name(x["dtype"]), tuple(x["shape"]))
                         for x in m["outputs"]]
+        # outputs of run-time size (shape above: the most they hold): the outputs struct's
+        # field the run writes their shape into
+        self.shape_fields = {x["c_name"]: x["shape_field"] for x in m["outputs"] if x.get("run_time_axes")}
 
     def _fn(self, name: str):
         return getattr(self.lib, f"{self.prefix}_{name}")
@@ -144,6 +149,10 @@ class Library:
             where = self._fn("failure")(instance)
             at = f" in kernel {ffi.string(where).decode()}" if where != ffi.NULL else ""
             raise RunError(f"{p} failed{at}: {self.error(status)} (status {status})")
+        for k, (name, field, dt, shape) in enumerate(self.outputs):
+            if field in self.shape_fields:
+                dims = tuple(int(d) for d in getattr(cout, self.shape_fields[field]))
+                outs[k] = outs[k].reshape(-1)[:int(np.prod(dims))].reshape(dims).copy()
         return outs
 
 

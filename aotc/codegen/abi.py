@@ -15,6 +15,7 @@ AOTC_ERR_NOT_SUPPORTED, and create / invoke do the work (device memory, queue or
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -54,21 +55,29 @@ class Port:
     dtype: np.dtype
     shape: tuple
     value: str = ""  # the graph value behind it (differs from `name` when materialize_outputs renamed it)
+    # axes whose size is known only after a run (passes/bounded.py): `shape` is then the most the
+    # output can hold, and run() writes the shape into the outputs struct's `shape_field`
+    run_time_axes: tuple = ()
+    shape_field: str = ""
 
 
 def ports(g: Graph, names: list[str]) -> list[Port]:
     labels = g.output_labels
     used: set[str] = set()
-    out = []
-    for n in names:
-        public = labels.get(n, n)
-        f, k = c_ident(public, 64), 1
-        base = f
+
+    def unique(base: str) -> str:
+        f, k = base, 1
         while f in used:
             f, k = f"{base}_{k}", k + 1
         used.add(f)
+        return f
+
+    fields = [unique(c_ident(labels.get(n, n), 64)) for n in names]
+    out = []
+    for n, f in zip(names, fields):
         v = g.values[n]
-        out.append(Port(public, f, v.dtype, tuple(v.shape), n))
+        axes = tuple(sorted(g.bounded.get(n, {})))
+        out.append(Port(labels.get(n, n), f, v.dtype, tuple(v.shape), n, axes, unique(f"{f}_shape") if axes else ""))
     return out
 
 
@@ -114,10 +123,20 @@ def emit_header(prefix: str, g: Graph, plan: MemoryPlan, external: bool, threads
         L.append("    int unused_;")
     L.append(f"}} {prefix}_inputs;")
     L.append("")
-    L.append("/* Outputs, in graph order: caller-allocated arrays that run() fills. */")
+    L.append("/* Outputs, in graph order: caller-allocated arrays that run() fills.")
+    if any(p.run_time_axes for p in outs):
+        L += ["   An output marked \"at most\" has dimensions known only at run time: allocate the shape",
+              "   given, run() writes the one it made into <output>_shape and its elements densely, in",
+              "   row-major order of that shape, from the start of the array."]
+    L[-1] += " */"
     L.append("typedef struct {")
     for p in outs:
-        L.append(f"    {ctype(p.dtype)} *{p.field};  /* '{p.name}': {dtypes.name(p.dtype)}{list(p.shape)} */")
+        if not p.run_time_axes:
+            L.append(f"    {ctype(p.dtype)} *{p.field};  /* '{p.name}': {dtypes.name(p.dtype)}{list(p.shape)} */")
+            continue
+        dims = ", ".join(f"at most {d}" if a in p.run_time_axes else str(d) for a, d in enumerate(p.shape))
+        L.append(f"    {ctype(p.dtype)} *{p.field};  /* '{p.name}': {dtypes.name(p.dtype)}[{dims}] */")
+        L.append(f"    int64_t {p.shape_field}[{len(p.shape)}];  /* {p.field}'s shape, written by run() */")
     L.append(f"}} {prefix}_outputs;")
     L += ["",
           "/* Runs the model on the calling thread. Re-entrant: no global state; give each concurrent",
@@ -155,6 +174,33 @@ def emit_header(prefix: str, g: Graph, plan: MemoryPlan, external: bool, threads
           f"void {prefix}_destroy({prefix}_model *model);",
           "", "#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {P}_H */", ""]
     return "\n".join(L)
+
+
+def bounded_epilogue(program, out_ports: list[Port], count: Callable[[int], str]) -> list[str]:
+    """Host C after the last launch (every backend's): each output of run-time size gets its
+    shape, from the counts its kernels left in the workspace (`count(offset)` spells the one at
+    that byte offset), and its elements moved into that shape's dense layout where the
+    capacity's layout differs (passes/bounded.py)."""
+    by_value = {p.value: p for p in out_ports}
+    L = []
+    for b in program.bounded:
+        p = by_value[b.value]
+        L.append(f"/* '{p.name}': its size along axes {sorted(b.counts)} was known only now */")
+        for a, d in enumerate(b.capacity):
+            size = count(b.counts[a]) if a in b.counts else str(d)
+            L.append(f"out->{p.shape_field}[{a}] = {size};")
+        if not b.dense_prefix:
+            cap = ", ".join(str(d) for d in b.capacity)
+            L += ["{", f"    static const int64_t capacity[{len(b.capacity)}] = {{{cap}}};",
+                  f"    aotc_compact(out->{p.field}, {b.itemsize}, {len(b.capacity)}, capacity, out->{p.shape_field});",
+                  "}"]
+    return L
+
+
+def count_offsets(program) -> list[int]:
+    """The workspace offsets of the counts the outputs of run-time size need, each once: a
+    GPU host reads them back after the run."""
+    return sorted({off for b in program.bounded for off in b.counts.values()})
 
 
 def weights_blob(g: Graph, plan: MemoryPlan) -> bytes:

@@ -70,6 +70,9 @@ class Graph:
         self.sequences: dict[str, list[str]] = {}
         # optional values: the name of the tensor each holds, or None (empty)
         self.optionals: dict[str, str | None] = {}
+        # values whose size along some axes is known only at run time: value -> {axis: the
+        # int64[1] value holding that size} (aotc/passes/bounded.py)
+        self.bounded: dict[str, dict[int, str]] = {}
         self._counter = 0
 
     # -- construction -------------------------------------------------------------------
@@ -110,6 +113,10 @@ class Graph:
             return None
         v = self.values.get(name)
         return None if v is None else v.const
+
+    def counts(self) -> list[str]:
+        """The int64[1] values holding run-time sizes of bounded values (self.bounded), sorted."""
+        return sorted({c for axes in self.bounded.values() for c in axes.values()})
 
     def op_histogram(self) -> dict[str, int]:
         hist: dict[str, int] = {}
@@ -160,5 +167,6 @@ class Graph:
         g.domain_opsets = dict(self.domain_opsets)
         g.source_opset = self.source_opset
         g.output_labels = dict(self.output_labels)
+        g.bounded = {k: dict(v) for k, v in self.bounded.items()}
         g._counter = self._counter
         return g

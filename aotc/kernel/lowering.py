@@ -118,8 +118,10 @@ def _stored(g: Graph, grp: Group, consumers) -> list[str]:
     another kernel, or a view that one of those reads."""
     inside = {id(n) for n in grp.nodes}
 
+    counts = set(g.counts())       # run-time sizes: the host program reads them after the run
+
     def needed(v: str) -> bool:
-        if v in g.outputs:
+        if v in g.outputs or v in counts:
             return True
         for c in consumers.get(v, []):
             if id(c) in inside:

@@ -2,7 +2,8 @@
 
 Storage kinds: `input` / `output` (the caller's pointers), `weight` (offset in the
 read-only weights blob), `arena` (offset in the one workspace; the run's draw number too, when
-random ops read it: the host writes it there before the first kernel, kernel/context.py DRAW).
+random ops read it: the host writes it there before the first kernel, kernel/context.py DRAW;
+and the counts of bounded values, which live to the end of the run: passes/bounded.py).
 Views (Reshape & co.) share their source's storage; an elementwise kernel may write its
 output over an input that dies there (in-place); a Concat's inputs may be computed straight
 into their slices of its output, and the Concat is then no kernel (elide_concats). Offsets: size-descending first
@@ -152,6 +153,9 @@ def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: i
             last_use[v] = max(last_use.get(v, -1), t)
     if DRAW in last_use:
         first_def[DRAW] = 0       # the host writes the draw number before the first kernel
+    for c in g.counts():          # run-time sizes, which the host program reads after the last kernel
+        if c in first_def:
+            last_use[c] = max(last_use[c], len(steps) - 1)
 
     members: dict[str, list[str]] = {}
     for v in dict.fromkeys(list(first_def) + list(last_use) + list(g.values)):
@@ -166,7 +170,7 @@ def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: i
 
     # values in a Concat's output take no part in in-place reuse: their storage is the
     # output's, which outlives them
-    pinned = set(slices) | {o for o, _ in slices.values()} | {DRAW}
+    pinned = set(slices) | {o for o, _ in slices.values()} | {DRAW} | set(g.counts())
 
     # in-place: an elementwise kernel's output takes over an input that dies in it
     reused: list[tuple[str, str]] = []

@@ -34,10 +34,3 @@ def _resolved(node, ins):
 
 register(list(SEQUENCE_OPS), how="compile time: the sequence is resolved into the tensors it holds")(_resolved)
 register(list(OPTIONAL_OPS), how="compile time: resolved into the tensor it holds (or none)")(_resolved)
-
-
-@register("Compress", how="a Gather, when the condition is known at compile time")
-def _compress_infer(node, ins):
-    raise UnsupportedError([f"Compress node {node.name!r} with a condition known only at run time"],
-                           "the output's shape depends on the condition: aotc compiles a Compress whose "
-                           "condition is constant (bind its input with --const)")

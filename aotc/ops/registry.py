@@ -11,6 +11,8 @@ An OpDef says, for one op_type:
   fold(node, ins) -> [arrays] | None            a value known from input *shapes* alone (Shape)
   random(node, ins) -> bool                     the node draws random numbers (ops/random.py):
                        never folded, and merged with a twin only when both are seeded
+  bounded(g, node, ins, bounds) -> [Bound|None] an op whose output's size depends on run-time
+                       values (NonZero...): its capacity and count (aotc/passes/bounded.py)
 Constant folding on constant inputs needs nothing per op: it runs the ONNX reference
 implementation.
 Adding an operator means adding one `@register` block in the module of its family.
@@ -42,6 +44,8 @@ class OpDef:
     how: str = ""
     # whether a node draws random numbers (its output is no function of its inputs)
     random: Optional[Callable] = None
+    # which outputs have a size known only at run time (passes/bounded.py), for the ops that make them
+    bounded: Optional[Callable] = None
 
 
 _REGISTRY: dict[str, OpDef] = {}

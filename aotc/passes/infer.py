@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import AotcError, ShapeError, UnsupportedError
 from ..ir.graph import Graph, Value
 from ..ops import registry
-from . import control, sequences
+from . import bounded, control, sequences
 from .evaluate import evaluate
 from .normalize import normalize_nodes
 
@@ -31,6 +31,7 @@ FOLD_LIMIT_BYTES = 1 << 20
 
 def infer_shapes(g: Graph, fold: bool = True) -> Graph:
     kept = []
+    bounds: dict[str, bounded.Bound] = {}       # values of run-time size so far (passes/bounded.py)
     work = deque(g.nodes)
     while work:
         n = work.popleft()
@@ -53,8 +54,13 @@ def infer_shapes(g: Graph, fold: bool = True) -> Graph:
         for o, (dt, shape) in zip(n.outputs, types):
             if o:
                 g.values[o] = Value(o, np.dtype(dt), tuple(int(d) for d in shape))
+        out_bounds = bounded.node_bounds(g, n, bounds)
+        run_time = any(b is not None and b.axes for b in out_bounds)
+        for o, b in zip(n.outputs, out_bounds):
+            if o and b is not None and b.axes:
+                bounds[o] = b
         all_const = all(v is None or v.const is not None for v in ins)
-        results = op.fold(n, ins) if (fold and op.fold is not None) else None
+        results = op.fold(n, ins) if (fold and op.fold is not None and not run_time) else None
         if results is None and fold and all_const and n.op_type not in _REFERENCE_DIFFERS \
                 and not registry.draws_random(n, ins) and _worth_folding(n, ins, types):
             arrays = [v.const if v is not None else None for v in ins]

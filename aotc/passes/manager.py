@@ -6,7 +6,7 @@ from typing import Callable
 
 from ..ir.graph import Graph
 from ..ir.verify import verify
-from . import simplify
+from . import bounded, simplify
 from .recurrent import prepack_recurrent_weights
 from .attention import fuse_attention
 from .infer import infer_shapes
@@ -35,6 +35,8 @@ DEFAULT_PASSES: list[tuple[str, Pass]] = [
     ("canonicalize_views_again", simplify.canonicalize_views),
     ("eliminate_dead_code_again", simplify.eliminate_dead_code),
     ("materialize_outputs", simplify.materialize_outputs),
+    # last: which values of the final graph have a size known only at run time
+    ("bounded_dimensions", bounded.analyze),
 ]
 
 

@@ -55,11 +55,26 @@ Op = Union[Launch, HostLoop]
 
 
 @dataclass
+class BoundedOutput:
+    """A graph output whose size along some axes is known only at run time (passes/bounded.py).
+    After the last launch the host program writes its shape into the outputs struct, from the
+    counts the kernels left in the workspace, and, unless `dense_prefix`, moves its elements
+    from the capacity layout into the dense layout of that shape (aotc_compact)."""
+    value: str                # the graph output
+    capacity: tuple           # its static shape: the most it can hold
+    counts: dict              # axis -> byte offset of the int64 count in the workspace
+    itemsize: int
+    dense_prefix: bool        # the capacity layout already starts with the dense one
+
+
+@dataclass
 class Program:
     body: list[Op]
     # where the run's draw number lives in the workspace (bytes; kernel/context.py DRAW), which
     # the host writes before the first launch; None: no random op reads one
     draw: Optional[int] = None
+    # graph outputs of run-time size, which the host finishes after the last launch
+    bounded: list = field(default_factory=list)
 
     def launches(self) -> Iterator[Launch]:
         def walk(ops):
@@ -113,6 +128,23 @@ def build_program(steps, plan) -> Program:
         args += [Slot("arena", "", plan.scratch[(t, s.name)]) for s in st.kernel.scratch]
         body.append(Launch(t, st.kernel, args))
     return Program(body, draw_offset(plan))
+
+
+def bounded_outputs(g, plan) -> list[BoundedOutput]:
+    """The graph outputs of run-time size (g.bounded), with where their counts are."""
+    from ..passes.bounded import dense_prefix
+    out = []
+    for o in g.outputs:
+        axes = g.bounded.get(o)
+        if axes:
+            v = g.values[o]
+            if len(v.shape) > 16 and not dense_prefix(tuple(v.shape), axes):
+                from ..errors import UnsupportedError
+                raise UnsupportedError([f"output {o!r} of rank {len(v.shape)} whose size is known only at run time"],
+                                       "aotc_compact moves outputs of rank 16 at most")
+            out.append(BoundedOutput(o, tuple(v.shape), {a: plan.locations[c].offset for a, c in sorted(axes.items())},
+                                     np.dtype(v.dtype).itemsize, dense_prefix(tuple(v.shape), axes)))
+    return out
 
 
 def draw_offset(plan) -> Optional[int]:

@@ -12,7 +12,7 @@ from ...memory.planner import MemoryPlan
 from ...program.ir import Launch, Program, Slot
 from ...schedule.gemm_cpu import GemmTiles
 from ..abi import Port, ports
-from ..abi import ctype
+from ..abi import bounded_epilogue, ctype
 from ..weights_check import read_weights_call
 from .printer import CPrinter, uses_pool
 
@@ -60,7 +60,7 @@ def emit_source(prefix: str, g: Graph, program: Program, plan: MemoryPlan, exter
     if not external:
         L.append(f"extern const uint64_t {prefix}_weights_data[];")
         L.append("")
-    L += _execute(prefix, program, in_fields, out_fields)
+    L += _execute(prefix, program, in_fields, out_fields, bounded_epilogue(program, ports(g, g.outputs), lambda off: f"*(const int64_t *)(ws + {off})"))
     draw = "" if program.draw is None else ", 0"       # a stateless run: draw number 0
     L += [f"int {prefix}_run_with_weights(const void *weights, const {prefix}_inputs *in, {prefix}_outputs *out,",
           "    void *workspace)", "{",
@@ -78,7 +78,7 @@ def emit_source(prefix: str, g: Graph, program: Program, plan: MemoryPlan, exter
     return "\n".join(L)
 
 
-def _execute(prefix: str, program: Program, in_fields: dict, out_fields: dict) -> list[str]:
+def _execute(prefix: str, program: Program, in_fields: dict, out_fields: dict, epilogue: list[str]) -> list[str]:
     """The run function: every launch of the program, in order, with constant offsets."""
     P = prefix.upper()
     draws = program.draw is not None
@@ -120,6 +120,7 @@ def _execute(prefix: str, program: Program, in_fields: dict, out_fields: dict) -
         return lines + [f"if (profile) profile[{op.index}] += aotc_now_ms() - t0;"]
 
     L += program.host_lines(lambda var, n: f"for (int64_t {var} = 0; {var} < {n}; ++{var})", launch)
+    L += ["    " + line for line in epilogue]
     L += ["    return AOTC_OK;", "}", ""]
     return L
 

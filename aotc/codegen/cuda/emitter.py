@@ -18,7 +18,7 @@ import numpy as np
 from ...ir.graph import Graph
 from ...memory.planner import MemoryPlan
 from ...program.ir import Launch, Program, storage_args
-from ..abi import ports
+from ..abi import bounded_epilogue, count_offsets, ports
 from ..c.emitter import strerror_function
 from ..weights_check import read_weights_call
 from .printer import CudaPrinter
@@ -86,7 +86,7 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     L += _execute(prefix, program, {p.value: i for i, p in enumerate(ins)}, {p.value: i for i, p in enumerate(outs)},
                   {id(k): i for i, k in enumerate(kernels)})
     L += _create(prefix, external, ins, outs)
-    L += _invoke(prefix, ins, outs, program.draw)
+    L += _invoke(prefix, ins, outs, program)
     L += [f"int {prefix}_run_with_weights(const void *weights, const {prefix}_inputs *in, {prefix}_outputs *out,",
           "    void *workspace)", "{", "    (void)weights;", "    (void)in;", "    (void)out;", "    (void)workspace;",
           "    return AOTC_ERR_NOT_SUPPORTED;", "}", "",
@@ -204,12 +204,15 @@ def _create(prefix: str, external: bool, ins, outs) -> list[str]:
     return L
 
 
-def _invoke(prefix: str, ins, outs, draw) -> list[str]:
-    """`draw`: the draw number's offset in the workspace (None: no random op reads one). The
-    captured graph's kernels read it there, so that each invoke draws afresh."""
+def _invoke(prefix: str, ins, outs, program: Program) -> list[str]:
+    """Copies in, the graph (or the host program), copies out. The draw number is copied into
+    the workspace first (None: no random op reads one), where the captured graph's kernels read
+    it, so that each invoke draws afresh; the counts of outputs of run-time size come back after."""
+    draw, offsets = program.draw, count_offsets(program)
     checks = ["!m", "!in", "!out"] + [f"!in->{p.field}" for p in ins] + [f"!out->{p.field}" for p in outs]
     L = [f'extern "C" int {prefix}_invoke({prefix}_model *m, const {prefix}_inputs *in, {prefix}_outputs *out)', "{",
          "    int st[2];",
+         *([f"    int64_t counts[{len(offsets)}];      /* run-time sizes of outputs */"] if offsets else []),
          f"    if ({' || '.join(checks)})", "        return AOTC_ERR_NULL_ARGUMENT;", "    m->failed = -1;",
          "    AOTC_CUDA_CHECK(cudaSetDevice(m->device));"]
     if draw is not None:
@@ -231,8 +234,12 @@ def _invoke(prefix: str, ins, outs, draw) -> list[str]:
         if _bytes(p):
             L.append(f"    AOTC_CUDA_CHECK(cudaMemcpyAsync(out->{p.field}, m->out[{i}], {_bytes(p)}, "
                      "cudaMemcpyDeviceToHost, m->stream));")
+    for j, off in enumerate(offsets):
+        L.append(f"    AOTC_CUDA_CHECK(cudaMemcpyAsync(&counts[{j}], m->ws + {off}, sizeof counts[{j}], "
+                 "cudaMemcpyDeviceToHost, m->stream));")
     L += ["    AOTC_CUDA_CHECK(cudaMemcpyAsync(st, m->status, sizeof st, cudaMemcpyDeviceToHost, m->stream));",
           "    AOTC_CUDA_CHECK(cudaStreamSynchronize(m->stream));",
-          "    if (st[0] != AOTC_OK) {", "        m->failed = st[1];", "        return st[0];", "    }",
-          "    return AOTC_OK;", "}", ""]
+          "    if (st[0] != AOTC_OK) {", "        m->failed = st[1];", "        return st[0];", "    }"]
+    L += ["    " + line for line in bounded_epilogue(program, outs, lambda off: f"counts[{offsets.index(off)}]")]
+    L += ["    return AOTC_OK;", "}", ""]
     return L

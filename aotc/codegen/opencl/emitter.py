@@ -20,7 +20,7 @@ from ...ir.graph import Graph
 from ...kernel.ir import F64, walk_stmts
 from ...memory.planner import MemoryPlan
 from ...program.ir import Launch, Program
-from ..abi import ports
+from ..abi import bounded_epilogue, count_offsets, ports
 from ..c.emitter import strerror_function
 from ..weights_check import read_weights_call
 from .printer import OpenCLPrinter
@@ -115,7 +115,7 @@ def emit_host(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     L += ["};", ""]
     L += _execute(prefix, program, kidx, in_index, out_index)
     L += _create(prefix, external, ins, outs)
-    L += _invoke(prefix, ins, outs, program.draw)
+    L += _invoke(prefix, ins, outs, program)
     L += [f"int {prefix}_run_with_weights(const void *weights, const {prefix}_inputs *in, {prefix}_outputs *out,",
           "    void *workspace)", "{", "    (void)weights;", "    (void)in;", "    (void)out;", "    (void)workspace;",
           "    return AOTC_ERR_NOT_SUPPORTED;", "}", "",
@@ -231,11 +231,14 @@ def _create(prefix: str, external: bool, ins, outs) -> list[str]:
     return L
 
 
-def _invoke(prefix: str, ins, outs, draw) -> list[str]:
-    """`draw`: the draw number's offset in the workspace (None: no random op reads one)."""
+def _invoke(prefix: str, ins, outs, program: Program) -> list[str]:
+    """Copies in, the host program, copies out; the draw number written into the workspace
+    first and the counts of outputs of run-time size read back after, when there are any."""
+    draw, offsets = program.draw, count_offsets(program)
     checks = ["!m", "!in", "!out"] + [f"!in->{p.field}" for p in ins] + [f"!out->{p.field}" for p in outs]
     L = [f"int {prefix}_invoke({prefix}_model *m, const {prefix}_inputs *in, {prefix}_outputs *out)", "{",
          "    static const cl_int zero[2] = {0, 0};", "    cl_int st[2];", "    int status;",
+         *([f"    cl_long counts[{len(offsets)}];      /* run-time sizes of outputs */"] if offsets else []),
          f"    if ({' || '.join(checks)})", "        return AOTC_ERR_NULL_ARGUMENT;", "    m->failed = -1;"]
     if draw is not None:
         # m->draw stays as it is until the blocking read below has waited for this write
@@ -253,7 +256,11 @@ def _invoke(prefix: str, ins, outs, draw) -> list[str]:
         if _bytes(p):
             L.append(f"    AOTC_CL_CHECK(clEnqueueReadBuffer(m->queue, m->out[{i}], CL_FALSE, 0, {_bytes(p)}, "
                      f"out->{p.field}, 0, NULL, NULL));")
+    for j, off in enumerate(offsets):
+        L.append(f"    AOTC_CL_CHECK(clEnqueueReadBuffer(m->queue, m->ws, CL_FALSE, {off}, sizeof counts[{j}], "
+                 f"&counts[{j}], 0, NULL, NULL));")
     L += ["    AOTC_CL_CHECK(clEnqueueReadBuffer(m->queue, m->status, CL_TRUE, 0, sizeof st, st, 0, NULL, NULL));",
-          "    if (st[0] != AOTC_OK) {", "        m->failed = st[1];", "        return st[0];", "    }",
-          "    return AOTC_OK;", "}", ""]
+          "    if (st[0] != AOTC_OK) {", "        m->failed = st[1];", "        return st[0];", "    }"]
+    L += ["    " + line for line in bounded_epilogue(program, outs, lambda off: f"counts[{offsets.index(off)}]")]
+    L += ["    return AOTC_OK;", "}", ""]
     return L

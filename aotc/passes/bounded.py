@@ -1,0 +1,347 @@
+"""Bounded dimensions: outputs whose size depends on run-time values (NonZero, Compress on a
+run-time condition, NonMaxSuppression, Unique), within a static memory plan.
+
+Such an op's output has a static *capacity* (the most it can hold: NonZero of n elements finds
+at most n) and a run-time *count* along one axis. The op's kernel writes its rows from the
+start of that axis, fills the rest with zeros ("padding"), and writes the count into a value
+of its own, an extra int64[1] output of the node named `<output>.count` (the host program
+reads it after the run, so the memory plan keeps it to the end: memory/planner.py).
+
+Every later tensor computed from a bounded one is bounded too, along the axes its rows map to,
+and is computed over its whole capacity: the kernels need no run-time loop bounds, and the
+padding rows hold values made from the zeros, which nothing valid reads. At a graph output
+the host program writes each bounded output's shape into the outputs struct and moves its
+rows together (aotc_compact in runtime/aotc_runtime.h) where the capacity layout and the
+dense layout of the run's shape differ. This is only right where the padding can never
+reach a valid row, so an op that would mix rows (a reduction over the bounded axis, a
+Concat along it, a Reshape that merges it with another) or could be failed by padding (an
+integer division by it, an index taken from padding that is not zero) is refused with the
+node's name. So is every op with no rule here: the set below is what detection and masking
+graphs use after these ops (Gather of the selected indices, Slice of their columns, Cast,
+elementwise arithmetic, views, Transpose, Concat of columns, MatMul of rows).
+
+`analyze(g)` (the last pass) finds the bounded values of the final graph: g.bounded maps a
+value to {axis: count value}; infer_shapes runs the same rules node by node, so that a Shape
+of a bounded dimension is refused instead of folded to the capacity."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from ..errors import UnsupportedError
+from ..ir import dtypes
+from ..ir.graph import Graph, Node, Value
+from ..ops import registry
+from ..ops.common import norm_axis, prod
+
+
+@dataclass
+class Bound:
+    """How a value depends on run-time counts: axis -> the count value holding its size, and
+    whether its padding (the elements past the counts) is zero."""
+    axes: dict[int, str] = field(default_factory=dict)
+    zero: bool = False
+
+
+COUNT_SUFFIX = ".count"
+# ops whose output at a zero input is zero (their padding stays zero)
+_ZERO_KEEPING = {"Cast", "CastLike", "Identity", "aotc.Copy", "Relu", "Neg", "Abs", "Sign", "Floor", "Ceil", "Round"}
+
+
+class Refusal(UnsupportedError):
+    pass
+
+
+def refuse(node: Node, why: str) -> Refusal:
+    return Refusal([f"{node.op_type} node {node.name!r} {why}"],
+                   "aotc computes tensors whose size is known only at run time (the outputs of NonZero, "
+                   "NonMaxSuppression, Unique, Compress) through elementwise ops, views, Transpose, Slice and "
+                   "Concat of other axes, reductions, Softmax, ArgMax and TopK along other axes, Gather, MatMul "
+                   "and Gemm of their rows; see docs/DESIGN.md, \"Bounded dimensions\"",
+                   what="use(s) of a dimension known only at run time")
+
+
+def count_output(g: Graph, node: Node, out: int = 0) -> str:
+    """The count value a source node writes: an extra output, added on first use and named in
+    the node's `_count` attribute (so that passes renaming its outputs leave it found)."""
+    name = node.attrs.get("_count")
+    if name and name in node.outputs:
+        if name not in g.values:
+            g.add_value(Value(name, dtypes.INT64, (1,)))
+        return name
+    taken = set(g.values) | {o for m in g.nodes for o in m.outputs}
+    name = node.outputs[out] + COUNT_SUFFIX
+    while name in taken:
+        name = g.fresh_name(node.outputs[out]) + COUNT_SUFFIX
+    node.outputs.append(name)
+    node.attrs["_count"] = name
+    g.add_value(Value(name, dtypes.INT64, (1,)))
+    return name
+
+
+def onnx_outputs(node: Node) -> list[str]:
+    """The node's outputs less the count a source node was given (count_output)."""
+    return [o for o in node.outputs if not o or o != node.attrs.get("_count")]
+
+
+def count_position(node: Node) -> int:
+    """Where the count is among the node's outputs (and its kernel's output buffers)."""
+    return node.outputs.index(node.attrs["_count"])
+
+
+Rule = Callable[[Graph, Node, list, list], list]
+
+
+def node_bounds(g: Graph, n: Node, bounds: dict[str, Bound]) -> list[Optional[Bound]]:
+    """The Bound of each output of n given its inputs' (None: not bounded); raises Refusal
+    for a use of a bounded value this module has no rule for."""
+    ins = [g.values[i] if i else None for i in n.inputs]
+    marks = [bounds.get(i) if i else None for i in n.inputs]
+    op = registry.get(n.op_type)
+    source = getattr(op, "bounded", None) if op is not None else None
+    if source is not None:
+        return source(g, n, ins, marks)
+    if not any(marks):
+        return [None] * len(n.outputs)
+    rule = _RULES.get(n.op_type)
+    if rule is None and op is not None and op.pointwise is not None:
+        rule = _pointwise
+    if rule is None and op is not None and op.view:
+        rule = _view
+    if rule is None:
+        b = next((i, m) for i, m in zip(n.inputs, marks) if m)
+        raise refuse(n, f"reads {b[0]!r}, whose dimension(s) {sorted(b[1].axes)} are known only at run time")
+    return rule(g, n, ins, marks)
+
+
+def analyze(g: Graph) -> Graph:
+    """g.bounded for the final graph (the last pass: it sees every node that will be lowered)."""
+    bounds: dict[str, Bound] = {}
+    for n in g.nodes:
+        for o, b in zip(n.outputs, node_bounds(g, n, bounds)):
+            if o and b is not None and b.axes:
+                bounds[o] = b
+    g.bounded = {v: dict(b.axes) for v, b in bounds.items()}
+    return g
+
+
+# ----------------------------------------------------------------------------- rules
+def _out_shape(g: Graph, n: Node, k: int = 0) -> tuple:
+    return tuple(g.values[n.outputs[k]].shape)
+
+
+def _pointwise(g, n, ins, marks):
+    """Broadcasting: an input's axis a is the output's axis a + (rank_out - rank_in)."""
+    out = _out_shape(g, n)
+    r = len(out)
+    axes: dict[int, str] = {}
+    for v, m in zip(ins, marks):
+        if m is None:
+            continue
+        for a, c in m.axes.items():
+            oa = a + r - len(v.shape)
+            if v.shape[a] != out[oa]:
+                raise refuse(n, f"broadcasts {v.name!r} along its run-time dimension {a}")
+            if axes.setdefault(oa, c) != c:
+                raise refuse(n, f"combines two run-time dimensions of different counts on axis {oa}")
+    for v, m in zip(ins, marks):
+        if v is None:
+            continue
+        off = r - len(v.shape)
+        for oa, c in axes.items():
+            a = oa - off
+            if 0 <= a < len(v.shape) and v.shape[a] != 1 and (m is None or m.axes.get(a) != c):
+                raise refuse(n, f"combines {v.name!r} (size {v.shape[a]} on axis {a}) with a dimension known "
+                                "only at run time")
+    if n.op_type in ("Div", "Mod") and marks[1] is not None and ins[1].dtype.kind in "iu":
+        raise refuse(n, "divides integers by a tensor whose padding rows are zero")
+    zero = n.op_type in _ZERO_KEEPING and marks[0] is not None and marks[0].zero       # (unary ops)
+    return [Bound(dict(axes), zero)] + [None] * (len(n.outputs) - 1)
+
+
+def _view(g, n, ins, marks):
+    """Reshape & co: a run-time axis must stay one axis, with the same elements before it."""
+    src, m = ins[0], marks[0]
+    out = _out_shape(g, n)
+    axes = {}
+    for a, c in m.axes.items():
+        before = prod(src.shape[:a])
+        hit = [b for b in range(len(out)) if out[b] == src.shape[a] and prod(out[:b]) == before]
+        if not hit:
+            raise refuse(n, f"merges or splits {src.name!r}'s run-time dimension {a}")
+        axes[hit[0]] = c
+    return [Bound(axes, m.zero)]
+
+
+def _transpose(g, n, ins, marks):
+    r = len(ins[0].shape)
+    perm = [int(p) % r for p in n.attr("perm", list(range(r - 1, -1, -1)))]
+    return [Bound({perm.index(a): c for a, c in marks[0].axes.items()}, marks[0].zero)]
+
+
+def _slice(g, n, ins, marks):
+    from ..ops.tensor import _slice_args, _slice_plan
+    from ..ops.common import const_ints
+    if any(marks[1:]):
+        raise refuse(n, "takes its starts, ends, axes or steps from a tensor known only at run time")
+    x = ins[0]
+    plan = _slice_plan(n, x.shape, *_slice_args(n, lambda p, w: const_ints(n, ins, p, w)))
+    for a in marks[0].axes:
+        if plan[a] != (0, 1, x.shape[a]):
+            raise refuse(n, f"slices {x.name!r} along its run-time dimension {a} (only a whole run-time "
+                            "dimension can be taken)")
+    return [Bound(dict(marks[0].axes), marks[0].zero)]
+
+
+def _gather(g, n, ins, marks):
+    data, idx = ins[0], ins[1]
+    axis = norm_axis(int(n.attr("axis", 0)), len(data.shape), n)
+    axes = {}
+    if marks[0] is not None:
+        if axis in marks[0].axes:
+            raise refuse(n, f"gathers along {data.name!r}'s run-time dimension {axis}")
+        for a, c in marks[0].axes.items():
+            axes[a if a < axis else a + len(idx.shape) - 1] = c
+    if marks[1] is not None:
+        _index_padding(n, idx, marks[1], data.shape[axis])
+        axes.update({a + axis: c for a, c in marks[1].axes.items()})
+    zero = marks[1] is None and marks[0] is not None and marks[0].zero
+    return [Bound(axes, zero)]
+
+
+def _index_padding(n, idx: Value, m: Bound, size: int) -> None:
+    """Indices with padding rows are read there too: only zeros are safe (and only in a
+    non-empty dimension), as the indices a source op writes are."""
+    if not m.zero:
+        raise refuse(n, f"takes indices from {idx.name!r}, which has run-time rows computed from padding "
+                        "(only indices as NonZero, NonMaxSuppression or Unique write them, or Slices, Gathers "
+                        "and Casts of those, can be used)")
+    if size == 0:
+        raise refuse(n, "takes run-time indices into an empty dimension")
+
+
+def _gather_nd(g, n, ins, marks):
+    data, idx = ins[0], ins[1]
+    if marks[0] is not None:
+        raise refuse(n, f"gathers from {data.name!r}, which has a run-time dimension")
+    bd = int(n.attr("batch_dims", 0))
+    m = marks[1]
+    if bd or len(idx.shape) - 1 in m.axes:
+        raise refuse(n, "has a run-time index depth or batch dimensions")
+    depth = idx.shape[-1]
+    _index_padding(n, idx, m, min(data.shape[:depth], default=1))
+    return [Bound(dict(m.axes), False)]
+
+
+def _concat(g, n, ins, marks):
+    out = _out_shape(g, n)
+    axis = norm_axis(int(n.attr("axis")), len(out), n)
+    axes: Optional[dict] = None
+    for v, m in zip(ins, marks):
+        have = m.axes if m is not None else {}
+        if axis in have:
+            raise refuse(n, f"concatenates along {v.name!r}'s run-time dimension {axis}")
+        if axes is None:
+            axes = dict(have)
+        elif axes != have:
+            raise refuse(n, "concatenates tensors that do not share the same run-time dimensions")
+    return [Bound(axes or {}, all(m is not None and m.zero for m in marks))]
+
+
+def _matmul(g, n, ins, marks):
+    a, bm = marks[0], marks[1]
+    if bm is not None or a is None or len(ins[0].shape) < 2 or len(ins[1].shape) > len(ins[0].shape) \
+            or len(ins[0].shape) - 1 in a.axes:
+        raise refuse(n, "has a run-time dimension other than the rows (or batch) of its first input")
+    return [Bound(dict(a.axes), False)]
+
+
+def _shape(g, n, ins, marks):
+    r = len(ins[0].shape)
+
+    def clamp(x):
+        x = int(x)
+        return max(0, min(r, x + r if x < 0 else x))
+    start, end = clamp(n.attr("start", 0)), clamp(n.attr("end", r))
+    hit = [a for a in marks[0].axes if start <= a < end]
+    if hit:
+        raise refuse(n, f"asks for dimension(s) {hit} of {ins[0].name!r}, known only at run time (aotc's "
+                        "shapes are compile-time constants)")
+    return [None]
+
+
+def _size(g, n, ins, marks):
+    raise refuse(n, f"asks for the size of {ins[0].name!r}, known only at run time")
+
+
+def _along(n, ins, marks, reduced: set, keep: bool):
+    """Ops that work along some axes of their first input (reductions, Softmax, ArgMax,
+    TopK): the bounded axes must not be among them; the others keep their place, or close up
+    over the reduced ones without keepdims."""
+    m = marks[0]
+    if any(marks[1:]):
+        raise refuse(n, "takes an axis, k or another parameter from a tensor known only at run time")
+    hit = sorted(set(m.axes) & reduced)
+    if hit:
+        raise refuse(n, f"works along {ins[0].name!r}'s run-time dimension(s) {hit}")
+    axes = {a if keep else a - sum(r < a for r in reduced): c for a, c in m.axes.items()}
+    return [Bound(axes, False)] + [Bound(dict(axes), False) for _ in n.outputs[1:]]
+
+
+def _reduce(g, n, ins, marks):
+    from ..ops.reduce import _reduce_axes
+    axes = _reduce_axes(n, ins)
+    return _along(n, ins, marks, set(axes or ()), axes is None or bool(int(n.attr("keepdims", 1))))
+
+
+def _one_axis(g, n, ins, marks):
+    r = len(ins[0].shape)
+    axis = norm_axis(int(n.attr("axis", -1 if n.op_type in ("Softmax", "LogSoftmax", "Hardmax", "TopK") else 0)),
+                     r, n)
+    if int(n.attr("_coerce_2d", 0)):        # opset < 13 Softmax: over the flattened axis..end
+        return _along(n, ins, marks, set(range(axis, r)), True)
+    keep = n.op_type not in ("ArgMax", "ArgMin") or bool(int(n.attr("keepdims", 1)))
+    return _along(n, ins, marks, {axis}, keep)
+
+
+def _gemm(g, n, ins, marks):
+    a, bm = marks[0], marks[1]
+    rows = 1 if int(n.attr("transA", 0)) else 0
+    if a is None or bm is not None or set(a.axes) != {rows}:
+        raise refuse(n, "has a run-time dimension other than the rows of A")
+    count = a.axes[rows]
+    if len(marks) > 2 and marks[2] is not None:
+        c, cm = ins[2], marks[2]
+        if len(c.shape) != 2 or cm.axes != {0: count}:
+            raise refuse(n, "adds a C whose run-time dimension is not A's rows")
+    return [Bound({0: count}, False)]
+
+
+_RULES: dict[str, Rule] = {
+    "Gemm": _gemm,
+    "Softmax": _one_axis, "LogSoftmax": _one_axis, "Hardmax": _one_axis,
+    "ArgMax": _one_axis, "ArgMin": _one_axis, "TopK": _one_axis,
+    **{op: _reduce for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                              "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
+    "Transpose": _transpose,
+    "Slice": _slice,
+    "Gather": _gather,
+    "GatherND": _gather_nd,
+    "Concat": _concat,
+    "MatMul": _matmul,
+    "Shape": _shape,
+    "Size": _size,
+}
+
+
+def dense_prefix(cap: tuple, axes: dict[int, str]) -> bool:
+    """Is the dense layout of every run-time shape the start of the capacity layout (so that
+    the output needs no moving)? True when the only run-time axis has no axis of size > 1
+    before it."""
+    if len(axes) != 1:
+        return False
+    a = next(iter(axes))
+    return all(d == 1 for d in cap[:a])
+
+
+__all__ = ["Bound", "Refusal", "analyze", "count_output", "count_position", "node_bounds", "onnx_outputs", "dense_prefix"]
