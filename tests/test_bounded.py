@@ -307,6 +307,18 @@ def test_reductions_softmax_argmax_topk_gemm_of_bounded_rows(tmp_path):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+def test_expand_to_the_shape_of_a_bounded_tensor(tmp_path):
+    """Expand to Shape(x) where x has a run-time dimension (the dynamo exporter writes it for a
+    boolean mask): the Shape folds to the capacity, the Expand keeps the count; from the
+    tensor itself (a copy) and from a size-1 row broadcast over the run-time rows."""
+    nodes = [N("Compress", ["x", "c"], ["rows"], axis=0), N("Shape", ["rows"], ["shp"]),
+             N("Expand", ["rows", "shp"], ["same"]), N("Expand", ["one_row", "shp"], ["bias"]),
+             N("Add", ["same", "bias"], ["y"])]
+    sets = [{"x": rand(7, 4, seed=s), "c": _sparse((7,), s, np.bool_)} for s in (241, 242, 243)]
+    m = graph_model(nodes, sets[0], ["y", "bias"], {"one_row": rand(1, 4, seed=244)}, opset=13)
+    _parity_runs(m, tmp_path, sets)
+
+
 def test_shape_of_static_axes_only(tmp_path):
     """Shape with start/end selecting only static axes is a constant; it compiles and matches."""
     x = rand(6, 4, 3, seed=101)
@@ -350,6 +362,11 @@ def _refusal_cases():
                                   ("compile-time constants",)),
         "shape_end_covers_it": ([nz, N("Shape", ["nz"], ["y"], start=-1, name="last_dim")], x, {}, "last_dim", ()),
         "size": ([rows, N("Size", ["rows"], ["y"], name="count_all")], xc, {}, "count_all", ()),
+        "shape_used_in_arithmetic": ([rows, N("Shape", ["rows"], ["shp"]),
+                                      N("Gather", ["shp", "i0"], ["y"], axis=0, name="first_dim")],
+                                     xc, {"i0": I64(0)}, "first_dim", ("computes with",)),
+        "expand_to_a_fixed_size": ([rows, N("Expand", ["rows", "six_by_4"], ["y"], name="widen")], xc,
+                                   {"six_by_4": I64(6, 4)}, "widen", ("fixed at compile time",)),
         "concat_along_run_time_axis": ([nz, N("Concat", ["nz", "nz"], ["y"], axis=1, name="join")], x, {}, "join",
                                        ("concatenates along",)),
         "gather_with_computed_indices": ([nz, N("Add", ["nz", "one"], ["nz1"]),

@@ -1,5 +1,6 @@
 """Models exported by torch.onnx.export, both exporters (TorchScript-based and dynamo, which
-writes local functions and newer opsets), compiled by aotc and compared with ONNX Runtime."""
+writes local functions and newer opsets), compiled by aotc and compared with ONNX Runtime (a
+CNN, a transformer encoder, recurrent layers, and data-dependent selections)."""
 import numpy as np
 import pytest
 import torch
@@ -48,7 +49,17 @@ class Recurrent(nn.Module):
         return z, h
 
 
+class Masking(nn.Module):
+    """Selections whose size depends on the data (aotc/passes/bounded.py): a boolean mask over
+    rows (the dynamo exporter expands the indices to the Shape of themselves), nonzero, unique."""
+
+    def forward(self, x, s):
+        picked = x[s > 0.5] * 2
+        return picked, torch.nonzero(s > 0.2), torch.unique(torch.round(s * 4))
+
+
 CASES = {
+    "masking": (Masking, lambda: (torch.randn(10, 4), torch.rand(10))),
     "convnet": (ConvNet, lambda: (torch.randn(1, 3, 16, 16),)),
     "encoder": (Encoder, lambda: (torch.randint(0, 50, (2, 12)),)),
     "recurrent": (Recurrent, lambda: (torch.randn(6, 1, 8),)),

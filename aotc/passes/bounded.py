@@ -41,6 +41,10 @@ class Bound:
     whether its padding (the elements past the counts) is zero."""
     axes: dict[int, str] = field(default_factory=dict)
     zero: bool = False
+    # a shape vector (Shape of a bounded tensor, folded to its capacity), not a tensor of run-time
+    # size: `axes` are then positions in it whose value is that count. Expand alone may take one
+    # (as its shape: exporters expand indices to their own shape), and records where (_expand).
+    shape: bool = False
 
 
 COUNT_SUFFIX = ".count"
@@ -101,8 +105,12 @@ def node_bounds(g: Graph, n: Node, bounds: dict[str, Bound]) -> list[Optional[Bo
     source = getattr(op, "bounded", None) if op is not None else None
     if source is not None:
         return source(g, n, ins, marks)
-    if not any(marks):
+    if not any(marks) and "_run_time_axes" not in n.attrs:     # (an Expand's, see _expand)
         return [None] * len(n.outputs)
+    shaped = [k for k, m in enumerate(marks) if m is not None and m.shape]
+    if shaped and (n.op_type != "Expand" or shaped != [1]):
+        raise refuse(n, f"computes with {n.inputs[shaped[0]]!r}, the shape of a tensor whose size is known only at "
+                        "run time (aotc's shapes are compile-time constants)")
     rule = _RULES.get(n.op_type)
     if rule is None and op is not None and op.pointwise is not None:
         rule = _pointwise
@@ -114,6 +122,17 @@ def node_bounds(g: Graph, n: Node, bounds: dict[str, Bound]) -> list[Optional[Bo
     return rule(g, n, ins, marks)
 
 
+def check_outputs(g: Graph, bounds: dict[str, Bound]) -> None:
+    """A graph output may not be a shape with run-time entries (folded, it would be the capacity)."""
+    for o in g.outputs:
+        b = bounds.get(o)
+        if b is not None and b.shape:
+            p = g.producers().get(o)
+            node = p if p is not None else Node("Shape", [], [o], name=o)
+            raise refuse(node, f"outputs the shape {o!r} of a tensor whose size is known only at run time (aotc's "
+                               "shapes are compile-time constants)")
+
+
 def analyze(g: Graph) -> Graph:
     """g.bounded for the final graph (the last pass: it sees every node that will be lowered)."""
     bounds: dict[str, Bound] = {}
@@ -121,7 +140,7 @@ def analyze(g: Graph) -> Graph:
         for o, b in zip(n.outputs, node_bounds(g, n, bounds)):
             if o and b is not None and b.axes:
                 bounds[o] = b
-    g.bounded = {v: dict(b.axes) for v, b in bounds.items()}
+    g.bounded = {v: dict(b.axes) for v, b in bounds.items() if not b.shape}
     return g
 
 
@@ -155,7 +174,8 @@ def _pointwise(g, n, ins, marks):
                                 "only at run time")
     if n.op_type in ("Div", "Mod") and marks[1] is not None and ins[1].dtype.kind in "iu":
         raise refuse(n, "divides integers by a tensor whose padding rows are zero")
-    zero = n.op_type in _ZERO_KEEPING and marks[0] is not None and marks[0].zero       # (unary ops)
+    keeps = n.op_type in _ZERO_KEEPING or (n.op_type in ("Max", "Min", "Sum", "Mean") and len(n.inputs) == 1)
+    zero = keeps and marks[0] is not None and marks[0].zero       # (unary ops)
     return [Bound(dict(axes), zero)] + [None] * (len(n.outputs) - 1)
 
 
@@ -263,11 +283,8 @@ def _shape(g, n, ins, marks):
         x = int(x)
         return max(0, min(r, x + r if x < 0 else x))
     start, end = clamp(n.attr("start", 0)), clamp(n.attr("end", r))
-    hit = [a for a in marks[0].axes if start <= a < end]
-    if hit:
-        raise refuse(n, f"asks for dimension(s) {hit} of {ins[0].name!r}, known only at run time (aotc's "
-                        "shapes are compile-time constants)")
-    return [None]
+    hit = {a - start: c for a, c in marks[0].axes.items() if start <= a < end}
+    return [Bound(hit, shape=True) if hit else None]
 
 
 def _size(g, n, ins, marks):
@@ -317,7 +334,38 @@ def _gemm(g, n, ins, marks):
     return [Bound({0: count}, False)]
 
 
+def _expand(g, n, ins, marks):
+    """Expand to a shape whose entries at run-time axes are counts (while shape inference sees
+    the Shape: it records them in the node's `_run_time_axes`), or 1 there (a bounded input
+    keeps its size); the input at such an axis either has that count or size 1."""
+    v, m = ins[0], marks[0]
+    out = _out_shape(g, n)
+    r, off = len(out), len(out) - len(v.shape)
+    if len(marks) > 1 and marks[1] is not None:
+        n.attrs["_run_time_axes"] = tuple(sorted((p + r - ins[1].shape[0], c) for p, c in marks[1].axes.items()))
+    recorded = dict(n.attrs.get("_run_time_axes", ()))
+    axes, zero = dict(recorded), m is not None and m.zero
+    for oa, c in recorded.items():
+        a = oa - off
+        if 0 <= a < len(v.shape) and not (m is not None and m.axes.get(a) == c):
+            if v.shape[a] != 1 or (m is not None and a in m.axes):
+                raise refuse(n, f"expands {v.name!r} (size {v.shape[a]} on axis {a}) to a size known only at run time")
+            zero = False                  # padding rows are copies of the one row
+    if m is not None:
+        shape = None if ins[1].const is None else [int(d) for d in ins[1].const.reshape(-1)]
+        for a, c in m.axes.items():
+            oa = a + off
+            if oa in recorded:
+                continue
+            entry = 1 if shape is None or oa < r - len(shape) else shape[oa - (r - len(shape))]
+            if shape is None or entry != 1:
+                raise refuse(n, f"expands {v.name!r}'s run-time dimension {a} to a size fixed at compile time")
+            axes[oa] = c
+    return [Bound(axes, zero)]
+
+
 _RULES: dict[str, Rule] = {
+    "Expand": _expand,
     "Gemm": _gemm,
     "Softmax": _one_axis, "LogSoftmax": _one_axis, "Hardmax": _one_axis,
     "ArgMax": _one_axis, "ArgMin": _one_axis, "TopK": _one_axis,

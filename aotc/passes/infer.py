@@ -55,13 +55,13 @@ def infer_shapes(g: Graph, fold: bool = True) -> Graph:
             if o:
                 g.values[o] = Value(o, np.dtype(dt), tuple(int(d) for d in shape))
         out_bounds = bounded.node_bounds(g, n, bounds)
-        run_time = any(b is not None and b.axes for b in out_bounds)
+        run_time = any(b is not None and b.axes and not b.shape for b in out_bounds)
         for o, b in zip(n.outputs, out_bounds):
             if o and b is not None and b.axes:
                 bounds[o] = b
         all_const = all(v is None or v.const is not None for v in ins)
         results = op.fold(n, ins) if (fold and op.fold is not None and not run_time) else None
-        if results is None and fold and all_const and n.op_type not in _REFERENCE_DIFFERS \
+        if results is None and fold and all_const and not run_time and n.op_type not in _REFERENCE_DIFFERS \
                 and not registry.draws_random(n, ins) and _worth_folding(n, ins, types):
             arrays = [v.const if v is not None else None for v in ins]
             try:
@@ -79,6 +79,7 @@ def infer_shapes(g: Graph, fold: bool = True) -> Graph:
                 g.values[o] = Value(o, r.dtype, tuple(r.shape), r)
             continue
         kept.append(n)
+    bounded.check_outputs(g, bounds)
     g.nodes = kept
     sequences.check_no_sequence_outputs(g)
     return g
