@@ -340,33 +340,46 @@ def _box_edges(b, boxes, at, center: bool, hint: str):
     if center:
         hw, hh = b.local(f"{hint}_hw", v[2] / const(2.0, v[2].dtype)), b.local(f"{hint}_hh", v[3] / const(2.0, v[3].dtype))
         return v[0] - hw, v[0] + hw, v[1] - hh, v[1] + hh
-    return minimum(v[1], v[3]), maximum(v[1], v[3]), minimum(v[0], v[2]), maximum(v[0], v[2])
+    lo_x, lo_y = v[1] >= v[3], v[0] >= v[2]          # ONNX Runtime's MaxMin: (min, max) so
+    return select(lo_x, v[3], v[1]), select(lo_x, v[1], v[3]), select(lo_y, v[2], v[0]), select(lo_y, v[0], v[2])
 
 
-def _suppresses(b, boxes, at_a, at_b, center: bool, iou_threshold):
-    """Does box a overlap box b by more than the threshold (intersection over union)? False
-    for disjoint boxes and for boxes of no area, as the reference says."""
-    ax0, ax1, ay0, ay1 = (b.local(h, e) for h, e in zip(("ax0", "ax1", "ay0", "ay1"), _box_edges(b, boxes, at_a, center, "a")))
-    bx0, bx1, by0, by1 = (b.local(h, e) for h, e in zip(("bx0", "bx1", "by0", "by1"), _box_edges(b, boxes, at_b, center, "b")))
-    ix0, ix1 = b.local("ix0", maximum(ax0, bx0)), b.local("ix1", minimum(ax1, bx1))
-    iy0, iy1 = b.local("iy0", maximum(ay0, by0)), b.local("iy1", minimum(ay1, by1))
-    inter = b.local("inter", (ix1 - ix0) * (iy1 - iy0))
-    area_a, area_b = b.local("area_a", (ax1 - ax0) * (ay1 - ay0)), b.local("area_b", (bx1 - bx0) * (by1 - by0))
-    union = b.local("union_area", area_a + area_b - inter)
-    zero = const(0.0, inter.dtype)
-    tests = [ix1 > ix0, iy1 > iy0, inter > zero, area_a > zero, area_b > zero, union > zero,
-             inter / union > iou_threshold]
-    out = tests[0]
-    for t in tests[1:]:
-        out = binop("&&", out, t)
-    return out
+def _larger(a, b):
+    """std::max(a, b), as ONNX Runtime's IoU takes it (a compare and a select, no libm call)."""
+    return select(a < b, b, a)
+
+
+def _smaller(a, b):
+    return select(b < a, b, a)
+
+
+def sift_down(b, heap, start, size, capacity: int, before) -> None:
+    """Restore the heap property of heap[0:size] (every parent comes `before` its children)
+    below heap[start]: at most log2(capacity) + 1 swaps down; once it settles, the remaining
+    steps of the (static) loop only test a flag."""
+    pos = b.local("pos", start)
+    moving = b.local("moving", const(True, np.bool_))
+    with b.loop(max(int(np.ceil(np.log2(capacity + 1))), 1), "depth"):
+        with b.if_(moving):
+            left = b.local("child", 2 * pos + 1)
+            best = b.local("best", pos)
+            for child in (left, left + 1):
+                with b.if_(binop("&&", child < size, before(Load(heap, child), Load(heap, best)))):
+                    b.assign(best, child)
+            b.assign(moving, binop("!=", best, pos))
+            with b.if_(moving):
+                held = b.local("held", Load(heap, pos))
+                b.store(heap, pos, Load(heap, best))
+                b.store(heap, best, held)
+                b.assign(pos, best)
 
 
 def _lower_nms(node, ctx):
-    """Per batch and class: the boxes scoring above the threshold, sorted by score (the lower
-    index first on ties) by a bottom-up merge sort, then taken in that order unless one
-    already taken overlaps it by more than iou_threshold, until the most per class are taken.
-    Rows [batch, class, box] are appended in that order; the count goes to the count output."""
+    """Per batch and class: the boxes scoring above the threshold in a heap ordered by score
+    (the lower index first on ties), taken from it best first unless one already taken overlaps
+    it by more than iou_threshold, until the most per class are taken or none is left; only
+    the boxes looked at leave the heap (as ONNX Runtime's priority queue). Rows [batch, class,
+    box] are appended in that order; the count goes to the count output."""
     Boxes, Scores, Y, C = ctx.ins[0], ctx.ins[1], ctx.outs[0], ctx.outs[count_position(node)]
     nb, ncls, n, most = _nms_dims(node, [ctx.value(k) for k in range(len(node.inputs))])
     center = bool(int(node.attr("center_point_box", 0)))
@@ -382,39 +395,58 @@ def _lower_nms(node, ctx):
     iou_t = b.local("iou_threshold", iou_t)
     has_score_t = ctx.has_input(4) and ctx.ins[4].size > 0
     score_t = b.local("score_threshold", Load(ctx.ins[4], const(0))) if has_score_t else None
-    cand = ctx.scratch((n,), np.int64, "candidates")
-    tmp = ctx.scratch((n,), np.int64, "merged")
-    kept = ctx.scratch((most,), np.int64, "kept")
-    levels = max(int(np.ceil(np.log2(n))), 0) if n > 1 else 0
+    heap = ctx.scratch((n,), np.int64, "candidates")
+    kept = ctx.scratch((most, 5), Boxes.value_dtype, "kept")     # x_min, x_max, y_min, y_max, area
     with b.loop(nb, "bi") as bi:
         with b.loop(ncls, "ci") as ci:
             sbase = (bi * ncls + ci) * n
             found = b.local("found", const(0))
             with b.loop(n, "i") as i:
                 if score_t is None:
-                    b.store(cand, found, i)
+                    b.store(heap, found, i)
                     b.assign(found, found + 1)
                 else:
                     with b.if_(Load(Scores, sbase + i) > score_t):
-                        b.store(cand, found, i)
+                        b.store(heap, found, i)
                         b.assign(found, found + 1)
 
-            def before(_, p, q):      # box p comes before box q: a higher score, or equal and a lower index
+            def before(p, q):         # box p comes before box q: a higher score, or equal and a lower index
                 sp, sq = Load(Scores, sbase + p), Load(Scores, sbase + q)
                 return binop("||", sp > sq, binop("&&", sp.eq(sq), p < q))
 
-            merge_sort(b, cand, tmp, found, n, before)
+            with b.loop(found // 2, "h") as h:
+                sift_down(b, heap, found // 2 - 1 - h, found, n, before)
+            left = b.local("left", found)
             taken = b.local("taken", const(0))
-            with b.loop(found, "t") as t:
+            with b.loop(found, "t"):
                 with b.if_(taken < most):
-                    box = b.local("box", Load(cand, t))
+                    box = b.local("box", Load(heap, const(0)))
+                    b.assign(left, left - 1)
+                    b.store(heap, const(0), Load(heap, left))
+                    sift_down(b, heap, const(0), left, n, before)
+                    ax0, ax1, ay0, ay1 = (b.local(h, e) for h, e in zip(
+                        ("ax0", "ax1", "ay0", "ay1"), _box_edges(b, Boxes, (bi * n + box) * 4, center, "a")))
+                    area = b.local("area", (ax1 - ax0) * (ay1 - ay0))
                     keep = b.local("keep", const(True, np.bool_))
+                    # suppressed by a kept box overlapping it by more than the threshold (intersection
+                    # over union); never by a disjoint box or a box of no area, as the reference says
                     with b.loop(taken, "s") as s:
-                        with b.if_(_suppresses(b, Boxes, (bi * n + box) * 4, (bi * n + Load(kept, s)) * 4, center,
-                                               iou_t)):
-                            b.assign(keep, const(False, np.bool_))
+                        k = [Load(kept, s * 5 + e) for e in range(5)]
+                        ix0, ix1 = b.local("ix0", _larger(ax0, k[0])), b.local("ix1", _smaller(ax1, k[1]))
+                        iy0, iy1 = b.local("iy0", _larger(ay0, k[2])), b.local("iy1", _smaller(ay1, k[3]))
+                        with b.if_(binop("&&", keep, binop("&&", ix1 > ix0, iy1 > iy0))):
+                            inter = b.local("inter", (ix1 - ix0) * (iy1 - iy0))
+                            union = b.local("union_area", area + k[4] - inter)
+                            zero = const(0.0, inter.dtype)
+                            tests = [inter > zero, area > zero, k[4] > zero, union > zero, inter / union > iou_t]
+                            overlaps = tests[0]
+                            for t_ in tests[1:]:
+                                overlaps = binop("&&", overlaps, t_)
+                            with b.if_(overlaps):
+                                b.assign(keep, const(False, np.bool_))
                     with b.if_(keep):
-                        b.store(kept, taken, box)
+                        for e, v in enumerate((ax0, ax1, ay0, ay1, area)):
+                            b.store(kept, taken * 5 + e, v)
                         b.store(Y, count * 3, bi)
                         b.store(Y, count * 3 + 1, ci)
                         b.store(Y, count * 3 + 2, box)
@@ -424,5 +456,5 @@ def _lower_nms(node, ctx):
 
 
 register("NonMaxSuppression", lower=_lower_nms, bounded=_nms_bounds, accepts_epilogue=False,
-         how="kernel (a merge sort per class, then greedy selection); its output's row count is known only "
+         how="kernel (a heap per class, greedy selection from it); its output's row count is known only "
              "after a run")(_nms_types)
