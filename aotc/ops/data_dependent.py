@@ -375,21 +375,20 @@ def sift_down(b, heap, start, size, capacity: int, before) -> None:
 
 
 def _lower_nms(node, ctx):
-    """Per batch and class: the boxes scoring above the threshold in a heap ordered by score
-    (the lower index first on ties), taken from it best first unless one already taken overlaps
-    it by more than iou_threshold, until the most per class are taken or none is left; only
-    the boxes looked at leave the heap (as ONNX Runtime's priority queue). Rows [batch, class,
-    box] are appended in that order; the count goes to the count output."""
+    """Per batch and class (independent: a thread or work-item each): the boxes scoring above
+    the threshold in a heap ordered by score (the lower index first on ties), taken from it
+    best first unless one already taken overlaps it by more than iou_threshold, until the most
+    per class are taken or none is left; only the boxes looked at leave the heap (as ONNX
+    Runtime's priority queue). Each class writes its rows [batch, class, box] into its own
+    block of the output, and one pass then moves the blocks' rows together in (batch, class)
+    order; the count goes to the count output."""
     Boxes, Scores, Y, C = ctx.ins[0], ctx.ins[1], ctx.outs[0], ctx.outs[count_position(node)]
     nb, ncls, n, most = _nms_dims(node, [ctx.value(k) for k in range(len(node.inputs))])
     center = bool(int(node.attr("center_point_box", 0)))
     b = ctx.b
     b.comment(f"NonMaxSuppression: {nb} batch(es) x {ncls} class(es) x {n} boxes, at most {most} kept per class")
-    with b.loop(nb * ncls * most * 3, "z", role=SPATIAL) as z:
-        b.store(Y, z, const(0, Y.dtype))
-    count = b.local("rows", const(0))
     if most == 0:
-        b.store(C, const(0), count)
+        b.store(C, const(0), const(0))
         return
     iou_t = Load(ctx.ins[3], const(0)) if ctx.has_input(3) and ctx.ins[3].size else const(0.0, Scores.value_dtype)
     iou_t = b.local("iou_threshold", iou_t)
@@ -397,62 +396,72 @@ def _lower_nms(node, ctx):
     score_t = b.local("score_threshold", Load(ctx.ins[4], const(0))) if has_score_t else None
     heap = ctx.scratch((n,), np.int64, "candidates")
     kept = ctx.scratch((most, 5), Boxes.value_dtype, "kept")     # x_min, x_max, y_min, y_max, area
-    with b.loop(nb, "bi") as bi:
-        with b.loop(ncls, "ci") as ci:
-            sbase = (bi * ncls + ci) * n
-            found = b.local("found", const(0))
-            with b.loop(n, "i") as i:
-                if score_t is None:
+    per_class = ctx.scratch((nb * ncls,), np.int64, "kept_per_class")
+    b.comment("each class apart (in parallel), its rows in its own block of the output")
+    with b.loops([nb, ncls], ["bi", "ci"], role=SPATIAL, private=[heap, kept]) as (bi, ci):
+        sbase = (bi * ncls + ci) * n
+        block = (bi * ncls + ci) * most
+        found = b.local("found", const(0))
+        with b.loop(n, "i") as i:
+            if score_t is None:
+                b.store(heap, found, i)
+                b.assign(found, found + 1)
+            else:
+                with b.if_(Load(Scores, sbase + i) > score_t):
                     b.store(heap, found, i)
                     b.assign(found, found + 1)
-                else:
-                    with b.if_(Load(Scores, sbase + i) > score_t):
-                        b.store(heap, found, i)
-                        b.assign(found, found + 1)
 
-            def before(p, q):         # box p comes before box q: a higher score, or equal and a lower index
-                sp, sq = Load(Scores, sbase + p), Load(Scores, sbase + q)
-                return binop("||", sp > sq, binop("&&", sp.eq(sq), p < q))
+        def before(p, q):         # box p comes before box q: a higher score, or equal and a lower index
+            sp, sq = Load(Scores, sbase + p), Load(Scores, sbase + q)
+            return binop("||", sp > sq, binop("&&", sp.eq(sq), p < q))
 
-            with b.loop(found // 2, "h") as h:
-                sift_down(b, heap, found // 2 - 1 - h, found, n, before)
-            left = b.local("left", found)
-            taken = b.local("taken", const(0))
-            with b.loop(found, "t"):
-                with b.if_(taken < most):
-                    box = b.local("box", Load(heap, const(0)))
-                    b.assign(left, left - 1)
-                    b.store(heap, const(0), Load(heap, left))
-                    sift_down(b, heap, const(0), left, n, before)
-                    ax0, ax1, ay0, ay1 = (b.local(h, e) for h, e in zip(
-                        ("ax0", "ax1", "ay0", "ay1"), _box_edges(b, Boxes, (bi * n + box) * 4, center, "a")))
-                    area = b.local("area", (ax1 - ax0) * (ay1 - ay0))
-                    keep = b.local("keep", const(True, np.bool_))
-                    # suppressed by a kept box overlapping it by more than the threshold (intersection
-                    # over union); never by a disjoint box or a box of no area, as the reference says
-                    with b.loop(taken, "s") as s:
-                        k = [Load(kept, s * 5 + e) for e in range(5)]
-                        ix0, ix1 = b.local("ix0", _larger(ax0, k[0])), b.local("ix1", _smaller(ax1, k[1]))
-                        iy0, iy1 = b.local("iy0", _larger(ay0, k[2])), b.local("iy1", _smaller(ay1, k[3]))
-                        with b.if_(binop("&&", keep, binop("&&", ix1 > ix0, iy1 > iy0))):
-                            inter = b.local("inter", (ix1 - ix0) * (iy1 - iy0))
-                            union = b.local("union_area", area + k[4] - inter)
-                            zero = const(0.0, inter.dtype)
-                            tests = [inter > zero, area > zero, k[4] > zero, union > zero, inter / union > iou_t]
-                            overlaps = tests[0]
-                            for t_ in tests[1:]:
-                                overlaps = binop("&&", overlaps, t_)
-                            with b.if_(overlaps):
-                                b.assign(keep, const(False, np.bool_))
-                    with b.if_(keep):
-                        for e, v in enumerate((ax0, ax1, ay0, ay1, area)):
-                            b.store(kept, taken * 5 + e, v)
-                        b.store(Y, count * 3, bi)
-                        b.store(Y, count * 3 + 1, ci)
-                        b.store(Y, count * 3 + 2, box)
-                        b.assign(taken, taken + 1)
-                        b.assign(count, count + 1)
-    b.store(C, const(0), count)
+        with b.loop(found // 2, "h") as h:
+            sift_down(b, heap, found // 2 - 1 - h, found, n, before)
+        left = b.local("left", found)
+        taken = b.local("taken", const(0))
+        with b.loop(found, "t"):
+            with b.if_(taken < most):
+                box = b.local("box", Load(heap, const(0)))
+                b.assign(left, left - 1)
+                b.store(heap, const(0), Load(heap, left))
+                sift_down(b, heap, const(0), left, n, before)
+                ax0, ax1, ay0, ay1 = (b.local(h, e) for h, e in zip(
+                    ("ax0", "ax1", "ay0", "ay1"), _box_edges(b, Boxes, (bi * n + box) * 4, center, "a")))
+                area = b.local("area", (ax1 - ax0) * (ay1 - ay0))
+                keep = b.local("keep", const(True, np.bool_))
+                # suppressed by a kept box overlapping it by more than the threshold (intersection
+                # over union); never by a disjoint box or a box of no area, as the reference says
+                with b.loop(taken, "s") as s:
+                    k = [Load(kept, s * 5 + e) for e in range(5)]
+                    ix0, ix1 = b.local("ix0", _larger(ax0, k[0])), b.local("ix1", _smaller(ax1, k[1]))
+                    iy0, iy1 = b.local("iy0", _larger(ay0, k[2])), b.local("iy1", _smaller(ay1, k[3]))
+                    with b.if_(binop("&&", keep, binop("&&", ix1 > ix0, iy1 > iy0))):
+                        inter = b.local("inter", (ix1 - ix0) * (iy1 - iy0))
+                        union = b.local("union_area", area + k[4] - inter)
+                        zero = const(0.0, inter.dtype)
+                        tests = [inter > zero, area > zero, k[4] > zero, union > zero, inter / union > iou_t]
+                        overlaps = tests[0]
+                        for t_ in tests[1:]:
+                            overlaps = binop("&&", overlaps, t_)
+                        with b.if_(overlaps):
+                            b.assign(keep, const(False, np.bool_))
+                with b.if_(keep):
+                    for e, v in enumerate((ax0, ax1, ay0, ay1, area)):
+                        b.store(kept, taken * 5 + e, v)
+                    for e, v in enumerate((bi, ci, box)):
+                        b.store(Y, (block + taken) * 3 + e, v)
+                    b.assign(taken, taken + 1)
+        b.store(per_class, bi * ncls + ci, taken)
+    b.comment("the classes' rows together, in order (each row moves down or stays), zeros after them")
+    rows = b.local("rows", const(0))
+    with b.loop(nb * ncls, "cls") as cls:
+        with b.loop(Load(per_class, cls), "r") as r:
+            for e in range(3):
+                b.store(Y, (rows + r) * 3 + e, Load(Y, (cls * most + r) * 3 + e))
+        b.assign(rows, rows + Load(per_class, cls))
+    with b.loop(nb * ncls * most * 3, "z", start=rows * 3) as z:
+        b.store(Y, z, const(0, Y.dtype))
+    b.store(C, const(0), rows)
 
 
 register("NonMaxSuppression", lower=_lower_nms, bounded=_nms_bounds, accepts_epilogue=False,
