@@ -319,6 +319,19 @@ def test_expand_to_the_shape_of_a_bounded_tensor(tmp_path):
     _parity_runs(m, tmp_path, sets)
 
 
+@pytest.mark.parametrize("start, end", [(0, 3), (1, 4), (2, 100), (0, -1), (1, -2), (5, 6)])
+def test_first_rows_of_a_run_time_axis(start, end, tmp_path):
+    """Slice start:end of a run-time axis (the first k detections): its count is computed at
+    run time (an aotc.Count kernel), its rows copied over the capacity; a static Slice after."""
+    nodes = [N("Compress", ["x", "c"], ["rows"], axis=0), N("Slice", ["rows", "s", "e", "ax"], ["part"]),
+             N("Mul", ["part", "part"], ["y"]), N("Slice", ["y", "s0", "e1", "ax1"], ["y1"])]
+    inits = {"s": I64(start), "e": I64(end), "ax": I64(0), "s0": I64(0), "e1": I64(2), "ax1": I64(1)}
+    rng = np.random.default_rng(start * 10 + end + 50)
+    sets = [{"x": rand(8, 3, seed=251 + k), "c": rng.random(8) < p} for k, p in enumerate((0.1, 0.5, 0.8, 1.0))]
+    m = graph_model(nodes, sets[0], ["y", "y1", "part"], inits, opset=13)
+    _parity_runs(m, tmp_path, sets)
+
+
 def test_shape_of_static_axes_only(tmp_path):
     """Shape with start/end selecting only static axes is a constant; it compiles and matches."""
     x = rand(6, 4, 3, seed=101)
@@ -376,8 +389,13 @@ def _refusal_cases():
                                         "divide", ()),
         "reshape_merging_it": ([nz, N("Reshape", ["nz", "flat"], ["y"], name="flatten_all")], x, {"flat": I64(-1)},
                                "flatten_all", ("merges or splits",)),
-        "slice_of_run_time_axis": ([rows, N("Slice", ["rows", "s0", "e2", "ax0"], ["y"], name="first_two")], xc,
-                                   {"s0": I64(0), "e2": I64(2), "ax0": I64(0)}, "first_two", ()),
+        "slice_of_run_time_axis_from_its_end": ([rows, N("Slice", ["rows", "m2", "big", "ax0"], ["y"], name="last_two")],
+                                                xc, {"m2": I64(-2), "big": I64(100), "ax0": I64(0)}, "last_two",
+                                                ("counted from the end",)),
+        "slice_of_run_time_axis_with_a_step": ([rows, N("Slice", ["rows", "s0", "big", "ax0", "two"], ["y"],
+                                                        name="every_other")], xc,
+                                               {"s0": I64(0), "big": I64(100), "ax0": I64(0), "two": I64(2)},
+                                               "every_other", ("step",)),
         "op_with_no_rule": ([rows, N("CumSum", ["rows", "ax1"], ["y"], name="running")], xc, {"ax1": I64(1)},
                             "running", ()),
         "nonzero_of_bounded": ([nz, N("NonZero", ["nz"], ["y"], name="again")], x, {}, "again", ()),
@@ -706,10 +724,15 @@ def test_nms_onnx_node_case(name, tmp_path):
 
 @pytest.mark.parametrize("target", ["opencl", "cuda-emulated"])
 def test_nms_and_unique_on_gpu_targets(target, tmp_path):
-    """NonMaxSuppression with a detector's post-processing, and Unique of rows (its sort and
-    several outputs sharing one count), on PoCL and the CUDA emulation."""
+    """NonMaxSuppression with a detector's post-processing and its first 10 rows (a count
+    computed on the device), and Unique of rows (its sort and several outputs sharing one
+    count), on PoCL and the CUDA emulation."""
     kw = _gpu(target, tmp_path)
     m = _nms_model(2, 3, 40, 6, 0.4, 0.3, False, True)
+    top = onnx.helper.make_node("Slice", ["det", "zero", "ten", "zero"], ["top"])     # the first 10 rows
+    m.graph.node.append(top)
+    m.graph.initializer.extend([onnx.numpy_helper.from_array(I64(0), "zero"), onnx.numpy_helper.from_array(I64(10), "ten")])
+    m.graph.output.append(onnx.helper.make_empty_tensor_value_info("top"))
     rng = np.random.default_rng(221)
     _parity_runs(m, tmp_path, [{"boxes": _boxes(rng, 2, 40, False), "scores": rng.random((2, 3, 40)).astype(np.float32)}
                                for _ in range(2)], name="nms", **kw)

@@ -467,3 +467,18 @@ def _lower_nms(node, ctx):
 register("NonMaxSuppression", lower=_lower_nms, bounded=_nms_bounds, accepts_epilogue=False,
          how="kernel (a heap per class, greedy selection from it); its output's row count is known only "
              "after a run")(_nms_types)
+
+
+# ----------------------------------------------------------------------------- aotc.Count
+def _lower_count(node, ctx):
+    """The count of rows start:end (start >= 0, step 1) of a run-time axis of `rows` rows, as a
+    Python slice counts them: min(end, rows) - min(start, rows), end < 0 counting from rows."""
+    rows = ctx.b.local("rows", Load(ctx.ins[0], const(0)))
+    start, end = int(node.attr("start")), int(node.attr("end"))
+    stop = minimum(const(end), rows) if end >= 0 else maximum(rows + end, const(0))
+    ctx.b.store(ctx.outs[0], const(0), maximum(stop - minimum(const(start), rows), const(0)))
+
+
+register("aotc.Count", lower=_lower_count, accepts_epilogue=False,
+         how="the count of a Slice of a run-time axis (passes/bounded.py derive_count)")(
+    lambda node, ins: [(dtypes.INT64, (1,))])

@@ -59,8 +59,8 @@ class Refusal(UnsupportedError):
 def refuse(node: Node, why: str) -> Refusal:
     return Refusal([f"{node.op_type} node {node.name!r} {why}"],
                    "aotc computes tensors whose size is known only at run time (the outputs of NonZero, "
-                   "NonMaxSuppression, Unique, Compress) through elementwise ops, views, Transpose, Slice and "
-                   "Concat of other axes, reductions, Softmax, ArgMax and TopK along other axes, Gather, MatMul "
+                   "NonMaxSuppression, Unique, Compress) through elementwise ops, views, Transpose, Slice (of "
+                   "other axes, or the first rows), Concat of other axes, reductions, Softmax, ArgMax and TopK along other axes, Gather, MatMul "
                    "and Gemm of their rows; see docs/DESIGN.md, \"Bounded dimensions\"",
                    what="use(s) of a dimension known only at run time")
 
@@ -134,12 +134,22 @@ def check_outputs(g: Graph, bounds: dict[str, Bound]) -> None:
 
 
 def analyze(g: Graph) -> Graph:
-    """g.bounded for the final graph (the last pass: it sees every node that will be lowered)."""
+    """g.bounded for the final graph (the last pass: it sees every node that will be lowered),
+    and the aotc.Count nodes computing derived counts (derive_count) placed after their nodes."""
     bounds: dict[str, Bound] = {}
+    made = {o for n in g.nodes if n.op_type == "aotc.Count" for o in n.outputs}
+    nodes = []
     for n in g.nodes:
+        nodes.append(n)
         for o, b in zip(n.outputs, node_bounds(g, n, bounds)):
             if o and b is not None and b.axes:
                 bounds[o] = b
+        for name, count, start, end in n.attrs.get("_derived_counts", ()):
+            if name not in made:
+                g.add_value(Value(name, dtypes.INT64, (1,)))
+                nodes.append(Node("aotc.Count", [count], [name], {"start": start, "end": end}, f"{n.name}/count"))
+                made.add(name)
+    g.nodes = nodes
     g.bounded = {v: dict(b.axes) for v, b in bounds.items() if not b.shape}
     return g
 
@@ -200,17 +210,46 @@ def _transpose(g, n, ins, marks):
 
 
 def _slice(g, n, ins, marks):
+    """Other axes as they are; a run-time axis whole, or rows start:end of it (start >= 0, step
+    1: the first k detections), whose count is then min(end, count) - min(start, count) (end
+    < 0 counting from the count), computed by an aotc.Count node after the Slice (derive_count).
+    The copy itself runs over the capacity: its padding rows come from the input's."""
     from ..ops.tensor import _slice_args, _slice_plan
     from ..ops.common import const_ints
     if any(marks[1:]):
         raise refuse(n, "takes its starts, ends, axes or steps from a tensor known only at run time")
     x = ins[0]
-    plan = _slice_plan(n, x.shape, *_slice_args(n, lambda p, w: const_ints(n, ins, p, w)))
-    for a in marks[0].axes:
-        if plan[a] != (0, 1, x.shape[a]):
-            raise refuse(n, f"slices {x.name!r} along its run-time dimension {a} (only a whole run-time "
-                            "dimension can be taken)")
-    return [Bound(dict(marks[0].axes), marks[0].zero)]
+    args = _slice_args(n, lambda p, w: const_ints(n, ins, p, w))
+    plan = _slice_plan(n, x.shape, *args)
+    starts, ends, axes_, steps = args
+    axes_ = list(range(len(starts))) if axes_ is None else [norm_axis(a, len(x.shape), n) for a in axes_]
+    out = dict(marks[0].axes)
+    for a, c in marks[0].axes.items():
+        if plan[a] == (0, 1, x.shape[a]):
+            continue
+        k = axes_.index(a)
+        start, end, step = starts[k], ends[k], 1 if steps is None else steps[k]
+        if step != 1 or start < 0:
+            raise refuse(n, f"slices {x.name!r} along its run-time dimension {a} with a step other than 1 or a "
+                            "start counted from the end")
+        out[a] = derive_count(g, n, c, start, end)
+    return [Bound(out, marks[0].zero)]
+
+
+def derive_count(g: Graph, n: Node, count: str, start: int, end: int) -> str:
+    """The name of the count of rows start:end of a run-time axis of `count` rows, which an
+    aotc.Count node placed after n computes (analyze inserts it; `_derived_counts` on n says
+    which)."""
+    made = dict((k, v) for k, *v in n.attrs.get("_derived_counts", ()))
+    for name, (src, s, e) in made.items():
+        if (src, s, e) == (count, start, end):
+            return name
+    taken = set(g.values) | {o for m in g.nodes for o in m.outputs} | set(made)
+    name = f"{n.outputs[0]}{COUNT_SUFFIX}"
+    while name in taken:
+        name = g.fresh_name(n.outputs[0]) + COUNT_SUFFIX
+    n.attrs["_derived_counts"] = tuple(n.attrs.get("_derived_counts", ())) + ((name, count, start, end),)
+    return name
 
 
 def _gather(g, n, ins, marks):
