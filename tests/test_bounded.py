@@ -332,6 +332,22 @@ def test_first_rows_of_a_run_time_axis(start, end, tmp_path):
     _parity_runs(m, tmp_path, sets)
 
 
+def test_concat_along_a_run_time_axis(tmp_path):
+    """Each input's rows start where the previous one's count ends (aotc.ConcatRows), a static
+    input among them; the total a run-time count (aotc.Count). Rows of Compress results, and
+    NonZero's [2, n] along its columns (then moved into the dense layout)."""
+    nodes = [N("Compress", ["x", "c"], ["a"], axis=0), N("Compress", ["y", "d"], ["b"], axis=0),
+             N("Concat", ["a", "b"], ["cat"], axis=0), N("Concat", ["b", "s", "a"], ["cat2"], axis=0),
+             N("Mul", ["cat", "cat"], ["sq"]), N("NonZero", ["x"], ["nx"]), N("NonZero", ["y"], ["ny"]),
+             N("Concat", ["nx", "ny"], ["cols"], axis=1)]
+    rng = np.random.default_rng(261)
+    sets = [{"x": _sparse((6, 3), 262 + k, np.float32), "c": rng.random(6) < p,
+             "y": _sparse((5, 3), 266 + k, np.float32), "d": rng.random(5) < q}
+            for k, (p, q) in enumerate(((0.1, 0.0), (0.5, 0.3), (0.8, 0.6), (1.0, 1.0)))]
+    m = graph_model(nodes, sets[0], ["cat", "cat2", "sq", "cols"], {"s": rand(2, 3, seed=270)}, opset=13)
+    _parity_runs(m, tmp_path, sets)
+
+
 def test_shape_of_static_axes_only(tmp_path):
     """Shape with start/end selecting only static axes is a constant; it compiles and matches."""
     x = rand(6, 4, 3, seed=101)
@@ -380,8 +396,9 @@ def _refusal_cases():
                                      xc, {"i0": I64(0)}, "first_dim", ("computes with",)),
         "expand_to_a_fixed_size": ([rows, N("Expand", ["rows", "six_by_4"], ["y"], name="widen")], xc,
                                    {"six_by_4": I64(6, 4)}, "widen", ("fixed at compile time",)),
-        "concat_along_run_time_axis": ([nz, N("Concat", ["nz", "nz"], ["y"], axis=1, name="join")], x, {}, "join",
-                                       ("concatenates along",)),
+        "concat_of_different_run_time_axes": ([nz, N("Neg", ["x"], ["negx"]), N("NonZero", ["negx"], ["nz2"]),
+                                               N("Concat", ["nz", "nz2"], ["y"], axis=0, name="stack")], x, {},
+                                              "stack", ("do not share",)),
         "gather_with_computed_indices": ([nz, N("Add", ["nz", "one"], ["nz1"]),
                                           N("Gather", ["table", "nz1"], ["y"], axis=0, name="lookup")],
                                          x, {"one": I64(1), "table": rand(6, seed=124)}, "lookup", ("padding",)),
@@ -426,15 +443,17 @@ def _gpu(target: str, tmp_path: Path) -> dict:
 @pytest.mark.parametrize("target", ["opencl", "opencl-eager", "cuda-emulated"])
 def test_gpu_targets(target, tmp_path):
     """The GPU hosts read the counts back with the outputs and finish them as the C host does:
-    NonZero's [2, n] (moved), masked select, Compress along axis 1 then Mul (moved), on PoCL
+    NonZero's [2, n] (moved), masked select, Compress along axis 1 then Mul (moved), NonZero's
+    columns concatenated (offsets and a total counted on the device), on PoCL
     (plain and with the most eager GPU schedule) and on the CUDA emulation (tests/cuda_emu)."""
     kw = _gpu(target, tmp_path)
     nodes = [N("Greater", ["x", "t"], ["mask"]), N("NonZero", ["mask"], ["nz"]),
              N("Transpose", ["nz"], ["idx"], perm=[1, 0]), N("GatherND", ["x", "idx"], ["picked"]),
-             N("Compress", ["x", "c"], ["cols"], axis=1), N("Mul", ["cols", "cols"], ["sq"])]
+             N("Compress", ["x", "c"], ["cols"], axis=1), N("Mul", ["cols", "cols"], ["sq"]),
+             N("Concat", ["nz", "nz"], ["twice"], axis=1)]
     sets = [{"x": rand(4, 6, seed=s), "c": _sparse((6,), s, np.bool_)} for s in (131, 132, 133)]
     sets.append({"x": -np.abs(rand(4, 6, seed=134)) - 1, "c": np.zeros(6, bool)})      # nothing selected
-    m = graph_model(nodes, sets[0], ["nz", "picked", "sq"], {"t": np.float32(0.2)}, opset=13)
+    m = graph_model(nodes, sets[0], ["nz", "picked", "sq", "twice"], {"t": np.float32(0.2)}, opset=13)
     _parity_runs(m, tmp_path, sets, **kw)
 
 

@@ -471,14 +471,62 @@ register("NonMaxSuppression", lower=_lower_nms, bounded=_nms_bounds, accepts_epi
 
 # ----------------------------------------------------------------------------- aotc.Count
 def _lower_count(node, ctx):
-    """The count of rows start:end (start >= 0, step 1) of a run-time axis of `rows` rows, as a
-    Python slice counts them: min(end, rows) - min(start, rows), end < 0 counting from rows."""
-    rows = ctx.b.local("rows", Load(ctx.ins[0], const(0)))
+    """A count computed from others (passes/bounded.py derive_count): rows start:end (start >=
+    0, step 1) of a run-time axis, as a Python slice counts them (min(end, rows) - min(start,
+    rows), end < 0 counting from rows); or the sum of the counts plus `add`."""
+    b = ctx.b
+    if node.attr("start") is None:
+        total = const(int(node.attr("add", 0)))
+        for buf in ctx.ins:
+            total = total + Load(buf, const(0))
+        b.store(ctx.outs[0], const(0), total)
+        return
+    rows = b.local("rows", Load(ctx.ins[0], const(0)))
     start, end = int(node.attr("start")), int(node.attr("end"))
     stop = minimum(const(end), rows) if end >= 0 else maximum(rows + end, const(0))
-    ctx.b.store(ctx.outs[0], const(0), maximum(stop - minimum(const(start), rows), const(0)))
+    b.store(ctx.outs[0], const(0), maximum(stop - minimum(const(start), rows), const(0)))
 
 
 register("aotc.Count", lower=_lower_count, accepts_epilogue=False,
-         how="the count of a Slice of a run-time axis (passes/bounded.py derive_count)")(
+         how="a count of rows computed from others (passes/bounded.py derive_count)")(
     lambda node, ins: [(dtypes.INT64, (1,))])
+
+
+# ----------------------------------------------------------------------------- aotc.ConcatRows
+def _concat_rows_dims(node, ins):
+    counted = node.attr("_run_time_concat")
+    data = ins[:len(counted)]
+    axis = norm_axis(int(node.attr("axis")), len(data[0].shape), node)
+    return counted, data, axis
+
+
+def _concat_rows_types(node, ins):
+    _, data, axis = _concat_rows_dims(node, ins)
+    shape = list(data[0].shape)
+    shape[axis] = sum(v.shape[axis] for v in data)
+    return [(data[0].dtype, tuple(shape))]
+
+
+def _lower_concat_rows(node, ctx):
+    """Concat along a run-time axis: each input's rows (all of its capacity, in the order of
+    the inputs) start where the previous input's count ends, so a later input overwrites the
+    earlier one's padding; zeros after the last."""
+    counted, _, axis = _concat_rows_dims(node, [ctx.value(k) for k in range(len(node.inputs))])
+    Y, b = ctx.outs[0], ctx.b
+    data = ctx.ins[:len(counted)]
+    counts = iter(ctx.ins[len(counted):])
+    pre, total, post = prod(Y.shape[:axis]), Y.shape[axis], prod(Y.shape[axis + 1:])
+    at = b.local("at", const(0))
+    for X, c in zip(data, counted):
+        cap = X.shape[axis]
+        b.comment(f"{X.name}: its {'run-time count' if c else cap} rows from row `at`")
+        with b.loops([pre, cap, post], ["p", "r", "q"]) as (p, r, q):
+            b.store(Y, (p * total + at + r) * post + q, Load(X, (p * cap + r) * post + q))
+        b.assign(at, at + (Load(next(counts), const(0)) if c else const(cap)))
+    with b.loops([pre], ["p"]) as (p,):
+        with b.loop(total * post, "z", start=at * post) as z:
+            b.store(Y, p * total * post + z, const(0, Y.dtype))
+
+
+register("aotc.ConcatRows", lower=_lower_concat_rows, accepts_epilogue=False,
+         how="Concat along a run-time axis (passes/bounded.py)")(_concat_rows_types)

@@ -60,7 +60,7 @@ def refuse(node: Node, why: str) -> Refusal:
     return Refusal([f"{node.op_type} node {node.name!r} {why}"],
                    "aotc computes tensors whose size is known only at run time (the outputs of NonZero, "
                    "NonMaxSuppression, Unique, Compress) through elementwise ops, views, Transpose, Slice (of "
-                   "other axes, or the first rows), Concat of other axes, reductions, Softmax, ArgMax and TopK along other axes, Gather, MatMul "
+                   "other axes, or the first rows), Concat, reductions, Softmax, ArgMax and TopK along other axes, Gather, MatMul "
                    "and Gemm of their rows; see docs/DESIGN.md, \"Bounded dimensions\"",
                    what="use(s) of a dimension known only at run time")
 
@@ -144,11 +144,15 @@ def analyze(g: Graph) -> Graph:
         for o, b in zip(n.outputs, node_bounds(g, n, bounds)):
             if o and b is not None and b.axes:
                 bounds[o] = b
-        for name, count, start, end in n.attrs.get("_derived_counts", ()):
+        for name, counts, params in n.attrs.get("_derived_counts", ()):
             if name not in made:
                 g.add_value(Value(name, dtypes.INT64, (1,)))
-                nodes.append(Node("aotc.Count", [count], [name], {"start": start, "end": end}, f"{n.name}/count"))
+                nodes.append(Node("aotc.Count", list(counts), [name], dict(params), f"{n.name}/count"))
                 made.add(name)
+        if n.op_type == "Concat" and "_run_time_concat" in n.attrs:
+            # its rows go to offsets known at run time: the counts become inputs of its kernel
+            n.op_type = "aotc.ConcatRows"
+            n.inputs = list(n.inputs) + [c for c in n.attrs["_run_time_concat"] if c]
     g.nodes = nodes
     g.bounded = {v: dict(b.axes) for v, b in bounds.items() if not b.shape}
     return g
@@ -232,23 +236,24 @@ def _slice(g, n, ins, marks):
         if step != 1 or start < 0:
             raise refuse(n, f"slices {x.name!r} along its run-time dimension {a} with a step other than 1 or a "
                             "start counted from the end")
-        out[a] = derive_count(g, n, c, start, end)
+        out[a] = derive_count(g, n, (c,), start=start, end=end)
     return [Bound(out, marks[0].zero)]
 
 
-def derive_count(g: Graph, n: Node, count: str, start: int, end: int) -> str:
-    """The name of the count of rows start:end of a run-time axis of `count` rows, which an
-    aotc.Count node placed after n computes (analyze inserts it; `_derived_counts` on n says
-    which)."""
-    made = dict((k, v) for k, *v in n.attrs.get("_derived_counts", ()))
-    for name, (src, s, e) in made.items():
-        if (src, s, e) == (count, start, end):
+def derive_count(g: Graph, n: Node, counts: tuple, **params) -> str:
+    """The name of a count computed from other counts after n by an aotc.Count node (analyze
+    inserts it; `_derived_counts` on n lists them): rows start:end of one count (Slice), or the
+    sum of several plus `add` (Concat along a run-time axis)."""
+    key = (tuple(counts), tuple(sorted(params.items())))
+    entries = n.attrs.get("_derived_counts", ())
+    for name, *rest in entries:
+        if tuple(rest) == key:
             return name
-    taken = set(g.values) | {o for m in g.nodes for o in m.outputs} | set(made)
+    taken = set(g.values) | {o for m in g.nodes for o in m.outputs} | {e[0] for e in entries}
     name = f"{n.outputs[0]}{COUNT_SUFFIX}"
     while name in taken:
         name = g.fresh_name(n.outputs[0]) + COUNT_SUFFIX
-    n.attrs["_derived_counts"] = tuple(n.attrs.get("_derived_counts", ())) + ((name, count, start, end),)
+    n.attrs["_derived_counts"] = tuple(entries) + ((name, *key),)
     return name
 
 
@@ -293,18 +298,28 @@ def _gather_nd(g, n, ins, marks):
 
 
 def _concat(g, n, ins, marks):
+    """Along another axis: the inputs share their run-time axes. Along a run-time axis: each
+    input's rows follow the previous input's count (aotc.ConcatRows, which analyze makes of the
+    node: `_run_time_concat` lists each input's count, "" for a static one), the total a derived
+    count, zeros after it."""
     out = _out_shape(g, n)
     axis = norm_axis(int(n.attr("axis")), len(out), n)
-    axes: Optional[dict] = None
+    data = len(n.attrs.get("_run_time_concat", ())) or len(ins)     # (aotc.ConcatRows: counts after)
+    ins, marks = ins[:data], marks[:data]
+    others: Optional[dict] = None
     for v, m in zip(ins, marks):
-        have = m.axes if m is not None else {}
-        if axis in have:
-            raise refuse(n, f"concatenates along {v.name!r}'s run-time dimension {axis}")
-        if axes is None:
-            axes = dict(have)
-        elif axes != have:
+        have = {a: c for a, c in (m.axes if m is not None else {}).items() if a != axis}
+        if others is None:
+            others = have
+        elif others != have:
             raise refuse(n, "concatenates tensors that do not share the same run-time dimensions")
-    return [Bound(axes or {}, all(m is not None and m.zero for m in marks))]
+    along = [m.axes.get(axis) if m is not None else None for m in marks]
+    if not any(along):
+        return [Bound(others or {}, all(m is not None and m.zero for m in marks))]
+    n.attrs["_run_time_concat"] = tuple(c or "" for c in along)
+    fixed = sum(v.shape[axis] for v, c in zip(ins, along) if c is None)
+    total = derive_count(g, n, tuple(c for c in along if c), add=fixed)
+    return [Bound({**(others or {}), axis: total}, True)]
 
 
 def _matmul(g, n, ins, marks):
@@ -415,6 +430,7 @@ _RULES: dict[str, Rule] = {
     "Gather": _gather,
     "GatherND": _gather_nd,
     "Concat": _concat,
+    "aotc.ConcatRows": _concat,
     "MatMul": _matmul,
     "Shape": _shape,
     "Size": _size,
