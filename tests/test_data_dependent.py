@@ -44,3 +44,15 @@ def test_unique_on_a_run_time_input(attrs, tmp_path):
     m = graph_model([helper.make_node("Unique", ["x"], ["u", "idx", "inv", "cnt"], **attrs)], {"x": x},
                     ["u", "idx", "inv", "cnt"], opset=11)
     assert_parity(m, tmp_path, {"x": x})
+
+
+def test_unique_with_an_invalid_sorted_attribute_is_refused(tmp_path):
+    """sorted must be 0 or 1 (ONNX Runtime reads -2 as unsorted; a fuzzer mutant found aotc
+    reading it as sorted)."""
+    from aotc.errors import ModelError
+    x = rand(6, seed=7)
+    m = graph_model([helper.make_node("Unique", ["x"], ["u"], sorted=-2)], {"x": x}, ["u"], opset=11)
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    with pytest.raises(ModelError, match="sorted must be 0 or 1, not -2"):
+        compile_model(path, output_dir=tmp_path / "out")

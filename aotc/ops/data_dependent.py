@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError, UnsupportedError
+from ..errors import ModelError, ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..kernel.ir import ORDERED, SPATIAL, Load, binop, cast, const, maximum, minimum, select
 from ..passes.bounded import Bound, count_output, count_position, onnx_outputs
@@ -176,6 +176,8 @@ def _unique_dims(node, x):
 
 
 def _unique_types(node, ins):
+    if int(node.attr("sorted", 1)) not in (0, 1):
+        raise ModelError(f"Unique node {node.name!r}: sorted must be 0 or 1, not {node.attr('sorted')}")
     x = ins[0]
     n_out = len(onnx_outputs(node))
     if _known(ins):           # folded by the reference (passes/infer.py)
@@ -316,7 +318,8 @@ def _nms_dims(node, ins):
 
 def _nms_types(node, ins):
     if int(node.attr("center_point_box", 0)) not in (0, 1):
-        raise ShapeError(f"NonMaxSuppression node {node.name!r}: center_point_box must be 0 or 1")
+        raise ModelError(f"NonMaxSuppression node {node.name!r}: center_point_box must be 0 or 1, not "
+                         f"{node.attr('center_point_box')}")
     nb, nc, _, k = _nms_dims(node, ins)
     if _known(ins):         # folded by the reference (passes/infer.py)
         return [(r.dtype, tuple(r.shape)) for r in _reference(node, ins, [(dtypes.INT64, None)])]
