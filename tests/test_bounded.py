@@ -348,6 +348,25 @@ def test_concat_along_a_run_time_axis(tmp_path):
     _parity_runs(m, tmp_path, sets)
 
 
+def test_sums_over_a_zero_padded_run_time_axis(tmp_path):
+    """Sum-like reductions need no count where the padding is zero (the sources write zeros):
+    ReduceSum over NonZero's columns (keepdims), ReduceL2 and ReduceSumSquare over everything,
+    ReduceSum of Compress's rows and of their Cast."""
+    nodes = [N("NonZero", ["x"], ["nz"]), N("ReduceSum", ["nz", "ax1"], ["colsum"], keepdims=1),
+             N("Compress", ["x", "c"], ["rows"], axis=0), N("ReduceL2", ["rows"], ["norm"], keepdims=0),
+             N("ReduceSumSquare", ["rows"], ["ss"], keepdims=1), N("ReduceSum", ["rows", "ax0"], ["rowsum"], keepdims=0),
+             N("Cast", ["nz"], ["nzf"], to=TP.FLOAT), N("ReduceSum", ["nzf"], ["total"], keepdims=0)]
+    sets = [{"x": _sparse((5, 4), 281 + k, np.float32), "c": _sparse((5,), 285 + k, np.bool_)} for k in range(3)]
+    m = graph_model(nodes, sets[0], ["colsum", "norm", "ss", "rowsum", "total"], {"ax0": I64(0), "ax1": I64(1)},
+                    opset=18)
+    out = _compile(m, tmp_path, sets[0])
+    model = load(out)
+    for feeds in sets:
+        for g, w in zip(model.run(feeds), _ort(m, feeds)):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
 def test_shape_of_static_axes_only(tmp_path):
     """Shape with start/end selecting only static axes is a constant; it compiles and matches."""
     x = rand(6, 4, 3, seed=101)
@@ -383,8 +402,11 @@ def _refusal_cases():
     nz = N("NonZero", ["x"], ["nz"], name="find")
     rows = N("Compress", ["x6", "c"], ["rows"], axis=0, name="pick")
     return {
-        "reduce_over_run_time_axis": ([nz, N("ReduceSum", ["nz", "ax1"], ["y"], keepdims=0, name="sum_cols")],
-                                      x, {"ax1": I64(1)}, "sum_cols", ()),
+        "max_over_run_time_axis": ([nz, N("ReduceMax", ["nz", "ax1"], ["y"], keepdims=0, name="max_cols")],
+                                   x, {"ax1": I64(1)}, "max_cols", ()),
+        "sum_over_padding_not_zero": ([nz, N("Add", ["nz", "one"], ["nz1"]),
+                                       N("ReduceSum", ["nz1", "ax1"], ["y"], keepdims=0, name="sum_cols")],
+                                      x, {"ax1": I64(1), "one": I64(1)}, "sum_cols", ("padding is not zero",)),
         "softmax_along_it": ([rows, N("Softmax", ["rows"], ["y"], axis=0, name="normalize")], xc, {}, "normalize",
                              ("works along",)),
         "shape_of_run_time_dim": ([rows, N("Shape", ["rows"], ["y"], name="how_many")], xc, {}, "how_many",

@@ -345,17 +345,24 @@ def _size(g, n, ins, marks):
     raise refuse(n, f"asks for the size of {ins[0].name!r}, known only at run time")
 
 
+# reductions whose result is the same with zeros added to what they reduce: over a zero-padded
+# run-time axis they need no count
+_ZERO_BLIND = {"ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum"}
+
+
 def _along(n, ins, marks, reduced: set, keep: bool):
     """Ops that work along some axes of their first input (reductions, Softmax, ArgMax,
-    TopK): the bounded axes must not be among them; the others keep their place, or close up
-    over the reduced ones without keepdims."""
+    TopK): the bounded axes must not be among them, except for a sum-like reduction of a
+    zero-padded input (_ZERO_BLIND); the others keep their place, or close up over the
+    reduced ones without keepdims."""
     m = marks[0]
     if any(marks[1:]):
         raise refuse(n, "takes an axis, k or another parameter from a tensor known only at run time")
     hit = sorted(set(m.axes) & reduced)
-    if hit:
-        raise refuse(n, f"works along {ins[0].name!r}'s run-time dimension(s) {hit}")
-    axes = {a if keep else a - sum(r < a for r in reduced): c for a, c in m.axes.items()}
+    if hit and not (n.op_type in _ZERO_BLIND and m.zero):
+        why = "" if n.op_type not in _ZERO_BLIND else " (its padding is not zero)"
+        raise refuse(n, f"works along {ins[0].name!r}'s run-time dimension(s) {hit}{why}")
+    axes = {a if keep else a - sum(r < a for r in reduced): c for a, c in m.axes.items() if a not in reduced}
     return [Bound(axes, False)] + [Bound(dict(axes), False) for _ in n.outputs[1:]]
 
 
