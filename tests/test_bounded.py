@@ -249,8 +249,6 @@ def test_slice_of_a_static_axis(tmp_path):
     """Slice of the static axes of bounded tensors (rows 1:3 of NonZero's [3, n], columns 1:4
     step 2 of Compress's [n, 6]); a Slice whose range along the run-time axis is the whole of
     it (0 to INT64_MAX) is allowed too."""
-    x = _sparse((3, 4, 5), 81, np.float32)
-    x6 = rand(5, 6, seed=82)
     nodes = [N("NonZero", ["x"], ["nz"]), N("Slice", ["nz", "s1", "e3", "ax0"], ["yz"]),
              N("Compress", ["x6", "c"], ["rows"], axis=0), N("Slice", ["rows", "s1", "e4", "ax1", "st2"], ["cols"]),
              N("Slice", ["rows", "s0", "big", "ax0"], ["whole"])]
@@ -265,8 +263,6 @@ def test_slice_of_a_static_axis(tmp_path):
 def test_matmul_of_bounded_rows(tmp_path):
     """Compress along axis 0, then MatMul with a constant weight (+ bias, Relu) on 2-D rows and
     on a 3-D batch of them; Gather of static columns of the bounded rows."""
-    x = rand(7, 4, seed=91)
-    xb = rand(5, 3, 4, seed=92)
     nodes = [N("Compress", ["x", "c"], ["rows"], axis=0), N("MatMul", ["rows", "w"], ["mm"]),
              N("Add", ["mm", "b"], ["biased"]), N("Relu", ["biased"], ["act"]),
              N("Compress", ["xb", "cb"], ["batch"], axis=0), N("MatMul", ["batch", "w"], ["bmm"]),
@@ -369,8 +365,6 @@ def test_sums_over_a_zero_padded_run_time_axis(tmp_path):
 
 def test_shape_of_static_axes_only(tmp_path):
     """Shape with start/end selecting only static axes is a constant; it compiles and matches."""
-    x = rand(6, 4, 3, seed=101)
-    xs = _sparse((3, 5), 102, np.float32)
     nodes = [N("Compress", ["x", "c"], ["rows"], axis=0), N("Shape", ["rows"], ["tail"], start=1),
              N("NonZero", ["xs"], ["nz"]), N("Shape", ["nz"], ["rank"], end=1),
              N("Shape", ["nz"], ["rank_neg"], end=-1),

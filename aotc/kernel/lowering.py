@@ -100,11 +100,12 @@ class _Params:
 def lower_groups(g: Graph, groups: list[Group]) -> list[KernelStep]:
     """Every fusion group as a kernel that says what to compute (no target decisions)."""
     consumers = g.consumers()
+    counts = set(g.counts())       # run-time sizes: the host program reads them after the run
     steps = []
     for grp in groups:
         if grp.view:
             continue
-        steps.append(_lower_group(g, grp, consumers, len(steps)))
+        steps.append(_lower_group(g, grp, consumers, len(steps), counts))
     return steps
 
 
@@ -113,12 +114,10 @@ def _view_sources(g: Graph) -> dict[str, str]:
     return {n.outputs[0]: n.inputs[0] for n in g.nodes if registry.get(n.op_type).view}
 
 
-def _stored(g: Graph, grp: Group, consumers) -> list[str]:
-    """Values made in the group that something outside it needs: a graph output, a node of
-    another kernel, or a view that one of those reads."""
+def _stored(g: Graph, grp: Group, consumers, counts: set) -> list[str]:
+    """Values made in the group that something outside it needs: a graph output, a count the
+    host reads after the run, a node of another kernel, or a view that one of those reads."""
     inside = {id(n) for n in grp.nodes}
-
-    counts = set(g.counts())       # run-time sizes: the host program reads them after the run
 
     def needed(v: str) -> bool:
         if v in g.outputs or v in counts:
@@ -133,8 +132,8 @@ def _stored(g: Graph, grp: Group, consumers) -> list[str]:
     return [o for n in grp.nodes for o in n.outputs if o and needed(o)]
 
 
-def _lower_group(g: Graph, grp: Group, consumers, k: int) -> KernelStep:
-    stored = _stored(g, grp, consumers)
+def _lower_group(g: Graph, grp: Group, consumers, k: int, counts: set) -> KernelStep:
+    stored = _stored(g, grp, consumers, counts)
     b = Builder()
     params = _Params(b)
     scratch: list[Buffer] = []

@@ -73,13 +73,19 @@ def count_output(g: Graph, node: Node, out: int = 0) -> str:
         if name not in g.values:
             g.add_value(Value(name, dtypes.INT64, (1,)))
         return name
-    taken = set(g.values) | {o for m in g.nodes for o in m.outputs}
-    name = node.outputs[out] + COUNT_SUFFIX
-    while name in taken:
-        name = g.fresh_name(node.outputs[out]) + COUNT_SUFFIX
+    name = _fresh_count_name(g, node.outputs[out])
     node.outputs.append(name)
     node.attrs["_count"] = name
     g.add_value(Value(name, dtypes.INT64, (1,)))
+    return name
+
+
+def _fresh_count_name(g: Graph, base: str, also_taken=()) -> str:
+    """`<base>.count`, or a fresh variant where a value or node output (or `also_taken`) has it."""
+    taken = set(g.values) | {o for m in g.nodes for o in m.outputs} | set(also_taken)
+    name = base + COUNT_SUFFIX
+    while name in taken:
+        name = g.fresh_name(base) + COUNT_SUFFIX
     return name
 
 
@@ -249,10 +255,7 @@ def derive_count(g: Graph, n: Node, counts: tuple, **params) -> str:
     for name, *rest in entries:
         if tuple(rest) == key:
             return name
-    taken = set(g.values) | {o for m in g.nodes for o in m.outputs} | {e[0] for e in entries}
-    name = f"{n.outputs[0]}{COUNT_SUFFIX}"
-    while name in taken:
-        name = g.fresh_name(n.outputs[0]) + COUNT_SUFFIX
+    name = _fresh_count_name(g, n.outputs[0], {e[0] for e in entries})
     n.attrs["_derived_counts"] = tuple(entries) + ((name, *key),)
     return name
 
@@ -444,14 +447,4 @@ _RULES: dict[str, Rule] = {
 }
 
 
-def dense_prefix(cap: tuple, axes: dict[int, str]) -> bool:
-    """Is the dense layout of every run-time shape the start of the capacity layout (so that
-    the output needs no moving)? True when the only run-time axis has no axis of size > 1
-    before it."""
-    if len(axes) != 1:
-        return False
-    a = next(iter(axes))
-    return all(d == 1 for d in cap[:a])
-
-
-__all__ = ["Bound", "Refusal", "analyze", "count_output", "count_position", "node_bounds", "onnx_outputs", "dense_prefix"]
+__all__ = ["Bound", "Refusal", "analyze", "count_output", "count_position", "node_bounds", "onnx_outputs"]

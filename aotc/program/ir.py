@@ -18,6 +18,7 @@ from typing import Iterator, Optional, Union
 
 import numpy as np
 
+from ..errors import UnsupportedError
 from ..kernel.context import DRAW
 from ..kernel.ir import Buffer, Kernel
 
@@ -130,20 +131,26 @@ def build_program(steps, plan) -> Program:
     return Program(body, draw_offset(plan))
 
 
+def dense_prefix(cap: tuple, axes: dict) -> bool:
+    """Is the dense layout of every run-time shape the start of the capacity layout (so that
+    the output needs no moving)? True when the only run-time axis has no axis of size > 1
+    before it."""
+    return len(axes) == 1 and all(d == 1 for d in cap[:next(iter(axes))])
+
+
 def bounded_outputs(g, plan) -> list[BoundedOutput]:
     """The graph outputs of run-time size (g.bounded), with where their counts are."""
-    from ..passes.bounded import dense_prefix
     out = []
     for o in g.outputs:
         axes = g.bounded.get(o)
         if axes:
             v = g.values[o]
-            if len(v.shape) > 16 and not dense_prefix(tuple(v.shape), axes):
-                from ..errors import UnsupportedError
+            prefix = dense_prefix(tuple(v.shape), axes)
+            if len(v.shape) > 16 and not prefix:
                 raise UnsupportedError([f"output {o!r} of rank {len(v.shape)} whose size is known only at run time"],
                                        "aotc_compact moves outputs of rank 16 at most")
             out.append(BoundedOutput(o, tuple(v.shape), {a: plan.locations[c].offset for a, c in sorted(axes.items())},
-                                     np.dtype(v.dtype).itemsize, dense_prefix(tuple(v.shape), axes)))
+                                     np.dtype(v.dtype).itemsize, prefix))
     return out
 
 
