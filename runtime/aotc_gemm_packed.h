@@ -374,6 +374,132 @@ static inline aotc_tile_vec aotc_tile_load(const float *p)
 }
 #endif
 
+#if AOTC_TILE_VECTORS
+#define AOTC_TILE_V (AOTC_GEMM_NR / AOTC_TILE_VW)      /* vectors in a row of the tile */
+#if defined(__GNUC__)
+#define AOTC_ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define AOTC_ALWAYS_INLINE static inline
+#endif
+
+/* The sums of one tile: acc[i][v] = the first `rows` rows of a . b over kc steps (a one packed A
+ * panel, kc x MR; b one packed B panel, kc x NR), the vectors of row i. Inlined wherever it is
+ * used, so that acc stays in registers: in aotc_sgemm_tile_rows, and in the tiles the C
+ * emitter generates for a GEMM whose epilogue runs on the sums before they are stored
+ * (aotc_sgemm_call.tile). */
+AOTC_ALWAYS_INLINE void aotc_sgemm_tile_sums(const int rows, int64_t kc, const float *restrict a,
+                                             const float *restrict b, aotc_tile_vec acc[][AOTC_TILE_V])
+{
+    int64_t i, j, k;
+    int v;
+    AOTC_UNROLL_FULLY
+    for (i = 0; i < rows; ++i) {
+        AOTC_UNROLL_FULLY
+        for (v = 0; v < AOTC_TILE_V; ++v)
+            acc[i][v] = (aotc_tile_vec){ 0.0f };
+    }
+    for (k = 0; k < kc; ++k) {
+        aotc_tile_vec bk[AOTC_TILE_V];
+        if (AOTC_GEMM_PREFETCH) {
+            AOTC_PREFETCH(a + (k + AOTC_GEMM_PREFETCH) * AOTC_GEMM_MR);
+            for (j = 0; j < AOTC_GEMM_NR; j += AOTC_CACHE_LINE_FLOATS)
+                AOTC_PREFETCH(b + (k + AOTC_GEMM_PREFETCH) * AOTC_GEMM_NR + j);
+        }
+        AOTC_UNROLL_FULLY
+        for (v = 0; v < AOTC_TILE_V; ++v)
+            bk[v] = aotc_tile_load(b + k * AOTC_GEMM_NR + v * AOTC_TILE_VW);
+        AOTC_UNROLL_FULLY
+        for (i = 0; i < rows; ++i) {
+            AOTC_UNROLL_FULLY
+            for (v = 0; v < AOTC_TILE_V; ++v)
+                acc[i][v] += a[k * AOTC_GEMM_MR + i] * bk[v];
+        }
+    }
+}
+#endif
+
+/* The columns of a whole tile, for a product computed transposed (C stored with rsc == 1, so
+ * that a column of the tile is MR consecutive floats): with 8-row tiles of 16-lane vectors
+ * (c-avx512's 8 x 32), the sums transposed into NR vectors of 8, col[j] = rows 0..7 of column j,
+ * by three stages of two-vector shuffles per 8 x 16 block (each stage trades one bit of the
+ * row number, which says which vector, for one bit of the column number, which says which
+ * lane; the last stage also puts the lanes in order). 24 shuffles per block then give 16
+ * vector stores where there were 128 scalar ones, and let the epilogue run on the sums. */
+#if AOTC_TILE_VECTORS && AOTC_GEMM_MR == 8 && AOTC_TILE_VW == 16 && defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define AOTC_TILE_COLUMNS 1
+#endif
+#endif
+#ifndef AOTC_TILE_COLUMNS
+#define AOTC_TILE_COLUMNS 0
+#endif
+#if AOTC_TILE_COLUMNS
+typedef float aotc_tile_col __attribute__((vector_size(AOTC_GEMM_MR * sizeof(float))));
+static inline aotc_tile_col aotc_tile_load_col(const float *p)
+{
+    aotc_tile_col v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+AOTC_ALWAYS_INLINE void aotc_sgemm_tile_columns(aotc_tile_vec acc[][AOTC_TILE_V], aotc_tile_col col[AOTC_GEMM_NR])
+{
+    int v, q;
+    AOTC_UNROLL_FULLY
+    for (v = 0; v < AOTC_TILE_V; ++v) {
+        aotc_tile_vec s1[8], s2[8], s3[8];
+        /* rows 2q and 2q + 1: lanes 0-7 of both (columns 0-7), then lanes 8-15 */
+        AOTC_UNROLL_FULLY
+        for (q = 0; q < 4; ++q) {
+            s1[2 * q] = __builtin_shufflevector(acc[2 * q][v], acc[2 * q + 1][v],
+                                                0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+            s1[2 * q + 1] = __builtin_shufflevector(acc[2 * q][v], acc[2 * q + 1][v],
+                                                    8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+        }
+        /* s1[4 r2 + 2 r1 + j3]: lane 8 r0 + (j & 7) holds row 4 r2 + 2 r1 + r0, column j */
+        AOTC_UNROLL_FULLY
+        for (q = 0; q < 4; ++q) {
+            const int r2 = q >> 1, j3 = q & 1;
+            s2[4 * r2 + 2 * j3] = __builtin_shufflevector(s1[4 * r2 + j3], s1[4 * r2 + 2 + j3],
+                                                          0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+            s2[4 * r2 + 2 * j3 + 1] = __builtin_shufflevector(s1[4 * r2 + j3], s1[4 * r2 + 2 + j3],
+                                                              4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+        }
+        /* s2[4 r2 + 2 j3 + j2]: lane 8 r1 + 4 r0 + (j & 3) holds row 4 r2 + 2 r1 + r0, column j */
+        AOTC_UNROLL_FULLY
+        for (q = 0; q < 4; ++q) {
+            s3[2 * q] = __builtin_shufflevector(s2[q], s2[4 + q],
+                                                0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+            s3[2 * q + 1] = __builtin_shufflevector(s2[q], s2[4 + q],
+                                                    2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
+        }
+        /* s3[p]: lanes 0-7 rows 0-7 of column 2p, lanes 8-15 of column 2p + 1 */
+        AOTC_UNROLL_FULLY
+        for (q = 0; q < 8; ++q) {
+            col[v * 16 + 2 * q] = __builtin_shufflevector(s3[q], s3[q], 0, 1, 2, 3, 4, 5, 6, 7);
+            col[v * 16 + 2 * q + 1] = __builtin_shufflevector(s3[q], s3[q], 8, 9, 10, 11, 12, 13, 14, 15);
+        }
+    }
+}
+#endif
+
+/* C's cache lines of a tile (rows [0, mr) x columns [0, nr)), for writing, while the tile
+ * computes: a C written once and not in cache otherwise makes every store of the tile wait for
+ * its line (measured: 1x1 convolutions at 56x56 were 25% slower than with the bias written
+ * first, which had brought C in) */
+static inline void aotc_sgemm_prefetch_c(float *C, int64_t rsc, int64_t csc, int64_t mr, int64_t nr)
+{
+    int64_t i, j;
+    if (csc == 1) {
+        for (i = 0; i < mr; ++i)
+            for (j = 0; j < nr; j += AOTC_CACHE_LINE_FLOATS)
+                AOTC_PREFETCH_W(C + i * rsc + j);
+    } else if (rsc == 1) {
+        for (j = 0; j < nr; ++j)
+            AOTC_PREFETCH_W(C + j * csc);
+    }
+}
+
 /* The micro-kernel: C[0:mr, 0:nr] (=, or += when accumulate) a * b over kc steps, where a is
  * one packed A panel (kc x MR) and b one packed B panel (kc x NR); element (i, j) of C at
  * C[i*rsc + j*csc]. It computes the panel's first `rows` rows (mr <= rows <= MR): a constant
@@ -386,50 +512,31 @@ static inline void aotc_sgemm_tile_rows(const int rows, int64_t kc, const float 
     float part[AOTC_GEMM_MR][AOTC_GEMM_NR];   /* the tile, for the edge tiles' stores */
     const int whole = mr == rows && nr == AOTC_GEMM_NR && csc == 1;
     int64_t i, j, k;
-    /* C's cache lines, for writing, while the tile computes: a C written once and not in cache
-       otherwise makes every store of the tile wait for its line (measured: 1x1 convolutions at
-       56x56 were 25% slower than with the bias written first, which had brought C in) */
-    if (csc == 1) {
-        for (i = 0; i < mr; ++i)
-            for (j = 0; j < nr; j += AOTC_CACHE_LINE_FLOATS)
-                AOTC_PREFETCH_W(C + i * rsc + j);
-    } else if (rsc == 1) {
-        for (j = 0; j < nr; ++j)
-            AOTC_PREFETCH_W(C + j * csc);
-    }
+    aotc_sgemm_prefetch_c(C, rsc, csc, mr, nr);
 #if AOTC_TILE_VECTORS
     {
-        enum { V = AOTC_GEMM_NR / AOTC_TILE_VW };
-        aotc_tile_vec acc[AOTC_GEMM_MR][V];
+        aotc_tile_vec acc[AOTC_GEMM_MR][AOTC_TILE_V];
         int v;
-        AOTC_UNROLL_FULLY
-        for (i = 0; i < rows; ++i) {
+        (void)k;
+        aotc_sgemm_tile_sums(rows, kc, a, b, acc);
+#if AOTC_TILE_COLUMNS
+        if (rows == AOTC_GEMM_MR && mr == AOTC_GEMM_MR && nr == AOTC_GEMM_NR && rsc == 1) {
+            aotc_tile_col col[AOTC_GEMM_NR];
+            aotc_sgemm_tile_columns(acc, col);
             AOTC_UNROLL_FULLY
-            for (v = 0; v < V; ++v)
-                acc[i][v] = (aotc_tile_vec){ 0.0f };
-        }
-        for (k = 0; k < kc; ++k) {
-            aotc_tile_vec bk[V];
-            if (AOTC_GEMM_PREFETCH) {
-                AOTC_PREFETCH(a + (k + AOTC_GEMM_PREFETCH) * AOTC_GEMM_MR);
-                for (j = 0; j < AOTC_GEMM_NR; j += AOTC_CACHE_LINE_FLOATS)
-                    AOTC_PREFETCH(b + (k + AOTC_GEMM_PREFETCH) * AOTC_GEMM_NR + j);
+            for (j = 0; j < AOTC_GEMM_NR; ++j) {
+                float *c = C + j * csc;
+                const aotc_tile_col sum = accumulate ? aotc_tile_load_col(c) + col[j] : col[j];
+                memcpy(c, &sum, sizeof sum);
             }
-            AOTC_UNROLL_FULLY
-            for (v = 0; v < V; ++v)
-                bk[v] = aotc_tile_load(b + k * AOTC_GEMM_NR + v * AOTC_TILE_VW);
-            AOTC_UNROLL_FULLY
-            for (i = 0; i < rows; ++i) {
-                AOTC_UNROLL_FULLY
-                for (v = 0; v < V; ++v)
-                    acc[i][v] += a[k * AOTC_GEMM_MR + i] * bk[v];
-            }
+            return;
         }
+#endif
         if (whole) {
             AOTC_UNROLL_FULLY
             for (i = 0; i < rows; ++i) {
                 AOTC_UNROLL_FULLY
-                for (v = 0; v < V; ++v) {
+                for (v = 0; v < AOTC_TILE_V; ++v) {
                     float *c = C + i * rsc + v * AOTC_TILE_VW;
                     const aotc_tile_vec sum = accumulate ? aotc_tile_load(c) + acc[i][v] : acc[i][v];
                     memcpy(c, &sum, sizeof sum);
@@ -440,7 +547,7 @@ static inline void aotc_sgemm_tile_rows(const int rows, int64_t kc, const float 
         AOTC_UNROLL_FULLY
         for (i = 0; i < rows; ++i) {
             AOTC_UNROLL_FULLY
-            for (v = 0; v < V; ++v)
+            for (v = 0; v < AOTC_TILE_V; ++v)
                 memcpy(&part[i][v * AOTC_TILE_VW], &acc[i][v], sizeof acc[i][v]);
         }
     }
@@ -578,6 +685,39 @@ static void aotc_sgemm_tile_any(int64_t kc, const float *a, const float *b, floa
 /* What runs on a finished tile: rows [i0, i1) x columns [j0, j1) of C. */
 typedef void (*aotc_tile_fn)(void *args, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
 
+/* A whole MR x NR tile of a GEMM's last K block, epilogue included: C (at the tile; its strides,
+ * one of them 1, known to it) = epilogue(a . b over kc steps (+ C when accumulate)) for the
+ * tile at rows i0.., columns j0.. of C. The C emitter generates one for a GEMM whose epilogue
+ * can run on the sums while they are in registers, a vector at a time (aotc/codegen/c:
+ * aotc_sgemm_tile_sums, then the epilogue over each vector's lanes: a row's columns, or, for
+ * a product computed transposed, a column's rows by aotc_sgemm_tile_columns); the separate
+ * epilogue after the stores cost up to 40% of a product with a short K (a 1x1 convolution of
+ * 16 input channels). The edge tiles keep the plain tile and the epilogue function. */
+typedef void (*aotc_whole_tile_fn)(void *args, int64_t kc, const float *a, const float *b, float *C,
+                                   int64_t i0, int64_t j0, int accumulate);
+/* Generated tiles exist where the tile is held in vectors and the compiler takes OpenMP's SIMD
+ * pragmas (-fopenmp-simd -DAOTC_OPENMP_SIMD): their epilogue is a loop over a vector's lanes,
+ * which GCC otherwise unrolls into scalar code before it would vectorize it (3x slower than the
+ * plain path on MobileNetV2). Elsewhere every tile takes the plain path. */
+#if AOTC_TILE_VECTORS && defined(AOTC_OPENMP_SIMD)
+#define AOTC_TILE_EPILOGUES 1
+#define AOTC_WHOLE_TILE(fn) fn
+#define AOTC_TILE_LANES _Pragma("omp simd")
+#else
+#define AOTC_TILE_EPILOGUES 0
+#define AOTC_WHOLE_TILE(fn) NULL
+#endif
+/* and for a product computed transposed (C's rows contiguous), where the tile has columns
+ * (AOTC_TILE_COLUMNS: vectors of MR = 8 floats, whose lanes are consecutive rows of C) */
+#if AOTC_TILE_EPILOGUES && AOTC_TILE_COLUMNS
+#define AOTC_TILE_COLUMN_EPILOGUES 1
+#define AOTC_WHOLE_TILE_COLUMNS(fn) fn
+#define AOTC_TILE_COLUMN_LANES _Pragma("omp simd simdlen(8)")
+#else
+#define AOTC_TILE_COLUMN_EPILOGUES 0
+#define AOTC_WHOLE_TILE_COLUMNS(fn) NULL
+#endif
+
 #define AOTC_GEMM_SPLIT_NONE 0
 #define AOTC_GEMM_SPLIT_ROWS 1
 #define AOTC_GEMM_SPLIT_COLS 2
@@ -601,6 +741,7 @@ typedef struct {
     int64_t work_floats;
     aotc_tile_fn epilogue;      /* NULL: none */
     void *epilogue_args;
+    aotc_whole_tile_fn tile;    /* NULL, or the epilogue's whole tiles (csc must be 1) */
 } aotc_sgemm_call;
 
 /* Rows [m0, m1) x columns [n0, n1) of C (m0 a multiple of MR, n0 of NR, so that packed
@@ -668,8 +809,13 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
                         for (jr = 0; jr < nc; jr += AOTC_GEMM_NR) {
                             const int64_t mr = aotc_gemm_min(AOTC_GEMM_MR, mc - ir);
                             const int64_t nr = aotc_gemm_min(AOTC_GEMM_NR, nc - jr);
-                            aotc_sgemm_tile_any(kc, ap + ir * kc, bp + jr * kc,
-                                                C0 + (ic + ir) * g->rsc + (jc + jr) * g->csc, g->rsc, g->csc,
+                            float *c = C0 + (ic + ir) * g->rsc + (jc + jr) * g->csc;
+                            if (g->tile && mr == AOTC_GEMM_MR && nr == AOTC_GEMM_NR) {
+                                g->tile(g->epilogue_args, kc, ap + ir * kc, bp + jr * kc, c,
+                                        m0 + ic + ir, n0 + jc + jr, g->accumulate || pc > 0);
+                                continue;
+                            }
+                            aotc_sgemm_tile_any(kc, ap + ir * kc, bp + jr * kc, c, g->rsc, g->csc,
                                                 mr, nr, g->accumulate || pc > 0);
                             g->epilogue(g->epilogue_args, m0 + ic + ir, m0 + ic + ir + mr,
                                         n0 + jc + jr, n0 + jc + jr + nr);

@@ -559,7 +559,8 @@ class Gemm(Stmt):
     `dest` (when the op gives one) says where C lands in the op's output, `result` what the
     op makes of each value (bias, alpha/beta): lowering turns them, plus any fused
     elementwise ops, into the epilogue. The schedule sets `parallel` (the GEMM itself is
-    split across threads), `work` (its packing scratch) and operand layouts."""
+    split across threads), `work` (its packing scratch), operand layouts and
+    `tile_epilogue`."""
     M: int
     N: int
     K: int
@@ -577,6 +578,10 @@ class Gemm(Stmt):
     parallel: bool = False
     split: str = "none"       # how a parallel GEMM splits C among threads: rows | cols | none
     work: Optional[Buffer] = None
+    # the schedule's choice: whole micro-tiles run the epilogue on their sums before storing
+    # them, one vector of consecutive columns at a time, instead of storing the sums and then
+    # running it over the stored tile (schedule/gemm_cpu.py epilogue_in_tile)
+    tile_epilogue: bool = False
 
 
 @dataclass(eq=False)

@@ -7,6 +7,9 @@ Decisions, all from the kernel IR's facts (loop roles, sizes) and the target's d
     is per thread. A convolution's im2col matrix that the op also describes as its input
     holds it (`Matrix.direct`) is packed by the GEMM from the input itself (`[gemm]
     im2col_packing`): the im2col buffer and the loops that fill it go.
+  * GEMM epilogues (bias, activation, residual add: the elementwise ops fused after it) run
+    on each whole micro-tile's sums while they are in registers, where the epilogue allows
+    (`epilogue_in_tile`; `[gemm] tile_epilogue = false` in a target file turns it off).
   * Parallel loops: the outermost `spatial` loop whose work pays for a hand-off to the pool
     (`[threads] min_parallel_work` in the target file) runs in parallel; loops inside it,
     and GEMMs inside it, run on the thread that runs the iteration; the scratch its
@@ -29,7 +32,7 @@ from ..kernel.ir import (F32, PARALLEL, REDUCTION, SERIAL, SPATIAL, VECTORIZED, 
                          const, same_expr, stmt_exprs, walk_buffers, walk_expr, walk_stmts)
 from ..kernel.retype import widen_accumulators
 from .direct import drop_unused_scratch, read_im2col_directly
-from .gemm_cpu import ConstPacker, GemmTiles, choose_split, gemm_macs, packs_im2col, swap_orientation
+from .gemm_cpu import ConstPacker, GemmTiles, choose_split, epilogue_in_tile, gemm_macs, packs_im2col, swap_orientation
 
 # a loop of unknown trip count (bounds from data or from outer indices) counts as this many
 UNKNOWN_TRIPS = 8
@@ -47,6 +50,7 @@ def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
     min_gemm = int(knobs.get("min_parallel_gemm_macs", 262144))
     acc = target.get("numerics", {}).get("accumulate_float32", "float64")
     im2col = bool(target.get("gemm", {}).get("im2col_packing", True))
+    in_tile = bool(target.get("gemm", {}).get("tile_epilogue", True))
     vec = target.get("vector", {})
     run, run_stmts = int(vec.get("run", 0)), int(vec.get("run_max_statements", 0))
     for st in steps:
@@ -54,7 +58,7 @@ def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
         # (a GEMM computed transposed reads B as its A: that one keeps the im2col buffer)
         k.body = read_im2col_directly(k.body, lambda g: im2col and packs_im2col(g) and
                                       not tiles.prefers_transposed(g.M, g.N, g.K))
-        k.body = _gemms(k.body, [], st, packer, tiles, threads, min_gemm)
+        k.body = _gemms(k.body, [], st, packer, tiles, threads, min_gemm, in_tile)
         drop_unused_scratch(k)
         if threads > 1:
             k.body = _parallelize(k.body, min_work, threads)
@@ -70,21 +74,22 @@ def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
 
 # ----------------------------------------------------------------------------- GEMMs
 def _gemms(stmts: list[Stmt], loops: list[Loop], st, packer: ConstPacker, tiles: GemmTiles, threads: int,
-           min_gemm: int) -> list[Stmt]:
+           min_gemm: int, in_tile: bool) -> list[Stmt]:
     out = []
     for s in stmts:
         if isinstance(s, Gemm):
-            s = _schedule_gemm(s, loops, st, packer, tiles, threads, min_gemm)
+            s = _schedule_gemm(s, loops, st, packer, tiles, threads, min_gemm, in_tile)
         elif isinstance(s, Loop):
-            s = replace(s, body=_gemms(s.body, loops + [s], st, packer, tiles, threads, min_gemm))
+            s = replace(s, body=_gemms(s.body, loops + [s], st, packer, tiles, threads, min_gemm, in_tile))
         elif isinstance(s, If):
-            s = If(s.cond, _gemms(s.then, loops, st, packer, tiles, threads, min_gemm),
-                   _gemms(s.orelse, loops, st, packer, tiles, threads, min_gemm))
+            s = If(s.cond, _gemms(s.then, loops, st, packer, tiles, threads, min_gemm, in_tile),
+                   _gemms(s.orelse, loops, st, packer, tiles, threads, min_gemm, in_tile))
         out.append(s)
     return out
 
 
-def _schedule_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int, min_gemm: int) -> Gemm:
+def _schedule_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int, min_gemm: int,
+                   in_tile: bool) -> Gemm:
     if tiles.prefers_transposed(g.M, g.N, g.K):
         g = swap_orientation(g)
     pa = packer.pack(st, g, "a", loops)
@@ -98,7 +103,7 @@ def _schedule_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, th
     split = choose_split(g, tiles, threads) if parallel else "none"
     n_work = tiles.work_floats(g.M, g.N, g.K, g.a.packed, g.b.packed)
     work = Buffer("gemm_work", F32, (max(n_work, 1),), "scratch", per_thread=split != "none") if n_work else None
-    return replace(g, parallel=split != "none", split=split, work=work)
+    return replace(g, parallel=split != "none", split=split, work=work, tile_epilogue=in_tile and epilogue_in_tile(g, tiles))
 
 
 def _share_work_buffer(st, gemms: list[Gemm], threads: int) -> None:

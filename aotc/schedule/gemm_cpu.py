@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..errors import AotcError
-from ..kernel.ir import (Gemm, Loop, Matrix, Stmt, children, const, evaluate, expr_vars)
+from ..kernel.ir import (Assign, Decl, Gemm, Load, Loop, Matrix, Stmt, Store, children, const, evaluate, expr_vars,
+                         walk_expr)
 
 @dataclass(frozen=True)
 class GemmTiles:
@@ -29,8 +30,11 @@ class GemmTiles:
     mc: int     # row block (a multiple of mr)
     nc: int     # column block (a multiple of nr)
     prefetch: int = 0   # k steps the micro-kernel prefetches ahead (0: none)
+    # what storing one element of a product computed transposed costs beyond a plain store, in
+    # micro-tile multiply-adds (prefers_transposed)
+    transpose_cost: int = 64
 
-    _FIELDS = ("mr", "nr", "kc", "mc", "nc", "prefetch")
+    _FIELDS = ("mr", "nr", "kc", "mc", "nc", "prefetch")     # (the C macros)
 
     @classmethod
     def of(cls, target: dict) -> "GemmTiles":
@@ -40,7 +44,8 @@ class GemmTiles:
             raise AotcError(f"target {name!r} has no [gemm] table (mr, nr, kc, mc, nc, prefetch)",
                             "add one to its file under targets/")
         try:
-            tiles = cls(*(int(t[k]) for k in cls._FIELDS[:5]), int(t.get("prefetch", 0)))
+            tiles = cls(*(int(t[k]) for k in cls._FIELDS[:5]), int(t.get("prefetch", 0)),
+                        int(t.get("transpose_cost", cls.transpose_cost)))
         except KeyError as e:
             raise AotcError(f"target {name!r}: gemm.{e.args[0]} is missing") from None
         if min(tiles.mr, tiles.nr, tiles.kc, tiles.mc, tiles.nc) < 1 or tiles.prefetch < 0 \
@@ -90,16 +95,12 @@ class GemmTiles:
             return self.nc
         return min(self.nc, max(self.nr, self.mc * self.kc // kstep // self.nr * self.nr))
 
-    # what transposing one result element back costs, in micro-tile multiply-adds (measured on
-    # ResNet-50's 1x1 convolutions, where the GEMM alone got faster but the whole did not)
-    TRANSPOSE_COST = 64
-
     def prefers_transposed(self, M: int, N: int, K: int, margin: float = 0.05) -> bool:
         """True when computing Cᵀ = Bᵀ·Aᵀ (the roles of M and N swapped) and transposing the
         result back is `margin` cheaper than computing C: an N of 49 pads to 64 on a 32-wide
         tile, where an M of 49 pads to 56 on an 8-row one."""
         plain = self.padded_madds(M, N) * K
-        swapped = self.padded_madds(N, M) * K + self.TRANSPOSE_COST * M * N
+        swapped = self.padded_madds(N, M) * K + self.transpose_cost * M * N
         return swapped < (1 - margin) * plain
 
     def work_floats(self, M: int, N: int, K: int, a_packed: bool, b_packed: bool) -> int:
@@ -267,3 +268,51 @@ def choose_split(g: Gemm, tiles: GemmTiles, threads: int) -> str:
 
     options = [s for s, n in (("rows", row_panels), ("cols", col_panels)) if n >= 2]
     return min(options, key=cost) if options else "none"
+
+
+def epilogue_in_tile(g: Gemm, tiles: GemmTiles) -> bool:
+    """Can g's whole micro-tiles run its epilogue on their sums, before storing them
+    (Gemm.tile_epilogue)? The tile then applies it to one vector of sums at a time, whose lanes
+    are consecutive columns of C (or rows, for a product computed transposed, where the runtime
+    can transpose its tiles: AOTC_TILE_COLUMNS), and stores only what the epilogue stores. That
+    needs:
+      * whole tiles (M >= MR, N >= NR), the only ones that take this path;
+      * C's columns or rows contiguous (cs == 1 or rs == 1), so that a vector's lanes are
+        consecutive elements;
+      * a straight-line epilogue (stores and locals: what a compiler vectorizes over lanes);
+      * no read of C but the value itself (C's elements are never stored as plain sums), and
+        a store of the epilogue's own to C(i, j), so that C holds what it held before."""
+    stmts = g.row_epilogue + g.epilogue
+    if not g.epilogue or g.M < tiles.mr or g.N < tiles.nr or 1 not in (g.c.cs, g.c.rs) or g.c.layout != "strided" \
+            or not all(isinstance(s, (Store, Decl, Assign)) for s in stmts):
+        return False
+    for s in stmts:
+        exprs = [s.index, s.value] if isinstance(s, Store) else [s.init if isinstance(s, Decl) else s.value]
+        if any(isinstance(x, Load) and x.buf is g.c.buf for e in exprs for x in walk_expr(e)):
+            return False
+    return _stores_c_everywhere(g, stmts)
+
+
+def _stores_c_everywhere(g: Gemm, stmts: list) -> bool:
+    """Does the epilogue store to C at C(i, j) for every (i, j)? Its index expressions are
+    compared with C's at sample points: the corners and a few inner elements, other variables
+    (enclosing loops' indices) at small values."""
+    stores = [s for s in stmts if isinstance(s, Store) and s.buf is g.c.buf]
+    if not stores or any(isinstance(s, Assign) and s.var.dtype.kind in "iu" for s in stmts):
+        return False
+    samples = {(0, 0), (g.M - 1, g.N - 1), (g.M // 2, g.N // 3), (min(1, g.M - 1), g.N - 1), (g.M - 1, 0)}
+    exprs = [g.c.offset] + [s.index for s in stores] + [s.init for s in stmts if isinstance(s, Decl)]
+    outer = {v for e in exprs for v in expr_vars(e)} - {s.var.name for s in stmts if isinstance(s, Decl)}
+    for i, j in samples:
+        env = {name: 3 for name in outer}
+        env.update({g.i.name: i, g.j.name: j})
+        try:
+            for s in stmts:
+                if isinstance(s, Decl) and s.var.dtype.kind in "iu":
+                    env[s.var.name] = evaluate(s.init, env)
+            want = evaluate(g.c.at(g.i, g.j), env)
+            if not any(evaluate(s.index, env) == want for s in stores):
+                return False
+        except (KeyError, ValueError, ZeroDivisionError):
+            return False
+    return True

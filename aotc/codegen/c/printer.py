@@ -110,9 +110,10 @@ class CPrinter(CStylePrinter):
         super().stmt(s, ind)
 
     def _outline(self, stem: str, body_stmts: list[Stmt], bound: list[Var], signature: str, prologue: list[str],
-                 print_body, can_fail: bool, task: bool = False) -> tuple[str, list[str]]:
+                 print_body, can_fail: bool, task: bool = False) -> tuple[str, list[str], list[str]]:
         """Print a helper function for `body_stmts` (whose variables `bound` are defined by the
-        helper itself); returns (args struct name, initializer values) for the call site.
+        helper itself); returns (args struct name, initializer values) for the call site, and the
+        lines that unpack the struct (for another helper taking the same struct).
         `task`: a parallel loop's task, which takes the copy of each per-thread buffer that
         belongs to the thread running it (`aotc_thread`). The helper's own names (its
         parameters, `aotc_args`) have the runtime's aotc_ prefix, which no IR name has."""
@@ -136,7 +137,7 @@ class CPrinter(CStylePrinter):
                 f"    {struct} *aotc_args = ({struct} *)aotc_task;"] + unpack + prologue + body + ["}"]
         self.helpers.append("\n".join(text))
         init = [b.name for b in bufs] + [v.name for v in vars_] + (["0"] if can_fail else [])
-        return struct, init
+        return struct, init, unpack
 
     def _parallel(self, s: Loop, ind: int) -> None:
         """A parallel loop: its body as a task over [begin, end) of the iterations."""
@@ -151,7 +152,7 @@ class CPrinter(CStylePrinter):
             self.stmts(s.body, 2)
             self.out("    }")
 
-        struct, init = self._outline(
+        struct, init, _ = self._outline(
             task[len(self.kernel_.name) + 1:], s.body, [v], "void *aotc_task, int64_t aotc_begin, int64_t aotc_end, int aotc_thread",
             ["    (void)aotc_thread;"], body, can_fail, task=True)
         start = self.expr(s.start)
@@ -195,8 +196,10 @@ class CPrinter(CStylePrinter):
         if s.epilogue:
             self._task += 1
             stem = f"epilogue{self._task}"
-            struct, init = self._epilogue(s, stem)
+            struct, init, unpack = self._epilogue(s, stem)
             fields += [("epilogue", f"{self.kernel_.name}_{stem}"), ("epilogue_args", "&epilogue")]
+            if s.tile_epilogue:
+                fields.append(("tile", self._tile_epilogue(s, self._task, struct, unpack)))
         self.out(f"{pad}{{")
         if view:
             self.out(f"{pad}    /* B: the im2col matrix of {view[0][1]}, packed from it block by block */")
@@ -228,6 +231,79 @@ class CPrinter(CStylePrinter):
                              "void *aotc_task, int64_t aotc_i0, int64_t aotc_i1, int64_t aotc_j0, int64_t aotc_j1", [],
                              body, False)
 
+
+
+    def _tile_epilogue(self, s: Gemm, n: int, struct: str, unpack: list[str]) -> str:
+        """The GEMM's whole micro-tile with the epilogue run on its sums (aotc_whole_tile_fn,
+        schedule/gemm_cpu.py epilogue_in_tile): the runtime's aotc_sgemm_tile_sums, then the
+        epilogue over the lanes of one vector of sums at a time, a loop the compiler turns into
+        vector operations; only the epilogue stores. The lanes are a row's consecutive columns
+        where C's columns are contiguous, else (a product computed transposed) a column's
+        consecutive rows, the tile transposed by aotc_sgemm_tile_columns. It takes the args
+        struct of epilogue n (`struct`, unpacked by `unpack`), which the edge tiles run."""
+        name = f"{self.kernel_.name}_tile{n}"
+        C, i, j, acc = s.c, s.i, s.j, s.value
+        by_rows = C.cs == 1
+        # the lanes walk `inner` from its first value `first`; `outer` is fixed per vector
+        outer, inner = (i, j) if by_rows else (j, i)
+        first = Var("aotc_first", inner.dtype)
+
+        def body():
+            self.out("    aotc_tile_vec aotc_sums[AOTC_GEMM_MR][AOTC_TILE_V];")
+            self.out(f"    aotc_sgemm_prefetch_c(aotc_c, {C.rs}, {C.cs}, AOTC_GEMM_MR, AOTC_GEMM_NR);")
+            self.out("    aotc_sgemm_tile_sums(AOTC_GEMM_MR, aotc_kc, aotc_a, aotc_b, aotc_sums);")
+            if by_rows:
+                vectors, loads, lanes = "aotc_sums[aotc_r][aotc_v]", "aotc_tile_load", "AOTC_TILE_LANES"
+                self.out("    AOTC_UNROLL_FULLY")
+                self.out("    for (int aotc_r = 0; aotc_r < AOTC_GEMM_MR; ++aotc_r) {")
+                self.out(f"        const {self.type_name(i.dtype)} {i.name} = aotc_i0 + aotc_r;")
+                self.out(f"        (void){i.name};")
+                self.stmts(s.row_epilogue, 2)
+                self.out("        AOTC_UNROLL_FULLY")
+                self.out("        for (int aotc_v = 0; aotc_v < AOTC_TILE_V; ++aotc_v) {")
+                self.out(f"            const {self.type_name(j.dtype)} {first.name} = aotc_j0 + aotc_v * AOTC_TILE_VW;")
+                width = "AOTC_TILE_VW"
+            else:
+                vectors, loads, lanes = "aotc_cols[aotc_q]", "aotc_tile_load_col", "AOTC_TILE_COLUMN_LANES"
+                self.out("    aotc_tile_col aotc_cols[AOTC_GEMM_NR];")
+                self.out("    aotc_sgemm_tile_columns(aotc_sums, aotc_cols);")
+                self.out("    AOTC_UNROLL_FULLY")
+                self.out("    for (int aotc_q = 0; aotc_q < AOTC_GEMM_NR; ++aotc_q) {")
+                self.out("        {")
+                self.out(f"            const {self.type_name(j.dtype)} {j.name} = aotc_j0 + aotc_q;")
+                self.out(f"            (void){j.name};")
+                self.out(f"            const {self.type_name(i.dtype)} {first.name} = aotc_i0;")
+                width = "AOTC_GEMM_MR"
+            old = self.expr(C.at(*((outer, first) if by_rows else (first, outer))))
+            self.out(f"            const {'aotc_tile_vec' if by_rows else 'aotc_tile_col'} aotc_sum = aotc_accumulate")
+            self.out(f"                ? {loads}(&{C.buf.name}[{old}]) + {vectors} : {vectors};")
+            self.out(f"            {lanes}       /* the lanes: consecutive {'columns' if by_rows else 'rows'} of C */")
+            self.out(f"            for (int aotc_l = 0; aotc_l < {width}; ++aotc_l) {{")
+            self.out(f"                const {self.type_name(inner.dtype)} {inner.name} = {first.name} + aotc_l;")
+            self.out(f"                const float {acc.name} = aotc_sum[aotc_l];")
+            self.out(f"                (void){inner.name};")
+            if not by_rows:
+                self.stmts(s.row_epilogue, 4)
+            self.stmts(s.epilogue, 4)
+            self.out("            }")
+            self.out("        }")
+            self.out("    }")
+
+        self._in_task.append(struct)
+        try:
+            lines = self.capture(body)
+        finally:
+            self._in_task.pop()
+        guard = "AOTC_TILE_EPILOGUES" if by_rows else "AOTC_TILE_COLUMN_EPILOGUES"
+        text = [f"#if {guard}",
+                f"/* a whole tile of the GEMM, its epilogue run on the sums (edge tiles: the runtime's tile, "
+                f"then {self.kernel_.name}_epilogue{n}) */",
+                f"AOTC_NOINLINE static void {name}(void *aotc_task, int64_t aotc_kc, const float *aotc_a, "
+                "const float *aotc_b, float *aotc_c, int64_t aotc_i0, int64_t aotc_j0, int aotc_accumulate)",
+                "{",
+                f"    {struct} *aotc_args = ({struct} *)aotc_task;"] + unpack + lines + ["}", "#endif"]
+        self.helpers.append("\n".join(text))
+        return f"{'AOTC_WHOLE_TILE' if by_rows else 'AOTC_WHOLE_TILE_COLUMNS'}({name})"
 
 def _ptr(m) -> BufPtr:
     return BufPtr(m.buf, m.offset)
