@@ -439,7 +439,9 @@ def _depthwise_padded(ctx, X, W, Bias, Y, win: _Window, group: int, n, m, padded
             with b.loop(const(pw + win.pads_end[1]), "e", role=SPATIAL) as e:
                 b.store(padded, row + Wd + e, zero)
     ws = [[b.local("w", W[m * (KH * KW) + k0 * KW + k1]) for k1 in range(KW)] for k0 in range(KH)]
-    with b.loop(const(OH * Wp), "j", role=SPATIAL) as j:
+    # (an iteration writes only its own element, from values the loop does not write: a
+    # schedule may run one twice, so that OH * Wp outputs take whole vectors: Loop.rerun)
+    with b.loop(const(OH * Wp), "j", role=SPATIAL, rerun=True) as j:
         acc: Expr = Bias[m] if Bias is not None else zero
         for k0 in range(KH):
             for k1 in range(KW):
