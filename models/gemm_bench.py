@@ -32,6 +32,7 @@ _SHIM = r"""
 #include <stdint.h>
 #include "aotc_gemm.h"
 #include "aotc_gemm_packed.h"
+#include "aotc_igemm.h"
 
 void ref_sgemm(int64_t reps, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                const float *B, int64_t ldb, float *C, int64_t ldc, int accumulate)
@@ -84,6 +85,47 @@ int packed_sgemm(int64_t reps, int64_t copies, int64_t a_step, int64_t b_step, i
     aotc_pool_destroy(pool);
     return 0;
 }
+
+/* the integer GEMM (aotc_igemm.h) with an epilogue that counts the elements it sees (seen != NULL) */
+typedef struct { int64_t *seen; int64_t N; } count_args;
+static void count_seen(void *p, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
+{
+    count_args *a = (count_args *)p;
+    int64_t i, j;
+    for (i = i0; i < i1; ++i)
+        for (j = j0; j < j1; ++j)
+            __atomic_fetch_add(&a->seen[i * a->N + j], 1, __ATOMIC_RELAXED);
+}
+
+int int8_gemm(int64_t reps, int64_t M, int64_t N, int64_t K, const void *A, int64_t rsa, int64_t csa,
+              const void *B, int64_t rsb, int64_t csb, int a_unsigned, int32_t *C, int64_t rsc, int64_t csc,
+              int accumulate, uint8_t *work, int64_t work_bytes, int threads, int split, int64_t *seen)
+{
+    int64_t r;
+    int status;
+    aotc_pool *pool = aotc_pool_create(threads, &status);
+    count_args ep = { seen, N };
+    aotc_igemm_call g = { 0 };
+    if (status)
+        return status;
+    g.M = M; g.N = N; g.K = K; g.A = A; g.rsa = rsa; g.csa = csa; g.B = B; g.rsb = rsb; g.csb = csb;
+    g.a_unsigned = a_unsigned; g.C = C; g.rsc = rsc; g.csc = csc; g.accumulate = accumulate;
+    g.split = threads > 1 ? split : 0; g.work = work; g.work_bytes = work_bytes;
+    if (seen) { g.epilogue = count_seen; g.epilogue_args = &ep; }
+    for (r = 0; r < reps; ++r)
+        aotc_igemm(pool, &g);
+    aotc_pool_destroy(pool);
+    return 0;
+}
+
+int has_vnni(void)
+{
+#if AOTC_IGEMM_VNNI
+    return aotc_igemm_has_vnni();
+#else
+    return 0;
+#endif
+}
 """
 
 _f = ctypes.POINTER(ctypes.c_float)
@@ -109,12 +151,39 @@ class GemmLib:
             raise RuntimeError(f"building the GEMM library for {target} failed:\n{proc.stderr}")
         self.lib = ctypes.CDLL(str(lib))
         self.lib.ref_sgemm.argtypes = [_i, _i, _i, _i, _f, _i, _f, _i, _f, _i, ctypes.c_int]
+        _v = ctypes.c_void_p
+        self.lib.int8_gemm.argtypes = [_i, _i, _i, _i, _v, _i, _i, _v, _i, _i, ctypes.c_int, _v, _i, _i, ctypes.c_int,
+                                       _v, _i, ctypes.c_int, ctypes.c_int, _v]
         self.lib.packed_sgemm.argtypes = [_i, _i, _i, _i, _i, _i, _i, _f, _i, _i, _f, _i, _i, _f, _i, _i, ctypes.c_int,
                                           _f, _i, ctypes.c_int, ctypes.c_int, _f, ctypes.POINTER(ctypes.c_int64)]
 
     @staticmethod
     def _p(a: np.ndarray):
         return a.ctypes.data_as(_f)
+
+    @property
+    def vnni(self) -> bool:
+        """Does the integer GEMM take its AVX-512 VNNI tile here (built in, and this CPU has it)?"""
+        return bool(self.lib.has_vnni())
+
+    def igemm(self, M, N, K, A, B, C, a_unsigned: bool, a_packed=False, b_packed=False, accumulate=False, reps=1,
+              work=None, threads=1, split="rows", seen=None):
+        """aotc_igemm. A / B: uint8 / int8 views with element strides, or pack_a_int8 /
+        pack_b_int8 arrays when a_packed / b_packed; C int32. Returns the work buffer it used."""
+        def strides(x, packed):
+            return (0, 0) if packed else (x.strides[0] // x.itemsize, x.strides[1] // x.itemsize)
+        rsa, csa = strides(A, a_packed)
+        rsb, csb = strides(B, b_packed)
+        per_thread = max(1, self.tiles.int8_work_bytes(M, N, K, a_packed, b_packed))
+        if work is None:
+            work = np.empty(per_thread * threads, np.uint8)
+        sp = {"none": 0, "rows": 1, "cols": 2}[split]
+        status = self.lib.int8_gemm(reps, M, N, K, A.ctypes.data, rsa, csa, B.ctypes.data, rsb, csb, int(a_unsigned),
+                                    C.ctypes.data, C.strides[0] // 4, C.strides[1] // 4, int(accumulate),
+                                    work.ctypes.data, per_thread, threads, sp,
+                                    seen.ctypes.data if seen is not None else None)
+        assert status == 0, f"int8_gemm: pool creation failed ({status})"
+        return work
 
     def ref(self, A, B, C, accumulate=False, reps=1):
         """aotc_sgemm_reference on row-major A [M,K], B [K,N], C [M,N] (each may be a row-strided view)."""

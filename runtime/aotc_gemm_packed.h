@@ -845,8 +845,10 @@ static void aotc_sgemm_part(void *args, int64_t begin, int64_t end, int thread)
         aotc_sgemm_block(g, 0, g->M, begin * AOTC_GEMM_NR, aotc_gemm_min(end * AOTC_GEMM_NR, g->N), work);
 }
 
-/* Runs one GEMM, split among the pool's threads as g->split says (pool NULL: this thread). */
-static void aotc_sgemm(aotc_pool *pool, const aotc_sgemm_call *g)
+/* Runs one GEMM, split among the pool's threads as g->split says (pool NULL: this thread).
+ * (Inline only so that a source whose GEMMs are all integer ones, aotc_igemm.h, which
+ * includes this header, does not warn of it unused.) */
+static inline void aotc_sgemm(aotc_pool *pool, const aotc_sgemm_call *g)
 {
     if (!pool || g->split == AOTC_GEMM_SPLIT_NONE) {
         aotc_sgemm_block(g, 0, g->M, 0, g->N, g->work);

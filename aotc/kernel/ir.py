@@ -556,6 +556,11 @@ class Gemm(Stmt):
     (i, j) the `epilogue` runs with `value` holding the result; `row_epilogue` is its part
     that depends on i only (hoisted out of the column loop). No epilogue: C(i, j) = value.
 
+    An integer Gemm has 8-bit operands (uint8 or int8 buffers) and an int32 C and `value`:
+    C(i, j) = sum over k of (A(i, k) - a_zero) * (B(k, j) - b_zero), exactly, the zero points
+    being int32 scalar expressions (None: 0). How that is computed (an 8-bit GEMM with the zero
+    points folded into constants, or plain loops) is the schedule's choice.
+
     `dest` (when the op gives one) says where C lands in the op's output, `result` what the
     op makes of each value (bias, alpha/beta): lowering turns them, plus any fused
     elementwise ops, into the epilogue. The schedule sets `parallel` (the GEMM itself is
@@ -582,6 +587,13 @@ class Gemm(Stmt):
     # them, one vector of consecutive columns at a time, instead of storing the sums and then
     # running it over the stored tile (schedule/gemm_cpu.py epilogue_in_tile)
     tile_epilogue: bool = False
+    a_zero: Optional[Expr] = None     # an integer Gemm's zero points (see above)
+    b_zero: Optional[Expr] = None
+
+    @property
+    def integer(self) -> bool:
+        """8-bit integer operands, int32 C (else float32 throughout)."""
+        return self.a.buf.value_dtype.kind in "iu"
 
 
 @dataclass(eq=False)
@@ -655,7 +667,7 @@ def stmt_exprs(s: Stmt) -> list:
                 out.append(BufPtr(m.direct.buf, m.direct.offset))
         if s.work is not None:
             out.append(s.work)
-        return out
+        return out + [z for z in (s.a_zero, s.b_zero) if z is not None]
     if isinstance(s, Mma):
         out = [s.frag, s.at] + [x for pair in (s.a, s.b) if pair is not None for x in pair]
         return out + ([BufPtr(s.mem, s.offset)] if s.mem is not None else [])
@@ -746,7 +758,9 @@ def map_stmts(stmts: list[Stmt], f: Callable) -> list[Stmt]:
             s = replace(s, a=_map_matrix(s.a, f), b=_map_matrix(s.b, f), c=_map_matrix(s.c, f),
                         i=map_expr(s.i, f), j=map_expr(s.j, f), value=map_expr(s.value, f),
                         result=map_expr(s.result, f) if s.result is not None else None,
-                        epilogue=map_stmts(s.epilogue, f), row_epilogue=map_stmts(s.row_epilogue, f))
+                        epilogue=map_stmts(s.epilogue, f), row_epilogue=map_stmts(s.row_epilogue, f),
+                        a_zero=map_expr(s.a_zero, f) if s.a_zero is not None else None,
+                        b_zero=map_expr(s.b_zero, f) if s.b_zero is not None else None)
         out.append(s)
     return out
 
@@ -884,13 +898,14 @@ class Builder:
         self.emit(Fail(status, detail))
 
     def gemm(self, M: int, N: int, K: int, a: Matrix, b: Matrix, dest: GemmDest, accumulate: bool = False,
-             result: Callable | None = None) -> Gemm:
+             result: Callable | None = None, a_zero: Expr | None = None, b_zero: Expr | None = None) -> Gemm:
         """C = A.B (+ C when accumulate) landing in `dest`; `result(value, i, j)` is what the
-        op makes of each element (bias, alpha/beta), default the value itself."""
+        op makes of each element (bias, alpha/beta), default the value itself. 8-bit integer
+        operands make an integer Gemm (Gemm's doc), of (A - a_zero) . (B - b_zero)."""
         i, j = Var(self.fresh("i")), Var(self.fresh("j"))
-        value = Var(self.fresh("acc"), F32)
+        value = Var(self.fresh("acc"), I32 if a.buf.value_dtype.kind in "iu" else F32)
         g = Gemm(int(M), int(N), int(K), a, b, dest.matrix(), accumulate, i, j, value, dest,
-                 result(value, i, j) if result is not None else None)
+                 result(value, i, j) if result is not None else None, a_zero=a_zero, b_zero=b_zero)
         self.emit(g)
         return g
 

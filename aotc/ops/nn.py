@@ -239,17 +239,27 @@ def _lower_conv(node, ctx):
     Bias = ctx.ins[2] if len(ctx.ins) > 2 else None
     Y = ctx.outs[0]
     group, win = _conv_parts(node, X.shape, W.shape)
+    Cg = X.shape[1] // group
+    if X.dtype != dtypes.FLOAT32 or (Cg == 1 and group > 1):
+        ctx.b.comment(f"direct convolution: {group} group(s) of {Cg} input channel(s)")
+        _conv_direct(ctx, X, W, Bias, Y, win, group)
+        return
+    _conv_gemms(ctx, X, W, Bias, Y, group, win)
+
+
+def _conv_gemms(ctx, X, W, Bias, Y, group: int, win: _Window, x_zero: Expr | None = None) -> None:
+    """The convolution as a GEMM per (batch entry, group): output channels x output positions
+    = weights x the im2col matrix of the input (the input itself for a 1x1 convolution).
+    x_zero: 8-bit X and W (aotc.ConvInteger), an integer Gemm of (X - x_zero) . W, whose
+    padding reads x_zero (so that it adds nothing)."""
+    b = ctx.b
     N, C, S = X.shape[0], X.shape[1], list(X.shape[2:])
     M, O = W.shape[0], list(Y.shape[2:])
     Cg, Mg = C // group, M // group
     KK, SL, OL = prod(win.kernel), prod(S), prod(O)
-    b = ctx.b
     pointwise = all(k == 1 for k in win.kernel) and all(s == 1 for s in win.strides) \
         and not any(win.pads_begin) and not any(win.pads_end)
-    if X.dtype != dtypes.FLOAT32 or (Cg == 1 and group > 1):
-        b.comment(f"direct convolution: {group} group(s) of {Cg} input channel(s)")
-        _conv_direct(ctx, X, W, Bias, Y, win, group)
-        return
+    integer = X.dtype != dtypes.FLOAT32
     if pointwise:
         b.comment("1x1 convolution: one GEMM per group on the input itself")
     else:
@@ -262,13 +272,16 @@ def _lower_conv(node, ctx):
     with b.loops([N, group], ["n", "g"], role=SPATIAL, private=() if pointwise else (col,)) as (n, g):
         if pointwise:
             src = matrix(X, (n * C + g * Cg) * SL, SL, 1)
+        elif integer:
+            _im2col(b, X, col, n, g * Cg, Cg, S, O, win, pad=cast(x_zero, X.dtype))
+            src = matrix(col, 0, OL, 1)
         else:
             _im2col(b, X, col, n, g * Cg, Cg, S, O, win)
             src = replace(matrix(col, 0, OL, 1), direct=_im2col_direct(X, n, g * Cg, S, O, win))
         # C(i, j): output channel g*Mg + i at output position j
         dest = GemmDest(Y, (n, g * Mg) + (0,) * r, (1,), tuple(range(2, 2 + r)))
         b.gemm(Mg, OL, K, matrix(W, g * (Mg * K), K, 1), src, dest,
-               result=(lambda v, i, j: v + Bias[g * Mg + i]) if Bias is not None else None)
+               result=(lambda v, i, j: v + Bias[g * Mg + i]) if Bias is not None else None, b_zero=x_zero)
 
 
 UNROLL_TAPS = 11      # kernels at most this wide get one copy of the row loop per tap
@@ -309,14 +322,15 @@ def _span(b, start: Expr, end: Expr, name: str = "p"):
     return b.loop(end, name, role=SPATIAL, start=start)
 
 
-def _im2col(b, X, col, n, c0, Cg, S, O, win: _Window):
-    """col[(c, k...), (o...)] = X[n, c0 + c, o*s - pb + k*d] (0 outside the input)."""
+def _im2col(b, X, col, n, c0, Cg, S, O, win: _Window, pad: Expr | None = None):
+    """col[(c, k...), (o...)] = X[n, c0 + c, o*s - pb + k*d] (`pad`, default 0, outside the
+    input)."""
     r = len(S)
     C = X.shape[1]
     SL, OL, OLast = prod(S), prod(O), O[-1]
     xst, ost, kst = _strides(S), _strides(O), _strides(win.kernel)
     s_l, d_l, pb_l = win.strides[-1], win.dilations[-1], win.pads_begin[-1]
-    zero = const(0, col.dtype)
+    zero = const(0, col.dtype) if pad is None else pad
     with b.loops([Cg, *win.kernel[:-1]], ["c"] + [f"k{i}" for i in range(r - 1)], role=SPATIAL) as idx:
         c, ko = idx[0], idx[1:]
 

@@ -1,6 +1,10 @@
 """Quantization operators: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
 MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv.
 
+MatMulInteger, QLinearMatMul and the ConvInteger / QLinearConv that sum many products per output
+are integer Gemms of the 8-bit operands (kernel/ir.py), which the schedule runs (CPU: the 8-bit
+GEMM of runtime/aotc_igemm.h where it fits, schedule/cpu.py; else loops).
+
 Quantizing rounds half to even (C's rint in the default rounding mode) and saturates to the
 output type: y = clamp(rint(x / scale) + zero_point). A NaN quantizes to the zero point (ONNX
 leaves it undefined; C would leave a conversion of NaN undefined too). Scales and zero points
@@ -12,9 +16,9 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
-from ..kernel.ir import F32, REDUCTION, SPATIAL, Expr, Load, binop, call, cast, const, select
+from ..kernel.ir import F32, REDUCTION, SPATIAL, Builder, Expr, GemmDest, Load, binop, call, cast, const, matrix, select
 from .common import broadcast, norm_axis, prod
-from .nn import _conv_parts
+from .nn import _conv_gemms, _conv_parts
 from .registry import register
 
 I32 = np.dtype(np.int32)
@@ -229,6 +233,36 @@ def _int_matmul(b, node, A, B, AZ, BZ, batch, M, K, N, store):
         store(flat, acc, j)
 
 
+def _int_gemms(ctx, node, A, B, AZ, BZ, batch, M, K, N, dest_buf, epilogue=None) -> bool:
+    """The product of A and B less their zero points as integer Gemms (kernel/ir.py: the
+    schedule picks how they run) landing in dest_buf [batch..., M, N] (int32), as MatMul lowers
+    its float products: one taller Gemm when B is one matrix for the whole batch, else one per
+    batch entry. `epilogue(builder, gemm)` gives a Gemm its epilogue. False (nothing emitted)
+    where a zero point is per row or column, which the Gemm has not."""
+    if "vector" in (_zp_along(node, AZ, M, "A's"), _zp_along(node, BZ, N, "B's")):
+        return False
+    b = ctx.b
+    zero = [cast(Load(z, const(0)), I32) if z is not None else None for z in (AZ, BZ)]
+    nb = len(batch)
+    a_batch = (1,) * (nb - len(A.shape) + 2) + tuple(A.shape[:-2])
+    b_batch = (1,) * (nb - len(B.shape) + 2) + tuple(B.shape[:-2])
+    if prod(b_batch) == 1 and tuple(a_batch) == tuple(batch):
+        # B is one matrix for the whole batch: the batch's rows of A are one taller matrix
+        dest = GemmDest(dest_buf, (0,) * len(dest_buf.shape), tuple(range(nb + 1)), (nb + 1,))
+        g = b.gemm(M * prod(batch), N, K, matrix(A, 0, K, 1), matrix(B, 0, N, 1), dest, a_zero=zero[0], b_zero=zero[1])
+        if epilogue:
+            epilogue(b, g)
+        return True
+    with b.loops(batch, [f"t{k}" for k in range(nb)], role=SPATIAL) as idx:
+        oa = _batch_offset(idx, batch, A.shape, M, K)
+        ob = _batch_offset(idx, batch, B.shape, K, N)
+        dest = GemmDest(dest_buf, tuple(idx) + (0, 0), (nb,), (nb + 1,))
+        g = b.gemm(M, N, K, matrix(A, oa, K, 1), matrix(B, ob, N, 1), dest, a_zero=zero[0], b_zero=zero[1])
+        if epilogue:
+            epilogue(b, g)
+    return True
+
+
 def _check_int8(node, *vals):
     for v in vals:
         if v is not None and v.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
@@ -251,10 +285,13 @@ def _lower_mmi(node, ctx):
     batch, M, K, N = _mm_dims(node, A, B)
     b = ctx.b
     b.comment(f"integer matmul {M} x {K} x {N}, exact in int32")
-    _int_matmul(b, node, A, B, AZ, BZ, batch, M, K, N, lambda at, acc, j: b.store(Y, at, acc))
+    if not _int_gemms(ctx, node, A, B, AZ, BZ, batch, M, K, N, Y):
+        _int_matmul(b, node, A, B, AZ, BZ, batch, M, K, N, lambda at, acc, j: b.store(Y, at, acc))
 
 
-register("MatMulInteger", lower=_lower_mmi)(_mmi_infer)
+register("MatMulInteger", lower=_lower_mmi,
+         how="an integer Gemm: on CPUs an 8-bit GEMM where one operand is an int8 constant and the other "
+             "uint8, else loops")(_mmi_infer)
 
 
 def _qlmm_infer(node, ins):
@@ -282,15 +319,25 @@ def _lower_qlmm(node, ctx):
     b.comment(f"quantized matmul {M} x {K} x {N}: int32 products requantized to {Y.dtype}")
     per_col = prod(BS.shape) != 1
 
-    def store(at, acc, j):
-        mult = b.local("mult", Load(AS, const(0)) * Load(BS, j if per_col else const(0)) / Load(YS, const(0)))
+    def requantize(bld, acc, j) -> Expr:
+        mult = bld.local("mult", Load(AS, const(0)) * Load(BS, j if per_col else const(0)) / Load(YS, const(0)))
         v = call("rint", cast(acc, F32) * mult) + cast(Load(YZ, const(0)), F32)
-        b.store(Y, at, _saturate(b, v, Y.dtype))
+        return _saturate(bld, v, Y.dtype)
 
-    _int_matmul(b, node, A, B, AZ, BZ, batch, M, K, N, store)
+    def epilogue(bld, g):
+        """the Gemm's int32 sums (in a scratch) requantized into Y, element (i, j) of its C"""
+        ep = Builder()
+        ep.names = bld.names
+        ep.store(Y, g.dest.matrix().at(g.i, g.j), requantize(ep, g.value, g.j))
+        g.epilogue = ep.body
+
+    sums = ctx.scratch(tuple(batch) + (M, N), I32, "sums")
+    if not _int_gemms(ctx, node, A, B, AZ, BZ, batch, M, K, N, sums, epilogue):
+        _int_matmul(b, node, A, B, AZ, BZ, batch, M, K, N, lambda at, acc, j: b.store(Y, at, requantize(b, acc, j)))
 
 
-register("QLinearMatMul", lower=_lower_qlmm)(_qlmm_infer)
+register("QLinearMatMul", lower=_lower_qlmm,
+         how="an integer Gemm (as MatMulInteger), requantized in its epilogue")(_qlmm_infer)
 
 
 # ----------------------------------------------------------------------------- ConvInteger, QLinearConv
@@ -334,7 +381,8 @@ def _conv_int_infer(node, ins):
 
 # ConvInteger and QLinearConv compile as an int32 Conv (and QLinearConv's requantization after
 # it): aotc/passes/decompose.py builds those nodes; these entries check types and shapes
-register("ConvInteger", how="decomposed: an int32 Conv of the inputs less their zero points")(_conv_int_infer)
+register("ConvInteger", how="decomposed: an int32 Conv of the inputs less their zero points, or an integer Gemm "
+         "of them (aotc.ConvInteger) where outputs sum over 258 products")(_conv_int_infer)
 
 
 def _qlconv_infer(node, ins):
@@ -362,4 +410,34 @@ def _qlconv_infer(node, ins):
     return [(yz.dtype, (x.shape[0], M, *win.out))]
 
 
-register("QLinearConv", how="decomposed: an int32 Conv, then requantized in its epilogue")(_qlconv_infer)
+register("QLinearConv", how="decomposed as ConvInteger (an int32 Conv or an integer Gemm), then requantized in its "
+         "epilogue")(_qlconv_infer)
+
+
+# ----------------------------------------------------------------------------- aotc.ConvInteger
+def _conv_i8_infer(node, ins):
+    """aotc.ConvInteger(x, w, x_zero_point, bias?): the int32 convolution of x less its zero
+    point (a scalar) and w (8-bit, no zero point), plus an int32 bias per output channel. What
+    ConvInteger and QLinearConv decompose into (passes/decompose.py) where each output sums many
+    products: an integer Gemm, which the schedule runs as an 8-bit GEMM or as loops."""
+    x, w, xz = ins[0], ins[1], ins[2]
+    _check_int8(node, x, w, xz)
+    _same_dtype(node, xz, x, "x_zero_point")
+    _scalar_only(node, xz, "x_zero_point")
+    group, win = _conv_parts(node, x.shape, w.shape)
+    if x.shape[1] // group == 1 and group > 1:
+        raise UnsupportedError([f"{_name(node)}: a depthwise convolution (decomposed otherwise)"])
+    if len(ins) > 3 and ins[3] is not None and (ins[3].dtype != I32 or tuple(ins[3].shape) != (w.shape[0],)):
+        raise ShapeError(f"{_name(node)}: bias {ins[3].dtype} {tuple(ins[3].shape)} (int32, one per output channel)")
+    return [(I32, (x.shape[0], w.shape[0], *win.out))]
+
+
+def _lower_conv_i8(node, ctx):
+    X, W, XZ = ctx.ins[:3]
+    Bias = ctx.ins[3] if len(ctx.ins) > 3 else None
+    group, win = _conv_parts(node, X.shape, W.shape)
+    ctx.b.comment(f"integer convolution: {'1x1' if prod(win.kernel) == 1 else 'im2col'} + an integer GEMM per group")
+    _conv_gemms(ctx, X, W, Bias, ctx.outs[0], group, win, x_zero=cast(Load(XZ, const(0)), I32))
+
+
+register("aotc.ConvInteger", lower=_lower_conv_i8, how="an integer Gemm (8-bit operands, int32 sums)")(_conv_i8_infer)

@@ -3,7 +3,10 @@
 ConvInteger and QLinearConv are an int32 convolution: x and w cast to int32 less their zero
 points (w's per output channel reshaped onto its first dim), then Conv: in float32 (the
 im2col GEMM) where every output sums few enough products for float32 to hold every partial sum
-exactly (at most EXACT_FLOAT_TERMS, 258), else in int32 by the direct loop nest. A padding tap
+exactly (at most EXACT_FLOAT_TERMS, 258); beyond that, aotc.ConvInteger (ops/quant.py: an
+integer Gemm of the 8-bit operands themselves, which a CPU schedule runs as an 8-bit GEMM)
+where w has no zero point (a constant zero) and the convolution is not depthwise, else in
+int32 by the direct loop nest. A padding tap
 reads 0, as the spec's padding with x's zero point gives. The weight's cast and subtraction fold at compile time. QLinearConv
 then requantizes in the elementwise chain the Conv runs after it:
 y = saturate(rint(float(acc) * (x_scale * w_scale / y_scale)) + y_zero_point), the multiplier
@@ -65,9 +68,15 @@ def _int32_conv(g: Graph, b: _Nodes, x: str, xz: str, w: str, wz: str, bias: str
     else in int32 (the direct loop nest)."""
     xv, wv = g.values[x], g.values[w]
     rank = len(wv.shape)
+    terms = int(np.prod(wv.shape[1:]))                # input channels of a group x taps
+    depthwise = wv.shape[1] == 1 and int(attrs.get("group", 1)) > 1
+    wz_value = g.const(wz) if wz else None
+    if terms > EXACT_FLOAT_TERMS and not depthwise and (not wz or (wz_value is not None and not np.any(wz_value))):
+        # the 8-bit operands as they are: an integer Gemm (aotc.ConvInteger)
+        zero = xz or b.const(np.zeros((), xv.dtype), "x_zero_point")
+        return b.add("aotc.ConvInteger", [x, w, zero] + ([bias] if bias else []), out, **attrs)
     xs = b.less_zero_point(x, xz)
     ws = b.less_zero_point(w, wz, [-1] + [1] * (rank - 1))
-    terms = int(np.prod(wv.shape[1:]))                # input channels of a group x taps
     if terms > EXACT_FLOAT_TERMS:
         return b.add("Conv", [xs, ws] + ([bias] if bias else []), out, **attrs)
     f32, i32 = int(dtypes.to_onnx(dtypes.FLOAT32)), int(dtypes.to_onnx(dtypes.INT32))

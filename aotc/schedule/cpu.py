@@ -26,10 +26,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from ..errors import AotcError
-from ..kernel.ir import (F32, PARALLEL, REDUCTION, SERIAL, SPATIAL, VECTORIZED, Assign, BinOp, Buffer, Call, CallStmt, Const,
-                         Decl, Expr, Fail, Gemm, If, Loop, Select, Stmt, Store, Var, children, map_stmts, replace_buffers,
+from ..kernel.ir import (F32, PARALLEL, REDUCTION, SERIAL, SPATIAL, VECTORIZED, Assign, BinOp, Buffer, Call, CallStmt, Cast, Const,
+                         Decl, Expr, Fail, Gemm, If, Load, Loop, Select, Stmt, Store, Var, children, map_stmts, replace_buffers,
                          const, same_expr, stmt_exprs, walk_buffers, walk_expr, walk_stmts)
+from ..kernel.integer_gemm import expand_integer_gemm
 from ..kernel.retype import widen_accumulators
 from .direct import drop_unused_scratch, read_im2col_directly
 from .gemm_cpu import ConstPacker, GemmTiles, choose_split, epilogue_in_tile, gemm_macs, packs_im2col, swap_orientation
@@ -77,6 +80,9 @@ def _gemms(stmts: list[Stmt], loops: list[Loop], st, packer: ConstPacker, tiles:
            min_gemm: int, in_tile: bool) -> list[Stmt]:
     out = []
     for s in stmts:
+        if isinstance(s, Gemm) and s.integer:
+            out += _schedule_integer_gemm(s, loops, st, packer, tiles, threads, min_gemm)
+            continue
         if isinstance(s, Gemm):
             s = _schedule_gemm(s, loops, st, packer, tiles, threads, min_gemm, in_tile)
         elif isinstance(s, Loop):
@@ -103,7 +109,59 @@ def _schedule_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, th
     split = choose_split(g, tiles, threads) if parallel else "none"
     n_work = tiles.work_floats(g.M, g.N, g.K, g.a.packed, g.b.packed)
     work = Buffer("gemm_work", F32, (max(n_work, 1),), "scratch", per_thread=split != "none") if n_work else None
-    return replace(g, parallel=split != "none", split=split, work=work, tile_epilogue=in_tile and epilogue_in_tile(g, tiles))
+    return replace(g, parallel=split != "none", split=split, work=work,
+                   tile_epilogue=in_tile and epilogue_in_tile(g, tiles))
+
+
+def _schedule_integer_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int,
+                           min_gemm: int) -> list[Stmt]:
+    """An integer Gemm: the 8-bit GEMM of runtime/aotc_igemm.h where one operand is uint8 and
+    strided and the other a constant int8 with no zero point (a quantized model's weights), the
+    constant packed here in quads; the uint8 operand's zero point z comes off in the epilogue:
+    sum (u - z) s = sum u s - z sum s, the sums over k of the constant computed here too.
+    Otherwise (two run-time operands, a zero point on the int8 one) the plain loops."""
+    kinds = {w: getattr(g, w).buf.value_dtype for w in "ab"}
+    signed = [w for w in "ab" if kinds[w] == np.int8]
+    unsigned = [w for w in "ab" if kinds[w] == np.uint8]
+    zero = {"a": _known(g.a_zero, st, packer.graph), "b": _known(g.b_zero, st, packer.graph)}
+    if len(signed) == 1 and len(unsigned) == 1 and _is_zero(zero[signed[0]]) \
+            and getattr(g, unsigned[0]).layout == "strided":
+        found = packer.pack_int8(st, g, signed[0], loops)
+        if found is not None:
+            packed, sums = found
+            g = replace(g, **{signed[0]: packed}, a_zero=None, b_zero=None)
+            z = zero[unsigned[0]]
+            if not _is_zero(z):
+                g = _less_zero_point(g, z, sums, st.kernel.fresh)
+            parallel = threads > 1 and gemm_macs(g) >= min_gemm
+            split = choose_split(g, tiles, threads) if parallel else "none"
+            n_work = -(-tiles.int8_work_bytes(g.M, g.N, g.K, g.a.packed, g.b.packed) // 4)   # (floats)
+            work = Buffer("gemm_work", F32, (n_work,), "scratch", per_thread=split != "none") if n_work else None
+            return [replace(g, parallel=split != "none", split=split, work=work)]
+    return expand_integer_gemm(g, st.kernel.fresh)
+
+
+def _is_zero(z) -> bool:
+    return z is None or (isinstance(z, Const) and z.value == 0)
+
+
+def _known(z: Expr | None, st, graph) -> Expr | None:
+    """A zero point read from a constant (a model's initializer) as that constant."""
+    if isinstance(z, Cast) and isinstance(z.a, Load) and isinstance(z.a.index, Const):
+        src = st.binds.get(z.a.buf.name)
+        arr = graph.const(src) if src is not None else None
+        if arr is not None and arr.size == 1:
+            return const(int(arr.reshape(-1)[0]), z.dtype)
+    return z
+
+
+def _less_zero_point(g: Gemm, z: Expr, sums: Expr, fresh) -> Gemm:
+    """g computing sum u s (the raw 8-bit products), its epilogue first taking off z * sums
+    (the zero point of the uint8 operand times the int8 one's sums over k)."""
+    raw = Var(fresh("sum"), g.value.dtype)
+    fix = Decl(g.value, BinOp("-", raw, BinOp("*", z, sums, z.dtype), raw.dtype))
+    epilogue = g.epilogue or [Store(g.c.buf, g.c.at(g.i, g.j), g.value)]
+    return replace(g, value=raw, epilogue=[fix] + epilogue)
 
 
 def _share_work_buffer(st, gemms: list[Gemm], threads: int) -> None:

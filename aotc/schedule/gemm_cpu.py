@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..errors import AotcError
-from ..kernel.ir import (Assign, Decl, Gemm, Load, Loop, Matrix, Stmt, Store, children, const, evaluate, expr_vars,
-                         walk_expr)
+from ..kernel.ir import (Assign, Decl, Expr, Gemm, Load, Loop, Matrix, Stmt, Store, children, const, evaluate,
+                         expr_vars, walk_expr)
 
 @dataclass(frozen=True)
 class GemmTiles:
@@ -65,6 +65,21 @@ class GemmTiles:
         """K block size: K in ceil(K / kc) equal blocks (aotc_sgemm_kstep in the runtime)."""
         blocks = -(-K // self.kc)
         return -(-K // blocks) if blocks else 0
+
+    def int8_k_step(self, K: int) -> int:
+        """The integer GEMM's K block: k_step rounded up to a whole number of quads
+        (aotc_igemm_kstep in the runtime)."""
+        return _round_up(self.k_step(K), 4)
+
+    def int8_work_bytes(self, M: int, N: int, K: int, a_packed: bool, b_packed: bool) -> int:
+        """Scratch bytes aotc_igemm needs for the blocks of its strided operand."""
+        kc = self.int8_k_step(K)
+        n = 0
+        if not b_packed:
+            n += kc * _round_up(min(self.nc, N), self.nr)
+        if not a_packed:
+            n += kc * _round_up(min(self.mc, M), self.mr)
+        return n
 
     def computed_rows(self, M: int) -> int:
         """Rows the micro-tiles compute for M rows: whole MR-row tiles, and an edge tile of one
@@ -112,6 +127,36 @@ class GemmTiles:
         if not a_packed:
             n += kc * _round_up(min(self.mc, M), self.mr)
         return n
+
+
+def _pack_quads(x: np.ndarray, width: int, kstep: int) -> np.ndarray:
+    """[R, K] bytes -> the integer GEMM's panels (runtime/aotc_igemm.h): K block after K block
+    (kstep each, a multiple of 4; the last one shorter), each holding all the panels of `width`
+    rows, quad-major: panel p, quad q, row r, byte t at ((p*quads + q)*width + r)*4 + t. Rows
+    past R and k past each block's end are zero."""
+    x = np.asarray(x)
+    R, K = x.shape
+    P = -(-R // width)
+    pad = np.zeros((P * width, K), x.dtype)
+    pad[:R] = x
+    blocks = []
+    for k0 in range(0, K, kstep):
+        blk = pad[:, k0:k0 + kstep]
+        kc4 = _round_up(blk.shape[1], 4)
+        q = np.zeros((P * width, kc4), x.dtype)
+        q[:, :blk.shape[1]] = blk
+        blocks.append(q.reshape(P, width, kc4 // 4, 4).transpose(0, 2, 1, 3).reshape(-1))
+    return np.ascontiguousarray(np.concatenate(blocks)) if blocks else np.zeros(0, x.dtype)
+
+
+def pack_a_int8(a: np.ndarray, tiles: GemmTiles) -> np.ndarray:
+    """A [M, K] (uint8 or int8) as the integer GEMM's MR-row panels of quads."""
+    return _pack_quads(a, tiles.mr, tiles.int8_k_step(a.shape[-1]))
+
+
+def pack_b_int8(b: np.ndarray, tiles: GemmTiles) -> np.ndarray:
+    """B [K, N] (uint8 or int8) as the integer GEMM's NR-column panels of quads."""
+    return _pack_quads(np.asarray(b).T, tiles.nr, tiles.int8_k_step(b.shape[-2]))
 
 
 def _round_up(x: int, m: int) -> int:
@@ -197,6 +242,47 @@ class ConstPacker:
     def pack(self, step, g: Gemm, which: str, loops: list[Loop]) -> Matrix | None:
         """The operand `which` ('a' or 'b') of g packed, or None when it is not a constant (or
         its offset depends on something other than the enclosing loops' indices)."""
+        found = self._instances(step, g, which, loops)
+        if found is None:
+            return None
+        src, key, index, instances = found
+        name = self._made.get(key)
+        if name is None:
+            mats = instances(np.float32)
+            packed = pack_a(mats, self.tiles) if which == "a" else pack_b(mats, self.tiles)
+            name = self.graph.add_const(np.ascontiguousarray(packed.reshape(-1)), f"{src}_packed_{which}")
+            self._made[key] = name
+        size = self.graph.values[name].size // len(key[-1])
+        return Matrix(step.param_for(self.graph.values[name]), index * size, 0, 0, f"panels_{which}")
+
+    def pack_int8(self, step, g: Gemm, which: str, loops: list[Loop]) -> tuple[Matrix, Expr] | None:
+        """The int8 operand `which` of an integer Gemm packed in quads for runtime/aotc_igemm.h,
+        and its sums over k as an int32 expression of the other index (g.i for 'a', g.j for
+        'b'), which the uint8 operand's zero point multiplies; None where `pack` gives None."""
+        found = self._instances(step, g, which, loops)
+        if found is None:
+            return None
+        src, key, index, instances = found
+        key = ("int8",) + key
+        made = self._made.get(key)
+        if made is None:
+            mats = instances(np.int8)                      # [instances, rows, cols]
+            packs = [pack_a_int8(m, self.tiles) if which == "a" else pack_b_int8(m, self.tiles) for m in mats]
+            sums = mats.astype(np.int32).sum(axis=2 if which == "a" else 1)
+            made = (self.graph.add_const(np.ascontiguousarray(np.concatenate(packs)), f"{src}_packed_{which}"),
+                    self.graph.add_const(np.ascontiguousarray(sums.reshape(-1)), f"{src}_sums_{which}"))
+            self._made[key] = made
+        packed, sums = (self.graph.values[n] for n in made)
+        n = len(key[-1])
+        at = g.i if which == "a" else g.j
+        return (Matrix(step.param_for(packed), index * (packed.size // n), 0, 0, f"panels_{which}"),
+                Load(step.param_for(sums), index * (sums.size // n) + at))
+
+    def _instances(self, step, g: Gemm, which: str, loops: list[Loop]):
+        """(source constant, cache key, instance number expression, instances(dtype) -> the
+        matrices [instances, rows, cols]) of the constant operand `which`, one instance per
+        combination of the enclosing loops' indices its offset reads; None where it is not a
+        constant or its offset reads other variables."""
         m: Matrix = getattr(g, which)
         if m.packed or m.buf.role != "in":
             return None
@@ -210,23 +296,18 @@ class ConstPacker:
             return None
         extents = [int(ranges[n].extent.value) for n in names]
         rows, cols = (g.M, g.K) if which == "a" else (g.K, g.N)
-        flat = np.ascontiguousarray(arr, dtype=np.float32).reshape(-1)
         offsets = [int(evaluate(m.offset, dict(zip(names, combo))))
                    for combo in itertools.product(*[range(e) for e in extents])]
         key = (src, which, rows, cols, m.rs, m.cs, tuple(offsets))
-        name = self._made.get(key)
         r = np.arange(rows)[:, None] * m.rs + np.arange(cols)[None, :] * m.cs
-        if name is None:
-            mats = np.stack([flat[o + r] for o in offsets])          # [instances, rows, cols]
-            packed = pack_a(mats, self.tiles) if which == "a" else pack_b(mats, self.tiles)
-            name = self.graph.add_const(np.ascontiguousarray(packed.reshape(-1)), f"{src}_packed_{which}")
-            self._made[key] = name
-        size = self.graph.values[name].size // len(offsets)
-        buf = step.param_for(self.graph.values[name])
+
+        def instances(dtype):
+            flat = np.ascontiguousarray(arr, dtype=dtype).reshape(-1)
+            return np.stack([flat[o + r] for o in offsets])
         index = const(0)
         for n, e in zip(names, extents):              # instance number, loop order, mixed radix
             index = index * e + ranges[n].var
-        return Matrix(buf, index * size, 0, 0, f"panels_{which}")
+        return src, key, index, instances
 
 
 def _constant_range(lp: Loop) -> bool:

@@ -27,6 +27,7 @@ from ..kernel.ir import (BOUND, F32, I64, LOCAL, MMA_A, MMA_B, MMA_C, MMA_K, MMA
                          SPATIAL, UNROLLED, Assign, Barrier, Buffer, Builder, Comment, Const, Decl, Expr, Fail, Gemm,
                          GpuIndex, If, Kernel, Load, Loop, Matrix, Mma, Stmt, Store, Var, binop, const, free_variables,
                          map_expr, select, walk_stmts)
+from ..kernel.integer_gemm import expand_integer_gemms
 from ..kernel.retype import widen_accumulators
 from .direct import drop_unused_scratch, read_im2col_directly
 from .gpu_group import cooperate
@@ -87,6 +88,7 @@ def schedule_gpu(graph, steps, target: dict) -> None:
     im2col = bool(target.get("gemm", {}).get("im2col_packing", True))
     for t, st in enumerate(steps):
         k = st.kernel
+        k.body = expand_integer_gemms(k.body, k.fresh)      # 8-bit products: plain loops here
         k.body = read_im2col_directly(k.body, lambda g: im2col)
         drop_unused_scratch(k)
         k.body = widen_accumulators(k.body, F32, acc)

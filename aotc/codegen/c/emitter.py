@@ -19,10 +19,11 @@ from .printer import CPrinter, uses_pool
 
 def runtime_headers(program: Program) -> list[str]:
     """The runtime/ headers a C artifact includes: status codes, helpers, vectorizable float32
-    math, the thread pool, and the GEMM when a kernel multiplies matrices."""
-    gemm = any(isinstance(s, Gemm) for k in program.kernels() for s in walk_stmts(k.body))
+    math, the thread pool, and the GEMM when a kernel multiplies matrices (the integer one too
+    when a kernel multiplies 8-bit ones)."""
+    gemms = [s for k in program.kernels() for s in walk_stmts(k.body) if isinstance(s, Gemm)]
     return ["aotc_runtime.h", "aotc_support.h", "aotc_math.h", "aotc_threads.h"] + \
-        (["aotc_gemm_packed.h"] if gemm else [])
+        (["aotc_gemm_packed.h"] if gemms else []) + (["aotc_igemm.h"] if any(g.integer for g in gemms) else [])
 
 
 def _pointer(slot: Slot, dt, role: str, in_fields: dict, out_fields: dict) -> str:

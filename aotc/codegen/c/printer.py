@@ -173,6 +173,8 @@ class CPrinter(CStylePrinter):
 
     # ----------------------------------------------------------------- GEMM
     def gemm(self, s: Gemm, ind: int) -> None:
+        """A call of the runtime's float GEMM (aotc_sgemm) or, for an integer Gemm the schedule
+        kept as one (8-bit operands, its constant one packed), of aotc_igemm."""
         pad = self.indent * ind
         A, B, C = s.a, s.b, s.c
         fields = [("M", str(s.M)), ("N", str(s.N)), ("K", str(s.K)),
@@ -181,10 +183,19 @@ class CPrinter(CStylePrinter):
                   ("C", self.expr(_ptr(C))), ("rsc", str(C.rs)), ("csc", str(C.cs)),
                   ("accumulate", "1" if s.accumulate else "0"),
                   ("split", f"AOTC_GEMM_SPLIT_{s.split.upper()}" if s.parallel else "AOTC_GEMM_SPLIT_NONE")]
+        if s.integer:
+            if s.a_zero is not None or s.b_zero is not None or not (A.packed or B.packed):
+                raise PrintError("an integer Gemm reaches the C printer with its zero points folded and one "
+                                 "operand packed (schedule/cpu.py), or as loops")
+            fields.insert(9, ("a_unsigned", "1" if A.buf.value_dtype.kind == "u" else "0"))
         if s.work is not None:
             # per thread: a split GEMM's thread t packs at work + t * work_floats; in a parallel
-            # loop's task, `work` is already the task's thread's part (_outline)
-            fields += [("work", s.work.name), ("work_floats", str(s.work.thread_stride))]
+            # loop's task, `work` is already the task's thread's part (_outline). The integer
+            # GEMM packs bytes into the same float scratch.
+            if s.integer:
+                fields += [("work", f"(uint8_t *){s.work.name}"), ("work_bytes", str(4 * s.work.thread_stride))]
+            else:
+                fields += [("work", s.work.name), ("work_floats", str(s.work.thread_stride))]
         view = None
         if B.layout == "im2col":
             w = B.window
@@ -207,8 +218,9 @@ class CPrinter(CStylePrinter):
         if struct:
             self.out(f"{pad}    {struct} epilogue = {{ {', '.join(init)} }};")
         text = ", ".join(f".{k} = {v}" for k, v in fields)
-        self.out(f"{pad}    const aotc_sgemm_call gemm = {{ {text} }};")
-        self.out(f"{pad}    aotc_sgemm({'pool' if s.parallel else 'NULL'}, &gemm);")
+        kind = "igemm" if s.integer else "sgemm"
+        self.out(f"{pad}    const aotc_{kind}_call gemm = {{ {text} }};")
+        self.out(f"{pad}    aotc_{kind}({'pool' if s.parallel else 'NULL'}, &gemm);")
         self.out(f"{pad}}}")
 
     def _epilogue(self, s: Gemm, stem: str):
@@ -221,7 +233,8 @@ class CPrinter(CStylePrinter):
             self.stmts(s.row_epilogue, 2)
             self.out("        AOTC_VECTORIZE       /* elements are independent (their tile is final) */")
             self.out(f"        for (int64_t {j} = aotc_j0; {j} < aotc_j1; ++{j}) {{")
-            self.out(f"            const float {s.value.name} = {self.load(C.buf, self.expr(value_at))};")
+            value = self.load(C.buf, self.expr(value_at))
+            self.out(f"            const {self.type_name(s.value.dtype)} {s.value.name} = {value};")
             self.stmts(s.epilogue, 3)
             self.out("        }")
             self.out("    }")

@@ -1,0 +1,48 @@
+"""An integer Gemm (8-bit operands, int32 C: kernel/ir.py Gemm) as plain loops: the reference
+form of what it computes, which a schedule takes where no faster one applies (the GPU schedules
+always; the CPU one where the 8-bit GEMM of runtime/aotc_igemm.h does not fit the operands).
+
+    for i, j:  acc = sum over k of (A(i, k) - a_zero) * (B(k, j) - b_zero)   (int32)
+               C(i, j) = (C(i, j) +) acc, or the epilogue with value = acc
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .ir import (I32, REDUCTION, SPATIAL, Assign, Decl, Gemm, If, Load, Loop, Stmt, Store, Var, cast, const)
+
+
+def expand_integer_gemm(g: Gemm, fresh) -> list[Stmt]:
+    """g as loops; `fresh(hint)` names the new variables."""
+    k, acc = Var(fresh("k")), Var(fresh("sum"), I32)
+
+    def operand(m, r, c, zero):
+        v = cast(m.element(r, c), I32)
+        return v - zero if zero is not None else v
+
+    term = operand(g.a, g.i, k, g.a_zero) * operand(g.b, k, g.j, g.b_zero)
+    at = g.c.at(g.i, g.j)
+    total = Load(g.c.buf, at) + acc if g.accumulate else acc
+    if g.epilogue:
+        finish = [Decl(g.value, total)] + g.epilogue
+    else:
+        finish = [Store(g.c.buf, at, total)]
+    element = [Decl(acc, const(0, I32), accumulator=True, pinned=True),
+               Loop(k, const(g.K), [Assign(acc, acc + term)], role=REDUCTION)] + finish
+    columns = Loop(g.j, const(g.N), element, role=SPATIAL)
+    return [Loop(g.i, const(g.M), g.row_epilogue + [columns], role=SPATIAL)]
+
+
+def expand_integer_gemms(stmts: list[Stmt], fresh) -> list[Stmt]:
+    """stmts with every integer Gemm expanded into loops (expand_integer_gemm)."""
+    out: list[Stmt] = []
+    for s in stmts:
+        if isinstance(s, Gemm) and s.integer:
+            out += expand_integer_gemm(s, fresh)
+            continue
+        if isinstance(s, Loop):
+            s = replace(s, body=expand_integer_gemms(s.body, fresh))
+        elif isinstance(s, If):
+            s = If(s.cond, expand_integer_gemms(s.then, fresh), expand_integer_gemms(s.orelse, fresh))
+        out.append(s)
+    return out

@@ -1,0 +1,296 @@
+/* aotc runtime: integer matrix multiply of 8-bit operands, exact in int32.
+ *   C[M,N] (int32) (=, or += when accumulate) A[M,K] . B[K,N], then an epilogue on every tile
+ * where one operand is uint8 and the other int8 (`a_unsigned`: A uint8 and B int8, else A int8
+ * and B uint8). Quantized MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv compile to
+ * it: the products of the raw 8-bit values are summed here, and the uint8 operand's zero point
+ * comes off in the epilogue as a constant per row or column (aotc/schedule/gemm_cpu.py).
+ *
+ * The blocking, the threading and the epilogue are the float GEMM's (aotc_gemm_packed.h, whose
+ * MR x NR tile and KC, MC, NC blocks it takes). The operands are packed in quads of K: 4
+ * consecutive k of a row of A, or of a column of B, are 4 adjacent bytes, so that one 32-bit
+ * lane holds them:
+ *   A in MR-row panels:    Ap[(q*MR + i)*4 + t] = A(i, 4q + t)
+ *   B in NR-column panels: Bp[(q*NR + j)*4 + t] = B(4q + t, j)
+ * zero past M, N and K (a zero byte adds nothing). K blocks are a multiple of 4 but for the last
+ * (aotc_igemm_kstep); a constant operand packed at compile time holds K block after K block,
+ * each with all its panels (Mpad = M rounded up to MR; kc4 = the block's k rounded up to 4):
+ *   A: block at k0 starts at Ap + k0*Mpad; its panel p at + p*kc4*MR   (B likewise with NR)
+ *
+ * The tile: MR x NR int32 sums, per quad each row's 4 bytes of A times each column's 4 of B.
+ * With AVX-512 VNNI (checked at run time, so that one artifact runs on AVX-512 CPUs with and
+ * without it) one vpdpbusd adds 16 columns' 4 products (uint8 x int8, summed in int32 without
+ * saturation: 4 x 255 x 128 is far from 2^31); elsewhere plain C. */
+#ifndef AOTC_IGEMM_H
+#define AOTC_IGEMM_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "aotc_gemm_packed.h"
+
+/* (AOTC_IGEMM_PLAIN: the plain C tile only, which tests/test_igemm.py compiles too) */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__AVX512F__) && \
+    AOTC_GEMM_NR % 16 == 0 && AOTC_GEMM_MR * AOTC_GEMM_NR / 16 <= 24 && !defined(AOTC_IGEMM_PLAIN)
+#define AOTC_IGEMM_VNNI 1
+#include <immintrin.h>
+#else
+#define AOTC_IGEMM_VNNI 0
+#endif
+
+/* K block: the float GEMM's, rounded up to a whole number of quads */
+static int64_t aotc_igemm_kstep(int64_t K)
+{
+    return (aotc_sgemm_kstep(K) + 3) / 4 * 4;
+}
+
+/* Ap <- rows [0, m) x k [0, kc) of A (element (i, k) at A[i*rs + k*cs]) as MR-row panels of
+ * quads; rows past m and k past kc are zero. */
+static void aotc_igemm_pack_a(int64_t m, int64_t kc, const uint8_t *A, int64_t rs, int64_t cs, uint8_t *restrict Ap)
+{
+    const int64_t quads = (kc + 3) / 4;
+    int64_t i0, i, q, t;
+    for (i0 = 0; i0 < m; i0 += AOTC_GEMM_MR, Ap += quads * AOTC_GEMM_MR * 4) {
+        const int64_t mr = aotc_gemm_min(AOTC_GEMM_MR, m - i0);
+        for (q = 0; q < quads; ++q)
+            for (i = 0; i < AOTC_GEMM_MR; ++i)
+                for (t = 0; t < 4; ++t)
+                    Ap[(q * AOTC_GEMM_MR + i) * 4 + t] = i < mr && 4 * q + t < kc ? A[(i0 + i) * rs + (4 * q + t) * cs] : 0;
+    }
+}
+
+/* Bp <- k [0, kc) x columns [0, n) of B (element (k, j) at B[k*rs + j*cs]) as NR-column
+ * panels of quads; columns past n and k past kc are zero. */
+static void aotc_igemm_pack_b(int64_t kc, int64_t n, const uint8_t *B, int64_t rs, int64_t cs, uint8_t *restrict Bp)
+{
+    const int64_t quads = (kc + 3) / 4;
+    int64_t j0, j, q, t;
+    for (j0 = 0; j0 < n; j0 += AOTC_GEMM_NR, Bp += quads * AOTC_GEMM_NR * 4) {
+        const int64_t nr = aotc_gemm_min(AOTC_GEMM_NR, n - j0);
+        for (q = 0; q < quads; ++q) {
+            uint8_t *restrict d = Bp + q * AOTC_GEMM_NR * 4;
+            if (nr == AOTC_GEMM_NR && cs == 1 && 4 * q + 3 < kc) {
+                const uint8_t *b = B + 4 * q * rs + j0;
+                for (j = 0; j < AOTC_GEMM_NR; ++j)
+                    for (t = 0; t < 4; ++t)
+                        d[j * 4 + t] = b[t * rs + j];
+                continue;
+            }
+            for (j = 0; j < AOTC_GEMM_NR; ++j)
+                for (t = 0; t < 4; ++t)
+                    d[j * 4 + t] = j < nr && 4 * q + t < kc ? B[(4 * q + t) * rs + (j0 + j) * cs] : 0;
+        }
+    }
+}
+
+/* The tile's sums over `quads` quads, in plain C: sum[i][j] of A panel a, B panel b, with A
+ * uint8 and B int8 when a_unsigned (a constant where inlined), else the other way round. */
+static inline void aotc_igemm_sums(const int a_unsigned, int64_t quads, const uint8_t *restrict a,
+                                   const uint8_t *restrict b, int32_t sum[AOTC_GEMM_MR][AOTC_GEMM_NR])
+{
+    int64_t q, i, j, t;
+    for (i = 0; i < AOTC_GEMM_MR; ++i)
+        for (j = 0; j < AOTC_GEMM_NR; ++j)
+            sum[i][j] = 0;
+    for (q = 0; q < quads; ++q)
+        for (i = 0; i < AOTC_GEMM_MR; ++i)
+            for (j = 0; j < AOTC_GEMM_NR; ++j) {
+                int32_t s = 0;
+                for (t = 0; t < 4; ++t) {
+                    const uint8_t x = a[(q * AOTC_GEMM_MR + i) * 4 + t], y = b[(q * AOTC_GEMM_NR + j) * 4 + t];
+                    s += a_unsigned ? (int32_t)x * (int32_t)(int8_t)y : (int32_t)(int8_t)x * (int32_t)y;
+                }
+                sum[i][j] += s;
+            }
+}
+
+#if AOTC_IGEMM_VNNI
+/* The same sums with AVX-512 VNNI: per quad, the 4 bytes of each row of A broadcast to every
+ * lane, one vpdpbusd per vector of 16 columns (its first multiplicand is the unsigned one). */
+#define AOTC_IGEMM_V (AOTC_GEMM_NR / 16)
+__attribute__((target("avx512f,avx512vnni"))) static inline void
+aotc_igemm_sums_vnni(const int a_unsigned, int64_t quads, const uint8_t *restrict a, const uint8_t *restrict b,
+                     int32_t sum[AOTC_GEMM_MR][AOTC_GEMM_NR])
+{
+    __m512i acc[AOTC_GEMM_MR][AOTC_IGEMM_V];
+    int64_t q;
+    int i, v;
+    AOTC_UNROLL_FULLY
+    for (i = 0; i < AOTC_GEMM_MR; ++i) {
+        AOTC_UNROLL_FULLY
+        for (v = 0; v < AOTC_IGEMM_V; ++v)
+            acc[i][v] = _mm512_setzero_si512();
+    }
+    for (q = 0; q < quads; ++q) {
+        __m512i bq[AOTC_IGEMM_V];
+        if (AOTC_GEMM_PREFETCH)
+            AOTC_PREFETCH(b + (q + AOTC_GEMM_PREFETCH / 4) * AOTC_GEMM_NR * 4);
+        AOTC_UNROLL_FULLY
+        for (v = 0; v < AOTC_IGEMM_V; ++v)
+            bq[v] = _mm512_loadu_si512((const void *)(b + (q * AOTC_GEMM_NR + 16 * v) * 4));
+        AOTC_UNROLL_FULLY
+        for (i = 0; i < AOTC_GEMM_MR; ++i) {
+            int32_t four;
+            __m512i aq;
+            memcpy(&four, a + (q * AOTC_GEMM_MR + i) * 4, 4);
+            aq = _mm512_set1_epi32(four);
+            AOTC_UNROLL_FULLY
+            for (v = 0; v < AOTC_IGEMM_V; ++v)
+                acc[i][v] = a_unsigned ? _mm512_dpbusd_epi32(acc[i][v], aq, bq[v])
+                                       : _mm512_dpbusd_epi32(acc[i][v], bq[v], aq);
+        }
+    }
+    AOTC_UNROLL_FULLY
+    for (i = 0; i < AOTC_GEMM_MR; ++i) {
+        AOTC_UNROLL_FULLY
+        for (v = 0; v < AOTC_IGEMM_V; ++v)
+            _mm512_storeu_si512((void *)&sum[i][16 * v], acc[i][v]);
+    }
+}
+
+/* Does this CPU have VNNI? (libgcc's cpuid table, filled when the program starts) */
+static inline int aotc_igemm_has_vnni(void)
+{
+    return __builtin_cpu_supports("avx512vnni");
+}
+#endif
+
+/* One tile: C[0:mr, 0:nr] (=, or += when accumulate) a . b over `quads` quads (one packed panel
+ * each); element (i, j) of C at C[i*rsc + j*csc]. */
+AOTC_NOINLINE static void aotc_igemm_tile(int a_unsigned, int vnni, int64_t quads, const uint8_t *a, const uint8_t *b,
+                                          int32_t *C, int64_t rsc, int64_t csc, int64_t mr, int64_t nr, int accumulate)
+{
+    int32_t sum[AOTC_GEMM_MR][AOTC_GEMM_NR];
+    int64_t i, j;
+#if AOTC_IGEMM_VNNI
+    if (vnni && a_unsigned)
+        aotc_igemm_sums_vnni(1, quads, a, b, sum);
+    else if (vnni)
+        aotc_igemm_sums_vnni(0, quads, a, b, sum);
+    else
+#else
+    (void)vnni;
+#endif
+    if (a_unsigned)
+        aotc_igemm_sums(1, quads, a, b, sum);
+    else
+        aotc_igemm_sums(0, quads, a, b, sum);
+    for (i = 0; i < mr; ++i)
+        for (j = 0; j < nr; ++j)
+            C[i * rsc + j * csc] = accumulate ? C[i * rsc + j * csc] + sum[i][j] : sum[i][j];
+}
+
+/* One integer GEMM (see the top of this file): A as (A, rsa, csa) with element (i, k) at
+ * A[i*rsa + k*csa], or packed at compile time when rsa == csa == 0; B likewise with (k, j) at
+ * B[k*rsb + j*csb]; C with (i, j) at C[i*rsc + j*csc]. `work` holds the packed blocks of the
+ * strided operand (work_bytes per thread). */
+typedef struct {
+    int64_t M, N, K;
+    const void *A;
+    int64_t rsa, csa;
+    const void *B;
+    int64_t rsb, csb;
+    int a_unsigned;             /* 1: A uint8, B int8; 0: A int8, B uint8 */
+    int32_t *C;
+    int64_t rsc, csc;
+    int accumulate;
+    int split;                  /* AOTC_GEMM_SPLIT_*: how threads share C */
+    uint8_t *work;
+    int64_t work_bytes;
+    aotc_tile_fn epilogue;      /* NULL: none */
+    void *epilogue_args;
+} aotc_igemm_call;
+
+/* Rows [m0, m1) x columns [n0, n1) of C (m0 a multiple of MR, n0 of NR). */
+static void aotc_igemm_block(const aotc_igemm_call *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, uint8_t *work)
+{
+    const int a_packed = g->rsa == 0 && g->csa == 0, b_packed = g->rsb == 0 && g->csb == 0;
+    const int64_t K = g->K, M = m1 - m0, N = n1 - n0;
+    const int64_t kstep = aotc_igemm_kstep(K);
+    const int64_t Mpad = (g->M + AOTC_GEMM_MR - 1) / AOTC_GEMM_MR * AOTC_GEMM_MR;
+    const int64_t Npad = (g->N + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR;
+    const int64_t nc_max = aotc_gemm_min(AOTC_GEMM_NC, N);
+    const uint8_t *A = (const uint8_t *)g->A, *B = (const uint8_t *)g->B;
+    uint8_t *bwork = work;
+    uint8_t *awork = b_packed ? work : work + kstep * ((nc_max + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR);
+    int32_t *C0 = g->C + m0 * g->rsc + n0 * g->csc;
+#if AOTC_IGEMM_VNNI
+    const int vnni = aotc_igemm_has_vnni();
+#else
+    const int vnni = 0;
+#endif
+    int64_t jc, pc, ic, jr, ir, i, j;
+    if (M <= 0 || N <= 0)
+        return;
+    if (K == 0) {
+        if (!g->accumulate)
+            for (i = 0; i < M; ++i)
+                for (j = 0; j < N; ++j)
+                    C0[i * g->rsc + j * g->csc] = 0;
+        if (g->epilogue)
+            g->epilogue(g->epilogue_args, m0, m1, n0, n1);
+        return;
+    }
+    for (jc = 0; jc < N; jc += AOTC_GEMM_NC) {
+        const int64_t nc = aotc_gemm_min(AOTC_GEMM_NC, N - jc);
+        for (pc = 0; pc < K; pc += kstep) {
+            const int64_t kc = aotc_gemm_min(kstep, K - pc), kc4 = (kc + 3) / 4 * 4;
+            const int last = pc + kc == K;
+            const uint8_t *bp;
+            if (b_packed) {
+                bp = B + pc * Npad + (n0 + jc) * kc4;
+            } else {
+                aotc_igemm_pack_b(kc, nc, B + pc * g->rsb + (n0 + jc) * g->csb, g->rsb, g->csb, bwork);
+                bp = bwork;
+            }
+            for (ic = 0; ic < M; ic += AOTC_GEMM_MC) {
+                const int64_t mc = aotc_gemm_min(AOTC_GEMM_MC, M - ic);
+                const uint8_t *ap;
+                if (a_packed) {
+                    ap = A + pc * Mpad + (m0 + ic) * kc4;
+                } else {
+                    aotc_igemm_pack_a(mc, kc, A + (m0 + ic) * g->rsa + pc * g->csa, g->rsa, g->csa, awork);
+                    ap = awork;
+                }
+                /* tiles along the rows of C, each finished by the epilogue after the last K block
+                   (as in aotc_sgemm_block) */
+                for (ir = 0; ir < mc; ir += AOTC_GEMM_MR)
+                    for (jr = 0; jr < nc; jr += AOTC_GEMM_NR) {
+                        const int64_t mr = aotc_gemm_min(AOTC_GEMM_MR, mc - ir);
+                        const int64_t nr = aotc_gemm_min(AOTC_GEMM_NR, nc - jr);
+                        aotc_igemm_tile(g->a_unsigned, vnni, kc4 / 4, ap + ir * kc4, bp + jr * kc4,
+                                        C0 + (ic + ir) * g->rsc + (jc + jr) * g->csc, g->rsc, g->csc, mr, nr,
+                                        g->accumulate || pc > 0);
+                        if (last && g->epilogue)
+                            g->epilogue(g->epilogue_args, m0 + ic + ir, m0 + ic + ir + mr,
+                                        n0 + jc + jr, n0 + jc + jr + nr);
+                    }
+            }
+        }
+    }
+}
+
+/* Thread `thread` of a split integer GEMM: panels [begin, end) of the split dimension. */
+static void aotc_igemm_part(void *args, int64_t begin, int64_t end, int thread)
+{
+    const aotc_igemm_call *g = (const aotc_igemm_call *)args;
+    uint8_t *work = g->work ? g->work + thread * g->work_bytes : NULL;
+    if (g->split == AOTC_GEMM_SPLIT_ROWS)
+        aotc_igemm_block(g, begin * AOTC_GEMM_MR, aotc_gemm_min(end * AOTC_GEMM_MR, g->M), 0, g->N, work);
+    else
+        aotc_igemm_block(g, 0, g->M, begin * AOTC_GEMM_NR, aotc_gemm_min(end * AOTC_GEMM_NR, g->N), work);
+}
+
+/* Runs one integer GEMM, split among the pool's threads as g->split says (pool NULL: this thread). */
+static void aotc_igemm(aotc_pool *pool, const aotc_igemm_call *g)
+{
+    if (!pool || g->split == AOTC_GEMM_SPLIT_NONE) {
+        aotc_igemm_block(g, 0, g->M, 0, g->N, g->work);
+        return;
+    }
+    if (g->split == AOTC_GEMM_SPLIT_ROWS)
+        aotc_parallel_for(pool, (g->M + AOTC_GEMM_MR - 1) / AOTC_GEMM_MR, aotc_igemm_part, (void *)g);
+    else
+        aotc_parallel_for(pool, (g->N + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR, aotc_igemm_part, (void *)g);
+}
+
+#endif
