@@ -104,11 +104,14 @@ static inline void aotc_igemm_sums(const int a_unsigned, int64_t quads, const ui
 }
 
 #if AOTC_IGEMM_VNNI
-/* The same sums with AVX-512 VNNI: per quad, the 4 bytes of each row of A broadcast to every
- * lane, one vpdpbusd per vector of 16 columns (its first multiplicand is the unsigned one). */
+/* The tile with AVX-512 VNNI: per quad, the 4 bytes of each row of A broadcast to every lane,
+ * one vpdpbusd per vector of 16 columns (its first multiplicand is the unsigned one). A whole
+ * tile of a C with contiguous rows is stored from the registers (as aotc_igemm_tile stores it,
+ * C + sum when accumulate); others go through `sum` (returns 0: the caller stores them). */
 #define AOTC_IGEMM_V (AOTC_GEMM_NR / 16)
-__attribute__((target("avx512f,avx512vnni"))) static inline void
-aotc_igemm_sums_vnni(const int a_unsigned, int64_t quads, const uint8_t *restrict a, const uint8_t *restrict b,
+__attribute__((target("avx512f,avx512vnni"))) static inline int
+aotc_igemm_tile_vnni(const int a_unsigned, int64_t quads, const uint8_t *restrict a, const uint8_t *restrict b,
+                     int32_t *C, int64_t rsc, int64_t csc, int64_t mr, int64_t nr, int accumulate,
                      int32_t sum[AOTC_GEMM_MR][AOTC_GEMM_NR])
 {
     __m512i acc[AOTC_GEMM_MR][AOTC_IGEMM_V];
@@ -139,12 +142,25 @@ aotc_igemm_sums_vnni(const int a_unsigned, int64_t quads, const uint8_t *restric
                                        : _mm512_dpbusd_epi32(acc[i][v], bq[v], aq);
         }
     }
+    if (mr == AOTC_GEMM_MR && nr == AOTC_GEMM_NR && csc == 1) {
+        AOTC_UNROLL_FULLY
+        for (i = 0; i < AOTC_GEMM_MR; ++i) {
+            AOTC_UNROLL_FULLY
+            for (v = 0; v < AOTC_IGEMM_V; ++v) {
+                int32_t *c = C + i * rsc + 16 * v;
+                _mm512_storeu_si512((void *)c, accumulate ? _mm512_add_epi32(_mm512_loadu_si512((const void *)c), acc[i][v])
+                                                          : acc[i][v]);
+            }
+        }
+        return 1;
+    }
     AOTC_UNROLL_FULLY
     for (i = 0; i < AOTC_GEMM_MR; ++i) {
         AOTC_UNROLL_FULLY
         for (v = 0; v < AOTC_IGEMM_V; ++v)
             _mm512_storeu_si512((void *)&sum[i][16 * v], acc[i][v]);
     }
+    return 0;
 }
 
 /* Does this CPU have VNNI? (libgcc's cpuid table, filled when the program starts) */
@@ -162,11 +178,11 @@ AOTC_NOINLINE static void aotc_igemm_tile(int a_unsigned, int vnni, int64_t quad
     int32_t sum[AOTC_GEMM_MR][AOTC_GEMM_NR];
     int64_t i, j;
 #if AOTC_IGEMM_VNNI
-    if (vnni && a_unsigned)
-        aotc_igemm_sums_vnni(1, quads, a, b, sum);
-    else if (vnni)
-        aotc_igemm_sums_vnni(0, quads, a, b, sum);
-    else
+    if (vnni) {
+        if (a_unsigned ? aotc_igemm_tile_vnni(1, quads, a, b, C, rsc, csc, mr, nr, accumulate, sum)
+                       : aotc_igemm_tile_vnni(0, quads, a, b, C, rsc, csc, mr, nr, accumulate, sum))
+            return;
+    } else
 #else
     (void)vnni;
 #endif
