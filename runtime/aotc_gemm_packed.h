@@ -28,7 +28,9 @@
  *
  * C is strided too (element (i, j) at C[i*rsc + j*csc]), so a product computed transposed
  * lands in place. When a tile's last K block is stored, the call's `epilogue` (if any) runs on
- * it while it is in cache: that is where the compiler puts bias, activation and residual adds.
+ * it while it is in cache: that is where the compiler puts bias, activation and residual adds;
+ * or, for the whole tiles of a call with `tile`, a tile the compiler generated computes the
+ * sums (aotc_sgemm_tile_sums) and runs the epilogue on them in registers before any store.
  *
  * Threads: with a pool, `split` says how C is shared: rows (each thread takes whole MR-row
  * panels; best when B is packed at compile time, so no thread packs what another packs) or

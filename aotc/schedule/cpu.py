@@ -29,9 +29,9 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import AotcError
-from ..kernel.ir import (F32, PARALLEL, REDUCTION, SERIAL, SPATIAL, VECTORIZED, Assign, BinOp, Buffer, Call, CallStmt, Cast, Const,
-                         Decl, Expr, Fail, Gemm, If, Load, Loop, Select, Stmt, Store, Var, children, map_stmts, replace_buffers,
-                         const, same_expr, stmt_exprs, walk_buffers, walk_expr, walk_stmts)
+from ..kernel.ir import (F32, PARALLEL, REDUCTION, SERIAL, SPATIAL, VECTORIZED, Assign, BinOp, Buffer, Call, CallStmt,
+                         Cast, Const, Decl, Expr, Fail, Gemm, If, Load, Loop, Select, Stmt, Store, Var, children,
+                         map_stmts, replace_buffers, const, same_expr, stmt_exprs, walk_buffers, walk_expr, walk_stmts)
 from ..kernel.integer_gemm import expand_integer_gemm
 from ..kernel.retype import widen_accumulators
 from .direct import drop_unused_scratch, read_im2col_directly
@@ -105,12 +105,17 @@ def _schedule_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, th
         pb = packer.pack(st, g, "b", loops)
         if pb is not None:
             g = replace(g, b=pb)
+    g = _on_threads(g, tiles, threads, min_gemm, tiles.work_floats(g.M, g.N, g.K, g.a.packed, g.b.packed))
+    return replace(g, tile_epilogue=in_tile and epilogue_in_tile(g, tiles))
+
+
+def _on_threads(g: Gemm, tiles: GemmTiles, threads: int, min_gemm: int, work_floats: int) -> Gemm:
+    """g split among the threads where it is big enough (`[threads] min_parallel_gemm_macs`),
+    with its packing scratch of work_floats (one per thread when split)."""
     parallel = threads > 1 and gemm_macs(g) >= min_gemm
     split = choose_split(g, tiles, threads) if parallel else "none"
-    n_work = tiles.work_floats(g.M, g.N, g.K, g.a.packed, g.b.packed)
-    work = Buffer("gemm_work", F32, (max(n_work, 1),), "scratch", per_thread=split != "none") if n_work else None
-    return replace(g, parallel=split != "none", split=split, work=work,
-                   tile_epilogue=in_tile and epilogue_in_tile(g, tiles))
+    work = Buffer("gemm_work", F32, (work_floats,), "scratch", per_thread=split != "none") if work_floats else None
+    return replace(g, parallel=split != "none", split=split, work=work)
 
 
 def _schedule_integer_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int,
@@ -126,18 +131,15 @@ def _schedule_integer_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmT
     zero = {"a": _known(g.a_zero, st, packer.graph), "b": _known(g.b_zero, st, packer.graph)}
     if len(signed) == 1 and len(unsigned) == 1 and _is_zero(zero[signed[0]]) \
             and getattr(g, unsigned[0]).layout == "strided":
-        found = packer.pack_int8(st, g, signed[0], loops)
+        z = zero[unsigned[0]]
+        found = packer.pack_int8(st, g, signed[0], loops, sums=not _is_zero(z))
         if found is not None:
             packed, sums = found
             g = replace(g, **{signed[0]: packed}, a_zero=None, b_zero=None)
-            z = zero[unsigned[0]]
-            if not _is_zero(z):
+            if sums is not None:
                 g = _less_zero_point(g, z, sums, st.kernel.fresh)
-            parallel = threads > 1 and gemm_macs(g) >= min_gemm
-            split = choose_split(g, tiles, threads) if parallel else "none"
-            n_work = -(-tiles.int8_work_bytes(g.M, g.N, g.K, g.a.packed, g.b.packed) // 4)   # (floats)
-            work = Buffer("gemm_work", F32, (n_work,), "scratch", per_thread=split != "none") if n_work else None
-            return [replace(g, parallel=split != "none", split=split, work=work)]
+            work_bytes = tiles.int8_work_bytes(g.M, g.N, g.K, g.a.packed, g.b.packed)
+            return [_on_threads(g, tiles, threads, min_gemm, -(-work_bytes // 4))]   # (the scratch is floats)
     return expand_integer_gemm(g, st.kernel.fresh)
 
 

@@ -255,28 +255,33 @@ class ConstPacker:
         size = self.graph.values[name].size // len(key[-1])
         return Matrix(step.param_for(self.graph.values[name]), index * size, 0, 0, f"panels_{which}")
 
-    def pack_int8(self, step, g: Gemm, which: str, loops: list[Loop]) -> tuple[Matrix, Expr] | None:
+    def pack_int8(self, step, g: Gemm, which: str, loops: list[Loop], sums: bool) -> tuple[Matrix, Expr | None] | None:
         """The int8 operand `which` of an integer Gemm packed in quads for runtime/aotc_igemm.h,
-        and its sums over k as an int32 expression of the other index (g.i for 'a', g.j for
-        'b'), which the uint8 operand's zero point multiplies; None where `pack` gives None."""
+        and (when `sums`) its sums over k as an int32 expression of the other index (g.i for
+        'a', g.j for 'b'), which the uint8 operand's zero point multiplies; None where `pack`
+        gives None."""
         found = self._instances(step, g, which, loops)
         if found is None:
             return None
         src, key, index, instances = found
-        key = ("int8",) + key
-        made = self._made.get(key)
-        if made is None:
-            mats = instances(np.int8)                      # [instances, rows, cols]
-            packs = [pack_a_int8(m, self.tiles) if which == "a" else pack_b_int8(m, self.tiles) for m in mats]
-            sums = mats.astype(np.int32).sum(axis=2 if which == "a" else 1)
-            made = (self.graph.add_const(np.ascontiguousarray(np.concatenate(packs)), f"{src}_packed_{which}"),
-                    self.graph.add_const(np.ascontiguousarray(sums.reshape(-1)), f"{src}_sums_{which}"))
-            self._made[key] = made
-        packed, sums = (self.graph.values[n] for n in made)
         n = len(key[-1])
-        at = g.i if which == "a" else g.j
-        return (Matrix(step.param_for(packed), index * (packed.size // n), 0, 0, f"panels_{which}"),
-                Load(step.param_for(sums), index * (sums.size // n) + at))
+        name = self._made.get(("int8",) + key)
+        if name is None:
+            packs = [pack_a_int8(m, self.tiles) if which == "a" else pack_b_int8(m, self.tiles)
+                     for m in instances(np.int8)]
+            name = self.graph.add_const(np.ascontiguousarray(np.concatenate(packs)), f"{src}_packed_{which}")
+            self._made[("int8",) + key] = name
+        packed = self.graph.values[name]
+        matrix = Matrix(step.param_for(packed), index * (packed.size // n), 0, 0, f"panels_{which}")
+        if not sums:
+            return matrix, None
+        name = self._made.get(("sums",) + key)
+        if name is None:
+            totals = instances(np.int32).sum(axis=2 if which == "a" else 1)      # [instances, rows or cols]
+            name = self.graph.add_const(np.ascontiguousarray(totals.reshape(-1)), f"{src}_sums_{which}")
+            self._made[("sums",) + key] = name
+        totals = self.graph.values[name]
+        return matrix, Load(step.param_for(totals), index * (totals.size // n) + (g.i if which == "a" else g.j))
 
     def _instances(self, step, g: Gemm, which: str, loops: list[Loop]):
         """(source constant, cache key, instance number expression, instances(dtype) -> the

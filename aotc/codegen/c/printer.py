@@ -244,8 +244,6 @@ class CPrinter(CStylePrinter):
                              "void *aotc_task, int64_t aotc_i0, int64_t aotc_i1, int64_t aotc_j0, int64_t aotc_j1", [],
                              body, False)
 
-
-
     def _tile_epilogue(self, s: Gemm, n: int, struct: str, unpack: list[str]) -> str:
         """The GEMM's whole micro-tile with the epilogue run on its sums (aotc_whole_tile_fn,
         schedule/gemm_cpu.py epilogue_in_tile): the runtime's aotc_sgemm_tile_sums, then the
@@ -265,8 +263,7 @@ class CPrinter(CStylePrinter):
             self.out("    aotc_tile_vec aotc_sums[AOTC_GEMM_MR][AOTC_TILE_V];")
             self.out(f"    aotc_sgemm_prefetch_c(aotc_c, {C.rs}, {C.cs}, AOTC_GEMM_MR, AOTC_GEMM_NR);")
             self.out("    aotc_sgemm_tile_sums(AOTC_GEMM_MR, aotc_kc, aotc_a, aotc_b, aotc_sums);")
-            if by_rows:
-                vectors, loads, lanes = "aotc_sums[aotc_r][aotc_v]", "aotc_tile_load", "AOTC_TILE_LANES"
+            if by_rows:          # for each row r, each vector v of its columns
                 self.out("    AOTC_UNROLL_FULLY")
                 self.out("    for (int aotc_r = 0; aotc_r < AOTC_GEMM_MR; ++aotc_r) {")
                 self.out(f"        const {self.type_name(i.dtype)} {i.name} = aotc_i0 + aotc_r;")
@@ -275,32 +272,32 @@ class CPrinter(CStylePrinter):
                 self.out("        AOTC_UNROLL_FULLY")
                 self.out("        for (int aotc_v = 0; aotc_v < AOTC_TILE_V; ++aotc_v) {")
                 self.out(f"            const {self.type_name(j.dtype)} {first.name} = aotc_j0 + aotc_v * AOTC_TILE_VW;")
-                width = "AOTC_TILE_VW"
-            else:
-                vectors, loads, lanes = "aotc_cols[aotc_q]", "aotc_tile_load_col", "AOTC_TILE_COLUMN_LANES"
+                vec, load, lanes, width, ind = "aotc_sums[aotc_r][aotc_v]", "aotc_tile_load", "AOTC_TILE_LANES", \
+                    "AOTC_TILE_VW", 3
+            else:                # the tile's columns, each a vector of its MR rows
                 self.out("    aotc_tile_col aotc_cols[AOTC_GEMM_NR];")
                 self.out("    aotc_sgemm_tile_columns(aotc_sums, aotc_cols);")
                 self.out("    AOTC_UNROLL_FULLY")
                 self.out("    for (int aotc_q = 0; aotc_q < AOTC_GEMM_NR; ++aotc_q) {")
-                self.out("        {")
-                self.out(f"            const {self.type_name(j.dtype)} {j.name} = aotc_j0 + aotc_q;")
-                self.out(f"            (void){j.name};")
-                self.out(f"            const {self.type_name(i.dtype)} {first.name} = aotc_i0;")
-                width = "AOTC_GEMM_MR"
+                self.out(f"        const {self.type_name(j.dtype)} {j.name} = aotc_j0 + aotc_q;")
+                self.out(f"        (void){j.name};")
+                self.out(f"        const {self.type_name(i.dtype)} {first.name} = aotc_i0;")
+                vec, load, lanes, width, ind = "aotc_cols[aotc_q]", "aotc_tile_load_col", "AOTC_TILE_COLUMN_LANES", \
+                    "AOTC_GEMM_MR", 2
+            pad = self.indent * ind
             old = self.expr(C.at(*((outer, first) if by_rows else (first, outer))))
-            self.out(f"            const {'aotc_tile_vec' if by_rows else 'aotc_tile_col'} aotc_sum = aotc_accumulate")
-            self.out(f"                ? {loads}(&{C.buf.name}[{old}]) + {vectors} : {vectors};")
-            self.out(f"            {lanes}       /* the lanes: consecutive {'columns' if by_rows else 'rows'} of C */")
-            self.out(f"            for (int aotc_l = 0; aotc_l < {width}; ++aotc_l) {{")
-            self.out(f"                const {self.type_name(inner.dtype)} {inner.name} = {first.name} + aotc_l;")
-            self.out(f"                const float {acc.name} = aotc_sum[aotc_l];")
-            self.out(f"                (void){inner.name};")
+            self.out(f"{pad}const {'aotc_tile_vec' if by_rows else 'aotc_tile_col'} aotc_sum = aotc_accumulate")
+            self.out(f"{pad}    ? {load}(&{C.buf.name}[{old}]) + {vec} : {vec};")
+            self.out(f"{pad}{lanes}       /* the lanes: consecutive {'columns' if by_rows else 'rows'} of C */")
+            self.out(f"{pad}for (int aotc_l = 0; aotc_l < {width}; ++aotc_l) {{")
+            self.out(f"{pad}    const {self.type_name(inner.dtype)} {inner.name} = {first.name} + aotc_l;")
+            self.out(f"{pad}    const float {acc.name} = aotc_sum[aotc_l];")
+            self.out(f"{pad}    (void){inner.name};")
             if not by_rows:
-                self.stmts(s.row_epilogue, 4)
-            self.stmts(s.epilogue, 4)
-            self.out("            }")
-            self.out("        }")
-            self.out("    }")
+                self.stmts(s.row_epilogue, ind + 1)
+            self.stmts(s.epilogue, ind + 1)
+            for level in range(ind - 1, -1, -1):
+                self.out(self.indent * (level + 1) + "}")
 
         self._in_task.append(struct)
         try:
@@ -317,6 +314,7 @@ class CPrinter(CStylePrinter):
                 f"    {struct} *aotc_args = ({struct} *)aotc_task;"] + unpack + lines + ["}", "#endif"]
         self.helpers.append("\n".join(text))
         return f"{'AOTC_WHOLE_TILE' if by_rows else 'AOTC_WHOLE_TILE_COLUMNS'}({name})"
+
 
 def _ptr(m) -> BufPtr:
     return BufPtr(m.buf, m.offset)
