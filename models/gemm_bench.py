@@ -132,6 +132,14 @@ _f = ctypes.POINTER(ctypes.c_float)
 _i = ctypes.c_int64
 
 
+_SPLITS = {"none": 0, "rows": 1, "cols": 2}      # AOTC_GEMM_SPLIT_*
+
+
+def _strides(x: np.ndarray, packed: bool) -> tuple[int, int]:
+    """An operand's (row, column) strides in elements, or (0, 0) when it is packed."""
+    return (0, 0) if packed else (x.strides[0] // x.itemsize, x.strides[1] // x.itemsize)
+
+
 class GemmLib:
     """Both runtime GEMMs compiled for one target, callable on numpy arrays."""
 
@@ -170,14 +178,11 @@ class GemmLib:
               work=None, threads=1, split="rows", seen=None):
         """aotc_igemm. A / B: uint8 / int8 views with element strides, or pack_a_int8 /
         pack_b_int8 arrays when a_packed / b_packed; C int32. Returns the work buffer it used."""
-        def strides(x, packed):
-            return (0, 0) if packed else (x.strides[0] // x.itemsize, x.strides[1] // x.itemsize)
-        rsa, csa = strides(A, a_packed)
-        rsb, csb = strides(B, b_packed)
+        (rsa, csa), (rsb, csb) = _strides(A, a_packed), _strides(B, b_packed)
         per_thread = max(1, self.tiles.int8_work_bytes(M, N, K, a_packed, b_packed))
         if work is None:
             work = np.empty(per_thread * threads, np.uint8)
-        sp = {"none": 0, "rows": 1, "cols": 2}[split]
+        sp = _SPLITS[split]
         status = self.lib.int8_gemm(reps, M, N, K, A.ctypes.data, rsa, csa, B.ctypes.data, rsb, csb, int(a_unsigned),
                                     C.ctypes.data, C.strides[0] // 4, C.strides[1] // 4, int(accumulate),
                                     work.ctypes.data, per_thread, threads, sp,
@@ -199,14 +204,11 @@ class GemmLib:
         `threads` copies). With copies > 1, rep r reads A + (r % copies) * a_step (B likewise):
         see packed_sgemm. threads > 1 splits C by `split` (rows / cols) on a thread pool; `bias`
         runs the bias + ReLU epilogue, counting the elements it sees into `seen` [M, N] int64."""
-        def strides(x, packed):
-            return (0, 0) if packed else (x.strides[0] // 4, x.strides[1] // 4)
-        rsa, csa = strides(A, a_packed)
-        rsb, csb = strides(B, b_packed)
+        (rsa, csa), (rsb, csb) = _strides(A, a_packed), _strides(B, b_packed)
         per_thread = max(1, self.tiles.work_floats(M, N, K, a_packed, b_packed))
         if work is None:
             work = np.empty(per_thread * threads, np.float32)
-        sp = {"none": 0, "rows": 1, "cols": 2}[split]
+        sp = _SPLITS[split]
         status = self.lib.packed_sgemm(reps, copies, a_step, b_step, M, N, K, self._p(A), rsa, csa, self._p(B), rsb,
                                        csb, self._p(C), C.strides[0] // 4, C.strides[1] // 4, int(accumulate),
                                        self._p(work), per_thread, threads, sp,

@@ -97,6 +97,26 @@ def eager_threads_target(directory: Path) -> str:
     return str(p)
 
 
+def target_with_switch_off(target: str, directory: Path, switch: str, suffix: str) -> str:
+    """A target file: `target` (a name or a .toml path) with its boolean `switch` (a key of its
+    [gemm] table set to true there, or absent: it defaults to true) set to false, named
+    `<name>-<suffix>`. The tests of a fast path build the model both ways with it."""
+    from aotc.paths import TARGETS_DIR
+    from aotc.targets import load_target
+    src = Path(target) if target.endswith(".toml") else TARGETS_DIR / f"{target}.toml"
+    text = src.read_text()
+    name = load_target(target)["name"]
+    if f"{switch} = true" in text:
+        text = text.replace(f"{switch} = true", f"{switch} = false")
+    else:
+        assert "[gemm]" in text and switch not in text
+        text = text.replace("[gemm]", f"[gemm]\n{switch} = false", 1)
+    text = text.replace(f'name = "{name}"', f'name = "{name}-{suffix}"', 1)
+    p = Path(directory) / f"{name}-{suffix}.toml"
+    p.write_text(text)
+    return str(p)
+
+
 def eager_gpu_target(directory: Path) -> str:
     """A target file: the opencl target with the GPU schedule's thresholds at their most eager,
     so that small models take the paths full-size ones do: a work-group for every spatial

@@ -16,10 +16,9 @@ from onnx import helper
 
 from aotc.api import compile as aotc_compile
 from aotc.kernel import ir
-from aotc.paths import TARGETS_DIR
 from aotc.schedule.gemm_cpu import IM2COL_MAX_BUFFER, IM2COL_MIN_CHANNELS, IM2COL_MIN_ROWS, GemmTiles
 from aotc.targets import load_target, native_target
-from tests.helpers import eager_threads_target, graph_model, rand
+from tests.helpers import eager_threads_target, graph_model, rand, target_with_switch_off
 
 # (x shape, w shape, attrs): output rows wider and narrower than a panel, strides, dilations,
 # asymmetric pads, pads wider than the kernel (whole runs of zeros), a kernel as wide as the
@@ -72,15 +71,7 @@ def _gemm_shape(xs, ws, attrs):
 
 def _with_buffer(target: str, directory: Path) -> str:
     """The target (a name or a .toml) with im2col_packing off."""
-    src = Path(target) if target.endswith(".toml") else TARGETS_DIR / f"{target}.toml"
-    text = src.read_text()
-    assert "im2col_packing = true" in text
-    name = load_target(target)["name"]
-    text = text.replace("im2col_packing = true", "im2col_packing = false")
-    text = text.replace(f'name = "{name}"', f'name = "{name}-buffer"', 1)
-    p = directory / f"{name}-buffer.toml"
-    p.write_text(text)
-    return str(p)
+    return target_with_switch_off(target, directory, "im2col_packing", "buffer")
 
 
 @pytest.mark.parametrize("target,threads", [("native", 1), ("c", 1), ("eager", 2)])

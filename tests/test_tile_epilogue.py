@@ -21,10 +21,9 @@ import pytest
 from onnx import helper
 
 from aotc.api import compile as aotc_compile
-from aotc.paths import TARGETS_DIR
 from aotc.schedule.gemm_cpu import GemmTiles
 from aotc.targets import cpu_flags, load_target, native_target
-from tests.helpers import eager_threads_target, graph_model, rand
+from tests.helpers import eager_threads_target, graph_model, rand, target_with_switch_off
 
 
 def _model(tmp_path: Path):
@@ -66,22 +65,6 @@ def _model(tmp_path: Path):
     return path, feeds
 
 
-def _without_tile_epilogue(target: str, directory: Path) -> str:
-    """The target (a name or a .toml) with tile_epilogue off."""
-    src = Path(target) if target.endswith(".toml") else TARGETS_DIR / f"{target}.toml"
-    text = src.read_text()
-    name = load_target(target)["name"]
-    if "tile_epilogue = true" in text:
-        text = text.replace("tile_epilogue = true", "tile_epilogue = false")
-    else:
-        assert "[gemm]" in text
-        text = text.replace("[gemm]", "[gemm]\ntile_epilogue = false", 1)
-    text = text.replace(f'name = "{name}"', f'name = "{name}-stored"', 1)
-    p = directory / f"{name}-stored.toml"
-    p.write_text(text)
-    return str(p)
-
-
 @pytest.mark.parametrize("target,threads", [("native", 1), ("native", 2), ("c", 1), ("c-avx2", 1), ("eager", 2)])
 def test_tile_epilogue_matches_the_stored_tile_and_ort(target, threads, tmp_path):
     import onnxruntime as ort
@@ -95,7 +78,7 @@ def test_tile_epilogue_matches_the_stored_tile_and_ort(target, threads, tmp_path
             pytest.skip(f"this CPU lacks {', '.join(sorted(missing))} for target {target}")
     path, feeds = _model(tmp_path)
     fused = aotc_compile(path, target=target, output_dir=tmp_path / "fused", threads=threads)
-    stored = aotc_compile(path, target=_without_tile_epilogue(target, tmp_path), output_dir=tmp_path / "stored",
+    stored = aotc_compile(path, target=target_with_switch_off(target, tmp_path, "tile_epilogue", "stored"), output_dir=tmp_path / "stored",
                           threads=threads)
 
     # every GEMM's epilogue runs in the tile (7 GEMMs); those computed transposed on columns
