@@ -1,4 +1,4 @@
-"""Attribute and shape rules of Conv/ConvTranspose, GatherElements/ScatterElements and GatherND
+"""Attribute and shape rules of Conv/ConvTranspose, pooling, GatherElements/ScatterElements and GatherND
 that the operators' inference enforces (the fuzzer found models breaking them that crashed aotc
 or compiled into kernels reading outside a buffer; see tests/test_known_op_bugs.py): each broken
 rule is a one-line ShapeError naming the node, at compile time. The valid edge cases next to
@@ -36,6 +36,9 @@ REFUSED = [
     ("ConvTranspose", [X2, W2], dict(auto_pad="SAME"), "auto_pad"),
     ("ConvTranspose", [X2, W2, _vi("b", [3])], dict(group=2), "bias"),
     ("Conv", [X2, _vi("w", [4, 2, 2, 2])], dict(pads=[0, -1, 0, 0]), ">= 0"),
+    # (a fuzzer mutant: kernel_shape [3, -2^63] crashed the MaxPool lowering)
+    ("MaxPool", [X2], dict(kernel_shape=[3, -(2 ** 63)]), "positive"),
+    ("AveragePool", [X2], dict(kernel_shape=[0, 1]), "positive"),
     ("GatherElements", [_vi("d", [2, 5]), _vi("i", [2, 2, 1], I)], dict(axis=1), "rank"),
     ("GatherElements", [_vi("d", [2, 5]), _vi("i", [2, 2], I)], dict(axis=2), "axis"),
     ("GatherElements", [_vi("d", [2, 5]), _vi("i", [2, 6], I)], dict(axis=0), "axis 1"),

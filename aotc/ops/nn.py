@@ -155,6 +155,8 @@ def _window(node, spatial, kernel, ceil_mode: bool = False) -> _Window:
         raise _err(node, f"strides {strides} / dilations {dil} do not match {r} spatial dims")
     if any(s < 1 for s in strides) or any(d < 1 for d in dil):
         raise _err(node, "strides and dilations must be positive")
+    if any(k < 1 for k in kernel):
+        raise _err(node, f"kernel_shape {kernel} must be positive")
     auto_pad = node.attr("auto_pad", "NOTSET")
     ext = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
@@ -611,6 +613,8 @@ def _convt_parts(node, xs, ws):
                          f"one value per spatial dim ({r})")
     if any(s < 1 for s in strides) or any(d < 1 for d in dil):
         raise _err(node, "strides and dilations must be positive")
+    if any(k < 1 for k in kernel):
+        raise _err(node, f"kernel_shape {kernel} must be positive")
     if any(not 0 <= op < max(st, d) for op, st, d in zip(opad, strides, dil)):
         raise _err(node, f"output_padding {opad} must be >= 0 and less than max(stride, dilation)")
     full = [st * (s - 1) + op + (k - 1) * d + 1 for s, st, op, k, d in zip(S, strides, opad, kernel, dil)]
