@@ -23,7 +23,9 @@ _TARGET_HELP = ("Target: native (the best CPU target this machine runs: c-avx512
                 "cuda:sm_90,tf32 to run float32 GEMMs on tensor cores in TF32, which changes numerics), or the "
                 "path of a target .toml file (see targets/). CPU targets take ,direct_conv (3x3 convolutions "
                 "summed directly, not by Winograd F(2x2)) or ,winograd4 (also Winograd F(4x4) on large planes: "
-                "faster, float32 errors 10-25x a direct sum's).")
+                "faster, float32 errors 10-25x a direct sum's); c-avx512 also takes ,qdq_float (a QDQ model's "
+                "Conv/MatMul/Gemm computed in float32 as written, not as the 8-bit integer operators they "
+                "stand for).")
 _THREADS_HELP = "Most threads the artifact runs on; 0 = every core of this machine."
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)

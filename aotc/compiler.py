@@ -25,6 +25,7 @@ from .memory.planner import mark_aliased
 from .ops import registry
 from .passes.manager import PassManager
 from .passes.normalize import REWRITTEN_OPS
+from .passes.qdq import int8_gemm, integer_qdq
 from .passes.winograd import winograd_convs
 from .paths import RUNTIME_DIR
 from .program import Program
@@ -107,6 +108,8 @@ def analyze(path, target: str = DEFAULT_TARGET, name: Optional[str] = None, shap
     check_supported(g)
     with step("optimizing graph"):
         opset = g.opset
+        g.int8_gemm = int8_gemm(tgt)
+        g = integer_qdq(g, tgt)             # QDQ islands as integer operators where the target says they pay
         g = PassManager().run(g)
         g = winograd_convs(g, tgt)          # 3 x 3 convolutions by Winograd where the target allows
     with step("fusing and lowering kernels"):

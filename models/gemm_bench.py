@@ -118,13 +118,9 @@ int int8_gemm(int64_t reps, int64_t M, int64_t N, int64_t K, const void *A, int6
     return 0;
 }
 
-int has_vnni(void)
+int igemm_tile_kind(void)
 {
-#if AOTC_IGEMM_VNNI
-    return aotc_igemm_has_vnni();
-#else
-    return 0;
-#endif
+    return aotc_igemm_tile_kind();
 }
 """
 
@@ -170,9 +166,9 @@ class GemmLib:
         return a.ctypes.data_as(_f)
 
     @property
-    def vnni(self) -> bool:
-        """Does the integer GEMM take its AVX-512 VNNI tile here (built in, and this CPU has it)?"""
-        return bool(self.lib.has_vnni())
+    def igemm_tile(self) -> str:
+        """The tile the integer GEMM takes here (of those built in, the best this CPU runs)."""
+        return ("plain", "avx512bw", "vnni")[self.lib.igemm_tile_kind()]
 
     def igemm(self, M, N, K, A, B, C, a_unsigned: bool, a_packed=False, b_packed=False, accumulate=False, reps=1,
               work=None, threads=1, split="rows", seen=None):

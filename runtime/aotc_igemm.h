@@ -17,9 +17,14 @@
  *   A: block at k0 starts at Ap + k0*Mpad; its panel p at + p*kc4*MR   (B likewise with NR)
  *
  * The tile: MR x NR int32 sums, per quad each row's 4 bytes of A times each column's 4 of B.
- * With AVX-512 VNNI (checked at run time, so that one artifact runs on AVX-512 CPUs with and
- * without it) one vpdpbusd adds 16 columns' 4 products (uint8 x int8, summed in int32 without
- * saturation: 4 x 255 x 128 is far from 2^31); elsewhere plain C. */
+ * Which tile runs is chosen at run time, so that one artifact runs on every AVX-512 CPU:
+ *   - AVX-512 VNNI: one vpdpbusd adds 16 columns' 4 products (uint8 x int8, summed in int32
+ *     without saturation: 4 x 255 x 128 is far from 2^31);
+ *   - AVX-512BW without VNNI: the bytes widened to 16 bits, then vpmaddwd (exact 16 x 16-bit
+ *     products, summed in pairs into int32), about the float tile's multiply-adds per cycle.
+ *     (vpmaddubsw would take the bytes as they are, but saturates its 16-bit pair sums:
+ *     2 x 255 x -128 does not fit);
+ *   - elsewhere plain C. */
 #ifndef AOTC_IGEMM_H
 #define AOTC_IGEMM_H
 
@@ -28,14 +33,19 @@
 
 #include "aotc_gemm_packed.h"
 
-/* (AOTC_IGEMM_PLAIN: the plain C tile only, which tests/test_igemm.py compiles too) */
+/* (AOTC_IGEMM_PLAIN: the plain C tile only; AOTC_IGEMM_NO_VNNI: never the VNNI tile. Both are for
+ * tests/test_igemm.py, which compiles every tile on a CPU that has VNNI) */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__AVX512F__) && \
-    AOTC_GEMM_NR % 16 == 0 && AOTC_GEMM_MR * AOTC_GEMM_NR / 16 <= 24 && !defined(AOTC_IGEMM_PLAIN)
-#define AOTC_IGEMM_VNNI 1
+    defined(__AVX512BW__) && AOTC_GEMM_NR % 16 == 0 && AOTC_GEMM_MR * AOTC_GEMM_NR / 16 <= 24 && \
+    AOTC_GEMM_MR % 2 == 0 && !defined(AOTC_IGEMM_PLAIN)
+#define AOTC_IGEMM_AVX512 1
 #include <immintrin.h>
 #else
-#define AOTC_IGEMM_VNNI 0
+#define AOTC_IGEMM_AVX512 0
 #endif
+
+/* the tiles (aotc_igemm_tile_kind) */
+enum { AOTC_IGEMM_TILE_PLAIN = 0, AOTC_IGEMM_TILE_AVX512BW = 1, AOTC_IGEMM_TILE_VNNI = 2 };
 
 /* K block: the float GEMM's, rounded up to a whole number of quads */
 static int64_t aotc_igemm_kstep(int64_t K)
@@ -103,7 +113,7 @@ static inline void aotc_igemm_sums(const int a_unsigned, int64_t quads, const ui
             }
 }
 
-#if AOTC_IGEMM_VNNI
+#if AOTC_IGEMM_AVX512
 /* The tile with AVX-512 VNNI: per quad, the 4 bytes of each row of A broadcast to every lane,
  * one vpdpbusd per vector of 16 columns (its first multiplicand is the unsigned one). A whole
  * tile of a C with contiguous rows is stored from the registers (as aotc_igemm_tile stores it,
@@ -163,28 +173,111 @@ aotc_igemm_tile_vnni(const int a_unsigned, int64_t quads, const uint8_t *restric
     return 0;
 }
 
-/* Does this CPU have VNNI? (libgcc's cpuid table, filled when the program starts) */
-static inline int aotc_igemm_has_vnni(void)
+/* The tile with AVX-512BW, for CPUs without VNNI. Per quad, each vector of 16 columns' bytes
+ * (4 a column) is widened into two of 32 16-bit values, columns 0-7 and 8-15; a row's 4 bytes of
+ * A, widened, go to every 64-bit lane; vpmaddwd then sums each column's first two products in
+ * one 32-bit lane and its last two in the next. The pairs of lanes are added once, at the end.
+ * That is two accumulators per 16 columns, so the tile's rows run in two halves (each reading
+ * the B panel again, from the L1 cache), to stay within the 32 registers. Stores as the VNNI
+ * tile does. */
+#define AOTC_IGEMM_HALF (AOTC_GEMM_MR / 2)
+__attribute__((target("avx512f,avx512bw"))) static inline int
+aotc_igemm_tile_bw(const int a_unsigned, int64_t quads, const uint8_t *restrict a, const uint8_t *restrict b,
+                   int32_t *C, int64_t rsc, int64_t csc, int64_t mr, int64_t nr, int accumulate,
+                   int32_t sum[AOTC_GEMM_MR][AOTC_GEMM_NR])
 {
-    return __builtin_cpu_supports("avx512vnni");
+    /* the column sums: even lanes of the pair sums of columns 0-7 and then of 8-15, plus the odd */
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    const int whole = mr == AOTC_GEMM_MR && nr == AOTC_GEMM_NR && csc == 1;
+    int h, i, v;
+    for (h = 0; h < AOTC_GEMM_MR; h += AOTC_IGEMM_HALF) {
+        __m512i lo[AOTC_IGEMM_HALF][AOTC_IGEMM_V], hi[AOTC_IGEMM_HALF][AOTC_IGEMM_V];
+        int64_t q;
+        AOTC_UNROLL_FULLY
+        for (i = 0; i < AOTC_IGEMM_HALF; ++i) {
+            AOTC_UNROLL_FULLY
+            for (v = 0; v < AOTC_IGEMM_V; ++v)
+                lo[i][v] = hi[i][v] = _mm512_setzero_si512();
+        }
+        for (q = 0; q < quads; ++q) {
+            __m512i blo[AOTC_IGEMM_V], bhi[AOTC_IGEMM_V];
+            AOTC_UNROLL_FULLY
+            for (v = 0; v < AOTC_IGEMM_V; ++v) {
+                const uint8_t *p = b + (q * AOTC_GEMM_NR + 16 * v) * 4;
+                const __m256i b0 = _mm256_loadu_si256((const void *)p), b1 = _mm256_loadu_si256((const void *)(p + 32));
+                /* B is the int8 operand when A is the uint8 one */
+                blo[v] = a_unsigned ? _mm512_cvtepi8_epi16(b0) : _mm512_cvtepu8_epi16(b0);
+                bhi[v] = a_unsigned ? _mm512_cvtepi8_epi16(b1) : _mm512_cvtepu8_epi16(b1);
+            }
+            AOTC_UNROLL_FULLY
+            for (i = 0; i < AOTC_IGEMM_HALF; ++i) {
+                int32_t four;
+                __m128i a4;
+                __m512i aw;
+                memcpy(&four, a + (q * AOTC_GEMM_MR + h + i) * 4, 4);
+                a4 = _mm_cvtsi32_si128(four);
+                aw = _mm512_broadcastq_epi64(a_unsigned ? _mm_cvtepu8_epi16(a4) : _mm_cvtepi8_epi16(a4));
+                AOTC_UNROLL_FULLY
+                for (v = 0; v < AOTC_IGEMM_V; ++v) {
+                    lo[i][v] = _mm512_add_epi32(lo[i][v], _mm512_madd_epi16(blo[v], aw));
+                    hi[i][v] = _mm512_add_epi32(hi[i][v], _mm512_madd_epi16(bhi[v], aw));
+                }
+            }
+        }
+        AOTC_UNROLL_FULLY
+        for (i = 0; i < AOTC_IGEMM_HALF; ++i) {
+            AOTC_UNROLL_FULLY
+            for (v = 0; v < AOTC_IGEMM_V; ++v) {
+                const __m512i s = _mm512_add_epi32(_mm512_permutex2var_epi32(lo[i][v], even, hi[i][v]),
+                                                   _mm512_permutex2var_epi32(lo[i][v], odd, hi[i][v]));
+                if (whole) {
+                    int32_t *c = C + (h + i) * rsc + 16 * v;
+                    _mm512_storeu_si512((void *)c, accumulate ? _mm512_add_epi32(_mm512_loadu_si512((const void *)c), s) : s);
+                } else {
+                    _mm512_storeu_si512((void *)&sum[h + i][16 * v], s);
+                }
+            }
+        }
+    }
+    return whole;
+}
+
+/* Which tile this CPU runs (libgcc's cpuid table, filled when the program starts) */
+static inline int aotc_igemm_tile_kind(void)
+{
+#ifndef AOTC_IGEMM_NO_VNNI
+    if (__builtin_cpu_supports("avx512vnni"))
+        return AOTC_IGEMM_TILE_VNNI;
+#endif
+    return AOTC_IGEMM_TILE_AVX512BW;
+}
+#else
+static inline int aotc_igemm_tile_kind(void)
+{
+    return AOTC_IGEMM_TILE_PLAIN;
 }
 #endif
 
 /* One tile: C[0:mr, 0:nr] (=, or += when accumulate) a . b over `quads` quads (one packed panel
  * each); element (i, j) of C at C[i*rsc + j*csc]. */
-AOTC_NOINLINE static void aotc_igemm_tile(int a_unsigned, int vnni, int64_t quads, const uint8_t *a, const uint8_t *b,
+AOTC_NOINLINE static void aotc_igemm_tile(int a_unsigned, int kind, int64_t quads, const uint8_t *a, const uint8_t *b,
                                           int32_t *C, int64_t rsc, int64_t csc, int64_t mr, int64_t nr, int accumulate)
 {
     int32_t sum[AOTC_GEMM_MR][AOTC_GEMM_NR];
     int64_t i, j;
-#if AOTC_IGEMM_VNNI
-    if (vnni) {
+#if AOTC_IGEMM_AVX512
+    if (kind == AOTC_IGEMM_TILE_VNNI) {
         if (a_unsigned ? aotc_igemm_tile_vnni(1, quads, a, b, C, rsc, csc, mr, nr, accumulate, sum)
                        : aotc_igemm_tile_vnni(0, quads, a, b, C, rsc, csc, mr, nr, accumulate, sum))
             return;
+    } else if (kind == AOTC_IGEMM_TILE_AVX512BW) {
+        if (a_unsigned ? aotc_igemm_tile_bw(1, quads, a, b, C, rsc, csc, mr, nr, accumulate, sum)
+                       : aotc_igemm_tile_bw(0, quads, a, b, C, rsc, csc, mr, nr, accumulate, sum))
+            return;
     } else
 #else
-    (void)vnni;
+    (void)kind;
 #endif
     if (a_unsigned)
         aotc_igemm_sums(1, quads, a, b, sum);
@@ -229,11 +322,7 @@ static void aotc_igemm_block(const aotc_igemm_call *g, int64_t m0, int64_t m1, i
     uint8_t *bwork = work;
     uint8_t *awork = b_packed ? work : work + kstep * ((nc_max + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR);
     int32_t *C0 = g->C + m0 * g->rsc + n0 * g->csc;
-#if AOTC_IGEMM_VNNI
-    const int vnni = aotc_igemm_has_vnni();
-#else
-    const int vnni = 0;
-#endif
+    const int kind = aotc_igemm_tile_kind();
     int64_t jc, pc, ic, jr, ir, i, j;
     if (M <= 0 || N <= 0)
         return;
@@ -273,7 +362,7 @@ static void aotc_igemm_block(const aotc_igemm_call *g, int64_t m0, int64_t m1, i
                     for (jr = 0; jr < nc; jr += AOTC_GEMM_NR) {
                         const int64_t mr = aotc_gemm_min(AOTC_GEMM_MR, mc - ir);
                         const int64_t nr = aotc_gemm_min(AOTC_GEMM_NR, nc - jr);
-                        aotc_igemm_tile(g->a_unsigned, vnni, kc4 / 4, ap + ir * kc4, bp + jr * kc4,
+                        aotc_igemm_tile(g->a_unsigned, kind, kc4 / 4, ap + ir * kc4, bp + jr * kc4,
                                         C0 + (ic + ir) * g->rsc + (jc + jr) * g->csc, g->rsc, g->csc, mr, nr,
                                         g->accumulate || pc > 0);
                         if (last && g->epilogue)

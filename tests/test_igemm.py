@@ -1,6 +1,7 @@
 """The runtime's integer GEMM (runtime/aotc_igemm.h, aotc_igemm): uint8 x int8 products summed
 in int32, exactly, against numpy's int64 matmul. Compiled with each CPU target's flags and tiles,
-with the AVX-512 VNNI tile (where this CPU has it) and with the plain C one: both operand
+with the AVX-512 VNNI tile (where this CPU has it), the AVX-512BW one (for CPUs without
+VNNI) and the plain C one: both operand
 orders (A uint8 and B int8, and the reverse), extreme values (255 x -128), edge sizes around
 the micro-tile, the quads of K and the K blocks (several: stores that accumulate), operands
 packed at compile time (pack_a_int8 / pack_b_int8) or strided (transposed, inside larger
@@ -18,22 +19,27 @@ from models.gemm_bench import GemmLib
 _NEEDS = {name: set(load_target(name).get("requires", [])) for name in ("c", "c-avx2", "c-avx512")}
 
 
-@pytest.fixture(scope="module", params=["c", "c-avx2", "c-avx512", "c-avx512/plain"])
+@pytest.fixture(scope="module", params=["c", "c-avx2", "c-avx512", "c-avx512/bw", "c-avx512/plain"])
 def lib(request, tmp_path_factory):
     target, _, variant = request.param.partition("/")
     missing = _NEEDS[target] - cpu_flags()
     if missing:
         pytest.skip(f"this CPU lacks {', '.join(sorted(missing))} for target {target}")
-    defines = {"AOTC_IGEMM_PLAIN": 1} if variant == "plain" else None
+    defines = {"plain": {"AOTC_IGEMM_PLAIN": 1}, "bw": {"AOTC_IGEMM_NO_VNNI": 1}}.get(variant)
     g = GemmLib(target, tmp_path_factory.mktemp(f"igemm_{target}_{variant}"), defines=defines)
     g.variant = variant
     return g
 
 
-def test_the_vnni_tile_is_taken_where_the_cpu_has_it(lib):
-    """(so that the tests below cover it on such a machine: c-avx512 built as it is)"""
-    want = lib.target["name"] == "c-avx512" and lib.variant != "plain" and "avx512_vnni" in cpu_flags()
-    assert lib.vnni == want
+def test_each_tile_is_taken_where_it_is_built_and_the_cpu_has_it(lib):
+    """(so that the tests below cover each on such a machine)"""
+    if lib.target["name"] != "c-avx512" or lib.variant == "plain":
+        want = "plain"
+    elif lib.variant == "bw" or "avx512_vnni" not in cpu_flags():
+        want = "avx512bw"
+    else:
+        want = "vnni"
+    assert lib.igemm_tile == want
 
 
 def _shapes(t):
@@ -113,18 +119,21 @@ def test_strided_operands_accumulate_and_threads(lib):
                 assert np.array_equal(big[outside], before[outside]), "wrote outside C"
 
 
-def test_the_plain_and_vnni_tiles_agree(tmp_path):
-    """Where this CPU has VNNI: the two tiles of c-avx512 give the same integers (they are exact,
-    so they must)."""
-    if "avx512_vnni" not in cpu_flags() or _NEEDS["c-avx512"] - cpu_flags():
-        pytest.skip("this CPU has no AVX-512 VNNI")
-    vnni = GemmLib("c-avx512", tmp_path / "v")
-    plain = GemmLib("c-avx512", tmp_path / "p", defines={"AOTC_IGEMM_PLAIN": 1})
-    assert vnni.vnni and not plain.vnni
+def test_the_tiles_agree(tmp_path):
+    """The plain, AVX-512BW and (where this CPU has it) VNNI tiles of c-avx512 give the same
+    integers (they are exact, so they must)."""
+    if _NEEDS["c-avx512"] - cpu_flags():
+        pytest.skip("this CPU has no AVX-512")
+    libs = {"plain": GemmLib("c-avx512", tmp_path / "p", defines={"AOTC_IGEMM_PLAIN": 1}),
+            "avx512bw": GemmLib("c-avx512", tmp_path / "b", defines={"AOTC_IGEMM_NO_VNNI": 1})}
+    if "avx512_vnni" in cpu_flags():
+        libs["vnni"] = GemmLib("c-avx512", tmp_path / "v")
+    assert [lib.igemm_tile for lib in libs.values()] == list(libs)
     rng = np.random.default_rng(4)
     for a_unsigned in (True, False):
         A, B = _operands(rng, 37, 101, 333, a_unsigned)
-        got = [np.zeros((37, 101), np.int32) for _ in range(2)]
-        vnni.igemm(37, 101, 333, A, B, got[0], a_unsigned)
-        plain.igemm(37, 101, 333, A, B, got[1], a_unsigned)
-        assert np.array_equal(got[0], got[1]) and np.array_equal(got[0], _want(A, B))
+        want = _want(A, B)
+        for name, lib in libs.items():
+            got = np.zeros((37, 101), np.int32)
+            lib.igemm(37, 101, 333, A, B, got, a_unsigned)
+            assert np.array_equal(got, want), name

@@ -65,6 +65,13 @@ def _model(kind: str):
                  "b": _ints(np.int16, (20,), 16).astype(np.int32)}
         node = N("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"], pads=[1, 1, 1, 1])
         return graph_model([node], {"x": x}, ["y"], inits, opset=13), {"x": x}, 1
+    if kind == "per_column_zeros":
+        # B's zero points per column in form only (all 0: quantizers write per-channel weights'
+        # so): the 8-bit GEMM still, with the constant zero point as a scalar
+        a = _ints(u8, (9, 260), 20)
+        inits = {"w": _ints(s8, (260, 30), 21), "bz": np.zeros(30, s8), "az": np.array(7, u8)}
+        nodes = [N("MatMulInteger", ["a", "w", "az", "bz"], ["y"])]
+        return graph_model(nodes, {"a": a}, ["y"], inits, opset=10), {"a": a}, 1
     if kind == "loops":
         # two run-time operands, and an int8 zero point on the int8 constant: not the 8-bit GEMM
         a, b = _ints(u8, (21, 260), 17), _ints(s8, (260, 9), 18)
@@ -74,7 +81,7 @@ def _model(kind: str):
     raise ValueError(kind)
 
 
-KINDS = ["matmul", "weights_first", "qlinear_matmul", "conv", "qlinear_conv", "loops"]
+KINDS = ["matmul", "weights_first", "qlinear_matmul", "conv", "qlinear_conv", "per_column_zeros", "loops"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -35,9 +35,13 @@ def _quant_params(node, x, scale, zp) -> int | None:
         raise UnsupportedError([f"{_name(node)} with block_size {node.attr('block_size')} (blocked quantization)"])
     if scale.dtype != dtypes.FLOAT32:
         raise UnsupportedError([f"{_name(node)} with a {scale.dtype} scale (float32 only)"])
-    if zp is not None and tuple(zp.shape) != tuple(scale.shape):
+    one = prod(scale.shape) == 1 and len(scale.shape) <= 1
+    # a single scale and zero point may be a scalar beside a [1] (ONNX Runtime's quantize_static
+    # writes an int32 bias's parameters so); other shapes must agree
+    if zp is not None and tuple(zp.shape) != tuple(scale.shape) and not (one and prod(zp.shape) == 1
+                                                                         and len(zp.shape) <= 1):
         raise ShapeError(f"{_name(node)}: zero point {tuple(zp.shape)} and scale {tuple(scale.shape)} differ")
-    if prod(scale.shape) == 1 and len(scale.shape) <= 1:
+    if one:
         return None
     if len(scale.shape) != 1:
         raise ShapeError(f"{_name(node)}: scale {tuple(scale.shape)} must be a scalar or 1-D")
@@ -233,16 +237,27 @@ def _int_matmul(b, node, A, B, AZ, BZ, batch, M, K, N, store):
         store(flat, acc, j)
 
 
-def _int_gemms(ctx, node, A, B, AZ, BZ, batch, M, K, N, dest_buf, epilogue=None) -> bool:
-    """The product of A and B less their zero points as integer Gemms (kernel/ir.py: the
-    schedule picks how they run) landing in dest_buf [batch..., M, N] (int32), as MatMul lowers
-    its float products: one taller Gemm when B is one matrix for the whole batch, else one per
-    batch entry. `epilogue(builder, gemm)` gives a Gemm its epilogue. False (nothing emitted)
-    where a zero point is per row or column, which the Gemm has not."""
-    if "vector" in (_zp_along(node, AZ, M, "A's"), _zp_along(node, BZ, N, "B's")):
-        return False
+def _one_value(ctx, i: int) -> bool:
+    """Is input i a constant holding one value throughout (a zero point per row or column in
+    form only, as quantizers write per-channel weights' zeros)?"""
+    c = ctx.const(i)
+    return c is not None and c.size > 0 and bool(np.all(c == c.reshape(-1)[0]))
+
+
+def _int_gemms(ctx, node, A, B, AZ, BZ, batch, M, K, N, dest_buf, epilogue=None, zp_inputs=(2, 3)) -> bool:
+    """The product of A and B less their zero points (node inputs zp_inputs) as integer Gemms
+    (kernel/ir.py: the schedule picks how they run) landing in dest_buf [batch..., M, N]
+    (int32), as MatMul lowers its float products: one taller Gemm when B is one matrix for the
+    whole batch, else one per batch entry. `epilogue(builder, gemm)` gives a Gemm its epilogue.
+    False (nothing emitted) where a zero point differs along the rows or columns, which the
+    Gemm has not."""
+    for z, n, what, i in ((AZ, M, "A's", zp_inputs[0]), (BZ, N, "B's", zp_inputs[1])):
+        if _zp_along(node, z, n, what) == "vector" and not _one_value(ctx, i):
+            return False
     b = ctx.b
-    zero = [cast(Load(z, const(0)), I32) if z is not None else None for z in (AZ, BZ)]
+    # a constant zero point as its value, so that the schedule sees which are 0 (schedule/gemm_cpu.py)
+    zero = [None if z is None else const(int(ctx.const(i).reshape(-1)[0]), I32) if ctx.const(i) is not None
+            else cast(Load(z, const(0)), I32) for z, i in zip((AZ, BZ), zp_inputs)]
     nb = len(batch)
     a_batch = (1,) * (nb - len(A.shape) + 2) + tuple(A.shape[:-2])
     b_batch = (1,) * (nb - len(B.shape) + 2) + tuple(B.shape[:-2])
@@ -332,7 +347,7 @@ def _lower_qlmm(node, ctx):
         g.epilogue = ep.body
 
     sums = ctx.scratch(tuple(batch) + (M, N), I32, "sums")
-    if not _int_gemms(ctx, node, A, B, AZ, BZ, batch, M, K, N, sums, epilogue):
+    if not _int_gemms(ctx, node, A, B, AZ, BZ, batch, M, K, N, sums, epilogue, zp_inputs=(2, 5)):
         _int_matmul(b, node, A, B, AZ, BZ, batch, M, K, N, lambda at, acc, j: b.store(Y, at, requantize(b, acc, j)))
 
 

@@ -1,12 +1,15 @@
 """Ops compiled as a composition of others, built once shape inference knows their inputs.
 
 ConvInteger and QLinearConv are an int32 convolution: x and w cast to int32 less their zero
-points (w's per output channel reshaped onto its first dim), then Conv: in float32 (the
-im2col GEMM) where every output sums few enough products for float32 to hold every partial sum
-exactly (at most EXACT_FLOAT_TERMS, 258); beyond that, aotc.ConvInteger (ops/quant.py: an
-integer Gemm of the 8-bit operands themselves, which a CPU schedule runs as an 8-bit GEMM)
-where w has no zero point (a constant zero) and the convolution is not depthwise, else in
-int32 by the direct loop nest. A padding tap
+points (w's per output channel reshaped onto its first dim), then Conv:
+- aotc.ConvInteger (ops/quant.py: an integer Gemm of the 8-bit operands themselves, which a
+  CPU schedule runs as an 8-bit GEMM) where w has no zero point (a constant zero), the
+  convolution is not depthwise, and either the target has an 8-bit GEMM faster than its
+  float32 one (Graph.int8_gemm) or outputs sum more than EXACT_FLOAT_TERMS products;
+- else in float32 (the im2col GEMM) where every output sums few enough products for float32
+  to hold every partial sum exactly (at most EXACT_FLOAT_TERMS, 258);
+- else in int32 by the direct loop nest.
+A padding tap
 reads 0, as the spec's padding with x's zero point gives. The weight's cast and subtraction fold at compile time. QLinearConv
 then requantizes in the elementwise chain the Conv runs after it:
 y = saturate(rint(float(acc) * (x_scale * w_scale / y_scale)) + y_zero_point), the multiplier
@@ -63,15 +66,16 @@ EXACT_FLOAT_TERMS = (1 << 24) // (255 * 255)
 def _int32_conv(g: Graph, b: _Nodes, x: str, xz: str, w: str, wz: str, bias: str, attrs: dict,
                 out: str | None = None) -> str:
     """The int32 convolution of x and w less their zero points (plus an int32 bias), into
-    `out` (a fresh name by default). When each output sums at most EXACT_FLOAT_TERMS products,
-    the convolution runs in float32 (the im2col GEMM), which is then exact, and is cast to int32;
+    `out` (a fresh name by default): an integer Gemm where the module's docstring says. Else, when
+    each output sums at most EXACT_FLOAT_TERMS products, the convolution runs in float32 (the im2col GEMM), which is then exact, and is cast to int32;
     else in int32 (the direct loop nest)."""
     xv, wv = g.values[x], g.values[w]
     rank = len(wv.shape)
     terms = int(np.prod(wv.shape[1:]))                # input channels of a group x taps
     depthwise = wv.shape[1] == 1 and int(attrs.get("group", 1)) > 1
     wz_value = g.const(wz) if wz else None
-    if terms > EXACT_FLOAT_TERMS and not depthwise and (not wz or (wz_value is not None and not np.any(wz_value))):
+    integer_gemm = g.int8_gemm or terms > EXACT_FLOAT_TERMS
+    if integer_gemm and not depthwise and (not wz or (wz_value is not None and not np.any(wz_value))):
         # the 8-bit operands as they are: an integer Gemm (aotc.ConvInteger)
         zero = xz or b.const(np.zeros((), xv.dtype), "x_zero_point")
         return b.add("aotc.ConvInteger", [x, w, zero] + ([bias] if bias else []), out, **attrs)
