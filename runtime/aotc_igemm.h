@@ -44,6 +44,14 @@
 #define AOTC_IGEMM_AVX512 0
 #endif
 
+/* B's panels packed 16 columns at a time by SSE2 shuffles (every x86-64 CPU has them) */
+#if defined(__SSE2__) && AOTC_GEMM_NR % 16 == 0 && !defined(AOTC_IGEMM_PLAIN)
+#define AOTC_IGEMM_SSE2 1
+#include <emmintrin.h>
+#else
+#define AOTC_IGEMM_SSE2 0
+#endif
+
 /* the tiles (aotc_igemm_tile_kind) */
 enum { AOTC_IGEMM_TILE_PLAIN = 0, AOTC_IGEMM_TILE_AVX512BW = 1, AOTC_IGEMM_TILE_VNNI = 2 };
 
@@ -80,9 +88,26 @@ static void aotc_igemm_pack_b(int64_t kc, int64_t n, const uint8_t *B, int64_t r
             uint8_t *restrict d = Bp + q * AOTC_GEMM_NR * 4;
             if (nr == AOTC_GEMM_NR && cs == 1 && 4 * q + 3 < kc) {
                 const uint8_t *b = B + 4 * q * rs + j0;
+#if AOTC_IGEMM_SSE2
+                /* 16 columns at a time: the 4 rows' bytes interleaved in pairs, then the pairs */
+                for (j = 0; j < AOTC_GEMM_NR; j += 16) {
+                    const __m128i r0 = _mm_loadu_si128((const __m128i *)(b + j));
+                    const __m128i r1 = _mm_loadu_si128((const __m128i *)(b + rs + j));
+                    const __m128i r2 = _mm_loadu_si128((const __m128i *)(b + 2 * rs + j));
+                    const __m128i r3 = _mm_loadu_si128((const __m128i *)(b + 3 * rs + j));
+                    const __m128i lo01 = _mm_unpacklo_epi8(r0, r1), hi01 = _mm_unpackhi_epi8(r0, r1);
+                    const __m128i lo23 = _mm_unpacklo_epi8(r2, r3), hi23 = _mm_unpackhi_epi8(r2, r3);
+                    _mm_storeu_si128((__m128i *)(d + j * 4), _mm_unpacklo_epi16(lo01, lo23));
+                    _mm_storeu_si128((__m128i *)(d + j * 4 + 16), _mm_unpackhi_epi16(lo01, lo23));
+                    _mm_storeu_si128((__m128i *)(d + j * 4 + 32), _mm_unpacklo_epi16(hi01, hi23));
+                    _mm_storeu_si128((__m128i *)(d + j * 4 + 48), _mm_unpackhi_epi16(hi01, hi23));
+                }
+                (void)t;
+#else
                 for (j = 0; j < AOTC_GEMM_NR; ++j)
                     for (t = 0; t < 4; ++t)
                         d[j * 4 + t] = b[t * rs + j];
+#endif
                 continue;
             }
             for (j = 0; j < AOTC_GEMM_NR; ++j)
@@ -259,6 +284,56 @@ static inline int aotc_igemm_tile_kind(void)
 }
 #endif
 
+/* The tile's sums over `quads` quads by the tile of `kind`: stored into C (whole tiles of a C
+ * with contiguous columns, = or += when accumulate; returns 1) or else into `sum` (returns 0) */
+static inline int aotc_igemm_tile_by(int a_unsigned, int kind, int64_t quads, const uint8_t *a, const uint8_t *b,
+                                     int32_t *C, int64_t rsc, int64_t csc, int64_t mr, int64_t nr, int accumulate,
+                                     int32_t sum[AOTC_GEMM_MR][AOTC_GEMM_NR])
+{
+#if AOTC_IGEMM_AVX512
+    if (kind == AOTC_IGEMM_TILE_VNNI)
+        return a_unsigned ? aotc_igemm_tile_vnni(1, quads, a, b, C, rsc, csc, mr, nr, accumulate, sum)
+                          : aotc_igemm_tile_vnni(0, quads, a, b, C, rsc, csc, mr, nr, accumulate, sum);
+    if (kind == AOTC_IGEMM_TILE_AVX512BW)
+        return a_unsigned ? aotc_igemm_tile_bw(1, quads, a, b, C, rsc, csc, mr, nr, accumulate, sum)
+                          : aotc_igemm_tile_bw(0, quads, a, b, C, rsc, csc, mr, nr, accumulate, sum);
+#else
+    (void)kind, (void)C, (void)rsc, (void)csc, (void)mr, (void)nr, (void)accumulate;
+#endif
+    if (a_unsigned)
+        aotc_igemm_sums(1, quads, a, b, sum);
+    else
+        aotc_igemm_sums(0, quads, a, b, sum);
+    return 0;
+}
+
+/* The tile's sums into `sum` (for the generated whole tiles below) */
+static inline void aotc_igemm_tile_sums(int a_unsigned, int kind, int64_t quads, const uint8_t *a, const uint8_t *b,
+                                        int32_t sum[AOTC_GEMM_MR][AOTC_GEMM_NR])
+{
+    aotc_igemm_tile_by(a_unsigned, kind, quads, a, b, NULL, 0, 0, AOTC_GEMM_MR, AOTC_GEMM_NR, 0, sum);
+}
+
+/* A whole MR x NR tile of an integer GEMM's last K block, epilogue included: epilogue(a . b over
+ * `quads` quads (+ C when accumulate: the earlier K blocks' sums)) for the tile at rows i0..,
+ * columns j0.. of C (at the tile; C's columns contiguous). The C emitter generates one where
+ * the epilogue (the zero point taken off, requantization, the next layer's input) can run on
+ * the sums of aotc_igemm_tile_sums, a row of lanes at a time, and needs no int32 C stored: the
+ * sums then never leave the L1 cache, where storing them and running the epilogue over C
+ * after took up to a third of a quantized 1x1 convolution. The edge tiles keep the plain tile
+ * and the epilogue function. Generated where the compiler takes OpenMP's SIMD pragmas (as
+ * for the float GEMM's, aotc_gemm_packed.h). */
+typedef void (*aotc_whole_itile_fn)(void *args, int kind, int64_t quads, const uint8_t *a, const uint8_t *b,
+                                    int32_t *C, int64_t i0, int64_t j0, int accumulate);
+#if defined(AOTC_OPENMP_SIMD)
+#define AOTC_ITILE_EPILOGUES 1
+#define AOTC_WHOLE_ITILE(fn) fn
+#define AOTC_ITILE_LANES _Pragma("omp simd")
+#else
+#define AOTC_ITILE_EPILOGUES 0
+#define AOTC_WHOLE_ITILE(fn) NULL
+#endif
+
 /* One tile: C[0:mr, 0:nr] (=, or += when accumulate) a . b over `quads` quads (one packed panel
  * each); element (i, j) of C at C[i*rsc + j*csc]. */
 AOTC_NOINLINE static void aotc_igemm_tile(int a_unsigned, int kind, int64_t quads, const uint8_t *a, const uint8_t *b,
@@ -266,23 +341,8 @@ AOTC_NOINLINE static void aotc_igemm_tile(int a_unsigned, int kind, int64_t quad
 {
     int32_t sum[AOTC_GEMM_MR][AOTC_GEMM_NR];
     int64_t i, j;
-#if AOTC_IGEMM_AVX512
-    if (kind == AOTC_IGEMM_TILE_VNNI) {
-        if (a_unsigned ? aotc_igemm_tile_vnni(1, quads, a, b, C, rsc, csc, mr, nr, accumulate, sum)
-                       : aotc_igemm_tile_vnni(0, quads, a, b, C, rsc, csc, mr, nr, accumulate, sum))
-            return;
-    } else if (kind == AOTC_IGEMM_TILE_AVX512BW) {
-        if (a_unsigned ? aotc_igemm_tile_bw(1, quads, a, b, C, rsc, csc, mr, nr, accumulate, sum)
-                       : aotc_igemm_tile_bw(0, quads, a, b, C, rsc, csc, mr, nr, accumulate, sum))
-            return;
-    } else
-#else
-    (void)kind;
-#endif
-    if (a_unsigned)
-        aotc_igemm_sums(1, quads, a, b, sum);
-    else
-        aotc_igemm_sums(0, quads, a, b, sum);
+    if (aotc_igemm_tile_by(a_unsigned, kind, quads, a, b, C, rsc, csc, mr, nr, accumulate, sum))
+        return;
     for (i = 0; i < mr; ++i)
         for (j = 0; j < nr; ++j)
             C[i * rsc + j * csc] = accumulate ? C[i * rsc + j * csc] + sum[i][j] : sum[i][j];
@@ -307,6 +367,7 @@ typedef struct {
     int64_t work_bytes;
     aotc_tile_fn epilogue;      /* NULL: none */
     void *epilogue_args;
+    aotc_whole_itile_fn tile;   /* NULL, or the epilogue's whole tiles (csc must be 1) */
 } aotc_igemm_call;
 
 /* Rows [m0, m1) x columns [n0, n1) of C (m0 a multiple of MR, n0 of NR). */
@@ -362,6 +423,12 @@ static void aotc_igemm_block(const aotc_igemm_call *g, int64_t m0, int64_t m1, i
                     for (jr = 0; jr < nc; jr += AOTC_GEMM_NR) {
                         const int64_t mr = aotc_gemm_min(AOTC_GEMM_MR, mc - ir);
                         const int64_t nr = aotc_gemm_min(AOTC_GEMM_NR, nc - jr);
+                        if (last && g->tile && mr == AOTC_GEMM_MR && nr == AOTC_GEMM_NR) {
+                            g->tile(g->epilogue_args, kind, kc4 / 4, ap + ir * kc4, bp + jr * kc4,
+                                    C0 + (ic + ir) * g->rsc + (jc + jr) * g->csc, m0 + ic + ir, n0 + jc + jr,
+                                    g->accumulate || pc > 0);
+                            continue;
+                        }
                         aotc_igemm_tile(g->a_unsigned, kind, kc4 / 4, ap + ir * kc4, bp + jr * kc4,
                                         C0 + (ic + ir) * g->rsc + (jc + jr) * g->csc, g->rsc, g->csc, mr, nr,
                                         g->accumulate || pc > 0);

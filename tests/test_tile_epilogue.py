@@ -9,7 +9,9 @@ The model's GEMMs take both orientations (an output of 7 x 7 pixels is computed 
 K in one block and in several (the last block adds to what the earlier ones stored), edge
 tiles, and the epilogues the zoo has: bias, Relu, Clip, a residual Add, SiLU (sigmoid), the
 erf GELU, HardSwish, and a Conv whose own output is also a graph output (the epilogue stores
-it beside the chain's result)."""
+it beside the chain's result). The integer GEMMs' too (runtime/aotc_igemm.h): their epilogues
+requantize the int32 sums into another buffer, so that whole tiles store no sums at all; they
+agree with ONNX Runtime exactly."""
 from __future__ import annotations
 
 import re
@@ -95,3 +97,54 @@ def test_tile_epilogue_matches_the_stored_tile_and_ort(target, threads, tmp_path
     for name, a, b, r in zip(fused.output_names, got, want, ref):
         np.testing.assert_array_equal(a, b, err_msg=name)
         np.testing.assert_allclose(a, r, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+def _integer_model(tmp_path: Path):
+    """Integer GEMMs (runtime/aotc_igemm.h) whose epilogues run in the tile: requantizing
+    QLinearConvs (a 1x1 with edge tiles; a 3x3 of 432 products an output, two K blocks), a
+    QLinearMatMul, and a MatMulInteger whose int32 result is the graph's output (its epilogue,
+    taking A's zero point off, stores C itself)."""
+    N = helper.make_node
+    rng = np.random.default_rng(7)
+    u8, s8, f32 = np.uint8, np.int8, np.float32
+
+    def ints(dt, *shape):
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, size=shape, endpoint=True).astype(dt)
+
+    feeds = {"x": ints(u8, 1, 64, 12, 13), "z": ints(u8, 1, 48, 9, 11), "a": ints(u8, 50, 513),
+             "m": ints(u8, 37, 300)}
+    inits = {"xs": np.array(0.02, f32), "xz": np.array(120, u8), "ys": np.array(0.7, f32),
+             "yz": np.array(100, u8), "w1": ints(s8, 40, 64, 1, 1), "ws1": rng.uniform(0.001, 0.01, 40).astype(f32),
+             "wz1": np.zeros(40, s8), "b1": rng.integers(-2000, 2000, 40).astype(np.int32),
+             "w3": ints(s8, 24, 48, 3, 3), "ws3": np.array(0.004, f32), "wz3": np.array(0, s8),
+             "w4": ints(s8, 513, 33), "ws4": rng.uniform(0.0005, 0.002, 33).astype(f32), "wz4": np.array(0, s8),
+             "w5": ints(s8, 300, 40), "az": np.array(131, u8)}
+    nodes = [N("QLinearConv", ["x", "xs", "xz", "w1", "ws1", "wz1", "ys", "yz", "b1"], ["y1"]),
+             N("QLinearConv", ["z", "xs", "xz", "w3", "ws3", "wz3", "ys", "yz"], ["y3"], pads=[1, 1, 1, 1]),
+             N("QLinearMatMul", ["a", "xs", "xz", "w4", "ws4", "wz4", "ys", "yz"], ["y4"]),
+             N("MatMulInteger", ["m", "w5", "az"], ["y5"])]
+    path = tmp_path / "integer.onnx"
+    onnx.save(graph_model(nodes, feeds, ["y1", "y3", "y4", "y5"], inits, opset=13), str(path))
+    return path, feeds
+
+
+@pytest.mark.parametrize("target,threads", [("native", 1), ("c", 1), ("eager", 2)])
+def test_integer_tile_epilogue_matches_the_stored_tile_and_ort(target, threads, tmp_path):
+    import onnxruntime as ort
+    target = eager_threads_target(tmp_path) if target == "eager" else native_target() if target == "native" \
+        else target
+    path, feeds = _integer_model(tmp_path)
+    fused = aotc_compile(path, target=target, output_dir=tmp_path / "fused", threads=threads)
+    stored = aotc_compile(path, target=target_with_switch_off(target, tmp_path, "tile_epilogue", "stored"),
+                          output_dir=tmp_path / "stored", threads=threads)
+    src = (tmp_path / "fused" / "integer.c").read_text()
+    # (the 1x1 QLinearConv sums 64 products: an integer GEMM where the target's is the faster
+    # one, else float32's, exact)
+    assert src.count(".tile = AOTC_WHOLE_ITILE(") == (4 if load_target(target)["gemm"].get("int8_tile") else 3)
+    assert ".tile =" not in (tmp_path / "stored" / "integer.c").read_text()
+    got, want = fused.run(feeds), stored.run(feeds)
+    ref = ort.InferenceSession(onnx.load(str(path)).SerializeToString()).run(None, feeds)
+    for name, a, b, r in zip(fused.output_names, got, want, ref):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+        np.testing.assert_array_equal(a, r, err_msg=name)

@@ -29,9 +29,9 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import AotcError
-from ..kernel.ir import (F32, PARALLEL, REDUCTION, SERIAL, SPATIAL, VECTORIZED, Assign, BinOp, Buffer, Call, CallStmt,
-                         Cast, Const, Decl, Expr, Fail, Gemm, If, Load, Loop, Select, Stmt, Store, Var, children,
-                         map_stmts, replace_buffers, const, same_expr, stmt_exprs, walk_buffers, walk_expr, walk_stmts)
+from ..kernel.ir import (F32, PARALLEL, REDUCTION, SERIAL, SPATIAL, VECTORIZED, Assign, BinOp, Buffer, BufPtr, Call,
+                         CallStmt, Cast, Const, Decl, Expr, Fail, Gemm, If, Load, Loop, Select, Stmt, Store, Var,
+                         children, map_stmts, replace_buffers, const, same_expr, stmt_exprs, walk_buffers, walk_expr, walk_stmts)
 from ..kernel.integer_gemm import expand_integer_gemm
 from ..kernel.retype import widen_accumulators
 from .direct import drop_unused_scratch, read_im2col_directly
@@ -56,12 +56,14 @@ def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
     in_tile = bool(target.get("gemm", {}).get("tile_epilogue", True))
     vec = target.get("vector", {})
     run, run_stmts = int(vec.get("run", 0)), int(vec.get("run_max_statements", 0))
+    # the values some kernel reads, or the caller: a GEMM's C among them is read after it
+    read = {v for st in steps for v in st.reads} | set(graph.outputs)
     for st in steps:
         k = st.kernel
         # (a GEMM computed transposed reads B as its A: that one keeps the im2col buffer)
         k.body = read_im2col_directly(k.body, lambda g: im2col and packs_im2col(g) and
                                       not tiles.prefers_transposed(g.M, g.N, g.K))
-        k.body = _gemms(k.body, [], st, packer, tiles, threads, min_gemm, in_tile)
+        k.body = _gemms(k.body, [], st, packer, tiles, threads, min_gemm, in_tile, read)
         drop_unused_scratch(k)
         if threads > 1:
             k.body = _parallelize(k.body, min_work, threads)
@@ -77,21 +79,34 @@ def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
 
 # ----------------------------------------------------------------------------- GEMMs
 def _gemms(stmts: list[Stmt], loops: list[Loop], st, packer: ConstPacker, tiles: GemmTiles, threads: int,
-           min_gemm: int, in_tile: bool) -> list[Stmt]:
+           min_gemm: int, in_tile: bool, read: set) -> list[Stmt]:
     out = []
     for s in stmts:
         if isinstance(s, Gemm) and s.integer:
-            out += _schedule_integer_gemm(s, loops, st, packer, tiles, threads, min_gemm)
+            out += _schedule_integer_gemm(s, loops, st, packer, tiles, threads, min_gemm, in_tile,
+                                          _c_dead(s, st, read))
             continue
         if isinstance(s, Gemm):
             s = _schedule_gemm(s, loops, st, packer, tiles, threads, min_gemm, in_tile)
         elif isinstance(s, Loop):
-            s = replace(s, body=_gemms(s.body, loops + [s], st, packer, tiles, threads, min_gemm, in_tile))
+            s = replace(s, body=_gemms(s.body, loops + [s], st, packer, tiles, threads, min_gemm, in_tile, read))
         elif isinstance(s, If):
-            s = If(s.cond, _gemms(s.then, loops, st, packer, tiles, threads, min_gemm, in_tile),
-                   _gemms(s.orelse, loops, st, packer, tiles, threads, min_gemm, in_tile))
+            s = If(s.cond, _gemms(s.then, loops, st, packer, tiles, threads, min_gemm, in_tile, read),
+                   _gemms(s.orelse, loops, st, packer, tiles, threads, min_gemm, in_tile, read))
         out.append(s)
     return out
+
+
+def _c_dead(g: Gemm, st, read: set) -> bool:
+    """Does nothing read g's C after g but its own epilogue? (C is no value another kernel or
+    the caller reads, and no statement of this kernel outside g loads it.)"""
+    if st.binds.get(g.c.buf.name) in read:
+        return False
+    own = {id(t) for t in walk_stmts([g] + g.row_epilogue + g.epilogue)}
+    # (a store counts too: stmt_exprs gives it as a load of what it overwrites)
+    return not any(isinstance(x, (Load, BufPtr)) and x.buf is g.c.buf
+                   for s in walk_stmts(st.kernel.body) if id(s) not in own
+                   for e in stmt_exprs(s) for x in walk_expr(e))
 
 
 def _schedule_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int, min_gemm: int,
@@ -119,7 +134,7 @@ def _on_threads(g: Gemm, tiles: GemmTiles, threads: int, min_gemm: int, work_flo
 
 
 def _schedule_integer_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int,
-                           min_gemm: int) -> list[Stmt]:
+                           min_gemm: int, in_tile: bool, c_dead: bool) -> list[Stmt]:
     """An integer Gemm: the 8-bit GEMM of runtime/aotc_igemm.h where one operand is uint8 and
     strided and the other a constant int8 with no zero point (a quantized model's weights), the
     constant packed here in quads; the uint8 operand's zero point z comes off in the epilogue:
@@ -139,7 +154,8 @@ def _schedule_integer_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmT
             if sums is not None:
                 g = _less_zero_point(g, z, sums, st.kernel.fresh)
             work_bytes = tiles.int8_work_bytes(g.M, g.N, g.K, g.a.packed, g.b.packed)
-            return [_on_threads(g, tiles, threads, min_gemm, -(-work_bytes // 4))]   # (the scratch is floats)
+            g = _on_threads(g, tiles, threads, min_gemm, -(-work_bytes // 4))   # (the scratch is floats)
+            return [replace(g, tile_epilogue=in_tile and epilogue_in_tile(g, tiles, c_dead))]
     return expand_integer_gemm(g, st.kernel.fresh)
 
 

@@ -356,7 +356,7 @@ def choose_split(g: Gemm, tiles: GemmTiles, threads: int) -> str:
     return min(options, key=cost) if options else "none"
 
 
-def epilogue_in_tile(g: Gemm, tiles: GemmTiles) -> bool:
+def epilogue_in_tile(g: Gemm, tiles: GemmTiles, c_dead: bool = False) -> bool:
     """Can g's whole micro-tiles run its epilogue on their sums, before storing them
     (Gemm.tile_epilogue)? The tile then applies it to one vector of sums at a time, whose lanes
     are consecutive columns of C (or rows, for a product computed transposed, where the runtime
@@ -367,16 +367,19 @@ def epilogue_in_tile(g: Gemm, tiles: GemmTiles) -> bool:
         consecutive elements;
       * a straight-line epilogue (stores and locals: what a compiler vectorizes over lanes);
       * no read of C but the value itself (C's elements are never stored as plain sums), and
-        a store of the epilogue's own to C(i, j), so that C holds what it held before."""
+        a store of the epilogue's own to C(i, j), so that C holds what it held before; or
+        (c_dead) nothing reads C after the GEMM but its epilogue (an integer GEMM's int32 sums,
+        requantized into another buffer), so that what whole tiles leave in it is never read.
+    An integer GEMM's tile has rows only: its C needs contiguous columns."""
     stmts = g.row_epilogue + g.epilogue
     if not g.epilogue or g.M < tiles.mr or g.N < tiles.nr or 1 not in (g.c.cs, g.c.rs) or g.c.layout != "strided" \
-            or not all(isinstance(s, (Store, Decl, Assign)) for s in stmts):
+            or not all(isinstance(s, (Store, Decl, Assign)) for s in stmts) or (g.integer and g.c.cs != 1):
         return False
     for s in stmts:
         exprs = [s.index, s.value] if isinstance(s, Store) else [s.init if isinstance(s, Decl) else s.value]
         if any(isinstance(x, Load) and x.buf is g.c.buf for e in exprs for x in walk_expr(e)):
             return False
-    return _stores_c_everywhere(g, stmts)
+    return c_dead or _stores_c_everywhere(g, stmts)
 
 
 def _stores_c_everywhere(g: Gemm, stmts: list) -> bool:
@@ -395,7 +398,10 @@ def _stores_c_everywhere(g: Gemm, stmts: list) -> bool:
         try:
             for s in stmts:
                 if isinstance(s, Decl) and s.var.dtype.kind in "iu":
-                    env[s.var.name] = evaluate(s.init, env)
+                    try:
+                        env[s.var.name] = evaluate(s.init, env)
+                    except (KeyError, ValueError, ZeroDivisionError):
+                        pass        # a value (read from memory), not an index: no store's index then uses it
             want = evaluate(g.c.at(g.i, g.j), env)
             if not any(evaluate(s.index, env) == want for s in stores):
                 return False

@@ -210,7 +210,8 @@ class CPrinter(CStylePrinter):
             struct, init, unpack = self._epilogue(s, stem)
             fields += [("epilogue", f"{self.kernel_.name}_{stem}"), ("epilogue_args", "&epilogue")]
             if s.tile_epilogue:
-                fields.append(("tile", self._tile_epilogue(s, self._task, struct, unpack)))
+                make = self._integer_tile_epilogue if s.integer else self._tile_epilogue
+                fields.append(("tile", make(s, self._task, struct, unpack)))
         self.out(f"{pad}{{")
         if view:
             self.out(f"{pad}    /* B: the im2col matrix of {view[0][1]}, packed from it block by block */")
@@ -314,6 +315,53 @@ class CPrinter(CStylePrinter):
                 f"    {struct} *aotc_args = ({struct} *)aotc_task;"] + unpack + lines + ["}", "#endif"]
         self.helpers.append("\n".join(text))
         return f"{'AOTC_WHOLE_TILE' if by_rows else 'AOTC_WHOLE_TILE_COLUMNS'}({name})"
+
+
+    def _integer_tile_epilogue(self, s: Gemm, n: int, struct: str, unpack: list[str]) -> str:
+        """An integer GEMM's whole micro-tile with the epilogue run on its sums
+        (aotc_whole_itile_fn, runtime/aotc_igemm.h): the runtime's aotc_igemm_tile_sums into a
+        local MR x NR array, then the epilogue over each row's lanes (consecutive columns of
+        C), a loop the compiler turns into vector operations. C itself is not stored (nothing
+        reads it after the epilogue: schedule/cpu.py _c_dead) but for the earlier K blocks'
+        sums it holds, which an accumulating tile adds."""
+        name = f"{self.kernel_.name}_tile{n}"
+        C, i, j, acc = s.c, s.i, s.j, s.value
+        a_unsigned = "1" if s.a.buf.value_dtype.kind == "u" else "0"
+
+        def body():
+            self.out(f"    (void){C.buf.name};       /* (C: the edge tiles' and the other K blocks') */")
+            self.out("    int32_t aotc_sums[AOTC_GEMM_MR][AOTC_GEMM_NR];")
+            self.out(f"    aotc_igemm_tile_sums({a_unsigned}, aotc_kind, aotc_quads, aotc_a, aotc_b, aotc_sums);")
+            self.out("    for (int aotc_r = 0; aotc_r < AOTC_GEMM_MR; ++aotc_r) {")
+            self.out(f"        const {self.type_name(i.dtype)} {i.name} = aotc_i0 + aotc_r;")
+            self.out(f"        (void){i.name};")
+            self.stmts(s.row_epilogue, 2)
+            self.out("        AOTC_ITILE_LANES     /* the lanes: consecutive columns of C */")
+            self.out("        for (int aotc_l = 0; aotc_l < AOTC_GEMM_NR; ++aotc_l) {")
+            self.out(f"            const {self.type_name(j.dtype)} {j.name} = aotc_j0 + aotc_l;")
+            self.out(f"            const {self.type_name(acc.dtype)} {acc.name} = aotc_accumulate")
+            self.out(f"                ? aotc_c[aotc_r * {C.rs} + aotc_l] + aotc_sums[aotc_r][aotc_l]"
+                     " : aotc_sums[aotc_r][aotc_l];")
+            self.out(f"            (void){j.name};")
+            self.stmts(s.epilogue, 3)
+            self.out("        }")
+            self.out("    }")
+
+        self._in_task.append(struct)
+        try:
+            lines = self.capture(body)
+        finally:
+            self._in_task.pop()
+        text = ["#if AOTC_ITILE_EPILOGUES",
+                f"/* a whole tile of the integer GEMM, its epilogue run on the sums (edge tiles: the runtime's "
+                f"tile, then {self.kernel_.name}_epilogue{n}) */",
+                f"AOTC_NOINLINE static void {name}(void *aotc_task, int aotc_kind, int64_t aotc_quads, "
+                "const uint8_t *aotc_a, const uint8_t *aotc_b, int32_t *aotc_c, int64_t aotc_i0, int64_t aotc_j0, "
+                "int aotc_accumulate)",
+                "{",
+                f"    {struct} *aotc_args = ({struct} *)aotc_task;"] + unpack + lines + ["}", "#endif"]
+        self.helpers.append("\n".join(text))
+        return f"AOTC_WHOLE_ITILE({name})"
 
 
 def _ptr(m) -> BufPtr:
