@@ -332,6 +332,12 @@ class CPrinter(CStylePrinter):
             self.out(f"    (void){C.buf.name};       /* (C: the edge tiles' and the other K blocks') */")
             self.out("    int32_t aotc_sums[AOTC_GEMM_MR][AOTC_GEMM_NR];")
             self.out(f"    aotc_igemm_tile_sums({a_unsigned}, aotc_kind, aotc_quads, aotc_a, aotc_b, aotc_sums);")
+            # (the earlier K blocks' sums added first: a load under a condition in the lane loop
+            # keeps GCC from vectorizing it)
+            self.out("    if (aotc_accumulate)")
+            self.out("        for (int aotc_r = 0; aotc_r < AOTC_GEMM_MR; ++aotc_r)")
+            self.out("            for (int aotc_l = 0; aotc_l < AOTC_GEMM_NR; ++aotc_l)")
+            self.out(f"                aotc_sums[aotc_r][aotc_l] += aotc_c[aotc_r * {C.rs} + aotc_l];")
             self.out("    for (int aotc_r = 0; aotc_r < AOTC_GEMM_MR; ++aotc_r) {")
             self.out(f"        const {self.type_name(i.dtype)} {i.name} = aotc_i0 + aotc_r;")
             self.out(f"        (void){i.name};")
@@ -339,9 +345,7 @@ class CPrinter(CStylePrinter):
             self.out("        AOTC_ITILE_LANES     /* the lanes: consecutive columns of C */")
             self.out("        for (int aotc_l = 0; aotc_l < AOTC_GEMM_NR; ++aotc_l) {")
             self.out(f"            const {self.type_name(j.dtype)} {j.name} = aotc_j0 + aotc_l;")
-            self.out(f"            const {self.type_name(acc.dtype)} {acc.name} = aotc_accumulate")
-            self.out(f"                ? aotc_c[aotc_r * {C.rs} + aotc_l] + aotc_sums[aotc_r][aotc_l]"
-                     " : aotc_sums[aotc_r][aotc_l];")
+            self.out(f"            const {self.type_name(acc.dtype)} {acc.name} = aotc_sums[aotc_r][aotc_l];")
             self.out(f"            (void){j.name};")
             self.stmts(s.epilogue, 3)
             self.out("        }")
