@@ -190,3 +190,23 @@ def test_one_scale_beside_a_one_element_zero_point(tmp_path):
     got = aotc_compile(path, target="c", output_dir=tmp_path / "out").run({"b": b})[0]
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"b": b})[0]
     assert np.array_equal(got, want)
+
+
+def test_check_notes_mismatches_of_one_quantization_step():
+    """`aotc check` keeps a mismatch a mismatch, but says when every one is at most one step of
+    the output's DequantizeLinear scale (a quantized value next to a rounding boundary), and
+    which --atol accepts it; two steps get no such note."""
+    from aotc.check.parity import compare, quantization_steps
+    model, _ = _conv_model(10)
+    steps = quantization_steps(model)
+    (out, step), = steps.items()
+    assert out == model.graph.output[0].name and step == pytest.approx(0.4)
+    ref = _f32(np.random.default_rng(11).integers(0, 255, 50) * step)
+    one = ref.copy()
+    one[[3, 17]] += _f32(step)
+    report = compare(out, one, ref, 1e-4, 1e-5, (), step)
+    assert not report.passed and "one step of the output's quantization scale" in report.note
+    assert compare(out, one, ref, 1e-4, step * 1.001, (), step).passed
+    two = ref.copy()
+    two[5] += _f32(2 * step)
+    assert compare(out, two, ref, 1e-4, 1e-5, (), step).note == ""

@@ -3,6 +3,8 @@
 Where ONNX Runtime handles NaN otherwise than the ONNX spec and its reference implementation
 (which aotc follows), the mismatch stays a mismatch, but its note says so: when every mismatching
 element of a float output is NaN on one side only and the model holds one of ORT_NAN_DIVERGENCES.
+Likewise when an output is a DequantizeLinear's and every mismatch is at most one step of its
+scale: a quantized model's values next to a rounding boundary (quantization_steps).
 """
 from __future__ import annotations
 
@@ -39,6 +41,29 @@ ORT_NAN_DIVERGENCES = {
     "ReduceMin": "ONNX Runtime's ReduceMin skips NaN, the ONNX spec propagates it",
     "Clip": "ONNX Runtime's Clip ignores a NaN min or max, the ONNX spec (numpy's clip) gives NaN",
 }
+
+
+def quantization_steps(model) -> dict[str, float]:
+    """Graph output -> the scale of the DequantizeLinear that makes it, where that is one
+    constant value (one 8-bit step of the output)."""
+    inits = {t.name: t for t in model.graph.initializer}
+    out: dict[str, float] = {}
+    for n in model.graph.node:
+        if n.op_type == "DequantizeLinear" and len(n.input) > 1 and n.input[1] in inits:
+            scale = onnx.numpy_helper.to_array(inits[n.input[1]])
+            if scale.size == 1:
+                out[n.output[0]] = float(abs(scale.reshape(-1)[0]))
+    outputs = {o.name for o in model.graph.output}
+    return {k: v for k, v in out.items() if k in outputs}
+
+
+def quantization_note(bad: np.ndarray, abs_err: np.ndarray, step: float | None) -> str:
+    """A note when every mismatch is at most one step of the output's quantization scale."""
+    if not step or not bad.any() or not np.all(abs_err[bad] <= step * (1 + 1e-5)):
+        return ""
+    return (f"every mismatch is one step of the output's quantization scale ({step:.4g}) or less: a value "
+            "next to a rounding boundary, which ONNX Runtime's fused integer kernels (QLinearAdd's "
+            f"fixed-point scales, say) round the other way; --atol {step * (1 + 1e-5):.4g} accepts one step")
 
 
 def model_op_types(model) -> set[str]:
@@ -138,8 +163,9 @@ def _ulp_distance(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def compare(name: str, got: np.ndarray, ref: np.ndarray, rtol: float, atol: float,
-            op_types: Iterable[str] = ()) -> OutputReport:
-    """`op_types`: the model's (model_op_types), for the note on known NaN divergences."""
+            op_types: Iterable[str] = (), step: float | None = None) -> OutputReport:
+    """`op_types`: the model's (model_op_types), for the note on known NaN divergences; `step`:
+    the output's quantization step (quantization_steps), for the note on rounding."""
     ref = np.asarray(ref)
     if got.shape != ref.shape or got.dtype != ref.dtype:
         return OutputReport(name, str(got.dtype), list(got.shape), float("inf"), float("inf"), float("inf"),
@@ -166,4 +192,5 @@ def compare(name: str, got: np.ndarray, ref: np.ndarray, rtol: float, atol: floa
     return OutputReport(name, str(got.dtype), list(got.shape),
                         float(abs_err.max()) if got.size else 0.0,
                         float(np.where(abs_err == 0, 0.0, rel_err).max()) if got.size else 0.0,
-                        _ulp_distance(got, ref), n, n == 0, nan_divergence_note(bad, got, ref, op_types))
+                        _ulp_distance(got, ref), n, n == 0,
+                        nan_divergence_note(bad, got, ref, op_types) or quantization_note(bad, abs_err, step))

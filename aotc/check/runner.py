@@ -17,7 +17,8 @@ from ..errors import InputError
 from ..frontend import import_model, load_onnx
 from ..ir import dtypes
 from .inputs import sample_inputs
-from .parity import OutputReport, compare, model_op_types, random_outputs, random_report
+from .parity import (OutputReport, compare, model_op_types, quantization_steps, random_outputs,
+                     random_report)
 
 
 @dataclass
@@ -222,12 +223,13 @@ def run_check(model_path, target: str = "native", inputs: Optional[Mapping[str, 
         ref, source = reference_run(model_path, {**feeds, **{k: np.asarray(v) for k, v in consts.items()}})
         res = CheckResult(str(model_path), m.manifest["target"], rtol, atol, reference=source)
         outs = list(zip(m.output_names, got, ref))
-        def reports(op_types=()):
+        def reports(op_types=(), steps=None):
             return [random_report(name, a, b, drawn[name]) if name in drawn else
-                    compare(name, a, b, rtol, atol, op_types) for name, a, b in outs]
+                    compare(name, a, b, rtol, atol, op_types, (steps or {}).get(name)) for name, a, b in outs]
         res.outputs = reports()
-        if not res.passed:          # a note on the mismatches that are ONNX Runtime's NaN handling
-            res.outputs = reports(model_op_types(onnx.load(str(model_path), load_external_data=False)))
+        if not res.passed:          # a note on mismatches that are ONNX Runtime's NaN handling or rounding
+            proto = onnx.load(str(model_path), load_external_data=False)
+            res.outputs = reports(model_op_types(proto), quantization_steps(proto))
         return res
     finally:
         if tmp is not None:

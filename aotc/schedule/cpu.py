@@ -31,7 +31,8 @@ import numpy as np
 from ..errors import AotcError
 from ..kernel.ir import (F32, PARALLEL, REDUCTION, SERIAL, SPATIAL, VECTORIZED, Assign, BinOp, Buffer, BufPtr, Call,
                          CallStmt, Cast, Const, Decl, Expr, Fail, Gemm, If, Load, Loop, Select, Stmt, Store, Var,
-                         children, map_stmts, replace_buffers, const, same_expr, stmt_exprs, walk_buffers, walk_expr, walk_stmts)
+                         children, map_stmts, replace_buffers, const, same_expr, stmt_exprs, walk_buffers, walk_expr,
+                         walk_stmts)
 from ..kernel.integer_gemm import expand_integer_gemm
 from ..kernel.retype import widen_accumulators
 from .direct import drop_unused_scratch, read_im2col_directly
