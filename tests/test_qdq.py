@@ -29,8 +29,9 @@ def _f32(x):
 class _Builder:
     """A QDQ graph as quantize_static writes one: float input, QuantizeLinear, then islands."""
 
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, signed: bool = False):
         self.rng = np.random.default_rng(seed)
+        self.signed = signed          # int8 activations (uint8 by default)
         self.nodes, self.inits, self.n = [], {}, 0
 
     def name(self, hint):
@@ -43,8 +44,8 @@ class _Builder:
         return k
 
     def quantize(self, x, scale, zp):
-        """x (float) quantized to uint8, and that dequantized: (q, dq) names"""
-        s, z = self.init("s", _f32(scale)), self.init("z", np.uint8(zp))
+        """x (float) quantized to uint8 (int8 when signed), and that dequantized: (q, dq) names"""
+        s, z = self.init("s", _f32(scale)), self.init("z", np.int8(zp - 128) if self.signed else np.uint8(zp))
         q, dq = self.name("q"), self.name("dq")
         self.nodes += [N("QuantizeLinear", [x, s, z], [q]), N("DequantizeLinear", [q, s, z], [dq])]
         return q, dq, float(scale)
@@ -76,9 +77,9 @@ class _Builder:
         return f, q, dq
 
 
-def _conv_model(seed, k=3, c=48, bias_scale=1.0, extra_reader=False):
+def _conv_model(seed, k=3, c=48, bias_scale=1.0, extra_reader=False, signed=False):
     """x [1, c, 11, 13] -> Q -> DQ -> Conv k x k (c -> 20, pad, per-channel weights, bias) -> Q -> DQ"""
-    b = _Builder(seed)
+    b = _Builder(seed, signed)
     _, xdq, sx = b.quantize("x", 0.03, 121)
     wdq, ws = b.weight((20, c, k, k), 0)
     bdq = b.bias(20, _f32(sx * ws * bias_scale))
@@ -155,11 +156,14 @@ def _within_a_step(got, want, step):
 
 
 @needs_avx512
-@pytest.mark.parametrize("case", ["bias_scale", "extra_reader"])
+@pytest.mark.parametrize("case", ["bias_scale", "extra_reader", "int8_activations"])
 def test_islands_the_pass_must_leave_stay_float(case, tmp_path):
     """A bias whose scale is not x_scale * w_scale (the integer bias would be read at the wrong
-    scale), or a float result another node reads (it must stay float for it)."""
-    model, feeds = _conv_model(6, bias_scale=1.5) if case == "bias_scale" else _conv_model(7, extra_reader=True)
+    scale), a float result another node reads (it must stay float for it), int8 activations
+    (the 8-bit GEMM multiplies uint8 by int8: int8 x int8 would run as loops)."""
+    model, feeds = {"bias_scale": lambda: _conv_model(6, bias_scale=1.5),
+                    "extra_reader": lambda: _conv_model(7, extra_reader=True),
+                    "int8_activations": lambda: _conv_model(12, signed=True)}[case]()
     path, got, want = _run(model, feeds, tmp_path, "c-avx512")
     assert "Conv" in _ops(path, "c-avx512") or "aotc.WinogradConv" in _ops(path, "c-avx512")
     _within_a_step(got[0], want[0], 0.4)
@@ -210,3 +214,26 @@ def test_check_notes_mismatches_of_one_quantization_step():
     two = ref.copy()
     two[5] += _f32(2 * step)
     assert compare(out, two, ref, 1e-4, 1e-5, (), step).note == ""
+
+
+@needs_avx512
+@pytest.mark.parametrize("x_type", [np.uint8, np.int8])
+def test_small_quantized_convolutions_take_the_8bit_gemm_for_its_operand_kinds(x_type, tmp_path):
+    """On c-avx512 a QLinearConv of 64 products an output (float32-exact) is an integer GEMM
+    where x is uint8 (w int8: the 8-bit GEMM's kinds), else the float32 GEMM of the cast
+    operands, not the loops an int8 x int8 Gemm would run as; both equal ONNX Runtime."""
+    import onnxruntime as ort
+    rng = np.random.default_rng(13)
+    info = np.iinfo(x_type)
+    x = rng.integers(info.min, info.max, (1, 64, 9, 10), endpoint=True).astype(x_type)
+    inits = {"xs": _f32(0.02), "xz": np.array(3, x_type), "w": rng.integers(-127, 128, (24, 64, 1, 1)).astype(np.int8),
+             "ws": _f32(rng.uniform(0.001, 0.01, 24)), "wz": np.zeros(24, np.int8), "ys": _f32(0.3),
+             "yz": np.array(7, x_type)}
+    model = graph_model([N("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"])], {"x": x}, ["y"],
+                        inits, opset=13)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    ops = _ops(path, "c-avx512")
+    assert ("aotc.ConvInteger" in ops) == (x_type == np.uint8) and ("Conv" in ops) == (x_type == np.int8), ops
+    got = aotc_compile(path, target="c-avx512", output_dir=tmp_path / "out", threads=1).run({"x": x})[0]
+    assert np.array_equal(got, ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0])

@@ -5,7 +5,8 @@ points (w's per output channel reshaped onto its first dim), then Conv:
 - aotc.ConvInteger (ops/quant.py: an integer Gemm of the 8-bit operands themselves, which a
   CPU schedule runs as an 8-bit GEMM) where w has no zero point (a constant zero), the
   convolution is not depthwise, and either the target has an 8-bit GEMM faster than its
-  float32 one (Graph.int8_gemm) or outputs sum more than EXACT_FLOAT_TERMS products;
+  float32 one (Graph.int8_gemm) and x is uint8 and w int8 (its operand kinds), or outputs
+  sum more than EXACT_FLOAT_TERMS products;
 - else in float32 (the im2col GEMM) where every output sums few enough products for float32
   to hold every partial sum exactly (at most EXACT_FLOAT_TERMS, 258);
 - else in int32 by the direct loop nest.
@@ -74,7 +75,9 @@ def _int32_conv(g: Graph, b: _Nodes, x: str, xz: str, w: str, wz: str, bias: str
     terms = int(np.prod(wv.shape[1:]))                # input channels of a group x taps
     depthwise = wv.shape[1] == 1 and int(attrs.get("group", 1)) > 1
     wz_value = g.const(wz) if wz else None
-    integer_gemm = g.int8_gemm or terms > EXACT_FLOAT_TERMS
+    # (the target's fast 8-bit GEMM multiplies uint8 by int8)
+    fast = g.int8_gemm and xv.dtype == np.uint8 and wv.dtype == np.int8
+    integer_gemm = fast or terms > EXACT_FLOAT_TERMS
     if integer_gemm and not depthwise and (not wz or (wz_value is not None and not np.any(wz_value))):
         # the 8-bit operands as they are: an integer Gemm (aotc.ConvInteger)
         zero = xz or b.const(np.zeros((), xv.dtype), "x_zero_point")

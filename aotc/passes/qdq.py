@@ -11,14 +11,15 @@ Taken as written, that is a float32 convolution of dequantized 8-bit values. Thi
 rewrites each such island into the integer operator it stands for, as ONNX Runtime does
 before it runs a QDQ model:
 
-- Conv with a constant 8-bit weight (per tensor, or per output channel) and an optional
+- Conv with a constant int8 weight (per tensor, or per output channel) and an optional
   constant int32 bias whose scale is x_scale * w_scale: QLinearConv, which
   aotc/passes/decompose.py lowers to an 8-bit GEMM where outputs sum many products;
-- MatMul by a constant 2-D 8-bit weight (per tensor or per column): QLinearMatMul;
-- Gemm (alpha = beta = 1, A not transposed) by a constant 8-bit weight and such a bias:
+- MatMul by a constant 2-D int8 weight (per tensor or per column): QLinearMatMul;
+- Gemm (alpha = beta = 1, A not transposed) by a constant int8 weight and such a bias:
   MatMulInteger, plus the bias, then requantized as QLinearConv is.
 
-x's and y's scales and zero points must be constant scalars, and the float value between the
+x must be uint8 (the operand kinds of the 8-bit GEMM: quantize_static's default), x's and y's
+scales and zero points constant scalars, and the float value between the
 operator and its QuantizeLinear must feed nothing else. The result is the integer one:
 y = saturate(rint(acc * (x_scale * w_scale / y_scale)) + y_zero_point), acc the exact int32
 sum. The float reading rounds each product and partial sum to float32 first and divides by
@@ -88,8 +89,9 @@ def _dq(g: Graph, prod: dict, name: str) -> _Dq | None:
 
 
 def _activation(g: Graph, d: _Dq | None) -> bool:
-    """Is d a per-tensor dequantization of an 8-bit value with a constant zero point?"""
-    return d is not None and d.axis is None and bool(d.zp) and g.const(d.zp).dtype in _8BIT \
+    """Is d a per-tensor dequantization of a uint8 value with a constant zero point? (The 8-bit
+    GEMM multiplies uint8 by int8: int8 activations times int8 weights would run as loops.)"""
+    return d is not None and d.axis is None and bool(d.zp) and g.const(d.zp).dtype == np.uint8 \
         and g.const(d.zp).size == 1
 
 
@@ -98,7 +100,7 @@ def _weight(g: Graph, d: _Dq | None, axis: int) -> np.ndarray | None:
     if d is None:
         return None
     w = g.const(d.x)
-    if w is None or w.dtype not in _8BIT:
+    if w is None or w.dtype != np.int8:
         return None
     if d.axis is not None:
         a = d.axis + w.ndim if d.axis < 0 else d.axis
