@@ -148,3 +148,22 @@ def test_integer_tile_epilogue_matches_the_stored_tile_and_ort(target, threads, 
     for name, a, b, r in zip(fused.output_names, got, want, ref):
         np.testing.assert_array_equal(a, b, err_msg=name)
         np.testing.assert_array_equal(a, r, err_msg=name)
+
+
+def test_integer_gemm_whose_sums_another_kernel_reads_through_a_view(tmp_path):
+    """A MatMulInteger's int32 result read by its fused chain (Cast, Mul) and, reshaped, by the
+    caller: the sums must be stored whole, tile epilogue or not, and equal ONNX Runtime's."""
+    import onnxruntime as ort
+    N = helper.make_node
+    rng = np.random.default_rng(9)
+    a = rng.integers(0, 256, (37, 300)).astype(np.uint8)
+    inits = {"w": rng.integers(-128, 128, (300, 40)).astype(np.int8), "az": np.array(77, np.uint8),
+             "shape": np.array([37 * 40], np.int64), "half": np.array(0.5, np.float32)}
+    nodes = [N("MatMulInteger", ["a", "w", "az"], ["y"]), N("Reshape", ["y", "shape"], ["yv"]),
+             N("Cast", ["y"], ["yf"], to=onnx.TensorProto.FLOAT), N("Mul", ["yf", "half"], ["z"])]
+    path = tmp_path / "view.onnx"
+    onnx.save(graph_model(nodes, {"a": a}, ["yv", "z"], inits, opset=13), str(path))
+    got = aotc_compile(path, target=native_target(), output_dir=tmp_path / "out", threads=1).run({"a": a})
+    want = ort.InferenceSession(onnx.load(str(path)).SerializeToString()).run(None, {"a": a})
+    for x, y in zip(got, want):
+        np.testing.assert_array_equal(x, y)

@@ -57,14 +57,12 @@ def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
     in_tile = bool(target.get("gemm", {}).get("tile_epilogue", True))
     vec = target.get("vector", {})
     run, run_stmts = int(vec.get("run", 0)), int(vec.get("run_max_statements", 0))
-    # the values some kernel reads, or the caller: a GEMM's C among them is read after it
-    read = {v for st in steps for v in st.reads} | set(graph.outputs)
     for st in steps:
         k = st.kernel
         # (a GEMM computed transposed reads B as its A: that one keeps the im2col buffer)
         k.body = read_im2col_directly(k.body, lambda g: im2col and packs_im2col(g) and
                                       not tiles.prefers_transposed(g.M, g.N, g.K))
-        k.body = _gemms(k.body, [], st, packer, tiles, threads, min_gemm, in_tile, read)
+        k.body = _gemms(k.body, [], st, packer, tiles, threads, min_gemm, in_tile)
         drop_unused_scratch(k)
         if threads > 1:
             k.body = _parallelize(k.body, min_work, threads)
@@ -80,28 +78,29 @@ def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
 
 # ----------------------------------------------------------------------------- GEMMs
 def _gemms(stmts: list[Stmt], loops: list[Loop], st, packer: ConstPacker, tiles: GemmTiles, threads: int,
-           min_gemm: int, in_tile: bool, read: set) -> list[Stmt]:
+           min_gemm: int, in_tile: bool) -> list[Stmt]:
     out = []
     for s in stmts:
         if isinstance(s, Gemm) and s.integer:
-            out += _schedule_integer_gemm(s, loops, st, packer, tiles, threads, min_gemm, in_tile,
-                                          _c_dead(s, st, read))
+            out += _schedule_integer_gemm(s, loops, st, packer, tiles, threads, min_gemm, in_tile, _c_dead(s, st))
             continue
         if isinstance(s, Gemm):
             s = _schedule_gemm(s, loops, st, packer, tiles, threads, min_gemm, in_tile)
         elif isinstance(s, Loop):
-            s = replace(s, body=_gemms(s.body, loops + [s], st, packer, tiles, threads, min_gemm, in_tile, read))
+            s = replace(s, body=_gemms(s.body, loops + [s], st, packer, tiles, threads, min_gemm, in_tile))
         elif isinstance(s, If):
-            s = If(s.cond, _gemms(s.then, loops, st, packer, tiles, threads, min_gemm, in_tile, read),
-                   _gemms(s.orelse, loops, st, packer, tiles, threads, min_gemm, in_tile, read))
+            s = If(s.cond, _gemms(s.then, loops, st, packer, tiles, threads, min_gemm, in_tile),
+                   _gemms(s.orelse, loops, st, packer, tiles, threads, min_gemm, in_tile))
         out.append(s)
     return out
 
 
-def _c_dead(g: Gemm, st, read: set) -> bool:
-    """Does nothing read g's C after g but its own epilogue? (C is no value another kernel or
-    the caller reads, and no statement of this kernel outside g loads it.)"""
-    if st.binds.get(g.c.buf.name) in read:
+def _c_dead(g: Gemm, st) -> bool:
+    """Does nothing read g's C after g but its own epilogue? C must be the kernel's own memory
+    (a scratch, or a value made and used only here): a kernel parameter bound to a graph value
+    is one that something outside reads (lowering stores only those), directly or through a
+    view. And no statement of this kernel outside g may load it."""
+    if g.c.buf.name in st.binds:
         return False
     own = {id(t) for t in walk_stmts([g] + g.row_epilogue + g.epilogue)}
     # (a store counts too: stmt_exprs gives it as a load of what it overwrites)
