@@ -237,3 +237,25 @@ def test_small_quantized_convolutions_take_the_8bit_gemm_for_its_operand_kinds(x
     assert ("aotc.ConvInteger" in ops) == (x_type == np.uint8) and ("Conv" in ops) == (x_type == np.int8), ops
     got = aotc_compile(path, target="c-avx512", output_dir=tmp_path / "out", threads=1).run({"x": x})[0]
     assert np.array_equal(got, ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0])
+
+
+@needs_avx512
+def test_a_dequantized_input_a_branch_reads_stays(tmp_path):
+    """The island's input DequantizeLinear is also read inside an If's branches (a name from
+    the enclosing scope, not a node input): the pass rewrites the Conv but keeps that node,
+    and removes nothing else such a branch reads."""
+    model, feeds = _conv_model(14)
+    g = model.graph
+    xdq = next(n for n in g.node if n.op_type == "DequantizeLinear" and n.input[0].startswith("q")).output[0]
+
+    def branch(name, scale):
+        s = helper.make_tensor(f"{name}_s", onnx.TensorProto.FLOAT, [], [scale])
+        return helper.make_graph([N("Mul", [xdq, f"{name}_s"], [f"{name}_out"])], name, [],
+                                 [helper.make_tensor_value_info(f"{name}_out", onnx.TensorProto.FLOAT, None)], [s])
+    g.initializer.append(onnx.numpy_helper.from_array(np.array(True), "cond"))
+    g.node.append(N("If", ["cond"], ["r"], then_branch=branch("then", 2.0), else_branch=branch("else", 3.0)))
+    g.output.append(helper.make_empty_tensor_value_info("r"))
+    path, got, want = _run(model, feeds, tmp_path, "c-avx512")
+    assert "aotc.ConvInteger" in _ops(path, "c-avx512")
+    for a, b in zip(got, want):
+        assert np.array_equal(a, b), np.abs(a - b).max()

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..ir import dtypes
 from ..ir.graph import Graph, Node
-from . import simplify
+from .control import subgraph_reads
 
 _8BIT = (np.dtype(np.uint8), np.dtype(np.int8))
 # how far a bias's scale may be from x_scale * w_scale (float32, relative) and still be read
@@ -235,6 +235,7 @@ def integer_qdq(g: Graph, tgt: dict) -> Graph:
     prod, cons = g.producers(), g.consumers()
     out: list[Node] = []
     dropped: set[int] = set()                 # the QuantizeLinear nodes an integer operator replaces
+    fed: list[Node] = []                      # the DequantizeLinear nodes that fed a rewritten operator
     for n in g.nodes:
         if id(n) in dropped:
             continue
@@ -245,7 +246,15 @@ def integer_qdq(g: Graph, tgt: dict) -> Graph:
             continue
         q = cons[n.outputs[0]][0]
         dropped.add(id(q))
+        fed += [prod[i] for i in n.inputs if i in prod and prod[i].op_type == "DequantizeLinear"]
         out.extend(nodes)
     g.nodes = out
-    # the DequantizeLinear nodes only the rewritten operators read go too
-    return simplify.eliminate_dead_code(g)
+    # those DequantizeLinear nodes go where nothing reads them now: no node, no graph output, no
+    # subgraph of a control-flow node (whose reads of the scopes around it are not node inputs
+    # yet: this runs before they are inlined, so no general dead-code pass may run here)
+    read = {i for n in g.nodes for i in n.inputs if i} | set(g.outputs)
+    for n in g.nodes:
+        read |= subgraph_reads(n)
+    unread = {id(d) for d in fed if d.outputs[0] not in read}
+    g.nodes = [n for n in g.nodes if id(n) not in unread]
+    return g
