@@ -240,13 +240,18 @@ def test_small_quantized_convolutions_take_the_8bit_gemm_for_its_operand_kinds(x
 
 
 @needs_avx512
-def test_a_dequantized_input_a_branch_reads_stays(tmp_path):
-    """The island's input DequantizeLinear is also read inside an If's branches (a name from
-    the enclosing scope, not a node input): the pass rewrites the Conv but keeps that node,
-    and removes nothing else such a branch reads."""
+@pytest.mark.parametrize("read", ["input", "result"])
+def test_values_a_branch_reads_stay(read, tmp_path):
+    """The island's input DequantizeLinear (input), or the Conv's float result (result), is
+    also read inside an If's branches (a name from the enclosing scope, not a node input). The
+    pass keeps what they read: it rewrites the Conv but keeps the DequantizeLinear, or leaves
+    the island float."""
     model, feeds = _conv_model(14)
     g = model.graph
-    xdq = next(n for n in g.node if n.op_type == "DequantizeLinear" and n.input[0].startswith("q")).output[0]
+    if read == "input":
+        xdq = next(n for n in g.node if n.op_type == "DequantizeLinear" and n.input[0].startswith("q")).output[0]
+    else:
+        xdq = next(n for n in g.node if n.op_type == "Conv").output[0]
 
     def branch(name, scale):
         s = helper.make_tensor(f"{name}_s", onnx.TensorProto.FLOAT, [], [scale])
@@ -256,6 +261,10 @@ def test_a_dequantized_input_a_branch_reads_stays(tmp_path):
     g.node.append(N("If", ["cond"], ["r"], then_branch=branch("then", 2.0), else_branch=branch("else", 3.0)))
     g.output.append(helper.make_empty_tensor_value_info("r"))
     path, got, want = _run(model, feeds, tmp_path, "c-avx512")
-    assert "aotc.ConvInteger" in _ops(path, "c-avx512")
-    for a, b in zip(got, want):
-        assert np.array_equal(a, b), np.abs(a - b).max()
+    assert ("aotc.ConvInteger" in _ops(path, "c-avx512")) == (read == "input")
+    if read == "input":
+        for a, b in zip(got, want):
+            assert np.array_equal(a, b), np.abs(a - b).max()
+    else:
+        _within_a_step(got[0], want[0], 0.4)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-4, atol=1e-4)

@@ -233,6 +233,9 @@ def integer_qdq(g: Graph, tgt: dict) -> Graph:
     if not enabled(tgt):
         return g
     prod, cons = g.producers(), g.consumers()
+    for n in g.nodes:                         # a control-flow node's branches read names too
+        for name in subgraph_reads(n):
+            cons.setdefault(name, []).append(n)
     out: list[Node] = []
     dropped: set[int] = set()                 # the QuantizeLinear nodes an integer operator replaces
     fed: list[Node] = []                      # the DequantizeLinear nodes that fed a rewritten operator
