@@ -31,7 +31,7 @@ DECOMPOSED = ("ConvInteger", "QLinearConv")
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 
 
-class _Nodes:
+class Nodes:
     """Nodes being built for one decomposed node, with fresh value names."""
 
     def __init__(self, g: Graph, n: Node):
@@ -64,7 +64,7 @@ class _Nodes:
 EXACT_FLOAT_TERMS = (1 << 24) // (255 * 255)
 
 
-def _int32_conv(g: Graph, b: _Nodes, x: str, xz: str, w: str, wz: str, bias: str, attrs: dict,
+def _int32_conv(g: Graph, b: Nodes, x: str, xz: str, w: str, wz: str, bias: str, attrs: dict,
                 out: str | None = None) -> str:
     """The int32 convolution of x and w less their zero points (plus an int32 bias), into
     `out` (a fresh name by default): an integer Gemm where the module's docstring says. Else, when
@@ -101,7 +101,7 @@ def _input(n: Node, k: int) -> str:
 def expand(g: Graph, n: Node) -> list[Node]:
     ins = [g.values[i] if i else None for i in n.inputs]
     registry.get(n.op_type).infer(n, ins)          # its own checks of types and shapes first
-    b = _Nodes(g, n)
+    b = Nodes(g, n)
     conv_attrs = {k: v for k, v in n.attrs.items() if k in _CONV_ATTRS}
     if n.op_type == "ConvInteger":
         x, w, xz, wz = (_input(n, k) for k in range(4))
@@ -111,14 +111,22 @@ def expand(g: Graph, n: Node) -> list[Node]:
     rank = len(g.values[w].shape)
     per_channel = [1, -1] + [1] * (rank - 2)         # an output channel's value along dim 1 of y
     acc = _int32_conv(g, b, x, xz, w, wz, _input(n, 8), conv_attrs)
+    requantize(g, b, acc, x_scale, w_scale, y_scale, yz, n.outputs[0], per_channel)
+    return b.nodes
+
+
+def requantize(g: Graph, b: Nodes, acc: str, x_scale: str, w_scale: str, y_scale: str, yz: str, out: str,
+               scale_shape: list[int] | None = None) -> None:
+    """out = saturate(rint(float(acc) * (x_scale * w_scale / y_scale)) + y_zero_point): int32
+    sums requantized, the multiplier computed in float32 as ONNX Runtime computes it; one per
+    channel (w_scale's) reshaped to scale_shape first (None: as it is, along the last dim)."""
     mult = b.add("Div", [b.add("Mul", [x_scale, w_scale]), y_scale])
-    if g.values[w_scale].size > 1:
-        mult = b.add("Reshape", [mult, b.const(np.array(per_channel, np.int64), "scale_shape")])
+    if scale_shape is not None and g.values[w_scale].size > 1:
+        mult = b.add("Reshape", [mult, b.const(np.array(scale_shape, np.int64), "scale_shape")])
     f32 = int(dtypes.to_onnx(dtypes.FLOAT32))
     q = b.add("Round", [b.add("Mul", [b.add("Cast", [acc], to=f32), mult])])
     q = b.add("Add", [q, b.add("Cast", [yz], to=f32)])
     out_dt = g.values[yz].dtype
     info = np.iinfo(out_dt)
     q = b.add("Clip", [q, b.const(np.float32(info.min), "lo"), b.const(np.float32(info.max), "hi")])
-    b.add("Cast", [q], n.outputs[0], to=int(dtypes.to_onnx(out_dt)))
-    return b.nodes
+    b.add("Cast", [q], out, to=int(dtypes.to_onnx(out_dt)))

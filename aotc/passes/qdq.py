@@ -41,6 +41,7 @@ import numpy as np
 from ..ir import dtypes
 from ..ir.graph import Graph, Node
 from .control import subgraph_reads
+from .decompose import Nodes, requantize
 
 _8BIT = (np.dtype(np.uint8), np.dtype(np.int8))
 # how far a bias's scale may be from x_scale * w_scale (float32, relative) and still be read
@@ -200,28 +201,14 @@ def _gemm(g: Graph, n: Node, prod: dict, cons: dict) -> list[Node] | None:
         if not _bias(g, bd, a.scale, wd.scale, N):
             return None
         bias = bd.x
-    nodes: list[Node] = []
-
-    def add(op: str, ins: list[str], out: str | None = None, **attrs) -> str:
-        out = out or g.fresh_name(f"{n.name}/{op.lower()}")
-        nodes.append(Node(op, ins, [out], attrs, f"{n.name}/{op.lower()}{len(nodes)}"))
-        return out
-
-    wq = g.add_const(np.ascontiguousarray(w.T) if trans_b else w, f"{n.name}_w")
-    wz = _weight_zp(g, wd, w, f"{n.name}_w_zero_point")
-    acc = add("MatMulInteger", [a.x, wq, a.zp, wz])
+    b = Nodes(g, n)
+    wq = b.const(np.ascontiguousarray(w.T) if trans_b else w, "w")
+    acc = b.add("MatMulInteger", [a.x, wq, a.zp, _weight_zp(g, wd, w, f"{n.name}_w_zero_point")])
     if bias:
-        acc = add("Add", [acc, bias])
-    # requantized as aotc/passes/decompose.py requantizes QLinearConv's sums
-    f32 = int(dtypes.to_onnx(dtypes.FLOAT32))
+        acc = b.add("Add", [acc, bias])
     ys, yz = _y_params(g, q)
-    mult = add("Div", [add("Mul", [a.scale_name, wd.scale_name]), ys])
-    v = add("Add", [add("Round", [add("Mul", [add("Cast", [acc], to=f32), mult])]), add("Cast", [yz], to=f32)])
-    info = np.iinfo(g.const(yz).dtype)
-    lo = g.add_const(np.float32(info.min), f"{n.name}_lo")
-    hi = g.add_const(np.float32(info.max), f"{n.name}_hi")
-    add("Cast", [add("Clip", [v, lo, hi])], q.outputs[0], to=int(dtypes.to_onnx(g.const(yz).dtype)))
-    return nodes
+    requantize(g, b, acc, a.scale_name, wd.scale_name, ys, yz, q.outputs[0])
+    return b.nodes
 
 
 _REWRITES = {"Conv": _conv, "MatMul": _matmul, "Gemm": _gemm}
