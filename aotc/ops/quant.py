@@ -255,9 +255,9 @@ def _int_gemms(ctx, node, A, B, AZ, BZ, batch, M, K, N, dest_buf, epilogue=None,
         if _zp_along(node, z, n, what) == "vector" and not _one_value(ctx, i):
             return False
     b = ctx.b
-    # a constant zero point as its value, so that the schedule sees which are 0 (schedule/gemm_cpu.py)
-    zero = [None if z is None else const(int(ctx.const(i).reshape(-1)[0]), I32) if ctx.const(i) is not None
-            else cast(Load(z, const(0)), I32) for z, i in zip((AZ, BZ), zp_inputs)]
+    # (element 0: the only value, or, per row or column, the one they all hold; the schedule
+    # reads a constant one as its value, schedule/cpu.py _known)
+    zero = [cast(Load(z, const(0)), I32) if z is not None else None for z in (AZ, BZ)]
     nb = len(batch)
     a_batch = (1,) * (nb - len(A.shape) + 2) + tuple(A.shape[:-2])
     b_batch = (1,) * (nb - len(B.shape) + 2) + tuple(B.shape[:-2])

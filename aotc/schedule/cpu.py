@@ -164,11 +164,12 @@ def _is_zero(z) -> bool:
 
 
 def _known(z: Expr | None, st, graph) -> Expr | None:
-    """A zero point read from a constant (a model's initializer) as that constant."""
+    """A zero point read from a constant (a model's initializer) as that constant: its one value,
+    or the value every element of it holds (per-channel zeros, as quantizers write them)."""
     if isinstance(z, Cast) and isinstance(z.a, Load) and isinstance(z.a.index, Const):
         src = st.binds.get(z.a.buf.name)
         arr = graph.const(src) if src is not None else None
-        if arr is not None and arr.size == 1:
+        if arr is not None and arr.size >= 1 and np.all(arr == arr.reshape(-1)[0]):
             return const(int(arr.reshape(-1)[0]), z.dtype)
     return z
 
