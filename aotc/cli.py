@@ -162,8 +162,9 @@ def run_cmd(
                                 "artifact was compiled for."),
 ):
     """Run a compiled artifact on inputs from .npy/.npz files; writes one .npy per output.
-    bfloat16 arrays are ml_dtypes.bfloat16 ones, which np.save writes as raw 2-byte elements:
-    such inputs are read as bfloat16, and np.load(out).view(ml_dtypes.bfloat16) reads an output."""
+    bfloat16, float8 and int4 / int2 arrays are ml_dtypes ones, which np.save writes as raw
+    elements ('<V2', '<V1'): such inputs are read as the type the model takes, and
+    np.load(out).view(ml_dtypes.float8_e4m3fn) (say) reads an output."""
     try:
         from .api import load
         m = load(artifact, threads=threads)

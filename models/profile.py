@@ -1,18 +1,24 @@
 """Per-kernel time of a zoo model compiled by aotc, for each thread count, side by side.
 
 python -m models.profile MODEL [--size full] [--target native] [--threads 1,2] [--runs 10] [--top 25]
-                           [--by-strategy]
+                           [--by-strategy] [--ort]
 
 Each artifact is loaded with kernel timing on (aotc.load(..., profile=True)); after warm-up
 runs, `--runs` runs are timed; the table lists the kernels taking most of the first thread
 count's time, each with its ms per run and, for the others, the speed-up over the first.
 `--by-strategy` adds the time summed by how each kernel was lowered (the first comment of its
 body in the generated C: "1x1 convolution", "direct convolution", "im2col", ...).
+`--ort` adds ONNX Runtime's per-node time at the first thread count (its own profiler, same
+inputs and run counts) beside each kernel: the ORT nodes whose names hold one of the kernel's
+node names (ORT names a fused or re-laid-out node after one of its sources), and lists the ORT
+nodes no kernel claimed (layout reorders, nodes aotc folded away).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import re
+from collections import defaultdict
 from pathlib import Path
 
 from aotc.api import load
@@ -44,6 +50,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--workdir", type=Path, default=Path("build/profile"))
     ap.add_argument("--by-strategy", action="store_true", help="also sum the time by lowering strategy")
+    ap.add_argument("--ort", action="store_true", help="also ONNX Runtime's per-node time beside each kernel")
     a = ap.parse_args()
     path, shapes, feeds = zoo_model(a.model, a.size, a.workdir)
     per: dict[int, dict[str, float]] = {}
@@ -60,18 +67,90 @@ def main() -> None:
         sources = [f for f in out.glob("*.c") if not f.name.endswith("_weights.c")]
     first, *others = per
     total = {t: sum(d.values()) for t, d in per.items()}
+    ort_of: dict[str, float] = {}
+    unclaimed: dict[str, float] = {}
+    if a.ort:
+        ort_of, unclaimed = _ort_beside(path, feeds, first, a.runs, list(per[first]), a.workdir)
     print(f"{a.model} ({a.size}, {a.target}): " + ", ".join(f"{t} thread(s) {total[t]:.2f} ms in kernels"
-                                                            for t in per))
+                                                            for t in per)
+          + (f"; ORT {first} thread(s) {sum(ort_of.values()) + sum(unclaimed.values()):.2f} ms in nodes"
+             if a.ort else ""))
     head = f"{'kernel':90} {first}T ms  share" + "".join(f"  {t}T ms  speed-up" for t in others)
-    print(head)
+    print(head + ("  ORT ms  ORT/aotc" if a.ort else ""))
     for k, v in sorted(per[first].items(), key=lambda kv: -kv[1])[:a.top]:
         row = f"{k[:90]:90} {v:7.3f} {100 * v / total[first]:5.1f}%"
         for t in others:
             w = per[t].get(k, float("nan"))
             row += f"  {w:7.3f} {v / w if w else float('nan'):7.2f}x"
+        if a.ort:
+            o = ort_of.get(k, 0.0)
+            row += f"  {o:6.3f}  {o / v if v else float('nan'):6.2f}"
         print(row)
+    if unclaimed:
+        print(f"\nORT nodes no kernel claimed: {sum(unclaimed.values()):.3f} ms")
+        for n, v in sorted(unclaimed.items(), key=lambda kv: -kv[1])[:a.top]:
+            print(f"  {n[:88]:88} {v:7.3f}")
     if a.by_strategy:
         _by_strategy(per, sources)
+
+
+def _ort_beside(path: Path, feeds: dict, threads: int, runs: int, kernels: list[str],
+                workdir: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """ONNX Runtime's per-node ms per run, summed onto the aotc kernels that compute the same nodes.
+
+    A kernel's label names its nodes ("Conv 'conv_29', Clip 'clip_37'"); an ORT node is matched
+    to a kernel by name (see _owner).
+    Returns (ms per kernel label, ms per ORT node that no kernel claimed)."""
+    import onnx
+    import onnxruntime as ort
+
+    producers = {o: n for n in onnx.load(str(path), load_external_data=False).graph.node for o in n.output}
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.enable_profiling = True
+    so.profile_file_prefix = str(workdir / "ort_profile")
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    for _ in range(3 + runs):
+        sess.run(None, feeds)
+    events = json.loads(Path(sess.end_profiling()).read_text())
+    per_node: dict[str, list[float]] = defaultdict(list)
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            per_node[e["name"][:-len("_kernel_time")]].append(e["dur"] / 1000.0)
+    ms = {n: sum(v[-runs:]) / len(v[-runs:]) for n, v in per_node.items()}
+    owner_of = {n: k for k in kernels for n in re.findall(r"'([^']+)'", k)}
+    claimed: dict[str, float] = defaultdict(float)
+    unclaimed: dict[str, float] = {}
+    for node, v in ms.items():
+        owner = _owner(node, owner_of, producers)
+        if owner is None:
+            unclaimed[node] = v
+        else:
+            claimed[owner] += v
+    return dict(claimed), unclaimed
+
+
+def _owner(ort_node: str, owner_of: dict[str, str], producers: dict) -> str | None:
+    """The aotc kernel that computes ORT node `ort_node`, or None.
+
+    ORT keeps a node's name, or names a node it made (a fused or re-laid-out one) after a tensor
+    of the source model ("clip_37_out_nchwc"). Either names an ONNX node; when no kernel label
+    holds that node (aotc folded it into its producer, as a BatchNormalization into a Conv),
+    its first input's producer is tried, a few steps up."""
+    if ort_node in owner_of:
+        return owner_of[ort_node]
+    tensors = [t for t in producers if ort_node.startswith(t)]
+    if not tensors:
+        return None
+    node = producers[max(tensors, key=len)]
+    for _ in range(4):
+        if node.name in owner_of:
+            return owner_of[node.name]
+        if not node.input or node.input[0] not in producers:
+            return None
+        node = producers[node.input[0]]
+    return None
 
 
 def _strategy(comment: str) -> str:

@@ -215,6 +215,112 @@ AOTC_ELEMENT_FN uint16_t aotc_bf16_from_float(float f)
     return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);   /* round to nearest even */
 }
 
+/* 8- and 4-bit floats (float8 E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ; float4 E2M1): stored one per
+ * byte (E2M1 in the byte's low 4 bits, as ml_dtypes holds it), computed in float. A format is
+ * its width in bits, mantissa bits, exponent bias, largest finite value, and which codes are
+ * special: */
+#define AOTC_SMALL_IEEE 0   /* E5M2: the all-ones exponent is infinity (mantissa 0) or NaN */
+#define AOTC_SMALL_FN 1     /* E4M3FN: all-ones exponent and mantissa is NaN; no infinity */
+#define AOTC_SMALL_FNUZ 2   /* E4M3FNUZ, E5M2FNUZ: 0x80 (-0) is the NaN; no infinity, no -0 */
+#define AOTC_SMALL_NONE 3   /* E2M1: every code is a finite value */
+
+AOTC_ELEMENT_FN float aotc_small_to_float(uint32_t b, int bits, int man, int bias, int kind)
+{
+    union { uint32_t u; float f; } v;
+    const uint32_t sign = (b >> (bits - 1)) & 1u, mag = b & ((1u << (bits - 1)) - 1u);
+    const uint32_t exp = mag >> man, m = mag & ((1u << man) - 1u), top = (1u << (bits - 1 - man)) - 1u;
+    float f;
+    if ((kind == AOTC_SMALL_FNUZ && sign && !mag) || (kind == AOTC_SMALL_FN && mag == (1u << (bits - 1)) - 1u) ||
+        (kind == AOTC_SMALL_IEEE && exp == top)) {
+        v.u = (sign << 31) | (kind == AOTC_SMALL_IEEE && !m ? 0x7f800000u : 0x7fc00000u);
+        return v.f;
+    }
+    if (exp) {
+        v.u = ((uint32_t)((int)exp - bias + 127) << 23) | (m << (23 - man));
+        f = v.f;
+    } else {                                  /* zero, subnormal: m quanta of 2^(1 - bias - man) */
+        v.u = (uint32_t)(127 + 1 - bias - man) << 23;
+        f = (float)m * v.f;
+    }
+    return sign ? -f : f;
+}
+
+/* f rounded to the nearest code, ties to even; past the largest finite value (infinity too):
+ * infinity (E5M2), NaN (E4M3FN, the FNUZ formats), the largest value (E2M1). A NaN: the format's
+ * NaN (E2M1: -0, as ml_dtypes). (Cast's saturation is done before, in float: ops/narrow.py.) */
+AOTC_ELEMENT_FN uint8_t aotc_small_from_float(float f, int bits, int man, int bias, float largest, int kind)
+{
+    union { float f; uint32_t u; } v, q;
+    uint32_t sign, code;
+    int e;
+    float a, n;
+    v.f = f;
+    sign = (v.u >> 31) << (bits - 1);
+    if (f != f)
+        return (uint8_t)(kind == AOTC_SMALL_FNUZ ? 0x80u : kind == AOTC_SMALL_NONE ? sign
+                         : kind == AOTC_SMALL_FN ? sign | 0x7fu : sign | 0x7eu);
+    a = f < 0.0f ? -f : f;
+    e = (int)((v.u >> 23) & 0xffu) - 127;     /* the quantum: 2^(max(e, 1 - bias) - man) */
+    if (e < 1 - bias)
+        e = 1 - bias;
+    q.u = (uint32_t)(e - man + 127) << 23;
+    n = 0.0f;
+    if (a <= 2.0f * largest) {                /* a / q < 2^(man + 2): n = a / q to nearest even */
+        const float t = a / q.f;
+        const uint32_t whole = (uint32_t)t;
+        const float rest = t - (float)whole;
+        n = (float)(whole + (rest > 0.5f || (rest == 0.5f && (whole & 1u))));
+    }
+    if (!(a <= 2.0f * largest) || n * q.f > largest) {
+        if (kind == AOTC_SMALL_IEEE)
+            return (uint8_t)(sign | (((1u << (bits - 1 - man)) - 1u) << man));
+        if (kind == AOTC_SMALL_NONE)
+            return (uint8_t)(sign | ((1u << (bits - 1)) - 1u));
+        return (uint8_t)(kind == AOTC_SMALL_FNUZ ? 0x80u : sign | 0x7fu);
+    }
+    /* n quanta: a mantissa with its implicit bit (a carry into the exponent adds up right) */
+    code = ((uint32_t)(e + bias - 1) << man) + (uint32_t)n;
+    if (kind == AOTC_SMALL_FNUZ && code == 0)
+        return 0;                             /* no -0 */
+    return (uint8_t)(sign | code);
+}
+
+#define AOTC_SMALL_FLOAT(name, bits, man, bias, largest, kind) \
+    AOTC_ELEMENT_FN float aotc_##name##_to_float(uint8_t b) { return aotc_small_to_float(b, bits, man, bias, kind); } \
+    AOTC_ELEMENT_FN uint8_t aotc_##name##_from_float(float f) { return aotc_small_from_float(f, bits, man, bias, largest, kind); }
+AOTC_SMALL_FLOAT(f8e4m3fn, 8, 3, 7, 448.0f, AOTC_SMALL_FN)
+AOTC_SMALL_FLOAT(f8e4m3fnuz, 8, 3, 8, 240.0f, AOTC_SMALL_FNUZ)
+AOTC_SMALL_FLOAT(f8e5m2, 8, 2, 15, 57344.0f, AOTC_SMALL_IEEE)
+AOTC_SMALL_FLOAT(f8e5m2fnuz, 8, 2, 16, 57344.0f, AOTC_SMALL_FNUZ)
+AOTC_SMALL_FLOAT(f4e2m1, 4, 1, 1, 6.0f, AOTC_SMALL_NONE)
+
+/* E8M0: a power of two, 2^(b - 127), 255 the NaN (the code is a float32's exponent field) */
+AOTC_ELEMENT_FN float aotc_f8e8m0_to_float(uint8_t b)
+{
+    union { uint32_t u; float f; } v;
+    v.u = b == 255u ? 0x7fc00000u : b ? (uint32_t)b << 23 : 0x00400000u;
+    return v.f;
+}
+
+/* (f is a power of two or NaN: ops/narrow.py rounds before the store) */
+AOTC_ELEMENT_FN uint8_t aotc_f8e8m0_from_float(float f)
+{
+    union { float f; uint32_t u; } v;
+    v.f = f;
+    return (uint8_t)((v.u >> 23) & 0xffu);
+}
+
+/* 4- and 2-bit integers: one per byte, the value in the byte's low bits (two's complement for
+ * the signed ones), as ml_dtypes holds them; computed in int8_t / uint8_t. */
+AOTC_ELEMENT_FN int8_t aotc_int4_to_int(uint8_t b) { return (int8_t)((int)((b & 15u) ^ 8u) - 8); }
+AOTC_ELEMENT_FN uint8_t aotc_int4_from_int(int8_t v) { return (uint8_t)((unsigned)v & 15u); }
+AOTC_ELEMENT_FN uint8_t aotc_uint4_to_int(uint8_t b) { return (uint8_t)(b & 15u); }
+AOTC_ELEMENT_FN uint8_t aotc_uint4_from_int(uint8_t v) { return (uint8_t)(v & 15u); }
+AOTC_ELEMENT_FN int8_t aotc_int2_to_int(uint8_t b) { return (int8_t)((int)((b & 3u) ^ 2u) - 2); }
+AOTC_ELEMENT_FN uint8_t aotc_int2_from_int(int8_t v) { return (uint8_t)((unsigned)v & 3u); }
+AOTC_ELEMENT_FN uint8_t aotc_uint2_to_int(uint8_t b) { return (uint8_t)(b & 3u); }
+AOTC_ELEMENT_FN uint8_t aotc_uint2_from_int(uint8_t v) { return (uint8_t)(v & 3u); }
+
 /* An output of run-time size (aotc/passes/bounded.py): the kernels wrote it in the row-major
  * layout of its capacity cap[]; move it, in place, into the dense row-major layout of its
  * run's shape dims[] (each dims[a] <= cap[a]). Every element moves to a lower or equal

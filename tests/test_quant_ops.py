@@ -113,16 +113,6 @@ def test_quant_dequant_round_trip_in_one_graph(tmp_path):
     assert_parity(m, tmp_path, {"x": x})
 
 
-def test_blocked_quantization_is_unsupported(tmp_path):
-    m = graph_model([helper.make_node("DequantizeLinear", ["x", "s"], ["y"], axis=1, block_size=4)],
-                    {"x": _ints(np.int8, (4, 8), seed=20)}, ["y"], {"s": rand(4, 2, seed=21, low=0.1, high=1)},
-                    opset=21)
-    path = tmp_path / "m.onnx"
-    path.write_bytes(m.SerializeToString())
-    with pytest.raises(UnsupportedError, match="block_size"):
-        compile_model(path, output_dir=tmp_path / "out")
-
-
 # ----------------------------------------------------------------------------- ConvInteger, QLinearConv
 def _run_both(model, tmp_path, feeds, target=None):
     """(aotc's outputs, the reference's outputs) of `model` on `feeds`: ONNX Runtime's, or the

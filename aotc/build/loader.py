@@ -61,7 +61,7 @@ class Library:
         if w["mode"] == "external":
             # checked by <name>_create itself (size and CRC-32); weights_problem() explains a failure
             self.weights_path = str(d / w["file"])
-        # (bfloat16 ports: ml_dtypes.bfloat16 arrays, numpy having no bfloat16)
+        # (bfloat16, float8, int4... ports: ml_dtypes arrays, numpy having no such types)
         self.inputs = [(x["name"], x["c_name"], dtypes.from_name(x["dtype"]), tuple(x["shape"])) for x in m["inputs"]]
         self.outputs = [(x["name"], x["c_name"], dtypes.from_name(x["dtype"]), tuple(x["shape"]))
                         for x in m["outputs"]]
@@ -198,6 +198,9 @@ def check_inputs(lib: Library, feeds) -> list[np.ndarray]:
     out = []
     for (name, _, dt, shape), a in zip(lib.inputs, arrays):
         a = np.asarray(a)
+        if a.dtype != dt and a.dtype.kind == "V" and a.dtype.names is None and dt.kind == "V" \
+                and a.dtype.itemsize == dt.itemsize:
+            a = a.view(dt)     # raw elements, as np.load gives back np.save's ml_dtypes arrays
         if a.dtype != dt:
             raise InputError(f"input {name!r} has dtype {a.dtype}, the model expects {dtypes.name(dt)}",
                              _conversion_hint(a.dtype, dt))
@@ -209,11 +212,12 @@ def check_inputs(lib: Library, feeds) -> list[np.ndarray]:
 
 
 def _conversion_hint(have: np.dtype, want: np.dtype) -> str:
-    if want != dtypes.BFLOAT16:
+    if want.kind != "V":
         return f"convert it, e.g. x.astype(np.{dtypes.name(want)})"
-    # numpy has no bfloat16: ml_dtypes' (an onnx dependency). Bit patterns are not taken as
-    # values, or values as bit patterns, without the caller saying which they hold.
-    hint = "convert it, e.g. x.astype(ml_dtypes.bfloat16) (import ml_dtypes)"
-    if have.itemsize == 2 and have.kind in "uiV":
-        hint += "; if it holds bfloat16 bit patterns, x.view(ml_dtypes.bfloat16)"
+    # numpy has no bfloat16, float8 or int4: ml_dtypes' (an onnx dependency). Bit patterns are
+    # not taken as values, or values as bit patterns, without the caller saying which they hold.
+    name = dtypes.name(want)
+    hint = f"convert it, e.g. x.astype(ml_dtypes.{name}) (import ml_dtypes)"
+    if have.itemsize == want.itemsize and have.kind in "uiV":
+        hint += f"; if it holds {name} bit patterns, x.view(ml_dtypes.{name})"
     return hint

@@ -40,8 +40,13 @@ def sample_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     for name in g.inputs:
         v = g.values[name]
         dt, shape = v.dtype, v.shape
-        if dtypes.is_float(dt):                        # (bfloat16 too: numpy kind 'V')
+        if dt == dtypes.E8M0:                          # (powers of two: no negative values)
+            a = np.exp2(rng.integers(-8, 8, size=shape)).astype(np.float32).astype(dt)
+        elif dtypes.is_float(dt):                      # (bfloat16, float8...: numpy kind 'V')
             a = rng.standard_normal(shape).astype(dt)
+        elif dtypes.is_small_int(dt):                  # int4, uint4, int2, uint2: their whole range
+            lo, hi = dtypes.int_range(dt)
+            a = rng.integers(lo, hi + 1, size=shape).astype(dt)
         elif dt.kind == "b":
             a = rng.random(shape) < 0.5
         elif dt.kind in "iu":

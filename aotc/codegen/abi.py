@@ -40,6 +40,8 @@ _C_TYPES = {
     np.dtype(np.bool_): "uint8_t",
     np.dtype(np.float16): "uint16_t",        # IEEE half bits (graph inputs and outputs only)
     dtypes.BFLOAT16: "uint16_t",             # bfloat16 bits: a float32's upper 16 (the same)
+    # 8- and 4-bit floats, 4- and 2-bit integers: one per byte (the same)
+    **{dt: "uint8_t" for dt in dtypes.SMALL_FLOATS + tuple(dtypes.SMALL_INTS)},
 }
 
 
@@ -104,17 +106,24 @@ def emit_header(prefix: str, g: Graph, plan: MemoryPlan, external: bool, threads
          *([f"/* CRC-32 (zlib's) of {prefix}.weights, checked by {prefix}_create. */",
             f"#define {P}_WEIGHTS_CRC32 0x{weights_crc32:08x}u"] if external else []),
          f"#define {P}_NUM_INPUTS {len(ins)}", f"#define {P}_NUM_OUTPUTS {len(outs)}", ""]
-    narrow = sorted({dtypes.name(p.dtype) for p in ins + outs if dtypes.is_narrow_float(p.dtype)})
-    if narrow:
-        L += [f"/* {' and '.join(narrow)} elements are uint16_t bit patterns (C has no such types)."]
-        if "float16" in narrow:
+    narrow = {dtypes.name(p.dtype) for p in ins + outs if dtypes.is_narrow(p.dtype)}
+    wide = sorted(narrow & {"float16", "bfloat16"})
+    if wide:
+        L += [f"/* {' and '.join(wide)} elements are uint16_t bit patterns (C has no such types)."]
+        if "float16" in wide:
             L += ["   float16: IEEE 754 binary16."]
-        if "bfloat16" in narrow:
+        if "bfloat16" in wide:
             L += ["   bfloat16: the upper 16 bits of a float32. To float: (uint32_t)b << 16, exact; from",
                   "   float: round to nearest even, (u + 0x7fff + ((u >> 16) & 1)) >> 16 of its bits u,",
                   "   a NaN as (u >> 16) | 0x40."]
         L[-1] += " */"
         L.append("")
+    small = sorted(narrow - {"float16", "bfloat16"})
+    if small:
+        L += [f"/* {', '.join(small)} elements are one per uint8_t, as ml_dtypes (Python) holds them:",
+              "   float8_*: the 8-bit pattern of OCP / ONNX's float8 formats; float4_e2m1fn, int4, uint4,",
+              "   int2, uint2: the pattern in the byte's low 4 or 2 bits (two's complement for int4 and",
+              "   int2), the high bits 0 in outputs and ignored in inputs. */", ""]
     L.append("/* Inputs, in graph order. Each points to a dense row-major array. */")
     L.append("typedef struct {")
     for p in ins:

@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from .abi import ctype
+from ..errors import UnsupportedError
 from ..ir import dtypes
 from ..kernel.ir import (BITCAST, BOUND, PARALLEL, WARP_XOR, Assign, Barrier, BinOp, BufPtr, Buffer,
                          Call, GpuIndex, CallStmt, Cast, Comment, Const, Decl, Expr, Fail, Gemm, If, Kernel, Load, Loop,
@@ -43,8 +44,8 @@ class PrintError(Exception):
 
 
 def _converted(buf: Buffer) -> bool:
-    """Is buf a 16-bit float storage whose values are computed in float32?"""
-    return dtypes.is_narrow_float(buf.dtype) and buf.value_dtype != buf.dtype
+    """Is buf a narrow type's storage whose values are computed in a wider type?"""
+    return dtypes.is_narrow(buf.dtype) and buf.value_dtype != buf.dtype
 
 
 class CStylePrinter:
@@ -121,18 +122,21 @@ class CStylePrinter:
         return f"{buf.name}[{index}] = {value};"
 
     def narrow_load(self, buf: Buffer, index: str) -> str:
-        """A float16 / bfloat16 element as the float32 it is computed in (exact)."""
+        """A narrow element (float16, bfloat16, float8...) as the value it is computed in (exact)."""
         return f"{self._narrow(buf)[0]}({buf.name}[{index}])"
 
     def narrow_store(self, buf: Buffer, index: str, value: str) -> str:
-        """A float32 value stored as float16 / bfloat16: rounded to nearest even, a NaN kept a NaN."""
+        """A value stored in a narrow type: rounded to nearest even, a NaN kept a NaN (a value of
+        the 8-, 4- and 2-bit types is one of that type already: ops/narrow.py)."""
         return f"{buf.name}[{index}] = {self._narrow(buf)[1]}({value});"
 
     def _narrow(self, buf: Buffer) -> tuple[str, str]:
         try:
             return self.narrow_conversions[buf.dtype.name]
         except KeyError:
-            raise PrintError(f"{self.language} has no {buf.dtype.name} storage (buffer {buf.name!r})") from None
+            # (a type the language's printer has no conversions for: a user's model, not a bug)
+            raise UnsupportedError([f"{buf.dtype.name} inputs and outputs in {self.language} kernels "
+                                    f"(buffer {buf.name!r})"]) from None
 
     def param_decl(self, buf: Buffer) -> str:
         raise NotImplementedError

@@ -19,7 +19,7 @@ from ..errors import ModelError, ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..ir.graph import Graph, Node, Value
 from ..passes.control import subgraph_reads
-from .half import NARROW, narrow_edges, untyped_narrow_outputs, widen_nodes
+from .narrow import NARROW, narrow_edges, untyped_narrow_outputs, widen_nodes
 from .validate import tensor_bytes, validate_model
 
 
@@ -247,11 +247,11 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
         nodes.append(Node(n.op_type, list(n.input), list(n.output), attrs, n.name or f"{n.op_type}_{k}", n.domain))
     narrow_outputs = {o.name: o.type.tensor_type.elem_type for o in gp.output
                       if o.type.HasField("tensor_type") and o.type.tensor_type.elem_type in NARROW}
-    if narrow_outputs or any(dtypes.is_narrow_float(v.dtype) for v in g.values.values()):
+    if narrow_outputs or any(dtypes.is_narrow(v.dtype) for v in g.values.values()):
         narrow_outputs.update(untyped_narrow_outputs(model))
         nodes = narrow_edges(g, nodes, narrow_outputs)
     else:
-        widen_nodes(nodes)             # (16-bit float attributes and Casts of a float32 model)
+        widen_nodes(nodes)             # (narrow attributes and Casts of a model without narrow values)
     g.nodes = _topo_sort(nodes, set(g.values))
     g.outputs = [o.name for o in gp.output]
     produced = {o for n in g.nodes for o in n.outputs if o} | set(g.values)

@@ -199,9 +199,11 @@ def _lower_group(g: Graph, grp: Group, consumers, k: int, counts: set) -> Kernel
 
 
 def value_buffer(name: str, v: Value, shape: tuple, role: str) -> Buffer:
-    """The buffer holding graph value v: float16 and bfloat16 values (a graph's inputs and
-    outputs) are stored in their type and computed in float32."""
-    return Buffer(name, v.dtype, shape, role, compute=dtypes.FLOAT32 if dtypes.is_narrow_float(v.dtype) else None)
+    """The buffer holding graph value v: values of a narrow type (a graph's inputs and outputs:
+    16-, 8- and 4-bit floats, 4- and 2-bit integers) are stored in their type and computed in
+    a wider one."""
+    return Buffer(name, v.dtype, shape, role,
+                  compute=dtypes.compute_dtype(v.dtype) if dtypes.is_narrow(v.dtype) else None)
 
 
 def _finish_gemms(stmts: list) -> list:

@@ -364,8 +364,8 @@ def _cast(n, x):
     to = dtypes.from_onnx(int(n.attr("to")))
     if to == dtypes.BOOL:
         return x.ne(const(0, x.dtype))
-    if dtypes.is_narrow_float(to):  # (a graph output: its 16-bit store rounds the float32 value)
-        return cast(x, dtypes.FLOAT32)
+    if dtypes.is_narrow(to):        # (a graph output: its store converts the value computed wider)
+        return cast(x, dtypes.compute_dtype(to))
     return cast(x, to)
 
 

@@ -8,8 +8,11 @@ GEMM of runtime/aotc_igemm.h where it fits, schedule/cpu.py; else loops).
 Quantizing rounds half to even (C's rint in the default rounding mode) and saturates to the
 output type: y = clamp(rint(x / scale) + zero_point). A NaN quantizes to the zero point (ONNX
 leaves it undefined; C would leave a conversion of NaN undefined too). Scales and zero points
-are per tensor (scalars) or per axis (1-D along `axis`); blocked quantization (block_size > 0),
-the float8 and 4-bit types are not supported. Integer products accumulate exactly in int32."""
+are per tensor (scalars), per axis (1-D along `axis`) or per block (x's shape with `axis` in
+blocks of block_size). The 4- and 2-bit integers are computed as int8 / uint8 and the float8
+and float4 types as float32 (frontend/narrow.py): QuantizeLinear to one saturates to its range,
+or rounds to its nearest value (float8: saturating unless saturate = 0). Integer products
+accumulate exactly in int32."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,6 +21,7 @@ from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..kernel.ir import F32, REDUCTION, SPATIAL, Builder, Expr, GemmDest, Load, binop, call, cast, const, matrix, select
 from .common import broadcast, norm_axis, prod
+from .narrow import FORMATS, round_to_small_float
 from .nn import _conv_gemms, _conv_parts
 from .registry import register
 
@@ -29,10 +33,9 @@ def _name(node) -> str:
     return f"{node.op_type} node {node.name!r}"
 
 
-def _quant_params(node, x, scale, zp) -> int | None:
-    """The axis of per-axis parameters (None: per tensor), checked."""
-    if int(node.attr("block_size", 0)):
-        raise UnsupportedError([f"{_name(node)} with block_size {node.attr('block_size')} (blocked quantization)"])
+def _quant_params(node, x, scale, zp) -> tuple[int | None, int]:
+    """(axis, block) of the parameters, checked: axis None per tensor; block 0 per axis, else
+    the block size along the axis (blocked quantization)."""
     if scale.dtype != dtypes.FLOAT32:
         raise UnsupportedError([f"{_name(node)} with a {scale.dtype} scale (float32 only)"])
     one = prod(scale.shape) == 1 and len(scale.shape) <= 1
@@ -41,27 +44,66 @@ def _quant_params(node, x, scale, zp) -> int | None:
     if zp is not None and tuple(zp.shape) != tuple(scale.shape) and not (one and prod(zp.shape) == 1
                                                                          and len(zp.shape) <= 1):
         raise ShapeError(f"{_name(node)}: zero point {tuple(zp.shape)} and scale {tuple(scale.shape)} differ")
-    if one:
-        return None
-    if len(scale.shape) != 1:
-        raise ShapeError(f"{_name(node)}: scale {tuple(scale.shape)} must be a scalar or 1-D")
+    block = int(node.attr("block_size", 0))
+    if one and not block:
+        return None, 0
     axis = norm_axis(int(node.attr("axis", 1)), len(x.shape), node)
+    if block:
+        want = tuple(-(-d // block) if k == axis else d for k, d in enumerate(x.shape))
+        if block < 0 or tuple(scale.shape) != want:
+            raise ShapeError(f"{_name(node)}: block_size {block} along axis {axis} of {tuple(x.shape)} takes "
+                             f"scales of shape {want}, not {tuple(scale.shape)}")
+        return axis, block
+    if len(scale.shape) != 1:
+        raise ShapeError(f"{_name(node)}: scale {tuple(scale.shape)} must be a scalar or 1-D "
+                         "(or x's shape with the axis in blocks, given block_size)")
     if scale.shape[0] != x.shape[axis]:
         raise ShapeError(f"{_name(node)}: {scale.shape[0]} scales for axis {axis} of {tuple(x.shape)}")
-    return axis
+    return axis, 0
 
 
-def _saturate(b, v: Expr, dt) -> Expr:
-    """rint-ed float v (zero point added) clamped into dt's range, NaN to 0, as dt"""
-    info = np.iinfo(dt)
+def _params_index(x_shape, axis, block, p, c, q) -> Expr:
+    """The index of the scale (and zero point) of x's element (p, c, q) (see _split)."""
+    if axis is None:
+        return const(0, dtypes.INT64)
+    if not block:
+        return c
+    blocks = -(-x_shape[axis] // block)
+    return (p * blocks + c / block) * prod(x_shape[axis + 1:]) + q
+
+
+def _params_array(a: np.ndarray, x_shape, axis, block) -> np.ndarray:
+    """A scale or zero point array, broadcast against x (numpy folding)."""
+    if axis is None:
+        return a.reshape(())
+    if not block:
+        return a.reshape([-1 if k == axis else 1 for k in range(len(x_shape))])
+    return np.repeat(a, block, axis=axis).take(range(x_shape[axis]), axis=axis)
+
+
+def _saturate(b, v: Expr, dt, bounds: tuple[int, int] | None = None) -> Expr:
+    """rint-ed float v (zero point added) clamped into dt's range (or `bounds`), NaN to 0, as dt"""
+    lo, hi = bounds or dtypes.int_range(dt)
     v = b.local("q", v)
-    lo, hi = const(float(info.min), F32), const(float(info.max), F32)
+    lo, hi = const(float(lo), F32), const(float(hi), F32)
     v = select(binop("!=", v, v), const(0.0, F32), select(v < lo, lo, select(v > hi, hi, v)))
     return cast(v, dt)
 
 
 # ----------------------------------------------------------------------------- QuantizeLinear
+def _narrow(node) -> np.dtype | None:
+    """The narrow type a QuantizeLinear quantizes to (frontend/narrow.py marks it), or None."""
+    code = int(node.attr("aotc_narrow", 0))
+    return dtypes.from_onnx(code) if code else None
+
+
 def _q_dtype(node, ins) -> np.dtype:
+    narrow = _narrow(node)
+    if narrow is not None:
+        if dtypes.is_narrow_float(narrow) and dtypes.to_onnx(narrow) not in FORMATS:
+            raise UnsupportedError([f"{_name(node)} to {narrow} (float8 E4M3 and E5M2, float4 E2M1 and the "
+                                    "integers only)"])
+        return dtypes.compute_dtype(narrow)
     zp = ins[2] if len(ins) > 2 else None
     od = int(node.attr("output_dtype", 0))
     if zp is not None:
@@ -74,7 +116,8 @@ def _q_dtype(node, ins) -> np.dtype:
     else:
         dt = np.dtype(np.uint8)
     if dt not in _QTYPES:
-        raise UnsupportedError([f"{_name(node)} to {dt} (uint8, int8, uint16, int16 only)"])
+        raise UnsupportedError([f"{_name(node)} to {dt} (uint8, int8, uint16, int16, the 4- and 2-bit "
+                                "integers, float8 and float4 only)"])
     return dt
 
 
@@ -96,24 +139,59 @@ def _split(x_shape, axis):
 def _lower_q(node, ctx):
     X, S, Y = ctx.ins[0], ctx.ins[1], ctx.outs[0]
     Z = ctx.ins[2] if len(ctx.ins) > 2 else None
-    axis = _quant_params(node, X, S, Z)
+    axis, block = _quant_params(node, X, S, Z)
+    narrow = _narrow(node)
+    small_float = narrow is not None and dtypes.is_narrow_float(narrow)
     b = ctx.b
     pre, n, post = _split(X.shape, axis)
-    b.comment(f"quantize to {Y.dtype}: rint(x / scale) + zero point, saturated"
-              + (f"; scale per index of axis {axis}" if axis is not None else ""))
+    b.comment(f"quantize to {narrow or Y.dtype}: "
+              + ("x / scale + zero point, rounded to the nearest" if small_float
+                 else "rint(x / scale) + zero point, saturated")
+              + (f"; scale per block of {block} along axis {axis}" if block else
+                 f"; scale per index of axis {axis}" if axis is not None else ""))
     with b.loops([pre, n, post], ["p", "c", "q"], role=SPATIAL) as (p, c, q):
         at = (p * n + c) * post + q
-        zp = cast(Load(Z, c), F32) if Z is not None else const(0.0, F32)
-        b.store(Y, at, _saturate(b, call("rint", Load(X, at) / Load(S, c)) + zp, Y.dtype))
+        k = _params_index(X.shape, axis, block, p, c, q)
+        zp = cast(Load(Z, k), F32) if Z is not None else const(0.0, F32)
+        if small_float:
+            code = dtypes.to_onnx(narrow)
+            v = round_to_small_float(Load(X, at) / Load(S, k) + zp, FORMATS[code],
+                                     bool(int(node.attr("saturate", 1))), b)
+        else:
+            v = _saturate(b, call("rint", Load(X, at) / Load(S, k)) + zp, Y.dtype,
+                          dtypes.int_range(narrow) if narrow is not None else None)
+        b.store(Y, at, v)
 
 
-register("QuantizeLinear", lower=_lower_q)(_q_infer)
+def _fold_q(node, ins):
+    """QuantizeLinear to a narrow type on constants, in numpy (ONNX's reference implementation
+    knows nothing of the type it computes in here); other types: None (the reference folds)."""
+    narrow = _narrow(node)
+    if narrow is None or any(v is not None and v.const is None for v in ins):
+        return None
+    x, s = ins[0].const, ins[1].const
+    axis, block = _quant_params(node, ins[0], ins[1], ins[2] if len(ins) > 2 else None)
+    zp = _params_array(ins[2].const.astype(np.float32), x.shape, axis, block) if len(ins) > 2 and ins[2] is not None else 0.0
+    v = x / _params_array(s, x.shape, axis, block)
+    if dtypes.is_narrow_float(narrow):
+        v = (v + zp).astype(np.float32)
+        if int(node.attr("saturate", 1)):
+            big = FORMATS[dtypes.to_onnx(narrow)].largest
+            v = np.clip(v, -big, big)
+        return [v.astype(narrow).astype(np.float32)]
+    lo, hi = dtypes.int_range(narrow)
+    return [np.clip(np.rint(v) + zp, lo, hi).astype(dtypes.compute_dtype(narrow))]
+
+
+register("QuantizeLinear", lower=_lower_q, fold=_fold_q)(_q_infer)
 
 
 # ----------------------------------------------------------------------------- DequantizeLinear
 def _dq_infer(node, ins):
+    """x is an 8- or 16-bit integer or int32, or a value computed wider than its narrow type
+    (frontend/narrow.py): a 4- or 2-bit integer as int8 / uint8, a float8 or float4 as float32."""
     x = ins[0]
-    if x.dtype not in _QTYPES + (I32,):
+    if x.dtype not in _QTYPES + (I32, dtypes.FLOAT32):
         raise UnsupportedError([f"{_name(node)} from {x.dtype}"])
     zp = ins[2] if len(ins) > 2 else None
     _quant_params(node, x, ins[1], zp)
@@ -125,17 +203,34 @@ def _dq_infer(node, ins):
 def _lower_dq(node, ctx):
     X, S, Y = ctx.ins[0], ctx.ins[1], ctx.outs[0]
     Z = ctx.ins[2] if len(ctx.ins) > 2 else None
-    axis = _quant_params(node, X, S, Z)
+    axis, block = _quant_params(node, X, S, Z)
     b = ctx.b
     pre, n, post = _split(X.shape, axis)
-    b.comment("dequantize: (x - zero point) * scale" + (f", per index of axis {axis}" if axis is not None else ""))
+    b.comment("dequantize: (x - zero point) * scale" + (f", per block of {block} along axis {axis}" if block else
+                                                         f", per index of axis {axis}" if axis is not None else ""))
+    wide = F32 if X.dtype == dtypes.FLOAT32 else I32          # (a float8 x is float32 here)
     with b.loops([pre, n, post], ["p", "c", "q"], role=SPATIAL) as (p, c, q):
         at = (p * n + c) * post + q
-        v = cast(Load(X, at), I32) - (cast(Load(Z, c), I32) if Z is not None else const(0, I32))
-        b.store(Y, at, cast(v, F32) * Load(S, c))
+        k = _params_index(X.shape, axis, block, p, c, q)
+        v = cast(Load(X, at), wide) - (cast(Load(Z, k), wide) if Z is not None else const(0, wide))
+        b.store(Y, at, cast(v, F32) * Load(S, k))
 
 
-register("DequantizeLinear", lower=_lower_dq)(_dq_infer)
+def _fold_dq(node, ins):
+    """DequantizeLinear on constants, in numpy: (x - zero point) * scale (int4 weights of a
+    weight-only quantized model, widened to int8 here, which the reference does not take)."""
+    if any(v is not None and v.const is None for v in ins):
+        return None
+    x = ins[0].const
+    axis, block = _quant_params(node, ins[0], ins[1], ins[2] if len(ins) > 2 else None)
+    wide = np.float32 if x.dtype == np.float32 else np.int32
+    v = x.astype(wide)
+    if len(ins) > 2 and ins[2] is not None:
+        v = v - _params_array(ins[2].const.astype(wide), x.shape, axis, block)
+    return [(v.astype(np.float32) * _params_array(ins[1].const, x.shape, axis, block)).astype(np.float32)]
+
+
+register("DequantizeLinear", lower=_lower_dq, fold=_fold_dq)(_dq_infer)
 
 
 # ----------------------------------------------------------------------------- DynamicQuantizeLinear

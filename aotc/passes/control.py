@@ -75,7 +75,7 @@ def _inline(g: Graph, graph: onnx.GraphProto, scope: dict, prefix: str, bind: di
     read as the names `bind` gives them, its initializers made constants of `g`, and the names
     its outputs have then. `scope` maps the names of the graphs around `graph` that were
     renamed; the nodes holding subgraphs carry the whole renaming along (SCOPE_ATTR)."""
-    from ..frontend.half import widen_array, widen_nodes
+    from ..frontend.narrow import widen_array, widen_nodes
     from ..frontend.onnx_import import attr_value
     from ..ir import dtypes
 
@@ -84,15 +84,15 @@ def _inline(g: Graph, graph: onnx.GraphProto, scope: dict, prefix: str, bind: di
     label = f"{owner.op_type} node {owner.name!r}"
     for t in graph.sparse_initializer:
         raise ModelError(f"{label}: sparse initializer {t.values.name!r} in its {what}")
-    bfloat16_consts = set()                        # (a CastLike to one of them rounds)
+    narrow_consts = {}                             # (a CastLike to one of them rounds or wraps)
     for t in graph.initializer:
         try:
             arr = np.asarray(onnx.numpy_helper.to_array(t)).astype(dtypes.from_onnx(t.data_type), copy=False)
         except dtypes.UnsupportedDtype as e:
             raise ModelError(f"{label}: initializer {t.name!r} of its {what}: {e}") from None
-        scope[t.name] = g.add_const(widen_array(arr), prefix + t.name)   # (16-bit floats are float32 inside)
-        if arr.dtype == dtypes.BFLOAT16:
-            bfloat16_consts.add(scope[t.name])
+        scope[t.name] = g.add_const(widen_array(arr), prefix + t.name)   # (narrow types are wider inside)
+        if dtypes.is_narrow(arr.dtype):
+            narrow_consts[scope[t.name]] = t.data_type
     produced: set[str] = set(bind.values())      # (bound names may come from nodes not inferred yet)
 
     def resolve(name: str) -> str:
@@ -117,7 +117,7 @@ def _inline(g: Graph, graph: onnx.GraphProto, scope: dict, prefix: str, bind: di
                for v in attrs.values()):
             attrs[SCOPE_ATTR] = dict(scope)
         nodes.append(Node(p.op_type, inputs, outputs, attrs, prefix + (p.name or f"{p.op_type}_{k}"), p.domain))
-    widen_nodes(nodes, bfloat16_consts)
+    widen_nodes(nodes, narrow_consts)
     return nodes, [resolve(o.name) for o in graph.output]
 
 

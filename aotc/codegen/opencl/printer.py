@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import UnsupportedError
 from ...kernel.ir import UNROLLED, Barrier, Buffer, Loop
 from ..gpu import GpuPrinter
 
@@ -39,7 +40,10 @@ class OpenCLPrinter(GpuPrinter):
     atomic_cas = "atomic_cmpxchg"
 
     def type_name(self, dt) -> str:
-        return _TYPES[np.dtype(dt).name]
+        name = np.dtype(dt).name
+        if name not in _TYPES:        # (8-, 4- and 2-bit storage: C only so far)
+            raise UnsupportedError([f"{name} inputs and outputs in {self.language} kernels"])
+        return _TYPES[name]
 
     def pointer(self, type_name: str, const: bool) -> str:
         return f"__global {'const ' if const else ''}{type_name} *"
