@@ -1,5 +1,5 @@
 """bfloat16 models: bfloat16 inputs, outputs and weights, computed in float32 inside
-(aotc/frontend/half.py), on C, OpenCL and emulated CUDA. The store rounds to nearest even
+(aotc/frontend/narrow.py), on C, OpenCL and emulated CUDA. The store rounds to nearest even
 exactly as ml_dtypes' conversion does (ties, NaN, infinities, overflow, subnormals), a Cast to
 bfloat16 inside the graph rounds too (aotc.RoundFloat), and a small model agrees with ONNX
 Runtime (which takes bfloat16 arrays through OrtValues) and with float64 numpy rounded once.

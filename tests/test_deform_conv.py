@@ -88,7 +88,7 @@ def test_far_and_whole_pixel_offsets(dtype, tmp_path):
 
 
 def test_float16_model(tmp_path):
-    """A float16 model computes in float32 inside (frontend/half.py): DeformConv included."""
+    """A float16 model computes in float32 inside (frontend/narrow.py): DeformConv included."""
     m, feeds = _model(dtype=np.float16, group=2, og=2, m=4)
     m.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT16, None))
     assert_parity(m, tmp_path, feeds, rtol=2e-3, atol=2e-3)

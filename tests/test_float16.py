@@ -1,5 +1,5 @@
 """float16 models: float16 inputs, outputs and weights, computed in float32 inside
-(aotc/frontend/half.py), against ONNX Runtime on random inputs, on C, OpenCL and emulated CUDA;
+(aotc/frontend/narrow.py), against ONNX Runtime on random inputs, on C, OpenCL and emulated CUDA;
 the documented difference (no rounding at a float16 Cast inside the graph) against numpy."""
 import numpy as np
 import onnx

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from tests.helpers import assert_parity, graph_model, rand, single_op_model
+from tests.helpers import assert_parity, graph_model, rand, run_onnx_node_case, single_op_model
 
 I64 = np.int64
 
@@ -227,3 +227,9 @@ def test_shape_chain_folds_to_reshape(tmp_path):
     src = (tmp_path / "out" / "model.c").read_text()
     assert src.count("static void k") == 1, "the shape chain should fold, leaving one transpose kernel"
     assert res.passed
+
+
+def test_reshape_to_a_zero_size_with_allowzero(tmp_path):
+    """Reshape (0, 3, 4) to [3, 4, 0] with allowzero = 1: the 0 is a size, not a copy of the
+    input's; the view canonicalization keeps it so (it rewrote the node without allowzero)."""
+    run_onnx_node_case("test_reshape_allowzero_reordered", tmp_path, bound=("shape",), exact=True)

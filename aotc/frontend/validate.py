@@ -76,6 +76,8 @@ def default_opset(model: onnx.ModelProto) -> int:
     """The ai.onnx opset version the model imports, after checking it is one aotc knows."""
     newest = defs.onnx_opset_version()
     versions = [int(imp.version) for imp in model.opset_import if imp.domain in DEFAULT_DOMAINS]
+    if not versions and not any(n.domain in DEFAULT_DOMAINS for n in model.graph.node):
+        return newest        # (only other domains' operators, as ai.onnx.ml models: said unsupported later)
     if not versions:
         raise ModelError("the model imports no default-domain (ai.onnx) opset",
                          "add an opset_import entry for domain '' (ai.onnx)")

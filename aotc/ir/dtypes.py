@@ -19,7 +19,7 @@ _ONNX_TO_NP = {
     TensorProto.UINT64: np.dtype(np.uint64),
     TensorProto.BOOL: np.dtype(np.bool_),
     # only at a graph's inputs and outputs: inside, float16 and bfloat16 are computed in
-    # float32 (aotc/frontend/half.py). numpy has no bfloat16: ml_dtypes' (an onnx dependency).
+    # float32 (aotc/frontend/narrow.py). numpy has no bfloat16: ml_dtypes' (an onnx dependency).
     TensorProto.FLOAT16: np.dtype(np.float16),
     TensorProto.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
     # 8- and 4-bit floats and 4- and 2-bit integers: likewise only at a graph's edges (inside,

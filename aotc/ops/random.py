@@ -45,7 +45,7 @@ u >= ratio and scales it by 1 / (1 - ratio). Uniform words are exact: on every t
 the same bits; what a target's compiler contracts into a fused multiply-add (low + (high - low)
 u, the normal's mean + scale n) and its math library's log and cos may differ in the last bits.
 
-float16 outputs compute in float32 (frontend/half.py), stored as float16 at a graph's edges.
+float16 outputs compute in float32 (frontend/narrow.py), stored as float16 at a graph's edges.
 """
 from __future__ import annotations
 

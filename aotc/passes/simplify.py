@@ -125,7 +125,8 @@ def canonicalize_views(g: Graph) -> Graph:
                     producers = fresh
                     continue
             shape_name = g.add_const(np.array(out.shape, dtype=np.int64), f"{n.name}_shape")
-            n2 = Node("Reshape", [src, shape_name], n.outputs, {}, n.name)
+            # (a 0 in the shape is a size of 0, not "copy the input's size", when allowzero is set)
+            n2 = Node("Reshape", [src, shape_name], n.outputs, {"allowzero": 1} if 0 in out.shape else {}, n.name)
             producers[n.outputs[0]] = n2
             kept.append(n2)
             continue
