@@ -230,6 +230,8 @@ SHAPES = [
     ("bert attention q.kT 128x128x64", 128, 128, 64, ""),
     ("bert attention p.v 128x64x128", 128, 64, 128, ""),
     ("square 512", 512, 512, 512, ""),
+    ("classifier head 1x1000x2048", 1, 1000, 2048, "B"),
+    ("lstm step 1x512x128", 1, 512, 128, "B"),
 ]
 
 

@@ -99,6 +99,46 @@ def test_one_row_kernel_matches_the_tile_rows(lib):
         _check(acc, _expected(A[:1], B, C0), K)
 
 
+def test_one_row_over_many_panels(lib):
+    """A row of C over many NR-column panels of weights packed at compile time takes them
+    several at a time (the row-panels kernel: 8 on AVX-512, 4 elsewhere), the panels left one
+    at a time (B packed at run time: all one at a time). Against numpy and the same row as the
+    first of an MR-row tile, for N with whole groups, a partial last panel in a group, leftover
+    panels; accumulating, with the epilogue (each element seen once, after the last K block) and
+    split by columns over threads, which gives what one thread gives, bit for bit."""
+    rng = np.random.default_rng(11)
+    t = lib.tiles
+    for groups, extra in [(1, 0), (1, 5), (2, t.nr + 3), (3, 3 * t.nr - 1)]:
+        N = groups * 8 * t.nr + extra
+        for K in (1, 7, t.kc + 9):
+            A, B = _rand(rng, t.mr, K), _rand(rng, K, N)
+            tile = np.full((t.mr, N), np.nan, np.float32)
+            lib.packed(t.mr, N, K, A, B, tile)
+            for b_packed in (False, True):
+                Bp = pack_b(B, t) if b_packed else B
+                row = np.full((1, N), np.nan, np.float32)
+                lib.packed(1, N, K, A[:1], Bp, row, b_packed=b_packed)
+                _check(row, _expected(A[:1], B), K)
+                np.testing.assert_allclose(row[0], tile[0], rtol=1e-5, atol=1e-5 * np.sqrt(K),
+                                           err_msg=f"N={N} K={K}")
+                C0 = _rand(rng, 1, N)
+                acc = C0.copy()
+                lib.packed(1, N, K, A[:1], Bp, acc, accumulate=True, b_packed=b_packed)
+                _check(acc, _expected(A[:1], B, C0), K)
+                bias = _rand(rng, N)
+                first = None
+                for threads, split in ((1, "none"), (2, "cols"), (3, "cols")):
+                    per = max(1, t.work_floats(1, N, K, False, b_packed))
+                    C = np.full((1, N), np.nan, np.float32)
+                    seen = np.zeros((1, N), np.int64)
+                    lib.packed(1, N, K, A[:1], Bp, C, b_packed=b_packed, threads=threads, split=split,
+                               bias=bias, seen=seen, work=np.zeros(per * threads + 64, np.float32))
+                    _check(C, np.maximum(_expected(A[:1], B) + bias, 0), K)
+                    assert np.all(seen == 1), f"N={N} K={K}: epilogue saw elements {np.unique(seen)} times"
+                    first = C if first is None else first
+                    assert np.array_equal(C, first), f"N={N} K={K}: {threads} threads differ from one"
+
+
 def test_accumulate_adds_onto_c(lib):
     rng = np.random.default_rng(1)
     for M, N, K in [(1, 1, 1), (7, 33, 5), (lib.tiles.mr + 2, lib.tiles.nr + 3, lib.tiles.kc + 7)]:
