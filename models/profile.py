@@ -1,7 +1,7 @@
 """Per-kernel time of a zoo model compiled by aotc, for each thread count, side by side.
 
 python -m models.profile MODEL [--size full] [--target native] [--threads 1,2] [--runs 10] [--top 25]
-                           [--by-strategy] [--ort]
+                           [--by-strategy] [--ort] [--qdq]
 
 Each artifact is loaded with kernel timing on (aotc.load(..., profile=True)); after warm-up
 runs, `--runs` runs are timed; the table lists the kernels taking most of the first thread
@@ -12,6 +12,8 @@ body in the generated C: "1x1 convolution", "direct convolution", "im2col", ...)
 inputs and run counts) beside each kernel: the ORT nodes whose names hold one of the kernel's
 node names (ORT names a fused or re-laid-out node after one of its sources), and lists the ORT
 nodes no kernel claimed (layout reorders, nodes aotc folded away).
+`--qdq` profiles the model statically quantized in the QDQ format (models/qdq_bench.py; full
+size only).
 """
 from __future__ import annotations
 
@@ -30,13 +32,18 @@ from .build import save
 from .zoo import ZOO
 
 
-def zoo_model(name: str, size: str, workdir: Path) -> tuple[Path, dict, dict]:
-    """Zoo model `name` saved under workdir: (its path, its input shapes, seeded inputs)."""
+def zoo_model(name: str, size: str, workdir: Path, qdq: bool = False) -> tuple[Path, dict, dict]:
+    """Zoo model `name` saved under workdir: (its path, its input shapes, seeded inputs); with
+    `qdq`, statically quantized (QDQ format, as models/qdq_bench.py makes it)."""
     e = ZOO[name]
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / f"{name}_{size}.onnx"
     save(e.build(size), path)
     shapes = e.shapes_for(size)
+    if qdq:
+        import numpy as np
+        from .qdq_bench import quantized
+        path = quantized(name, workdir / "qdq", np.random.default_rng(0))[1]
     return path, shapes, sample_inputs(import_model(load_onnx(path), name, shapes), seed=1)
 
 
@@ -51,11 +58,12 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=Path("build/profile"))
     ap.add_argument("--by-strategy", action="store_true", help="also sum the time by lowering strategy")
     ap.add_argument("--ort", action="store_true", help="also ONNX Runtime's per-node time beside each kernel")
+    ap.add_argument("--qdq", action="store_true", help="the model statically quantized, QDQ format (full size)")
     a = ap.parse_args()
-    path, shapes, feeds = zoo_model(a.model, a.size, a.workdir)
+    path, shapes, feeds = zoo_model(a.model, a.size, a.workdir, a.qdq)
     per: dict[int, dict[str, float]] = {}
     for t in [int(x) for x in a.threads.split(",")]:
-        out = compile_model(path, target=a.target, output_dir=a.workdir / f"{a.model}_{a.size}_{t}", threads=t,
+        out = compile_model(path, target=a.target, output_dir=a.workdir / f"{path.stem}_{a.size}_{t}", threads=t,
                             shapes=shapes)
         m = load(out, threads=t, profile=True)
         for _ in range(3):

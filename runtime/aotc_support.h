@@ -142,7 +142,9 @@ static inline int aotc_read_weights(const char *path, size_t bytes, uint32_t crc
 
 /* Conversions the kernels' loops call on every element: always inlined, since a call left in
  * a loop keeps it scalar (see aotc_math.h). */
-#if defined(__GNUC__)
+#if defined(__device__)                   /* CUDA (whose headers define __device__): host and device */
+#define AOTC_ELEMENT_FN static inline __host__ __device__
+#elif defined(__GNUC__)
 #define AOTC_ELEMENT_FN static inline __attribute__((always_inline))
 #else
 #define AOTC_ELEMENT_FN static inline
@@ -215,6 +217,8 @@ AOTC_ELEMENT_FN uint16_t aotc_bf16_from_float(float f)
     return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);   /* round to nearest even */
 }
 
+/* aotc:small-types-begin (the OpenCL printer copies the code from here to the end mark into the
+ * kernels that use it, with C99's fixed-width type names defined: keep it OpenCL C too) */
 /* 8- and 4-bit floats (float8 E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ; float4 E2M1): stored one per
  * byte (E2M1 in the byte's low 4 bits, as ml_dtypes holds it), computed in float. A format is
  * its width in bits, mantissa bits, exponent bias, largest finite value, and which codes are
@@ -320,6 +324,7 @@ AOTC_ELEMENT_FN int8_t aotc_int2_to_int(uint8_t b) { return (int8_t)((int)((b & 
 AOTC_ELEMENT_FN uint8_t aotc_int2_from_int(int8_t v) { return (uint8_t)((unsigned)v & 3u); }
 AOTC_ELEMENT_FN uint8_t aotc_uint2_to_int(uint8_t b) { return (uint8_t)(b & 3u); }
 AOTC_ELEMENT_FN uint8_t aotc_uint2_from_int(uint8_t v) { return (uint8_t)(v & 3u); }
+/* aotc:small-types-end */
 
 /* An output of run-time size (aotc/passes/bounded.py): the kernels wrote it in the row-major
  * layout of its capacity cap[]; move it, in place, into the dense row-major layout of its

@@ -231,24 +231,26 @@ def test_untyped_bfloat16_outputs_come_out_bfloat16(tmp_path):
 
 
 # --------------------------------------------------------------------------- models
-def _mlp_bf16():
+def _mlp_bf16(rows: int = 4):
     """bfloat16 throughout, as a model exported in bfloat16: MatMul, bias, Relu, MatMul, plus a
     float32 copy of the result."""
     nodes = [N("MatMul", ["x", "w1"], ["h"]), N("Add", ["h", "b1"], ["hb"]), N("Relu", ["hb"], ["r"]),
              N("MatMul", ["r", "w2"], ["y"]), N("Cast", ["y"], ["y32"], to=TP.FLOAT)]
     inits = [("w1", _bf16(16, 32, seed=1, scale=0.3)), ("b1", _bf16(32, seed=2)), ("w2", _bf16(32, 8, seed=3, scale=0.3))]
-    return _model(nodes, [_vi("x", [4, 16])], [_vi("y", [4, 8]), _vi("y32", [4, 8], TP.FLOAT)], inits), inits
+    return _model(nodes, [_vi("x", [rows, 16])], [_vi("y", [rows, 8]), _vi("y32", [rows, 8], TP.FLOAT)], inits), inits
 
 
 @pytest.mark.parametrize("target", ["c", "opencl", "eager"])
 def test_bfloat16_mlp_against_float64_rounded_once(target, tmp_path):
     """ONNX Runtime has no bfloat16 MatMul: the reference is numpy in float64 on the widened
     values, rounded to bfloat16 once at the output (aotc computes in float32: at most one unit
-    in the last place apart, where float32's sums fall on the other side of a tie)."""
+    in the last place apart, where float32's sums fall on the other side of a tie; 64 rows, so
+    that the share of such outputs on fresh inputs is a steady one: with 4, 32 outputs, 4 of
+    them a unit off failed the 90% bound now and then)."""
     _skip_without_opencl(target)
-    model, inits = _mlp_bf16()
+    model, inits = _mlp_bf16(rows=64)
     w1, b1, w2 = (a.astype(np.float64) for _, a in inits)
-    x = _bf16(4, 16, seed=None)
+    x = _bf16(64, 16, seed=None)
     y, y32 = _compiled(model, tmp_path, target).run({"x": x})
     want = np.maximum(x.astype(np.float64) @ w1 + b1, 0) @ w2
     ulps = np.abs(_bits(y).astype(np.int32) - _bits(want.astype(np.float32).astype(BF16)).astype(np.int32))

@@ -21,7 +21,7 @@ from onnx.numpy_helper import saturate_cast, to_float8e8m0
 from aotc.api import load
 from aotc.check.runner import run_check
 from aotc.compiler import compile_model
-from aotc.errors import InputError, ShapeError, UnsupportedError
+from aotc.errors import InputError, ShapeError
 from tests.helpers import rand, typed_model
 
 N = helper.make_node
@@ -277,9 +277,61 @@ def test_ports_in_the_header_api_and_check(tmp_path):
     assert res.passed and "reference implementation" in res.reference and "4- or 2-bit" in res.reference
 
 
-def test_opencl_says_it_has_no_float8_storage(tmp_path):
+def _all_types_model():
+    """Every 8-, 4- and 2-bit type at an input or output and in a Cast inside the graph."""
+    nodes = [N("Cast", ["f8"], ["f8f"], to=T.FLOAT), N("Cast", ["i4"], ["i4f"], to=T.FLOAT),
+             N("Add", ["f8f", "i4f"], ["s"]), N("Mul", ["s", "x"], ["t"])]
+    outputs = []
+    for k, code in enumerate(FLOAT8 + [T.FLOAT8E8M0, T.FLOAT4E2M1] + SMALL_INTS):
+        nodes += [N("Cast", ["t"], [f"y{k}"], to=code), N("Cast", [f"y{k}"], [f"z{k}"], to=T.FLOAT)]
+        outputs += [_vi(f"y{k}", code, (64,)), _vi(f"z{k}", T.FLOAT, (64,))]
+    return typed_model(nodes, [_vi("f8", T.FLOAT8E5M2, (64,)), _vi("i4", T.INT4, (64,)), _vi("x", T.FLOAT, (64,))],
+                       outputs, (), 25)
+
+
+def _all_types_feeds():
+    rng = np.random.default_rng(21)
+    return {"f8": (rng.standard_normal(64) * 40).astype(ml_dtypes.float8_e5m2),
+            "i4": rng.integers(-8, 8, 64).astype(ml_dtypes.int4),
+            "x": np.concatenate([rng.standard_normal(56) * np.exp2(rng.integers(-8, 8, 56)),
+                                 [np.nan, np.inf, -np.inf, 1e6, -0.0, 0.0, 1e-9, 3.0]]).astype(np.float32)}
+
+
+def _same_as_c(got, want):
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        if g.dtype.itemsize == 1:
+            np.testing.assert_array_equal(_bits(g), _bits(w))
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+def test_small_types_on_opencl_as_on_c(tmp_path):
+    """The OpenCL kernels copy the C runtime's conversions: the same bits as the C target."""
+    from tests.test_opencl import _opencl_missing
+    if _opencl_missing():
+        pytest.skip(_opencl_missing())
     path = tmp_path / "m.onnx"
-    onnx.save(typed_model([N("Cast", ["x"], ["y"], to=T.FLOAT)], [_vi("x", T.FLOAT8E5M2, (4,))],
-                          [_vi("y", T.FLOAT, (4,))], (), 21), str(path))
-    with pytest.raises(UnsupportedError, match="float8_e5m2 inputs and outputs in OpenCL C"):
-        compile_model(path, target="opencl", output_dir=tmp_path / "out")
+    onnx.save(_all_types_model(), str(path))
+    feeds = _all_types_feeds()
+    want = load(compile_model(path, target="c", output_dir=tmp_path / "c")).run(feeds)
+    out = compile_model(path, target="opencl", output_dir=tmp_path / "cl")
+    assert "typedef uchar uint8_t;" in (out / "m.cl").read_text()
+    _same_as_c(load(out).run(feeds), want)
+
+
+def test_small_types_on_emulated_cuda_as_on_c(tmp_path):
+    """CUDA calls the C runtime's conversions on the device (host and device functions there):
+    the emulated build gives the C target's bits; nvcc compiles it for sm_90 where installed."""
+    import shutil
+
+    from tests.test_cuda_emulated import emulated_build
+    path = tmp_path / "m.onnx"
+    onnx.save(_all_types_model(), str(path))
+    feeds = _all_types_feeds()
+    want = load(compile_model(path, target="c", output_dir=tmp_path / "c")).run(feeds)
+    out = compile_model(path, target="cuda:sm_90", output_dir=tmp_path / "cu", build=emulated_build)
+    assert "aotc_f8e5m2_to_float(f8[" in (out / "m.cu").read_text()
+    _same_as_c(load(out).run(feeds), want)
+    if shutil.which("nvcc"):
+        compile_model(path, target="cuda:sm_90", output_dir=tmp_path / "nvcc")

@@ -39,6 +39,17 @@ MATH_FUNCTIONS = ("exp", "log", "sqrt", "tanh", "erf", "floor", "ceil", "rint", 
 # and BITCAST (bitcast()), a value's bits read as another type of the same width
 
 
+# the 8- and 4-bit floats and 4- and 2-bit integers: storage dtype name -> (to the compute type,
+# from it), the functions of runtime/aotc_support.h on uint8_t bits, which C, CUDA (host and
+# device) and OpenCL (a copy in the kernels' source) share
+SMALL_TYPE_CONVERSIONS = {
+    **{name: (f"aotc_{short}_to_float", f"aotc_{short}_from_float") for name, short in (
+        ("float8_e4m3fn", "f8e4m3fn"), ("float8_e4m3fnuz", "f8e4m3fnuz"), ("float8_e5m2", "f8e5m2"),
+        ("float8_e5m2fnuz", "f8e5m2fnuz"), ("float8_e8m0fnu", "f8e8m0"), ("float4_e2m1fn", "f4e2m1"))},
+    **{name: (f"aotc_{name}_to_int", f"aotc_{name}_from_int") for name in ("int4", "uint4", "int2", "uint2")},
+}
+
+
 class PrintError(Exception):
     """The IR holds something this language cannot express (a schedule bug)."""
 
@@ -67,6 +78,8 @@ class CStylePrinter:
             return f"INT64_C({v})"
         if dt == np.uint64:
             return f"UINT64_C({v})"
+        if dt == np.uint32:     # (2147483648 and up would be a wider signed type unsuffixed)
+            return f"{v}u"
         return str(v)
 
     def float_literal(self, v: float, dt) -> str:

@@ -19,7 +19,7 @@ import numpy as np
 from ..abi import ctype
 from ...kernel.ir import (PARALLEL, UNROLLED, VECTORIZED, Buffer, BufPtr, Fail, Gemm, Kernel, Load, Loop, Stmt, Store, Var,
                           free_variables, walk_stmts)
-from ..cstyle import CStylePrinter, PrintError
+from ..cstyle import SMALL_TYPE_CONVERSIONS, CStylePrinter, PrintError
 
 
 def uses_pool(k: Kernel) -> bool:
@@ -44,13 +44,7 @@ class CPrinter(CStylePrinter):
     # 16-bit floats are uint16_t bits, 8- and 4-bit floats and 4- and 2-bit integers uint8_t
     # bits (C has no such types): runtime/aotc_support.h converts
     narrow_conversions = {"float16": ("aotc_half_to_float", "aotc_half_from_float"),
-                          "bfloat16": ("aotc_bf16_to_float", "aotc_bf16_from_float"),
-                          **{name: (f"aotc_{short}_to_float", f"aotc_{short}_from_float") for name, short in (
-                              ("float8_e4m3fn", "f8e4m3fn"), ("float8_e4m3fnuz", "f8e4m3fnuz"),
-                              ("float8_e5m2", "f8e5m2"), ("float8_e5m2fnuz", "f8e5m2fnuz"),
-                              ("float8_e8m0fnu", "f8e8m0"), ("float4_e2m1fn", "f4e2m1"))},
-                          **{name: (f"aotc_{name}_to_int", f"aotc_{name}_from_int")
-                             for name in ("int4", "uint4", "int2", "uint2")}}
+                          "bfloat16": ("aotc_bf16_to_float", "aotc_bf16_from_float"), **SMALL_TYPE_CONVERSIONS}
 
     def type_name(self, dt) -> str:
         return ctype(dt)

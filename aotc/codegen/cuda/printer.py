@@ -11,6 +11,7 @@ import numpy as np
 
 from ...kernel.ir import MMA_A, MMA_B, MMA_C, MMA_K, MMA_M, MMA_N, UNROLLED, Barrier, Buffer, Loop, Mma, Stmt
 from ..abi import ctype
+from ..cstyle import SMALL_TYPE_CONVERSIONS
 from ..gpu import GpuPrinter
 
 _FRAGMENT = {MMA_A: "wmma::matrix_a", MMA_B: "wmma::matrix_b", MMA_C: "wmma::accumulator"}
@@ -26,9 +27,10 @@ class CudaPrinter(GpuPrinter):
     index_type = "int64_t"
     atomic_cas = "atomicCAS"
 
-    # (__float2half and __float2bfloat16 round to nearest even; a NaN stays a NaN)
+    # (__float2half and __float2bfloat16 round to nearest even; a NaN stays a NaN; the 8-, 4- and
+    # 2-bit types: runtime/aotc_support.h's functions, host and device there)
     narrow_conversions = {"float16": ("__half2float", "__float2half"),
-                          "bfloat16": ("__bfloat162float", "__float2bfloat16")}
+                          "bfloat16": ("__bfloat162float", "__float2bfloat16"), **SMALL_TYPE_CONVERSIONS}
 
     def type_name(self, dt) -> str:
         return _NARROW_TYPES.get(np.dtype(dt).name) or ctype(dt)

@@ -3,7 +3,8 @@
 half...), overloaded math builtins (exp, not expf), work-item indices (get_global_id...),
 barrier(), vload_half / vstore_half, atomic_cmpxchg. bfloat16 has no OpenCL type: it is
 stored as ushort bits and converted by two small functions the source defines where it uses
-them (`prelude`).
+them (`prelude`); the 8-, 4- and 2-bit types are uchar bits, converted by the C runtime's
+functions, which the source copies where it uses them.
 """
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ import numpy as np
 
 from ...errors import UnsupportedError
 from ...kernel.ir import UNROLLED, Barrier, Buffer, Loop
+from ...paths import RUNTIME_DIR
+from ..cstyle import SMALL_TYPE_CONVERSIONS
 from ..gpu import GpuPrinter
 
 _TYPES = {"float32": "float", "float64": "double", "float16": "half", "int8": "char", "int16": "short",
           "int32": "int", "int64": "long", "uint8": "uchar", "uint16": "ushort", "uint32": "uint",
-          "uint64": "ulong", "bool": "uchar", "bfloat16": "ushort"}
+          "uint64": "ulong", "bool": "uchar", "bfloat16": "ushort",
+          **{name: "uchar" for name in SMALL_TYPE_CONVERSIONS}}
 # bfloat16 is a float32's upper 16 bits: widened exactly; narrowed to nearest even, a NaN kept a
 # (quiet) NaN, as runtime/aotc_support.h does for C
 _BF16_FUNCTIONS = """\
@@ -33,6 +37,16 @@ ushort aotc_bf16_from_float(float f)
 _AXES = {"global": "get_global_id", "group": "get_group_id", "local": "get_local_id"}
 
 
+def _small_type_functions() -> str:
+    """The 8-, 4- and 2-bit types' conversions: the C runtime's own code (runtime/aotc_support.h,
+    between its aotc:small-types marks), with C99's fixed-width type names as OpenCL's."""
+    text = (RUNTIME_DIR / "aotc_support.h").read_text()
+    begin, end = text.index("/* aotc:small-types-begin"), text.index("/* aotc:small-types-end */")
+    return ("#define AOTC_ELEMENT_FN static inline\n"
+            "typedef uchar uint8_t;\ntypedef char int8_t;\ntypedef uint uint32_t;\n"
+            + text[begin:end])
+
+
 class OpenCLPrinter(GpuPrinter):
     language = "OpenCL C"
     kernel_qualifier = "__kernel void"
@@ -41,7 +55,7 @@ class OpenCLPrinter(GpuPrinter):
 
     def type_name(self, dt) -> str:
         name = np.dtype(dt).name
-        if name not in _TYPES:        # (8-, 4- and 2-bit storage: C only so far)
+        if name not in _TYPES:
             raise UnsupportedError([f"{name} inputs and outputs in {self.language} kernels"])
         return _TYPES[name]
 
@@ -54,6 +68,8 @@ class OpenCLPrinter(GpuPrinter):
             return f"{v}L"
         if dt == np.uint64:
             return f"{v}UL"
+        if dt == np.uint32:
+            return f"{v}u"
         return str(v)
 
     def math_name(self, fn: str, dt) -> str:
@@ -67,7 +83,7 @@ class OpenCLPrinter(GpuPrinter):
             return f"{'fmax' if op == 'max' else 'fmin'}({a}, {b})"
         return super().minmax(op, dt, a, b)      # the integer max() overloads need equal types
 
-    narrow_conversions = {"bfloat16": ("aotc_bf16_to_float", "aotc_bf16_from_float")}
+    narrow_conversions = {"bfloat16": ("aotc_bf16_to_float", "aotc_bf16_from_float"), **SMALL_TYPE_CONVERSIONS}
 
     def narrow_load(self, buf: Buffer, index: str) -> str:
         if buf.dtype.name == "float16":
@@ -82,8 +98,11 @@ class OpenCLPrinter(GpuPrinter):
     @staticmethod
     def prelude(source: str) -> str:
         """Definitions the kernels in `source` call that OpenCL C has not: the bfloat16
-        conversions ('' when no kernel uses them)."""
-        return _BF16_FUNCTIONS if "aotc_bf16_" in source else ""
+        conversions, those of the 8-, 4- and 2-bit types ('' when no kernel uses them)."""
+        out = _BF16_FUNCTIONS if "aotc_bf16_" in source else ""
+        if any(f in source for pair in SMALL_TYPE_CONVERSIONS.values() for f in pair):
+            out += _small_type_functions()
+        return out
 
     def gpu_index(self, axis: str) -> str:
         kind, dim = axis.split(".")
