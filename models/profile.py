@@ -143,11 +143,17 @@ def _owner(ort_node: str, owner_of: dict[str, str], producers: dict) -> str | No
     """The aotc kernel that computes ORT node `ort_node`, or None.
 
     ORT keeps a node's name, or names a node it made (a fused or re-laid-out one) after a tensor
-    of the source model ("clip_37_out_nchwc"). Either names an ONNX node; when no kernel label
+    of the source model ("clip_37_out_nchwc") or a node ("conv_2_token_1", a QDQ island, which
+    aotc's rewrite names "conv_2/qlinear/..."). Either names an ONNX node; when no kernel label
     holds that node (aotc folded it into its producer, as a BatchNormalization into a Conv),
     its first input's producer is tried, a few steps up."""
     if ort_node in owner_of:
         return owner_of[ort_node]
+    # a node ORT made from a QDQ island ("conv_2_token_1") for one aotc rewrote ("conv_2/qlinear/...")
+    base = re.sub(r"_token_\d+$", "", ort_node)
+    for name, kernel in owner_of.items():
+        if name == base or name.startswith(base + "/"):
+            return kernel
     tensors = [t for t in producers if ort_node.startswith(t)]
     if not tensors:
         return None

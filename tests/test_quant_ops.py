@@ -257,22 +257,31 @@ def test_qlinear_conv(case, x_dt, w_dt, per_channel, bias, tmp_path):
     _assert_exact(m, tmp_path, {"x": x})
 
 
+@pytest.mark.parametrize("scales", [(0.5, 0.25, 8.0), (0.75, 0.5, 0.25)], ids=["m=1/64", "m=1.5"])
 @pytest.mark.parametrize("dt", [np.uint8, np.int8])
-def test_qlinear_conv_rounds_half_to_even_and_saturates(dt, tmp_path):
-    """A multiplier of exactly 1/64 (x_scale * w_scale / y_scale), so that every accumulator
-    that is 32 more than a multiple of 64 lands on k + 0.5; the accumulators' range saturates
-    both ends; weights as a graph input. Against ONNX Runtime and exact rounding in numpy."""
+def test_qlinear_conv_rounds_half_to_even_and_saturates(dt, scales, tmp_path):
+    """A multiplier (x_scale * w_scale / y_scale) of exactly 1/64, so that every accumulator
+    that is 32 more than a multiple of 64 lands on k + 0.5 (requantized in int32 after the
+    rounding: decompose.requantize), or of 1.5, odd accumulators on k + 0.5 (above 1/2: the
+    zero point and clamp in float32); the accumulators' range saturates both ends; weights as a
+    graph input. Against ONNX Runtime and exact rounding in numpy."""
+    from aotc.passes.decompose import _multipliers_below_half
+    from aotc.ir.graph import Graph
+    g = Graph("scales")
+    names = [g.add_const(np.float32(v), k) for k, v in zip(("xs", "ws", "ys"), scales)]
+    assert _multipliers_below_half(g, *names) == (scales[0] * scales[1] / scales[2] <= 0.5)
     x, w = _ints(dt, (1, 8, 16, 16), seed=50), _ints(dt, (4, 8, 1, 1), seed=51)
-    inits = {"xs": np.float32(0.5), "xz": _ints(dt, (), seed=52), "ws": np.float32(0.25),
-             "wz": _ints(dt, (), seed=53), "ys": np.float32(8.0), "yz": _ints(dt, (), seed=54)}
+    inits = {"xs": np.float32(scales[0]), "xz": _ints(dt, (), seed=52), "ws": np.float32(scales[1]),
+             "wz": _ints(dt, (), seed=53), "ys": np.float32(scales[2]), "yz": _ints(dt, (), seed=54)}
     m = graph_model([helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"])],
                     {"x": x, "w": w}, ["y"], inits, opset=10)
     got, want = _run_both(m, tmp_path, {"x": x, "w": w})
     np.testing.assert_array_equal(got[0], want[0])
     acc = _conv_ref(x, w, inits["xz"], inits["wz"])
-    assert (acc % 64 == 32).sum() >= 5                      # ties to round
+    m = scales[0] * scales[1] / scales[2]
+    assert (np.abs(acc * m % 1 - 0.5) < 1e-9).sum() >= 5     # ties to round
     info = np.iinfo(dt)
-    exact = np.clip(np.rint(acc / 64) + int(inits["yz"]), info.min, info.max)
+    exact = np.clip(np.rint(acc * m) + int(inits["yz"]), info.min, info.max)
     np.testing.assert_array_equal(got[0], exact.astype(dt))
     assert (got[0] == info.min).any() and (got[0] == info.max).any()
 
