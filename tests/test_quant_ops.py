@@ -501,3 +501,15 @@ def test_same_sign_products_are_not_rewritten():
                     {"b": _ints(np.uint8, (3, 2), 2)}, opset=10)
     before = m.SerializeToString()
     assert exact_integer_products(m) == [] and m.SerializeToString() == before
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+def test_quantize_specials_as_onnx_runtime(dt, tmp_path):
+    """NaN to the type's least value, infinities and values far out of range saturated, beside
+    ONNX Runtime (whose vector max / min give NaN the least value too)."""
+    x = np.concatenate([rand(40, seed=70) * 50, np.float32([np.nan, np.inf, -np.inf, 1e30, -1e30, 0.0, -0.0])])
+    m = graph_model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])], {"x": x}, ["y"],
+                    {"s": np.float32(0.37), "z": _ints(dt, (), seed=71)}, opset=13)
+    got, want = _run_both(m, tmp_path, {"x": x})
+    np.testing.assert_array_equal(got[0], want[0])
+    assert got[0][40] == np.iinfo(dt).min
