@@ -290,8 +290,10 @@ AOTC_ELEMENT_FN uint8_t aotc_small_from_float(float f, int bits, int man, int bi
 }
 
 #define AOTC_SMALL_FLOAT(name, bits, man, bias, largest, kind) \
-    AOTC_ELEMENT_FN float aotc_##name##_to_float(uint8_t b) { return aotc_small_to_float(b, bits, man, bias, kind); } \
-    AOTC_ELEMENT_FN uint8_t aotc_##name##_from_float(float f) { return aotc_small_from_float(f, bits, man, bias, largest, kind); }
+    AOTC_ELEMENT_FN float aotc_##name##_to_float(uint8_t b) \
+    { return aotc_small_to_float(b, bits, man, bias, kind); } \
+    AOTC_ELEMENT_FN uint8_t aotc_##name##_from_float(float f) \
+    { return aotc_small_from_float(f, bits, man, bias, largest, kind); }
 AOTC_SMALL_FLOAT(f8e4m3fn, 8, 3, 7, 448.0f, AOTC_SMALL_FN)
 AOTC_SMALL_FLOAT(f8e4m3fnuz, 8, 3, 8, 240.0f, AOTC_SMALL_FNUZ)
 AOTC_SMALL_FLOAT(f8e5m2, 8, 2, 15, 57344.0f, AOTC_SMALL_IEEE)

@@ -151,7 +151,8 @@ def narrow_edges(g: Graph, nodes: list[Node], narrow_outputs: dict[str, int]) ->
         if dtypes.is_narrow(dt):
             inner = dtypes.compute_dtype(dt)
             rename[name] = inside = g.fresh_name(f"{name}/{dtypes.name(inner)}")
-            edges.append(Node("Cast", [name], [inside], {"to": dtypes.to_onnx(inner)}, f"{name}/to_{dtypes.name(inner)}"))
+            edges.append(Node("Cast", [name], [inside], {"to": dtypes.to_onnx(inner)},
+                              f"{name}/to_{dtypes.name(inner)}"))
     for n in nodes:
         n.inputs = [rename.get(i, i) for i in n.inputs]
     tails = []

@@ -6,13 +6,13 @@ are integer Gemms of the 8-bit operands (kernel/ir.py), which the schedule runs 
 GEMM of runtime/aotc_igemm.h where it fits, schedule/cpu.py; else loops).
 
 Quantizing rounds half to even (C's rint in the default rounding mode) and saturates to the
-output type: y = clamp(rint(x / scale) + zero_point). A NaN quantizes to the type's least value,
-as in ONNX Runtime (ONNX leaves it undefined; C would leave a conversion of NaN undefined too). Scales and zero points
-are per tensor (scalars), per axis (1-D along `axis`) or per block (x's shape with `axis` in
-blocks of block_size). The 4- and 2-bit integers are computed as int8 / uint8 and the float8
-and float4 types as float32 (frontend/narrow.py): QuantizeLinear to one saturates to its range,
-or rounds to its nearest value (float8: saturating unless saturate = 0). Integer products
-accumulate exactly in int32."""
+output type: y = clamp(rint(x / scale) + zero_point). A NaN quantizes to the type's least
+value, as in ONNX Runtime (ONNX leaves it undefined; C would leave a conversion of NaN
+undefined too). Scales and zero points are per tensor (scalars), per axis (1-D along `axis`)
+or per block (x's shape with `axis` in blocks of block_size). The 4- and 2-bit integers are
+computed as int8 / uint8 and the float8 and float4 types as float32 (frontend/narrow.py):
+QuantizeLinear to one saturates to its range, or rounds to its nearest value (float8:
+saturating unless saturate = 0). Integer products accumulate exactly in int32."""
 from __future__ import annotations
 
 import numpy as np
@@ -173,7 +173,9 @@ def _fold_q(node, ins):
         return None
     x, s = ins[0].const, ins[1].const
     axis, block = _quant_params(node, ins[0], ins[1], ins[2] if len(ins) > 2 else None)
-    zp = _params_array(ins[2].const.astype(np.float32), x.shape, axis, block) if len(ins) > 2 and ins[2] is not None else 0.0
+    zp = 0.0
+    if len(ins) > 2 and ins[2] is not None:
+        zp = _params_array(ins[2].const.astype(np.float32), x.shape, axis, block)
     v = x / _params_array(s, x.shape, axis, block)
     if dtypes.is_narrow_float(narrow):
         v = (v + zp).astype(np.float32)
