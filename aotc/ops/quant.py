@@ -83,9 +83,9 @@ def _params_array(a: np.ndarray, x_shape, axis, block) -> np.ndarray:
 
 def _saturate(b, v: Expr, dt, bounds: tuple[int, int] | None = None) -> Expr:
     """rint-ed float v (zero point added) clamped into dt's range (or `bounds`), as dt; a NaN
-    to the least value, as ONNX Runtime's max / min instructions make it. (Written `v > lo ? v :
-    lo`, then `< hi`: GCC vectorizes that form with fewer compares and blends than a NaN test
-    and two clamps, 0.23 -> 0.16 ms over 800,000 values on AVX-512.)"""
+    to the least value, as ONNX Runtime's max / min instructions make it. (Two selects, "v if
+    v > lo else lo", then the same below hi: compilers vectorize that form with fewer compares
+    and blends than a NaN test and two clamps; docs/PERFORMANCE.md has the measurements.)"""
     lo, hi = bounds or dtypes.int_range(dt)
     lo, hi = const(float(lo), F32), const(float(hi), F32)
     v = b.local("q", select(v > lo, v, lo))

@@ -126,8 +126,8 @@ def requantize(g: Graph, b: Nodes, acc: str, x_scale: str, w_scale: str, y_scale
     most 2^30 in magnitude, so it converts to int32 exactly and the zero point and the clamp
     are added in int32: the same numbers, and the clamps vectorize as integer max / min, where
     GCC makes float ones compares and blends (the requantization of a 256 x 3136 output, the
-    whole-tile epilogue of a quantized 1x1 convolution: 0.23 -> 0.09 ms, AVX-512). Otherwise
-    the zero point and the clamp are added in float32."""
+    whole-tile epilogue of a quantized 1x1 convolution: 0.23 -> 0.09 ms; docs/PERFORMANCE.md).
+    Otherwise the zero point and the clamp are added in float32."""
     mult = b.add("Div", [b.add("Mul", [x_scale, w_scale]), y_scale])
     small = _multipliers_below_half(g, x_scale, w_scale, y_scale)
     if scale_shape is not None and g.values[w_scale].size > 1:
