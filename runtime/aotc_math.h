@@ -34,20 +34,40 @@ AOTC_MATH_FN float aotc_float_from_bits(int32_t i)
     return f;
 }
 
+AOTC_MATH_FN int32_t aotc_float_bits(float f)
+{
+    int32_t i;
+    memcpy(&i, &f, sizeof i);
+    return i;
+}
+
+/* A non-negative float (or NaN) clamped into [lo, hi] (non-negative floats given by their bits)
+ * on its bits: non-negative floats order as their bits do, and a NaN's bits (sign clear, as
+ * fabsf leaves it) are above every finite one's, so a NaN gives hi. Two integer max / min
+ * where a float clamp with its NaN test vectorizes as compares and blends. */
+AOTC_MATH_FN float aotc_clamp_nonnegative(float ax, int32_t lo, int32_t hi)
+{
+    int32_t b = aotc_float_bits(ax);
+    b = b < lo ? lo : b;
+    b = b > hi ? hi : b;
+    return aotc_float_from_bits(b);
+}
+
+/* |m| with the sign of s, on their bits (m non-negative) */
+AOTC_MATH_FN float aotc_with_sign_of(float m, float s)
+{
+    return aotc_float_from_bits(aotc_float_bits(m) | (aotc_float_bits(s) & INT32_MIN));
+}
+
 /* exp(x) = 2^n * exp(r) with n = round(x / ln 2) and r = x - n ln 2 (ln 2 in two parts, so r
  * is exact), |r| <= ln2 / 2; exp(r) = 1 + r q(r). 2^n is two factors of at most 2^64 each, so
- * results down in the subnormals (x > -104) round once. */
-AOTC_MATH_FN float aotc_expf(float x)
+ * results down in the subnormals (x > -104) round once. For x in [-104, 89] (no NaN): the
+ * callers that know their argument's range call this, without aotc_expf's edge selects. */
+AOTC_MATH_FN float aotc_exp_in_range(float x)
 {
-    /* every value below is finite (NaN computes as 0) until the end picks the result: each
-     * select has both of its values computed already, which compilers if-convert to vector
-     * blends even when floating-point traps are honoured (no speculated division) */
-    const float xn = x == x ? x : 0.0f;
-    const float xl = xn < -104.0f ? -104.0f : xn;
-    const float xc = xl > 89.0f ? 89.0f : xl;
-    const float fn = (xc * 1.44269502f + 12582912.0f) - 12582912.0f;   /* round to nearest */
+    const float fn = (x * 1.44269502f + 12582912.0f) - 12582912.0f;   /* round to nearest */
     const int32_t n = (int32_t)fn;
-    float r = xc - fn * 0.693359375f;
+    float r = x - fn * 0.693359375f;
     r = r - fn * -2.12194440e-4f;
     float q = 0.0013888869434595108f;
     q = q * r + 0.00836906861513853f;
@@ -57,7 +77,18 @@ AOTC_MATH_FN float aotc_expf(float x)
     q = q * r + 1.0f;
     const float p = 1.0f + r * q;
     const int32_t n1 = n / 2, n2 = n - n1;
-    const float y = p * aotc_float_from_bits((n1 + 127) << 23) * aotc_float_from_bits((n2 + 127) << 23);
+    return p * aotc_float_from_bits((n1 + 127) << 23) * aotc_float_from_bits((n2 + 127) << 23);
+}
+
+AOTC_MATH_FN float aotc_expf(float x)
+{
+    /* every value below is finite (NaN computes as 0) until the end picks the result: each
+     * select has both of its values computed already, which compilers if-convert to vector
+     * blends even when floating-point traps are honoured (no speculated division) */
+    const float xn = x == x ? x : 0.0f;
+    const float xl = xn < -104.0f ? -104.0f : xn;
+    const float xc = xl > 89.0f ? 89.0f : xl;
+    const float y = aotc_exp_in_range(xc);
     return x != x ? x : (x > 88.72283935546875f ? INFINITY : (x < -103.97208404541016f ? 0.0f : y));
 }
 
@@ -122,8 +153,7 @@ AOTC_MATH_FN float aotc_erff(float x)
     q = q * s + -0.37612637877464294f;
     q = q * s + 1.128379225730896f;
     const float small = x * q;
-    const float al = ax < 1.0f ? 1.0f : ax;                   /* NaN: 3.92 (and the end returns x) */
-    const float a = al > 3.92f || al != al ? 3.92f : al;
+    const float a = aotc_clamp_nonnegative(ax, 0x3f800000, 0x407ae148);   /* [1, 3.92]; NaN: 3.92 */
     const float t = 1.0f / a;
     float c = 0.021234838292002678f;
     c = c * t + -0.18024662137031555f;
@@ -136,9 +166,9 @@ AOTC_MATH_FN float aotc_erff(float x)
     c = c * t + -0.2495051622390747f;
     c = c * t + -0.0030042091384530067f;
     c = c * t + 0.5643131136894226f;
-    const float tail = 1.0f - aotc_expf(-(a * a)) * c * t;
+    const float tail = 1.0f - aotc_exp_in_range(-(a * a)) * c * t;
     const float big = ax > 3.92f ? 1.0f : tail;
-    const float y = ax < 1.0f ? small : (x < 0.0f ? -big : big);
+    const float y = ax < 1.0f ? small : aotc_with_sign_of(big, x);
     return x != x ? x : y;
 }
 
