@@ -72,7 +72,7 @@ class SmallFloat:
     min_exp: int
     largest: float
     infinities: bool       # E5M2: overflow without saturation gives +-inf (else NaN)
-    negative_zero: bool    # FNUZ: no -0 (0x80 is the NaN)
+    negative_zero: bool    # has -0 (False for FNUZ, whose 0x80 is the NaN)
     nans: bool = True      # E2M1 has no NaN
 
 
@@ -101,9 +101,11 @@ def round_to_small_float(x: Expr, fmt: SmallFloat, saturate: bool, bld: Builder)
     r = bld.local("r", call("rint", a / q) * q)
     if not saturate:          # past the largest finite value (infinity included)
         r = select(r > f(fmt.largest), f(np.inf) if fmt.infinities else f(np.nan), r)
-    signed = select(x < f(0.0), f(0.0) - r, r) if not fmt.negative_zero else \
-        call(BITCAST, binop("|", call(BITCAST, r, dtype=U32),
-                            binop("&", call(BITCAST, x, dtype=U32), const(0x80000000, U32))), dtype=F32)
+    if fmt.negative_zero:     # x's sign bit onto r's (a -0 stays -0)
+        signed = call(BITCAST, binop("|", call(BITCAST, r, dtype=U32),
+                                     binop("&", call(BITCAST, x, dtype=U32), const(0x80000000, U32))), dtype=F32)
+    else:                     # FNUZ: no -0, so a negative value that rounds to 0 is +0
+        signed = select(x < f(0.0), f(0.0) - r, r)
     if not fmt.nans:          # E2M1: a NaN becomes -0
         return select(binop("!=", x, x), f(-0.0), signed)
     return select(binop("!=", x, x), x, signed)
