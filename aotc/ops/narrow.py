@@ -161,10 +161,16 @@ def _fold(node, ins):
         from onnx.numpy_helper import to_float8e8m0
         return [to_float8e8m0(x, bool(int(node.attr("saturate", 1))), str(node.attr("round_mode", "up")))
                 .astype(np.float32)]
-    if to in FORMATS and int(node.attr("saturate", 1)):
+    return [rounded(x, to, bool(int(node.attr("saturate", 1))))]
+
+
+def rounded(x: np.ndarray, to: int, saturate: bool) -> np.ndarray:
+    """float32 x rounded to bfloat16 or one of FORMATS (ONNX code `to`) as round_to_small_float
+    rounds it, in numpy (ml_dtypes rounds to nearest even; saturation clips first)."""
+    if to in FORMATS and saturate:
         big = FORMATS[to].largest
         x = np.clip(x, -big, big)
-    return [x.astype(dtypes.from_onnx(to)).astype(np.float32)]
+    return x.astype(dtypes.from_onnx(to)).astype(np.float32)
 
 
 @register(ROUND_FLOAT, pointwise=_round, fold=_fold)

@@ -21,7 +21,7 @@ from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..kernel.ir import F32, REDUCTION, SPATIAL, Builder, Expr, GemmDest, Load, binop, call, cast, const, matrix, select
 from .common import broadcast, norm_axis, prod
-from .narrow import FORMATS, round_to_small_float
+from .narrow import FORMATS, round_to_small_float, rounded
 from .nn import _conv_gemms, _conv_parts
 from .registry import register
 
@@ -178,11 +178,7 @@ def _fold_q(node, ins):
         zp = _params_array(ins[2].const.astype(np.float32), x.shape, axis, block)
     v = x / _params_array(s, x.shape, axis, block)
     if dtypes.is_narrow_float(narrow):
-        v = (v + zp).astype(np.float32)
-        if int(node.attr("saturate", 1)):
-            big = FORMATS[dtypes.to_onnx(narrow)].largest
-            v = np.clip(v, -big, big)
-        return [v.astype(narrow).astype(np.float32)]
+        return [rounded((v + zp).astype(np.float32), dtypes.to_onnx(narrow), bool(int(node.attr("saturate", 1))))]
     lo, hi = dtypes.int_range(narrow)
     return [np.clip(np.rint(v) + zp, lo, hi).astype(dtypes.compute_dtype(narrow))]
 
