@@ -188,7 +188,7 @@ def _opset_1000():
 
 
 def _opset_6():
-    return _model([N("Relu", ["x"], ["y"])], [X], [Y], opset=6)
+    return _model([N("Dropout", ["x"], ["y"])], [X], [Y], opset=6)
 
 
 def _opset_twice():
@@ -341,7 +341,8 @@ CASES = [
     Case("output_not_computed", _saver(_output_not_computed), "graph output 'missing' is not computed by any node"),
     Case("cycle", _saver(_cycle), "the graph has a cycle through node"),
     Case("opset_1000", _saver(_opset_1000), f"opset 1000 (ai.onnx) is newer than the newest aotc knows, {NEWEST}"),
-    Case("opset_6", _saver(_opset_6), "opset 6 is older than the oldest supported, 7"),
+    Case("opset_6", _saver(_opset_6), "opset 6 is older than the oldest supported, 7, and these operators "
+         "were redefined since: Dropout (version 6, redefined in 7)"),
     Case("opset_imported_twice", _saver(_opset_twice),
          "the model imports the ai.onnx opset 2 times (versions 13, 17)"),
     Case("no_default_opset", _saver(_no_default_opset), "the model imports no default-domain (ai.onnx) opset"),

@@ -112,13 +112,33 @@ def test_inputs_that_are_not_tensors_or_have_unsupported_types():
         import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
 
 
-def test_opset_older_than_7_is_refused(tmp_path):
-    m = graph_model([N("Relu", ["x"], ["y"])], {"x": rand(2, 3)}, ["y"], opset=6)
+def test_opset_older_than_7_is_refused_where_an_op_was_redefined(tmp_path):
+    # Add-6 broadcasts only with its `broadcast` attribute; Add-7 broadcasts as numpy does
+    m = graph_model([N("Relu", ["x"], ["r"]), N("Add", ["r", "x"], ["y"])], {"x": rand(2, 3)}, ["y"], opset=6)
     p = save(m, tmp_path / "old.onnx")
-    with pytest.raises(ModelError, match="opset 6 is older than the oldest supported, 7") as info:
+    with pytest.raises(ModelError, match=r"opset 6 is older than the oldest supported, 7, and these operators "
+                                         r"were redefined since: Add \(version 6, redefined in 7\)$") as info:
         aotc.compile(p, output_dir=tmp_path / "out")
-    assert "re-export" in info.value.hint
+    assert "re-export" in info.value.hint and "convert_version" in info.value.hint
     assert not (tmp_path / "out").exists()
+
+
+def test_opset_older_than_7_is_compiled_as_7_where_no_op_changed(tmp_path):
+    # Relu-6 and Not-1 are the definitions in force at opset 7; the ops of an If body count too
+    x = rand(3, 4, seed=5)
+    body_then = helper.make_graph([N("Relu", ["x"], ["t"])], "then", [],
+                                  [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
+    body_else = helper.make_graph([N("Neg", ["x"], ["e"])], "else", [],
+                                  [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
+    m = graph_model([N("Relu", ["x"], ["r"]), N("Constant", [], ["c"],
+                                                 value=helper.make_tensor("c", TensorProto.BOOL, [], [True])),
+                     N("If", ["c"], ["y"], then_branch=body_then, else_branch=body_else)],
+                    {"x": x}, ["y"], opset=6)
+    out = aotc.compile(save(m, tmp_path / "old.onnx"), output_dir=tmp_path / "out")
+    np.testing.assert_array_equal(out.run({"x": x})[0], np.maximum(x, 0))
+    m = graph_model([N("Sin", ["x"], ["y"])], {"x": x}, ["y"], opset=6)      # Sin appears in opset 7
+    with pytest.raises(ModelError, match="opset 6 defines no Sin"):
+        aotc.compile(save(m, tmp_path / "older.onnx"), output_dir=tmp_path / "out1")
 
 
 def test_opset_7_is_accepted(tmp_path):

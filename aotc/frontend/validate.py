@@ -7,7 +7,9 @@ the planner, an attribute of the wrong type reaching an op's lowering).
 
 What is checked (docs/ROBUSTNESS.md keeps the list for users):
   opsets        ai.onnx imported once, at a version from MIN_OPSET to the newest the installed
-                onnx package defines; other domains are left to the operator check
+                onnx package defines, or older where no operator of the model was redefined
+                up to MIN_OPSET (it is then compiled as MIN_OPSET); other domains are left to
+                the operator check
   graph         at least one output; names of inputs, outputs and initializers non-empty;
                 inputs and initializers each unique; every node output defined once and not
                 over an input or initializer; every node input defined
@@ -87,12 +89,46 @@ def default_opset(model: onnx.ModelProto) -> int:
                          "keep one opset_import entry for domain '' (ai.onnx)")
     opset = versions[0]
     if opset < MIN_OPSET:
-        raise ModelError(f"opset {opset} is older than the oldest supported, {MIN_OPSET}",
-                         "re-export the model with a newer opset")
+        return _lift_old_opset(model, opset)
     if opset > newest:
         raise ModelError(f"opset {opset} (ai.onnx) is newer than the newest aotc knows, {newest}",
                          f"re-export the model with opset {newest} or older")
     return opset
+
+
+def _default_domain_ops(graph: onnx.GraphProto):
+    """Op types of the graph's ai.onnx nodes, subgraphs (If, Loop, Scan bodies) included."""
+    for n in graph.node:
+        if n.domain in DEFAULT_DOMAINS:
+            yield n.op_type
+        for a in n.attribute:
+            for g in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)):
+                yield from _default_domain_ops(g)
+
+
+def _lift_old_opset(model: onnx.ModelProto, opset: int) -> int:
+    """A model of an opset older than MIN_OPSET is the same model at MIN_OPSET when none of
+    its operators changed in between (each op's definition at `opset` is the one in force at
+    MIN_OPSET): then it is compiled as MIN_OPSET, else refused, naming the ops that changed."""
+    changed, missing = [], []
+    for op in sorted(set(_default_domain_ops(model.graph))):
+        try:
+            then = defs.get_schema(op, opset).since_version
+        except defs.SchemaError:
+            missing.append(op)
+            continue
+        now = defs.get_schema(op, MIN_OPSET).since_version
+        if then != now:
+            changed.append(f"{op} (version {then}, redefined in {now})")
+    if missing:
+        raise ModelError(f"opset {opset} defines no {', '.join(missing)}",
+                         "the model's opset_import is older than its operators; re-export it")
+    if changed:
+        raise ModelError(f"opset {opset} is older than the oldest supported, {MIN_OPSET}, and these operators "
+                         f"were redefined since: {'; '.join(changed)}",
+                         "re-export the model with a newer opset, or convert it with "
+                         "onnx.version_converter.convert_version")
+    return MIN_OPSET
 
 
 # ------------------------------------------------------------------------------------------ tensors
