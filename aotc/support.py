@@ -43,7 +43,31 @@ def matrix() -> str:
             L.append(f"| {n} | - | |")
         else:
             L.append(f"| {n} | yes | {_kind(op)} |")
+    L += _other_domains()
     return "\n".join(L) + "\n"
+
+
+def _other_domains() -> list[str]:
+    """The operators of ONNX's other domains (ai.onnx.ml, ai.onnx.preview, ...): aotc compiles
+    those that ONNX defines as a function of other operators, through that body."""
+    newest = {}
+    for s in defs.get_all_schemas_with_history():
+        if s.domain not in ("", "ai.onnx") and not s.deprecated:
+            key = (s.domain, s.name)
+            if key not in newest or s.since_version > newest[key].since_version:
+                newest[key] = s
+    expanded = [k for k, s in newest.items() if s.has_function or s.has_context_dependent_function]
+    L = ["", "## Other domains", "",
+         f"{len(expanded)} of {len(newest)} operators of the other ONNX domains compile: those ONNX defines "
+         "as a function", "of other operators, replaced by that body when the model is read "
+         "(aotc/frontend/schema_functions.py).", "",
+         "| domain | operator | status | how it compiles |", "|---|---|---|---|"]
+    for (domain, name) in sorted(newest):
+        if (domain, name) in expanded:
+            L.append(f"| {domain} | {name} | yes | its ONNX function body |")
+        else:
+            L.append(f"| {domain} | {name} | - | |")
+    return L
 
 
 if __name__ == "__main__":

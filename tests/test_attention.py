@@ -255,3 +255,89 @@ def test_zoo_transformers_attention_is_fused(tmp_path):
         labels = [st.group.label for st in analyze(path, target="c", shapes=e.shapes_for("small"), threads=1).steps]
         assert labels.count("Attention") == layers and "Softmax" not in labels, (name, labels)
         assert labels.count("Transpose") == (1 if name == "vit" else 0), (name, labels)
+
+
+# ----------------------------------------------------------------------------- FlexAttention
+# ai.onnx.preview's FlexAttention has no definition in aotc: the frontend replaces it by the
+# function body ONNX builds for each node (frontend/schema_functions.py), which the attention
+# pass then fuses. ONNX Runtime has no kernel for it; numpy says what the result is.
+
+def _modifier(name: str, nodes, inits=()):
+    return helper.make_graph(nodes, name, [helper.make_tensor_value_info("s", onnx.TensorProto.FLOAT, None)],
+                             [helper.make_tensor_value_info("t", onnx.TensorProto.FLOAT, None)],
+                             initializer=[onnx.numpy_helper.from_array(a, k) for k, a in inits])
+
+
+def _causal_mod(L, S):
+    bias = np.where(np.arange(S)[None, :] > np.arange(L)[:, None], -np.inf, 0).astype(np.float32)
+    return _modifier("causal", [N("Add", ["s", "bias"], ["t"])], [("bias", bias)]), bias
+
+
+def _softcap_mod(cap):
+    c = np.float32(cap)
+    return _modifier("softcap", [N("Div", ["s", "cap"], ["u"]), N("Tanh", ["u"], ["v"]), N("Mul", ["v", "cap"], ["t"])],
+                     [("cap", c)]), lambda s: c * np.tanh(s / c)
+
+
+def _flex_numpy(q, k, v, score_mod=lambda s: s, prob_mod=lambda p: p, scale=None):
+    rep = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, rep, axis=1).astype(np.float64), np.repeat(v, rep, axis=1).astype(np.float64)
+    s = q.astype(np.float64) @ k.transpose(0, 1, 3, 2) * (scale if scale is not None else 1 / np.sqrt(q.shape[-1]))
+    s = score_mod(s)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return prob_mod(p / p.sum(-1, keepdims=True)) @ v
+
+
+def _flex_model(nodes, q, k, v, outputs):
+    g = helper.make_graph(nodes, "flex", [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, a.shape)
+                                           for n, a in (("Q", q), ("K", k), ("V", v))],
+                          [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in outputs])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 26), helper.make_opsetid("ai.onnx.preview", 1)])
+
+
+@pytest.mark.parametrize("kind", ["c", "threads", "opencl"])
+def test_flex_attention_gqa_with_score_and_prob_modifiers(kind, tmp_path):
+    B, Hq, Hkv, L, S, D, Dv = 2, 4, 2, 5, 7, 8, 6
+    rng = np.random.default_rng(11)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((B, Hq, L, D), (B, Hkv, S, D), (B, Hkv, S, Dv)))
+    causal, bias = _causal_mod(L, S)
+    twice = _modifier("twice", [N("Add", ["s", "s"], ["t"])])
+    node = N("FlexAttention", ["Q", "K", "V"], ["Y"], domain="ai.onnx.preview", score_mod=causal, prob_mod=twice)
+    model = _flex_model([node], q, k, v, ["Y"])
+    target, build, threads = _target(kind, tmp_path)
+    onnx.save(model, str(tmp_path / "flex.onnx"))
+    out = compile_model(tmp_path / "flex.onnx", target=target, output_dir=tmp_path / "out", threads=threads, build=build)
+    got = load(out, threads=threads).run({"Q": q, "K": k, "V": v})[0]
+    want = _flex_numpy(q, k, v, score_mod=lambda s: s + bias, prob_mod=lambda p: 2 * p)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_two_flex_attentions_keep_their_own_modifiers(tmp_path):
+    """Each node's body is built for its own attributes: a soft cap in one, a scale and a
+    causal mask in the other (a shared body would give both the same modifier)."""
+    B, H, L, D = 1, 2, 6, 4
+    rng = np.random.default_rng(12)
+    q, k, v = (3 * rng.standard_normal((B, H, L, D)).astype(np.float32) for _ in range(3))
+    softcap, cap_fn = _softcap_mod(1.5)
+    causal, bias = _causal_mod(L, L)
+    nodes = [N("FlexAttention", ["Q", "K", "V"], ["Y1"], domain="ai.onnx.preview", score_mod=softcap),
+             N("FlexAttention", ["Q", "K", "V"], ["Y2"], domain="ai.onnx.preview", score_mod=causal, scale=0.7)]
+    model = _flex_model(nodes, q, k, v, ["Y1", "Y2"])
+    onnx.save(model, str(tmp_path / "flex2.onnx"))
+    assert "Attention" in _kernels(model, tmp_path)
+    m = load(compile_model(tmp_path / "flex2.onnx", target="c", output_dir=tmp_path / "out"))
+    y1, y2 = m.run({"Q": q, "K": k, "V": v})
+    np.testing.assert_allclose(y1, _flex_numpy(q, k, v, score_mod=cap_fn), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(y2, _flex_numpy(q, k, v, score_mod=lambda s: s + bias, scale=0.7), rtol=1e-4, atol=1e-5)
+
+
+def test_aotc_check_runs_flex_attention_against_the_onnx_reference(tmp_path):
+    from aotc.check.runner import reference_run
+    B, H, L, D = 1, 2, 3, 4
+    rng = np.random.default_rng(13)
+    q, k, v = (rng.standard_normal((B, H, L, D)).astype(np.float32) for _ in range(3))
+    model = _flex_model([N("FlexAttention", ["Q", "K", "V"], ["Y"], domain="ai.onnx.preview")], q, k, v, ["Y"])
+    onnx.save(model, str(tmp_path / "flex.onnx"))
+    outs, source = reference_run(tmp_path / "flex.onnx", {"Q": q, "K": k, "V": v})
+    assert source.startswith("the ONNX reference implementation") and "FlexAttention" in source
+    np.testing.assert_allclose(outs[0], _flex_numpy(q, k, v), rtol=1e-5, atol=1e-6)

@@ -187,6 +187,21 @@ def test_identity_dropout_and_noop_cast_are_removed():
     assert_same_function(m, g, {"x": x})
 
 
+def test_expand_and_tile_to_the_shape_they_have_are_removed(tmp_path):
+    x = rand(2, 1, 5, seed=15)
+    nodes = [N("Expand", ["x", "same"], ["e"]), N("Tile", ["e", "ones"], ["t"]), N("Relu", ["t"], ["r"]),
+             # one that broadcasts stays
+             N("Expand", ["r", "wider"], ["y"])]
+    m = graph_model(nodes, {"x": x}, ["y"], {"same": np.array([2, 1, 5], np.int64),
+                                              "ones": np.array([1, 1, 1], np.int64),
+                                              "wider": np.array([2, 3, 5], np.int64)})
+    g = simplify.remove_identities(typed_graph(m))
+    verify(g)
+    assert ops(g) == ["Relu", "Expand"]
+    assert_same_function(m, g, {"x": x})
+    assert_parity(m, tmp_path, {"x": x})
+
+
 def test_identity_from_input_to_output_is_kept(tmp_path):
     x = rand(2, 5, seed=14)
     m = graph_model([N("Identity", ["x"], ["y"]), N("Exp", ["x"], ["z"])], {"x": x}, ["y", "z"])

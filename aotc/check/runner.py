@@ -47,7 +47,8 @@ def reference_outputs(model_path, feeds: Mapping[str, np.ndarray]) -> list[np.nd
 
 def reference_run(model_path, feeds: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], str]:
     """The model's outputs from ONNX Runtime, and which reference computed them. Where ONNX
-    Runtime has no kernel for an op (newer opsets: SwiGLU, CumProd, ...) the ONNX reference
+    Runtime has no kernel for an op (newer opsets: SwiGLU, CumProd, ...; ai.onnx.preview's
+    FlexAttention) the ONNX reference
     implementation (onnx.reference, slow but complete) runs instead, and the second value says so.
     Where the model has 4- or 2-bit inputs or outputs, which ONNX Runtime's Python API cannot
     pass, the reference implementation runs too. ONNX Runtime computes 4-bit weights' products
@@ -69,10 +70,13 @@ def reference_run(model_path, feeds: Mapping[str, np.ndarray]) -> tuple[list[np.
                                       f"2-bit elements ({', '.join(map(repr, packed[:3]))})")
         sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
     except Exception as e:
-        if "NOT_IMPLEMENTED" not in str(e):
+        if "NOT_IMPLEMENTED" in str(e):
+            why = str(e).split("NOT_IMPLEMENTED :", 1)[-1].strip().splitlines()[0]
+        elif "is not a registered function/op" in str(e):         # an op of a domain it lacks
+            why = str(e).split("Fatal error:", 1)[-1].strip().splitlines()[0]
+        else:
             raise
         from onnx.reference import ReferenceEvaluator
-        why = str(e).split("NOT_IMPLEMENTED :", 1)[-1].strip().splitlines()[0]
         ref = ReferenceEvaluator(onnx.load(str(model_path)))
         outs = [np.asarray(a) for a in ref.run(None, dict(feeds))]
         return outs, f"the ONNX reference implementation (onnx {onnx.__version__}; ONNX Runtime {ort.__version__}: {why})"

@@ -1,7 +1,7 @@
 """ONNX file -> graph IR.
 
 Reads the protobuf (external data only from inside the model's own folder), inlines local
-functions, binds user shapes and constants, and builds the Graph with nodes in dependency
+functions and the ONNX function bodies of operators aotc has no definition of, binds user shapes and constants, and builds the Graph with nodes in dependency
 order. Shape inference and folding happen afterwards (passes.infer).
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ from ..errors import ModelError, ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..ir.graph import Graph, Node, Value
 from ..passes.control import subgraph_reads
+from .schema_functions import expand_schema_functions
 from .narrow import NARROW, narrow_edges, untyped_narrow_outputs, widen_nodes
 from .validate import tensor_bytes, validate_model
 
@@ -170,6 +171,10 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
         raise ShapeError(f"shapes must map input names to sequences of integers, not {shapes!r}") from None
     consts = dict(consts or {})
     opset = validate_model(model)
+    expanded = expand_schema_functions(model)
+    if expanded is not model:
+        model = expanded
+        opset = validate_model(model)       # the bodies' nodes, against the model's opset
     for k, dims in shapes.items():
         if any(d < 0 for d in dims):
             raise ShapeError(f"--shape {k}: dims {list(dims)} must not be negative")

@@ -26,7 +26,8 @@ def eliminate_dead_code(g: Graph) -> Graph:
 
 
 def remove_identities(g: Graph) -> Graph:
-    """Identity, Dropout in inference (with its mask unused), and Cast to the type it already has."""
+    """Identity, Dropout in inference (with its mask unused), Cast to the type it already has,
+    and Expand or Tile to the shape it already has."""
     consumers = g.consumers()
     kept = []
     for n in g.nodes:
@@ -39,6 +40,9 @@ def remove_identities(g: Graph) -> Graph:
             removable = not mask_used and not training
         elif n.op_type == "Cast":
             removable = g.values[n.inputs[0]].dtype == g.values[n.outputs[0]].dtype
+        elif n.op_type in ("Expand", "Tile"):
+            src, out = g.values[n.inputs[0]], g.values[n.outputs[0]]
+            removable = src.dtype == out.dtype and tuple(src.shape) == tuple(out.shape)
         if removable and g.forward(n.outputs[0], n.inputs[0]):
             continue
         kept.append(n)
