@@ -67,6 +67,7 @@ def test_depthwise_one_pass_matches_the_row_by_row_nest(case, tmp_path, monkeypa
     from aotc.api import compile as aotc_compile
     from aotc.ops import nn
     monkeypatch.setattr(nn, "PADDED_PLANE_MAX", 0)
+    monkeypatch.setattr(nn, "STRIDED_PLANE_MAX", 0)
     xs, ws, attrs = case
     x = rand(*xs, seed=5)
     m = single_op_model("Conv", {"x": x}, inits={"w": rand(*ws, seed=6), "b": rand(ws[0], seed=7)}, **attrs)
@@ -90,10 +91,18 @@ def test_depthwise_one_pass_matches_the_row_by_row_nest(case, tmp_path, monkeypa
     ((1, 3, 12, 11), (3, 1, 3, 5), dict(group=3, pads=[2, 3, 2, 1], dilations=[2, 1])),
     ((1, 2, 6, 6), (2, 1, 7, 7), dict(group=2, pads=[3, 3, 3, 3])),
     ((1, 5, 9, 8), (5, 1, 3, 3), dict(group=5, pads=[0, 1, 0, 1])),
-], ids=["5x5_mobile", "asym_mult2", "dil_wide", "kernel_wider_than_plane", "pads_columns_only"])
+    # strided: phase planes
+    ((1, 6, 28, 28), (6, 1, 5, 5), dict(group=6, pads=[2, 2, 2, 2], strides=[2, 2])),
+    ((2, 4, 15, 13), (4, 1, 5, 5), dict(group=4, pads=[1, 2, 1, 3], strides=[2, 2])),
+    ((1, 4, 13, 17), (8, 1, 5, 5), dict(group=4, pads=[2, 1, 0, 3], strides=[2, 1])),
+    ((1, 3, 12, 30), (3, 1, 3, 7), dict(group=3, pads=[2, 3, 2, 3], dilations=[2, 1], strides=[1, 2])),
+    ((1, 2, 23, 22), (2, 1, 4, 4), dict(group=2, strides=[3, 2], dilations=[1, 2])),
+    ((1, 3, 11, 11), (3, 1, 5, 5), dict(group=3, pads=[0, 0, 1, 1], strides=[2, 2])),
+], ids=["5x5_mobile", "asym_mult2", "dil_wide", "kernel_wider_than_plane", "pads_columns_only",
+        "5x5_s2", "5x5_s2_odd_asym_batch2", "5x5_s2x1_asym_mult2", "3x7_dil_s1x2", "4x4_s3x2_dil_no_pads", "s2_pads_end_only"])
 def test_depthwise_padded_plane_matches_the_other_paths(case, tmp_path, monkeypatch):
-    """Small depthwise planes at stride 1 go through a zero-padded copy and one flat stencil
-    loop (ops/nn.py _depthwise_padded): against ONNX Runtime at 1 and 2 threads (the planes
+    """Small depthwise planes go through a zero-padded copy (split by phase when strided) and
+    one flat stencil loop (ops/nn.py _depthwise_padded): against ONNX Runtime at 1 and 2 threads (the planes
     are per-thread scratch), and against the same model built without it (the one-pass and
     row-by-row paths)."""
     from aotc.api import compile as aotc_compile
@@ -108,6 +117,7 @@ def test_depthwise_padded_plane_matches_the_other_paths(case, tmp_path, monkeypa
     src = (tmp_path / "p2" / "model.c").read_text()
     assert "padded" in src and "wide" in src, "the padded plane was not taken"
     monkeypatch.setattr(nn, "PADDED_PLANE_MAX", 0)
+    monkeypatch.setattr(nn, "STRIDED_PLANE_MAX", 0)
     other = aotc_compile(path, output_dir=tmp_path / "other", threads=1)
     assert "wide" not in (tmp_path / "other" / "model.c").read_text()
     np.testing.assert_allclose(padded.run({"x": x})[0], other.run({"x": x})[0], rtol=1e-5, atol=1e-5)

@@ -5,9 +5,10 @@ All of them take any number of spatial dims (1-D, 2-D, 3-D) in NC[D]HW layout.
 
 Conv lowering, float32:
   * 1x1, stride 1, no padding: one GEMM per (batch, group) straight on the input.
-  * depthwise (one input channel per group) on a small plane at stride 1: the plane copied
-    into a zero-padded scratch, then every output as one flat stencil over it (full vectors,
-    no edge cases), its valid columns copied out.
+  * depthwise (one input channel per group) on a small plane: the plane copied into a
+    zero-padded scratch (split by row and column phase when strided, so that every tap reads
+    contiguous elements), then every output as one flat stencil over it (full vectors, no
+    edge cases), its valid columns copied out.
   * other depthwise ones: a direct loop nest, one output row at a time,
     the innermost loop over output columns with start/end computed so that no index is
     ever out of range (no padded copy, no branch in the inner loop); the columns every tap of
@@ -401,72 +402,118 @@ def _conv_direct(ctx, X, W, Bias, Y, win: _Window, group: int):
                 _direct_row(ctx, X, W, Bias, Y, win, group, n, m, oo)
 
 
-# a depthwise 2-D convolution at stride 1 whose zero-padded input plane and wide output take
-# at most this many elements together goes through them (`_depthwise_padded`). Measured (1
-# thread, the native CPU target): 14 x 14 planes with 5 x 5 kernels 2.2x faster, 28 x 28
+# a depthwise 2-D convolution whose zero-padded input plane and wide output take at most this
+# many elements together goes through them (`_depthwise_padded`). Measured (1 thread, the
+# native CPU target), at stride 1: 14 x 14 planes with 5 x 5 kernels 2.2x faster, 28 x 28
 # with 3 x 3 1.15x; 56 x 56 with 3 x 3 (6,614 elements; a 4% edge) 1.27x slower, as the copy
 # costs more than the edges it saves
 PADDED_PLANE_MAX = 2048
+# ... and at stride 2 or more, where the other paths load every tap with a stride and the
+# phase planes load each input element so once, in the copy: that pays for itself from
+# STRIDED_MIN_TAPS taps on. Measured (1 thread, native CPU target, one Conv + Relu):
+# 5 x 5 at stride 2 1.5-2.1x faster on 14 x 14 to 112 x 112 planes, 7 x 7 1.9-2.5x; 3 x 3
+# 0.62-0.89x (the one-pass nest's three strided loads a row cost less than the copy)
+STRIDED_PLANE_MAX = 1 << 16
+STRIDED_MIN_TAPS = 16
+
+
+def _plane_geometry(X, win: _Window):
+    """(Hp, Wp, Hq, Wq, tail) of `_depthwise_padded`: the zero-padded plane, one phase plane of
+    it, and the elements the last taps read past the last phase plane."""
+    (H, Wd), (sh, sw), (_, KW), (_, dw) = list(X.shape[2:]), win.strides, win.kernel, win.dilations
+    Hp, Wp = H + win.pads_begin[0] + win.pads_end[0], Wd + win.pads_begin[1] + win.pads_end[1]
+    return Hp, Wp, -(-Hp // sh), -(-Wp // sw), (KW - 1) * dw // sw
 
 
 def _padded_planes(ctx, X, win: _Window, group: int):
-    """(padded input plane, wide output plane) scratch for `_depthwise_padded`, or None where
-    that does not apply: not a 2-D depthwise convolution at stride 1 with padding and at most
-    DEPTHWISE_ONE_PASS_TAPS taps, or planes over PADDED_PLANE_MAX elements."""
+    """(padded input planes, wide output plane) scratch for `_depthwise_padded`, or None where
+    that does not apply: not a 2-D depthwise convolution with at most DEPTHWISE_ONE_PASS_TAPS
+    taps, at stride 1 without padding (nothing to gain), strided with fewer than
+    STRIDED_MIN_TAPS taps, or planes over PADDED_PLANE_MAX (STRIDED_PLANE_MAX when strided)
+    elements."""
     S = list(X.shape[2:])
-    if len(S) != 2 or X.shape[1] // group != 1 or any(s != 1 for s in win.strides) \
-            or prod(win.kernel) > DEPTHWISE_ONE_PASS_TAPS or not any(win.pads_begin + win.pads_end):
+    strided = any(s != 1 for s in win.strides)
+    if len(S) != 2 or X.shape[1] // group != 1 or prod(win.kernel) > DEPTHWISE_ONE_PASS_TAPS \
+            or not (strided or any(win.pads_begin + win.pads_end)):
         return None
-    (H, Wd), (OH, _), (_, KW), (_, dw) = S, win.out, win.kernel, win.dilations
-    Hp, Wp = H + win.pads_begin[0] + win.pads_end[0], Wd + win.pads_begin[1] + win.pads_end[1]
-    padded, wide = Hp * Wp + (KW - 1) * dw, OH * Wp
-    if padded + wide > PADDED_PLANE_MAX:
+    Hp, Wp, Hq, Wq, tail = _plane_geometry(X, win)
+    padded, wide = prod(win.strides) * Hq * Wq + tail, win.out[0] * Wq
+    if padded + wide > (STRIDED_PLANE_MAX if strided else PADDED_PLANE_MAX) \
+            or (strided and prod(win.kernel) < STRIDED_MIN_TAPS):
         return None
     return ctx.scratch((padded,), X.dtype, "padded"), ctx.scratch((wide,), X.dtype, "wide")
 
 
 def _depthwise_padded(ctx, X, W, Bias, Y, win: _Window, group: int, n, m, padded, wide) -> None:
-    """Plane (n, m) of a depthwise 2-D convolution at stride 1, on a small plane: the input
-    copied into a zero-padded plane Hp x Wp, whose every tap is then one shift of it. Output
-    (oh, ow) is sum over taps of padded[(oh + kh*dh) * Wp + ow + kw*dw]: as a function of
-    j = oh * Wp + ow that is a 1-D stencil, padded[j + kh*dh*Wp + kw*dw], computed over every
-    j < OH * Wp in one flat loop (full vectors, no edge cases: the j with ow >= OW are
-    wasted, and read at most (KW-1)*dw zeros past the plane), then the OW valid columns of
-    each row copied out. The per-row ways need separate code for the columns at the padding,
-    which on a 14 x 14 plane with a 5 x 5 kernel is half of them."""
+    """Plane (n, m) of a depthwise 2-D convolution through a zero-padded copy of its input, in
+    which every tap is one shift.
+
+    At stride 1 the copy is the plane Hp x Wp, and output (oh, ow) is the sum over taps of
+    padded[(oh + kh*dh) * Wp + ow + kw*dw]: as a function of j = oh * Wp + ow, a 1-D stencil
+    padded[j + kh*dh*Wp + kw*dw], computed over every j < OH * Wp in one flat loop (full
+    vectors, no edge cases: the j with ow >= OW are wasted, and read at most (KW-1)*dw zeros
+    past the plane), then the OW valid columns of each row copied out.
+
+    At stride (sh, sw) the copy is split by row and column phase: phase plane (a, c), of
+    Hq x Wq = ceil(Hp/sh) x ceil(Wp/sw), holds padded rows a, a + sh, ... and columns c, c + sw,
+    ...; tap (kh, kw) of output (oh, ow) reads padded row oh*sh + kh*dh, which is row
+    oh + (kh*dh) // sh of phase (kh*dh) % sh (columns alike), so with j = oh * Wq + ow the
+    stencil is again 1-D over contiguous elements: phase[(kh*dh) % sh][(kw*dw) % sw]
+    [j + ((kh*dh) // sh) * Wq + (kw*dw) // sw]. The input is read with a stride once, in the
+    copy, instead of once per tap. Stride 1 is the one-phase case."""
     b = ctx.b
     C, (H, Wd), (OH, OW) = X.shape[1], list(X.shape[2:]), list(Y.shape[2:])
-    (KH, KW), (dh, dw), (ph, pw) = win.kernel, win.dilations, win.pads_begin
-    Wp = Wd + pw + win.pads_end[1]
+    (KH, KW), (dh, dw), (ph, pw), (sh, sw) = win.kernel, win.dilations, win.pads_begin, win.strides
+    Hp, Wp, Hq, Wq, _ = _plane_geometry(X, win)
     M = W.shape[0]
     x_plane = (n * C + m / (M // group)) * (H * Wd)
     zero = const(0, X.dtype)
-    # the padding: rows above and below the input (and the tail the last taps read), and
-    # each input row's columns left and right of it
-    for start, end in ((0, ph * Wp + pw), ((ph + H) * Wp - win.pads_end[1], padded.size)):
-        if end > start:
-            with b.loop(const(end), "e", role=SPATIAL, start=const(start)) as e:
-                b.store(padded, e, zero)
-    with b.loop(H, "r", role=SPATIAL) as r:
-        row = (r + ph) * Wp + pw
-        with b.loop(Wd, "p", role=SPATIAL) as q:
-            b.store(padded, row + q, X[x_plane + r * Wd + q])
-        if pw or win.pads_end[1]:
-            with b.loop(const(pw + win.pads_end[1]), "e", role=SPATIAL) as e:
-                b.store(padded, row + Wd + e, zero)
+    unit = sh == sw == 1
+    if unit:
+        # the padding only: rows above and below the input (and the tail the last taps read);
+        # the columns right of each row (and left of the next) are zeroed as the row is copied
+        for start, end in ((0, ph * Wp + pw), ((ph + H) * Wp - win.pads_end[1], padded.size)):
+            if end > start:
+                with b.loop(const(end), "e", role=SPATIAL, start=const(start)) as e:
+                    b.store(padded, e, zero)
+    else:
+        with b.loop(const(padded.size), "e", role=SPATIAL) as e:
+            b.store(padded, e, zero)
+    def plane(a: int, c: int) -> int:
+        return (a * sw + c) * (Hq * Wq)
+
+    # input row r is padded row r + ph: row (r + ph) // sh of the phase planes (r + ph) % sh;
+    # phase plane (a, c) holds the input rows r0, r0 + sh, ... from its row i0 on, and the
+    # input columns q0, q0 + sw, ... from its column t0 on
+    for a in range(sh):
+        i0 = -(-(ph - a) // sh)
+        r0, rows = i0 * sh + a - ph, -(-(H + ph - a) // sh) - i0
+        for c in range(sw):
+            t0 = -(-(pw - c) // sw)
+            q0, cols = t0 * sw + c - pw, -(-(Wd + pw - c) // sw) - t0
+            if rows <= 0 or cols <= 0:
+                continue
+            base = plane(a, c) + i0 * Wq + t0
+            with b.loop(const(rows), "r", role=SPATIAL) as r:
+                with b.loop(const(cols), "p", role=SPATIAL) as q:
+                    b.store(padded, base + r * Wq + q, X[x_plane + (r * sh + r0) * Wd + q * sw + q0])
+                if unit and (pw or win.pads_end[1]):
+                    with b.loop(const(pw + win.pads_end[1]), "e", role=SPATIAL) as e:
+                        b.store(padded, base + r * Wq + Wd + e, zero)
     ws = [[b.local("w", W[m * (KH * KW) + k0 * KW + k1]) for k1 in range(KW)] for k0 in range(KH)]
     # (an iteration writes only its own element, from values the loop does not write: a
-    # schedule may run one twice, so that OH * Wp outputs take whole vectors: Loop.rerun)
-    with b.loop(const(OH * Wp), "j", role=SPATIAL, rerun=True) as j:
+    # schedule may run one twice, so that OH * Wq outputs take whole vectors: Loop.rerun)
+    with b.loop(const(OH * Wq), "j", role=SPATIAL, rerun=True) as j:
         acc: Expr = Bias[m] if Bias is not None else zero
         for k0 in range(KH):
             for k1 in range(KW):
-                acc = acc + ws[k0][k1] * padded[j + (k0 * dh * Wp + k1 * dw)]
+                (qh, ah), (qw, aw) = divmod(k0 * dh, sh), divmod(k1 * dw, sw)
+                acc = acc + ws[k0][k1] * padded[j + (plane(ah, aw) + qh * Wq + qw)]
         b.store(wide, j, acc)
     y_plane = (n * M + m) * (OH * OW)
     with b.loop(OH, "o0", role=SPATIAL) as o:
         with b.loop(OW, "p", role=SPATIAL) as q:
-            b.store(Y, y_plane + o * OW + q, wide[o * Wp + q])
+            b.store(Y, y_plane + o * OW + q, wide[o * Wq + q])
 
 
 def _direct_row(ctx, X, W, Bias, Y, win: _Window, group: int, n, m, oo):
