@@ -56,14 +56,19 @@ def _other_domains() -> list[str]:
             key = (s.domain, s.name)
             if key not in newest or s.since_version > newest[key].since_version:
                 newest[key] = s
-    expanded = [k for k, s in newest.items() if s.has_function or s.has_context_dependent_function]
+    from .frontend.ml import ML, all_builders
+    rewritten = {(ML, name) for name in all_builders()}
+    expanded = {k for k, s in newest.items() if s.has_function or s.has_context_dependent_function}
     L = ["", "## Other domains", "",
-         f"{len(expanded)} of {len(newest)} operators of the other ONNX domains compile: those ONNX defines "
-         "as a function", "of other operators, replaced by that body when the model is read "
+         f"{len(expanded | rewritten)} of {len(newest)} operators of the other ONNX domains compile, when the model "
+         "is read:", "ai.onnx.ml operators rewritten into ai.onnx ones (aotc/frontend/ml.py; numeric tensors only),",
+         "and those ONNX defines as a function of other operators, replaced by that body",
          "(aotc/frontend/schema_functions.py).", "",
          "| domain | operator | status | how it compiles |", "|---|---|---|---|"]
     for (domain, name) in sorted(newest):
-        if (domain, name) in expanded:
+        if (domain, name) in rewritten:
+            L.append(f"| {domain} | {name} | yes | rewritten into ai.onnx operators |")
+        elif (domain, name) in expanded:
             L.append(f"| {domain} | {name} | yes | its ONNX function body |")
         else:
             L.append(f"| {domain} | {name} | - | |")

@@ -19,7 +19,8 @@ from ..errors import ModelError, ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..ir.graph import Graph, Node, Value
 from ..passes.control import subgraph_reads
-from .schema_functions import expand_schema_functions
+from .ml import expand_ml
+from .schema_functions import expand_schema_functions, value_types
 from .narrow import NARROW, narrow_edges, untyped_narrow_outputs, widen_nodes
 from .validate import tensor_bytes, validate_model
 
@@ -171,7 +172,7 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
         raise ShapeError(f"shapes must map input names to sequences of integers, not {shapes!r}") from None
     consts = dict(consts or {})
     opset = validate_model(model)
-    expanded = expand_schema_functions(model)
+    expanded = expand_schema_functions(expand_ml(model, value_types))
     if expanded is not model:
         model = expanded
         opset = validate_model(model)       # the bodies' nodes, against the model's opset

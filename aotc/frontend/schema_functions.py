@@ -43,7 +43,7 @@ def _graphs(graph: onnx.GraphProto):
                 yield from _graphs(g)
 
 
-def _types(model: onnx.ModelProto) -> dict:
+def value_types(model: onnx.ModelProto) -> dict:
     """Value name -> TypeProto, from the declarations and ONNX's shape inference (which may
     fail on a model it cannot follow: then the declared types only)."""
     try:
@@ -90,7 +90,7 @@ def expand_schema_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     todo = [(k, n, s) for k, n in enumerate(nodes) if not _has_definition(n) and (s := _schema(n, opsets)) is not None]
     if not todo:
         return model
-    types = _types(model)
+    types = value_types(model)
     bodies = [(k, n, f) for k, n, s in todo if (f := _body(n, s, types)) is not None]
     if not bodies:
         return model

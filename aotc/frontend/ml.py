@@ -1,0 +1,377 @@
+"""ai.onnx.ml operators (the classic machine-learning ops scikit-learn converters write) as
+graphs of ai.onnx operators, so that they compile as those do: each such node is replaced,
+when the model is read, by nodes of the default domain that compute the same numbers (the
+numbers ONNX Runtime gives, where it and the ONNX reference differ).
+
+    Binarizer              Cast(X > threshold)
+    Scaler                 (X - offset) * scale
+    Normalizer             X / the row's max |x|, sum |x| or sqrt(sum x^2)
+    LinearRegressor        Gemm
+    LinearClassifier       Gemm, post_transform, ArgMax -> class label
+    ArrayFeatureExtractor  Gather on the last axis
+    Imputer                Where(missing, imputed, X)
+    OneHotEncoder          Equal against the categories
+    LabelEncoder           Equal against the keys -> Gather of the values
+    FeatureVectorizer      Concat of the inputs as rows
+    TreeEnsemble, TreeEnsembleRegressor, TreeEnsembleClassifier: ml_trees.py
+
+Only numeric tensors: string inputs, outputs and labels stay unsupported (the operator check
+names the node). The rewrite runs before anything else reads the graph
+(onnx_import.import_model), on a copy of the model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, TensorProto, helper, numpy_helper
+
+from ..errors import ModelError, UnsupportedError
+
+ML = "ai.onnx.ml"
+
+
+def attrs_of(n: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in n.attribute}
+
+
+def _text(v):
+    return v.decode() if isinstance(v, bytes) else v
+
+
+@dataclass
+class Emit:
+    """Nodes of the default domain that replace one ML node, with fresh names under its own."""
+    node: onnx.NodeProto
+    opset: int
+    types: dict
+    nodes: list = field(default_factory=list)
+    count: int = 0
+
+    @property
+    def label(self) -> str:
+        n = self.node
+        return f"{n.op_type} node {n.name!r}" if n.name else f"{n.op_type} node (unnamed; output {n.output[0]!r})"
+
+    def name(self, hint: str) -> str:
+        self.count += 1
+        return f"{self.node.name or self.node.op_type}__{hint}_{self.count}"
+
+    def elem_type(self, value: str) -> int:
+        t = self.types.get(value)
+        return t.tensor_type.elem_type if t is not None and t.HasField("tensor_type") else TensorProto.UNDEFINED
+
+    def rank(self, value: str) -> int | None:
+        t = self.types.get(value)
+        if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+            return None
+        return len(t.tensor_type.shape.dim)
+
+    def const(self, arr, hint: str = "c") -> str:
+        out = self.name(hint)
+        self.nodes.append(helper.make_node("Constant", [], [out], value=numpy_helper.from_array(np.asarray(arr), out)))
+        return out
+
+    def op(self, op_type: str, inputs: list, hint: str | None = None, out: str | None = None, **attrs) -> str:
+        out = out or self.name(hint or op_type.lower())
+        self.nodes.append(helper.make_node(op_type, inputs, [out], **attrs))
+        return out
+
+    def reduce(self, op_type: str, x: str, axis: int, out: str | None = None) -> str:
+        """op_type over one axis, kept, in the form the model's opset has (axes as an
+        attribute before ReduceSum-13 and the other reductions' version 18, an input after)."""
+        if self.opset >= (13 if op_type == "ReduceSum" else 18):
+            return self.op(op_type, [x, self.const(np.array([axis], np.int64), "axes")], out=out, keepdims=1)
+        return self.op(op_type, [x], out=out, axes=[axis], keepdims=1)
+
+    def float32(self, x: str) -> str:
+        """x as float32 (the ML ops compute numeric inputs in float)."""
+        if self.elem_type(x) == TensorProto.FLOAT:
+            return x
+        return self.op("Cast", [x], "f", to=TensorProto.FLOAT)
+
+    def refuse(self, what: str, hint: str = "") -> None:
+        raise UnsupportedError([f"{self.label}: {what}"], hint or None)
+
+
+def _floats(a: dict, key: str, default=None) -> np.ndarray | None:
+    v = a.get(key, default)
+    return None if v is None else np.asarray(v, np.float32)
+
+
+# ---------------------------------------------------------------------------------- the operators
+def _binarizer(e: Emit, a: dict):
+    x, = e.node.input
+    t = e.elem_type(x)
+    thr = e.const(np.array(a.get("threshold", 0.0), onnx.helper.tensor_dtype_to_np_dtype(t)), "threshold")
+    e.op("Cast", [e.op("Greater", [x, thr])], out=e.node.output[0], to=t)
+
+
+def _scaler(e: Emit, a: dict):
+    x = e.float32(e.node.input[0])
+    offset, scale = _floats(a, "offset", [0.0]), _floats(a, "scale", [1.0])
+    e.op("Mul", [e.op("Sub", [x, e.const(offset, "offset")]), e.const(scale, "scale")], out=e.node.output[0])
+
+
+def _normalizer(e: Emit, a: dict):
+    norm = _text(a.get("norm", "MAX"))
+    x = e.float32(e.node.input[0])
+    if e.rank(e.node.input[0]) not in (1, 2):
+        e.refuse("normalizes rows of a 1-D or 2-D input only")
+    if norm == "MAX":
+        div = e.reduce("ReduceMax", x, -1)
+    elif norm == "L1":
+        div = e.reduce("ReduceSum", e.op("Abs", [x]), -1)
+    elif norm == "L2":
+        div = e.op("Sqrt", [e.reduce("ReduceSum", e.op("Mul", [x, x]), -1)])
+    else:
+        raise ModelError(f"{e.label}: norm {norm!r} is not MAX, L1 or L2")
+    e.op("Div", [x, div], out=e.node.output[0])
+
+
+def _coefficients(e: Emit, a: dict, rows: int | None):
+    """The (rows x features) coefficients and the intercepts of a linear model."""
+    coef = _floats(a, "coefficients")
+    if coef is None or coef.size == 0:
+        raise ModelError(f"{e.label} has no coefficients")
+    if rows is None or coef.size % rows:
+        raise ModelError(f"{e.label}: {coef.size} coefficients do not split into {rows} rows")
+    icpt = _floats(a, "intercepts")
+    if icpt is not None and icpt.size not in (0, rows):
+        raise ModelError(f"{e.label}: {icpt.size} intercepts for {rows} outputs")
+    return coef.reshape(rows, -1), (icpt if icpt is not None and icpt.size else np.zeros(rows, np.float32))
+
+
+def _linear_regressor(e: Emit, a: dict):
+    post = _text(a.get("post_transform", "NONE"))
+    if post != "NONE":
+        e.refuse(f"post_transform {post}", "LinearRegressor's post transforms other than NONE are not implemented")
+    coef, icpt = _coefficients(e, a, int(a.get("targets", 1)))
+    x = e.float32(e.node.input[0])
+    e.op("Gemm", [x, e.const(coef, "coef"), e.const(icpt, "intercepts")], out=e.node.output[0], transB=1)
+
+
+def post_transform(e: Emit, scores: str, how: str, out: str | None = None) -> str:
+    """The ML ops' post_transform of a 2-D score tensor, as ONNX Runtime computes it."""
+    if how == "NONE":
+        return e.op("Identity", [scores], out=out)
+    if how == "LOGISTIC":
+        return e.op("Sigmoid", [scores], out=out)
+    if how == "SOFTMAX":
+        return e.op("Softmax", [scores], out=out, axis=1)
+    if how == "SOFTMAX_ZERO":
+        # softmax over the nonzero scores of a row, zeros left zero (all zero: all zero)
+        nonzero = e.op("Not", [e.op("Equal", [scores, e.const(np.float32(0))])])
+        top = e.reduce("ReduceMax", e.op("Where", [nonzero, scores, e.const(np.float32(-np.inf))]), -1)
+        ex = e.op("Where", [nonzero, e.op("Exp", [e.op("Sub", [scores, top])]), e.const(np.float32(0))])
+        total = e.reduce("ReduceSum", ex, -1)
+        safe = e.op("Where", [e.op("Equal", [total, e.const(np.float32(0))]), e.const(np.float32(1)), total])
+        return e.op("Div", [ex, safe], out=out)
+    if how == "PROBIT":
+        # sqrt(2) * erfinv(2p - 1), as ORT's (Giles-style) rational approximation is not a
+        # graph of ai.onnx ops: refused rather than approximated otherwise
+        e.refuse("post_transform PROBIT")
+    raise ModelError(f"{e.label}: unknown post_transform {how!r}")
+
+
+def class_labels(e: Emit, a: dict) -> np.ndarray:
+    if a.get("classlabels_strings"):
+        e.refuse("string class labels", "aotc computes numeric tensors only: relabel the classes as int64s")
+    labels = a.get("classlabels_ints")
+    if not labels:
+        raise ModelError(f"{e.label} has no class labels")
+    return np.asarray(labels, np.int64)
+
+
+def _linear_classifier(e: Emit, a: dict):
+    labels = class_labels(e, a)
+    coef, icpt = _coefficients(e, a, None if _floats(a, "coefficients") is None else
+                               (len(_floats(a, "intercepts", [])) or len(labels)))
+    post = _text(a.get("post_transform", "NONE"))
+    x = e.float32(e.node.input[0])
+    raw = e.op("Gemm", [x, e.const(coef, "coef"), e.const(icpt, "intercepts")], transB=1)
+    y, z = e.node.output[0], (e.node.output[1] if len(e.node.output) > 1 else "")
+    if coef.shape[0] == 1 and len(labels) == 2:
+        # one score s for two classes: ONNX Runtime gives the scores [1 - v, v], v = s or (LOGISTIC)
+        # sigmoid(s), and the second label where s > 0
+        if post not in ("NONE", "LOGISTIC"):
+            e.refuse(f"a binary classifier with post_transform {post}")
+        v = e.op("Sigmoid", [raw]) if post == "LOGISTIC" else raw
+        scores = e.op("Concat", [e.op("Sub", [e.const(np.float32(1)), v]), v], axis=1)
+        positive = e.op("Greater", [raw, e.const(np.float32(0))])
+        if z:
+            e.op("Identity", [scores], out=z)
+        label = e.op("Where", [positive, e.const(labels[1:2]), e.const(labels[0:1])])
+        e.op("Reshape", [label, e.const(np.array([-1], np.int64))], out=y)
+        return
+    if coef.shape[0] != len(labels):
+        raise ModelError(f"{e.label}: {coef.shape[0]} score rows for {len(labels)} class labels")
+    scores = post_transform(e, raw, post, out=z or None)
+    e.op("Gather", [e.const(labels, "labels"), e.op("ArgMax", [scores], axis=1, keepdims=0)], out=y, axis=0)
+
+
+def _array_feature_extractor(e: Emit, a: dict):
+    x, idx = e.node.input
+    r = e.rank(x)
+    if r is None:
+        e.refuse("an input of unknown rank")
+    flat = e.op("Reshape", [idx, e.const(np.array([-1], np.int64))])
+    got = e.op("Gather", [x, flat], axis=r - 1)
+    if r == 1:                 # (ONNX Runtime gives a 1-D input's features as one row)
+        e.op("Unsqueeze", [got] + ([e.const(np.array([0], np.int64))] if e.opset >= 13 else []),
+             out=e.node.output[0], **({} if e.opset >= 13 else {"axes": [0]}))
+    else:
+        e.op("Identity", [got], out=e.node.output[0])
+
+
+def _imputer(e: Emit, a: dict):
+    x, = e.node.input
+    t = e.elem_type(x)
+    if a.get("imputed_value_floats"):
+        values, replaced = np.asarray(a["imputed_value_floats"], np.float32), np.float32(a.get("replaced_value_float", 0.0))
+    elif a.get("imputed_value_int64s"):
+        values, replaced = np.asarray(a["imputed_value_int64s"], np.int64), np.int64(a.get("replaced_value_int64", 0))
+    else:
+        raise ModelError(f"{e.label} has no imputed values")
+    dt = onnx.helper.tensor_dtype_to_np_dtype(t)
+    if np.isnan(replaced):
+        missing = e.op("IsNaN", [x])
+    else:
+        missing = e.op("Equal", [x, e.const(np.asarray(replaced).astype(dt), "replaced")])
+    e.op("Where", [missing, e.const(values.astype(dt), "imputed"), x], out=e.node.output[0])
+
+
+def _one_hot_encoder(e: Emit, a: dict):
+    if a.get("cats_strings"):
+        e.refuse("string categories", "aotc computes numeric tensors only")
+    cats = a.get("cats_int64s")
+    if not cats:
+        raise ModelError(f"{e.label} has no categories")
+    if int(a.get("zeros", 1)) == 0:
+        e.refuse("zeros=0 (an error for a value outside the categories, at run time)",
+                 "set zeros=1: such a value then encodes as all zeros")
+    x = e.node.input[0]
+    if e.elem_type(x) != TensorProto.INT64:
+        x = e.op("Cast", [x], to=TensorProto.INT64)   # (ONNX Runtime truncates floats to int64 too)
+    col = e.op("Unsqueeze", [x] + ([e.const(np.array([-1], np.int64))] if e.opset >= 13 else []),
+               **({} if e.opset >= 13 else {"axes": [-1]}))
+    e.op("Cast", [e.op("Equal", [col, e.const(np.asarray(cats, np.int64), "cats")])], out=e.node.output[0],
+         to=TensorProto.FLOAT)
+
+
+_LE_TYPES = {"int64s": np.int64, "floats": np.float32}
+
+
+def _label_encoder(e: Emit, a: dict):
+    def table(side: str):
+        if f"{side}_tensor" in a:
+            return numpy_helper.to_array(a[f"{side}_tensor"])
+        for suffix, dt in _LE_TYPES.items():
+            if a.get(f"{side}_{suffix}"):
+                return np.asarray(a[f"{side}_{suffix}"], dt)
+        if a.get(f"{side}_strings"):
+            e.refuse("string keys or values", "aotc computes numeric tensors only")
+        raise ModelError(f"{e.label} has no {side}")
+    keys, values = table("keys"), table("values")
+    if keys.dtype.kind in "OSU" or values.dtype.kind in "OSU":
+        e.refuse("string keys or values", "aotc computes numeric tensors only")
+    if keys.size != values.size:
+        raise ModelError(f"{e.label}: {keys.size} keys for {values.size} values")
+    if "default_tensor" in a:
+        default = numpy_helper.to_array(a["default_tensor"]).reshape(-1)[:1].astype(values.dtype)
+    else:
+        default = np.asarray([a.get("default_float", -0.0) if values.dtype.kind == "f" else a.get("default_int64", -1)],
+                             values.dtype)
+    x = e.node.input[0]
+    col = e.op("Unsqueeze", [x] + ([e.const(np.array([-1], np.int64))] if e.opset >= 13 else []),
+               **({} if e.opset >= 13 else {"axes": [-1]}))
+    keyc = e.const(keys.reshape(-1).astype(onnx.helper.tensor_dtype_to_np_dtype(e.elem_type(x))), "keys")
+    hit = e.op("Equal", [col, keyc])
+    # NaN keys match NaN inputs (as ONNX Runtime's hash map does)
+    if keys.dtype.kind == "f" and np.isnan(keys).any():
+        hit = e.op("Or", [hit, e.op("And", [e.op("IsNaN", [col]), e.op("IsNaN", [keyc])])])
+    found = e.op("Cast", [hit], to=TensorProto.INT32)
+    first = e.op("ArgMax", [found], axis=-1, keepdims=0)
+    anyhit = e.op("Cast", [e.op("Squeeze", [e.reduce("ReduceMax", found, -1)] +
+                                ([e.const(np.array([-1], np.int64))] if e.opset >= 13 else []),
+                                **({} if e.opset >= 13 else {"axes": [-1]}))], to=TensorProto.BOOL)
+    e.op("Where", [anyhit, e.op("Gather", [e.const(values.reshape(-1), "values"), first], axis=0),
+                   e.const(default, "default")], out=e.node.output[0])
+
+
+def _feature_vectorizer(e: Emit, a: dict):
+    dims = [int(d) for d in a.get("inputdimensions", [])]
+    if len(dims) != len(e.node.input):
+        raise ModelError(f"{e.label}: {len(dims)} inputdimensions for {len(e.node.input)} inputs")
+    parts = []
+    for x, d in zip(e.node.input, dims):
+        if e.rank(x) not in (1, 2):
+            e.refuse("inputs of rank other than 1 or 2")
+        v = e.float32(x)
+        if e.rank(x) == 1:
+            v = e.op("Unsqueeze", [v] + ([e.const(np.array([0], np.int64))] if e.opset >= 13 else []),
+                     **({} if e.opset >= 13 else {"axes": [0]}))
+        t = e.types[x].tensor_type.shape.dim[-1]
+        width = t.dim_value if t.HasField("dim_value") else None
+        if width is None:
+            e.refuse("an input whose feature count is not known")
+        if width > d:
+            v = e.op("Slice", [v, e.const(np.array([0], np.int64)), e.const(np.array([d], np.int64)),
+                               e.const(np.array([1], np.int64))]) if e.opset >= 10 else \
+                e.op("Slice", [v], starts=[0], ends=[d], axes=[1])
+        elif width < d:                # (ONNX Runtime pads a short input with zeros)
+            pads = np.array([0, 0, 0, d - width], np.int64)
+            v = e.op("Pad", [v, e.const(pads, "pads")]) if e.opset >= 11 else e.op("Pad", [v], pads=pads.tolist())
+        parts.append(v)
+    e.op("Concat", parts, out=e.node.output[0], axis=1)
+
+
+BUILDERS = {
+    "Binarizer": _binarizer, "Scaler": _scaler, "Normalizer": _normalizer,
+    "LinearRegressor": _linear_regressor, "LinearClassifier": _linear_classifier,
+    "ArrayFeatureExtractor": _array_feature_extractor, "Imputer": _imputer,
+    "OneHotEncoder": _one_hot_encoder, "LabelEncoder": _label_encoder,
+    "FeatureVectorizer": _feature_vectorizer,
+}
+
+
+def _graphs(graph: onnx.GraphProto):
+    yield graph
+    for n in graph.node:
+        for att in n.attribute:
+            for g in ([att.g] if att.type == AttributeProto.GRAPH else list(att.graphs)):
+                yield from _graphs(g)
+
+
+def all_builders() -> dict:
+    """ai.onnx.ml op type -> its builder (Emit, attributes)."""
+    from .ml_trees import TREE_BUILDERS
+    return {**BUILDERS, **TREE_BUILDERS}
+
+
+def expand_ml(model: onnx.ModelProto, types_of) -> onnx.ModelProto:
+    """The model with its ai.onnx.ml nodes that all_builders() knows replaced by ai.onnx
+    nodes; the model itself when it has none. types_of(model) -> {value: TypeProto}."""
+    builders = all_builders()
+    if not any(n.domain == ML and n.op_type in builders for g in _graphs(model.graph) for n in g.node):
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    types = types_of(model)
+    opset = next((int(i.version) for i in model.opset_import if i.domain in ("", "ai.onnx")), None)
+    if opset is None:              # an ML-only model: its default-domain nodes are all ours
+        opset = 17
+        out.opset_import.append(helper.make_opsetid("", opset))
+    for g in _graphs(out.graph):
+        nodes = []
+        for n in g.node:
+            if n.domain == ML and n.op_type in builders:
+                e = Emit(n, opset, types)
+                builders[n.op_type](e, attrs_of(n))
+                nodes.extend(e.nodes)
+            else:
+                nodes.append(n)
+        del g.node[:]
+        g.node.extend(nodes)
+    return out
