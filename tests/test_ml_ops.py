@@ -127,3 +127,145 @@ def test_string_labels_are_refused(tmp_path):
     onnx.save(ml_model([node], {"x": x}, ["label", "scores"]), str(p))
     with pytest.raises(UnsupportedError, match="string class labels"):
         aotc.compile(p, output_dir=tmp_path / "out")
+
+
+# ----------------------------------------------------------------------------- tree ensembles
+MODES = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ"]
+
+
+def random_forest(rng, trees: int, features: int, outputs: int, max_depth: int, modes=MODES, missing=False,
+                  positive=False):
+    """Version 1-3 attributes of a random ensemble: (nodes_* dict, weight tuples (tree, node, output, w))."""
+    cols = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_values", "nodes_modes",
+                            "nodes_truenodeids", "nodes_falsenodeids", "nodes_missing_value_tracks_true")}
+    weights = []
+    for t in range(trees):
+        count = [0]
+
+        def build(depth):
+            k = count[0]
+            count[0] += 1
+            row = len(cols["nodes_treeids"])
+            for key in cols:
+                cols[key].append(0)
+            cols["nodes_treeids"][row], cols["nodes_nodeids"][row] = t, k
+            if depth == max_depth or (depth > 0 and rng.random() < 0.25):
+                cols["nodes_modes"][row] = "LEAF"
+                cols["nodes_values"][row] = 0.0
+                for o in rng.choice(outputs, size=rng.integers(1, outputs + 1), replace=False):
+                    w = rng.uniform(0, 1) if positive else rng.standard_normal()
+                    weights.append((t, k, int(o), float(w)))
+                return k
+            cols["nodes_modes"][row] = str(rng.choice(modes))
+            cols["nodes_featureids"][row] = int(rng.integers(features))
+            cols["nodes_values"][row] = float(np.round(rng.standard_normal() * 2) / 2)
+            cols["nodes_missing_value_tracks_true"][row] = int(missing and rng.random() < 0.5)
+            cols["nodes_truenodeids"][row] = build(depth + 1)
+            cols["nodes_falsenodeids"][row] = build(depth + 1)
+            return k
+        build(0)
+    return cols, weights
+
+
+def _tree_inputs(rng, n, features, nan=False):
+    x = (np.round(rng.standard_normal((n, features)) * 2) / 2).astype(np.float32)   # ties with thresholds
+    x += (rng.random((n, features)) < 0.5) * rng.standard_normal((n, features)).astype(np.float32) * 0.1
+    if nan:
+        x[rng.random((n, features)) < 0.15] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("aggregate", ["SUM", "AVERAGE", "MIN", "MAX"])
+def test_tree_ensemble_regressor(aggregate, tmp_path):
+    rng = np.random.default_rng(20 + len(aggregate))
+    cols, weights = random_forest(rng, trees=6, features=5, outputs=2, max_depth=5, missing=True)
+    t, nd, o, w = zip(*weights)
+    node = N("TreeEnsembleRegressor", ["x"], ["y"], n_targets=2, aggregate_function=aggregate, base_values=[0.25, -1.0],
+             target_treeids=list(t), target_nodeids=list(nd), target_ids=list(o), target_weights=list(w), **cols)
+    x = _tree_inputs(rng, 40, 5, nan=True)
+    assert_parity(ml_model([node], {"x": x}, ["y"]), tmp_path, {"x": x})
+
+
+@pytest.mark.parametrize("post", ["NONE", "SOFTMAX", "LOGISTIC"])
+def test_tree_ensemble_classifier_multiclass(post, tmp_path):
+    rng = np.random.default_rng(30 + len(post))
+    cols, weights = random_forest(rng, trees=4, features=3, outputs=3, max_depth=4)
+    t, nd, o, w = zip(*weights)
+    node = N("TreeEnsembleClassifier", ["x"], ["label", "scores"], classlabels_int64s=[10, 20, 30],
+             post_transform=post, class_treeids=list(t), class_nodeids=list(nd), class_ids=list(o),
+             class_weights=list(w), **cols)
+    x = _tree_inputs(rng, 30, 3)
+    assert_parity(ml_model([node], {"x": x}, ["label", "scores"]), tmp_path, {"x": x})
+
+
+@pytest.mark.parametrize("scored", [0, 1, 2])
+@pytest.mark.parametrize("form", ["positive", "mixed", "positive_logistic", "mixed_logistic"])
+def test_tree_ensemble_classifier_binary(form, scored, tmp_path):
+    """Two classes, the trees scoring the first (scored=0), the second (1) or both (2), with
+    weights all positive (probabilities) or not: ONNX Runtime's rules differ for each."""
+    rng = np.random.default_rng(40 + len(form) + 7 * scored)
+    cols, weights = random_forest(rng, trees=3, features=4, outputs=2 if scored == 2 else 1, max_depth=4,
+                                  positive=form.startswith("positive"))
+    if scored < 2:
+        weights = [(t, nd, scored, w / 3) for t, nd, o, w in weights]
+    t, nd, o, w = zip(*weights)
+    node = N("TreeEnsembleClassifier", ["x"], ["label", "scores"], classlabels_int64s=[4, 9],
+             post_transform="LOGISTIC" if form.endswith("logistic") else "NONE",
+             class_treeids=list(t), class_nodeids=list(nd), class_ids=list(o), class_weights=list(w), **cols)
+    x = _tree_inputs(rng, 30, 4)
+    model = ml_model([node], {"x": x}, ["label", "scores"])
+    if scored < 2:
+        assert_parity(model, tmp_path, {"x": x})
+        return
+    # both classes scored: ONNX Runtime's scores, but its label is 1 where the second score is
+    # > 0, else 0, not one of the class labels; aotc gives the top class's label
+    import aotc
+    import onnxruntime as ort
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    label, scores = aotc.compile(tmp_path / "m.onnx", output_dir=tmp_path / "out").run({"x": x})
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[1]
+    np.testing.assert_allclose(scores, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(label, np.array([4, 9])[np.argmax(want, axis=1)])
+
+
+def _v5_from(cols, weights, K):
+    """The same ensemble in TreeEnsemble-5's layout (interior nodes and leaves apart)."""
+    rows = range(len(cols["nodes_treeids"]))
+    leaf = {(cols["nodes_treeids"][r], cols["nodes_nodeids"][r]) for r in rows if cols["nodes_modes"][r] == "LEAF"}
+    inner = [r for r in rows if cols["nodes_modes"][r] != "LEAF"]
+    inner_at = {(cols["nodes_treeids"][r], cols["nodes_nodeids"][r]): k for k, r in enumerate(inner)}
+    leaf_rows = [(t, nd, o, w) for t, nd, o, w in weights]
+    leaf_at = {}
+    for k, (t, nd, o, w) in enumerate(leaf_rows):
+        leaf_at.setdefault((t, nd), k)      # a branch goes to a leaf's first weight; one weight per leaf here
+
+    def ref(r, key):
+        tgt = (cols["nodes_treeids"][r], cols[key][r])
+        return (leaf_at[tgt], 1) if tgt in leaf else (inner_at[tgt], 0)
+    tr, fa = [ref(r, "nodes_truenodeids") for r in inner], [ref(r, "nodes_falsenodeids") for r in inner]
+    codes = {m: i for i, m in enumerate(MODES)}
+    roots = [inner_at[(t, 0)] for t in sorted(set(cols["nodes_treeids"]))]
+    return dict(nodes_featureids=[cols["nodes_featureids"][r] for r in inner],
+                nodes_splits=helper.make_tensor("s", TensorProto.FLOAT, [len(inner)],
+                                                [cols["nodes_values"][r] for r in inner]),
+                nodes_modes=helper.make_tensor("m", TensorProto.UINT8, [len(inner)],
+                                               [codes[cols["nodes_modes"][r]] for r in inner]),
+                nodes_truenodeids=[a for a, _ in tr], nodes_trueleafs=[b for _, b in tr],
+                nodes_falsenodeids=[a for a, _ in fa], nodes_falseleafs=[b for _, b in fa],
+                nodes_missing_value_tracks_true=[cols["nodes_missing_value_tracks_true"][r] for r in inner],
+                tree_roots=roots, leaf_targetids=[o for _, _, o, _ in leaf_rows],
+                leaf_weights=helper.make_tensor("w", TensorProto.FLOAT, [len(leaf_rows)],
+                                                [w for _, _, _, w in leaf_rows]), n_targets=K)
+
+
+@pytest.mark.parametrize("aggregate", [0, 1, 3])
+def test_tree_ensemble_5(aggregate, tmp_path):
+    rng = np.random.default_rng(50 + aggregate)
+    cols, weights = random_forest(rng, trees=5, features=4, outputs=1, max_depth=5, missing=True)
+    for r in range(len(cols["nodes_treeids"])):     # trees of depth >= 1 (TreeEnsemble-5 roots are interior)
+        if cols["nodes_nodeids"][r] == 0 and cols["nodes_modes"][r] == "LEAF":
+            pytest.skip("a one-leaf tree")
+    weights = [(t, nd, int(rng.integers(2)), w) for t, nd, o, w in weights]
+    node = N("TreeEnsemble", ["x"], ["y"], aggregate_function=aggregate, **_v5_from(cols, weights, 2))
+    x = _tree_inputs(rng, 40, 4, nan=True)
+    assert_parity(ml_model([node], {"x": x}, ["y"], ml_opset=5, opset=21), tmp_path, {"x": x})

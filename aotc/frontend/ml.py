@@ -5,7 +5,7 @@ numbers ONNX Runtime gives, where it and the ONNX reference differ).
 
     Binarizer              Cast(X > threshold)
     Scaler                 (X - offset) * scale
-    Normalizer             X / the row's max |x|, sum |x| or sqrt(sum x^2)
+    Normalizer             X / the row's max, sum |x| or sqrt(sum x^2)
     LinearRegressor        Gemm
     LinearClassifier       Gemm, post_transform, ArgMax -> class label
     ArrayFeatureExtractor  Gather on the last axis
@@ -78,12 +78,17 @@ class Emit:
         self.nodes.append(helper.make_node(op_type, inputs, [out], **attrs))
         return out
 
-    def reduce(self, op_type: str, x: str, axis: int, out: str | None = None) -> str:
-        """op_type over one axis, kept, in the form the model's opset has (axes as an
-        attribute before ReduceSum-13 and the other reductions' version 18, an input after)."""
+    def reduce(self, op_type: str, x: str, axis: int, out: str | None = None, keepdims: int = 1) -> str:
+        """op_type over one axis, in the form the model's opset has (axes as an attribute
+        before ReduceSum-13 and the other reductions' version 18, an input from then on)."""
         if self.opset >= (13 if op_type == "ReduceSum" else 18):
-            return self.op(op_type, [x, self.const(np.array([axis], np.int64), "axes")], out=out, keepdims=1)
-        return self.op(op_type, [x], out=out, axes=[axis], keepdims=1)
+            return self.op(op_type, [x, self.const(np.array([axis], np.int64), "axes")], out=out, keepdims=keepdims)
+        return self.op(op_type, [x], out=out, axes=[axis], keepdims=keepdims)
+
+    def unsqueeze(self, x: str, axis: int, out: str | None = None) -> str:
+        if self.opset >= 13:
+            return self.op("Unsqueeze", [x, self.const(np.array([axis], np.int64), "axes")], out=out)
+        return self.op("Unsqueeze", [x], out=out, axes=[axis])
 
     def float32(self, x: str) -> str:
         """x as float32 (the ML ops compute numeric inputs in float)."""
@@ -178,7 +183,7 @@ def post_transform(e: Emit, scores: str, how: str, out: str | None = None) -> st
 def class_labels(e: Emit, a: dict) -> np.ndarray:
     if a.get("classlabels_strings"):
         e.refuse("string class labels", "aotc computes numeric tensors only: relabel the classes as int64s")
-    labels = a.get("classlabels_ints")
+    labels = a.get("classlabels_ints", a.get("classlabels_int64s"))     # (linear models' name, trees')
     if not labels:
         raise ModelError(f"{e.label} has no class labels")
     return np.asarray(labels, np.int64)
@@ -219,8 +224,7 @@ def _array_feature_extractor(e: Emit, a: dict):
     flat = e.op("Reshape", [idx, e.const(np.array([-1], np.int64))])
     got = e.op("Gather", [x, flat], axis=r - 1)
     if r == 1:                 # (ONNX Runtime gives a 1-D input's features as one row)
-        e.op("Unsqueeze", [got] + ([e.const(np.array([0], np.int64))] if e.opset >= 13 else []),
-             out=e.node.output[0], **({} if e.opset >= 13 else {"axes": [0]}))
+        e.unsqueeze(got, 0, out=e.node.output[0])
     else:
         e.op("Identity", [got], out=e.node.output[0])
 
@@ -254,8 +258,7 @@ def _one_hot_encoder(e: Emit, a: dict):
     x = e.node.input[0]
     if e.elem_type(x) != TensorProto.INT64:
         x = e.op("Cast", [x], to=TensorProto.INT64)   # (ONNX Runtime truncates floats to int64 too)
-    col = e.op("Unsqueeze", [x] + ([e.const(np.array([-1], np.int64))] if e.opset >= 13 else []),
-               **({} if e.opset >= 13 else {"axes": [-1]}))
+    col = e.unsqueeze(x, -1)
     e.op("Cast", [e.op("Equal", [col, e.const(np.asarray(cats, np.int64), "cats")])], out=e.node.output[0],
          to=TensorProto.FLOAT)
 
@@ -284,8 +287,7 @@ def _label_encoder(e: Emit, a: dict):
         default = np.asarray([a.get("default_float", -0.0) if values.dtype.kind == "f" else a.get("default_int64", -1)],
                              values.dtype)
     x = e.node.input[0]
-    col = e.op("Unsqueeze", [x] + ([e.const(np.array([-1], np.int64))] if e.opset >= 13 else []),
-               **({} if e.opset >= 13 else {"axes": [-1]}))
+    col = e.unsqueeze(x, -1)
     keyc = e.const(keys.reshape(-1).astype(onnx.helper.tensor_dtype_to_np_dtype(e.elem_type(x))), "keys")
     hit = e.op("Equal", [col, keyc])
     # NaN keys match NaN inputs (as ONNX Runtime's hash map does)
@@ -293,9 +295,7 @@ def _label_encoder(e: Emit, a: dict):
         hit = e.op("Or", [hit, e.op("And", [e.op("IsNaN", [col]), e.op("IsNaN", [keyc])])])
     found = e.op("Cast", [hit], to=TensorProto.INT32)
     first = e.op("ArgMax", [found], axis=-1, keepdims=0)
-    anyhit = e.op("Cast", [e.op("Squeeze", [e.reduce("ReduceMax", found, -1)] +
-                                ([e.const(np.array([-1], np.int64))] if e.opset >= 13 else []),
-                                **({} if e.opset >= 13 else {"axes": [-1]}))], to=TensorProto.BOOL)
+    anyhit = e.op("Cast", [e.reduce("ReduceMax", found, -1, keepdims=0)], to=TensorProto.BOOL)
     e.op("Where", [anyhit, e.op("Gather", [e.const(values.reshape(-1), "values"), first], axis=0),
                    e.const(default, "default")], out=e.node.output[0])
 
@@ -310,8 +310,7 @@ def _feature_vectorizer(e: Emit, a: dict):
             e.refuse("inputs of rank other than 1 or 2")
         v = e.float32(x)
         if e.rank(x) == 1:
-            v = e.op("Unsqueeze", [v] + ([e.const(np.array([0], np.int64))] if e.opset >= 13 else []),
-                     **({} if e.opset >= 13 else {"axes": [0]}))
+            v = e.unsqueeze(v, 0)
         t = e.types[x].tensor_type.shape.dim[-1]
         width = t.dim_value if t.HasField("dim_value") else None
         if width is None:
