@@ -269,3 +269,20 @@ def test_tree_ensemble_5(aggregate, tmp_path):
     node = N("TreeEnsemble", ["x"], ["y"], aggregate_function=aggregate, **_v5_from(cols, weights, 2))
     x = _tree_inputs(rng, 40, 4, nan=True)
     assert_parity(ml_model([node], {"x": x}, ["y"], ml_opset=5, opset=21), tmp_path, {"x": x})
+
+
+@pytest.mark.parametrize("kernel", ["LINEAR", "POLY", "RBF", "SIGMOID", "none", "one_class"])
+def test_svm_regressor(kernel, tmp_path):
+    rng = np.random.default_rng(60 + len(kernel))
+    F, S = 4, 7
+    x = rand(12, F, seed=61)
+    kw = dict(coefficients=rng.standard_normal(S).tolist(), rho=[0.3], n_supports=S,
+              support_vectors=rng.standard_normal(S * F).tolist(), kernel_params=[0.4, 0.5, 3.0],
+              kernel_type="RBF" if kernel == "one_class" else kernel)
+    if kernel == "none":           # a linear model: no support vectors, the coefficients are weights
+        kw = dict(coefficients=rng.standard_normal(F).tolist(), rho=[-0.2], n_supports=0, kernel_type="LINEAR",
+                  kernel_params=[0.0, 0.0, 0.0])
+    if kernel == "one_class":
+        kw["one_class"] = 1
+    m = ml_model([N("SVMRegressor", ["x"], ["y"], **kw)], {"x": x}, ["y"])
+    assert_parity(m, tmp_path, {"x": x})

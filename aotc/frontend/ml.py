@@ -13,6 +13,7 @@ numbers ONNX Runtime gives, where it and the ONNX reference differ).
     OneHotEncoder          Equal against the categories
     LabelEncoder           Equal against the keys -> Gather of the values
     FeatureVectorizer      Concat of the inputs as rows
+    SVMRegressor           the kernel (linear, poly, rbf, sigmoid) against the support vectors, MatMul
     TreeEnsemble, TreeEnsembleRegressor, TreeEnsembleClassifier: ml_trees.py
 
 Only numeric tensors: string inputs, outputs and labels stay unsupported (the operator check
@@ -326,12 +327,54 @@ def _feature_vectorizer(e: Emit, a: dict):
     e.op("Concat", parts, out=e.node.output[0], axis=1)
 
 
+def _svm_regressor(e: Emit, a: dict):
+    post = _text(a.get("post_transform", "NONE"))
+    if post != "NONE" or int(a.get("n_targets", 1)) != 1:
+        e.refuse(f"post_transform {post} or n_targets {a.get('n_targets', 1)} (NONE and 1 only)")
+    coef = _floats(a, "coefficients")
+    rho = _floats(a, "rho", [0.0])
+    if coef is None or not coef.size or rho.size < 1:
+        raise ModelError(f"{e.label} has no coefficients or rho")
+    x = e.float32(e.node.input[0])
+    S = int(a.get("n_supports", 0))
+    kernel = _text(a.get("kernel_type", "LINEAR")).upper()
+    gamma, coef0, degree = (list(a.get("kernel_params", [])) + [0.0, 0.0, 0.0])[:3]
+    if S == 0:                       # a linear model: the coefficients are the weights
+        s = e.op("MatMul", [x, e.const(coef.reshape(-1, 1), "weights")])
+    else:
+        sv = _floats(a, "support_vectors")
+        if sv is None or sv.size % S or coef.size != S:
+            raise ModelError(f"{e.label}: {0 if sv is None else sv.size} support vector values and "
+                             f"{coef.size} coefficients for {S} supports")
+        sv = sv.reshape(S, -1)
+        if kernel == "RBF":
+            diff = e.op("Sub", [e.unsqueeze(x, 1), e.const(sv, "support_vectors")])
+            dist = e.reduce("ReduceSum", e.op("Mul", [diff, diff]), -1, keepdims=0)
+            k = e.op("Exp", [e.op("Mul", [dist, e.const(np.float32(-gamma))])])
+        else:
+            dot = e.op("MatMul", [x, e.const(np.ascontiguousarray(sv.T), "support_vectors")])
+            if kernel == "LINEAR":
+                k = dot
+            elif kernel in ("POLY", "SIGMOID"):
+                t = e.op("Add", [e.op("Mul", [dot, e.const(np.float32(gamma))]), e.const(np.float32(coef0))])
+                k = e.op("Tanh", [t]) if kernel == "SIGMOID" else e.op("Pow", [t, e.const(np.float32(int(degree)))])
+            else:
+                raise ModelError(f"{e.label}: unknown kernel_type {kernel!r}")
+        s = e.op("MatMul", [k, e.const(coef.reshape(-1, 1), "coefficients")])
+    s = e.op("Add", [s, e.const(rho[:1], "rho")])
+    if int(a.get("one_class", 0)):
+        e.op("Where", [e.op("Greater", [s, e.const(np.float32(0))]), e.const(np.float32(1)), e.const(np.float32(-1))],
+             out=e.node.output[0])
+    else:
+        e.op("Identity", [s], out=e.node.output[0])
+
+
 BUILDERS = {
     "Binarizer": _binarizer, "Scaler": _scaler, "Normalizer": _normalizer,
     "LinearRegressor": _linear_regressor, "LinearClassifier": _linear_classifier,
     "ArrayFeatureExtractor": _array_feature_extractor, "Imputer": _imputer,
     "OneHotEncoder": _one_hot_encoder, "LabelEncoder": _label_encoder,
-    "FeatureVectorizer": _feature_vectorizer,
+    "FeatureVectorizer": _feature_vectorizer, "SVMRegressor": _svm_regressor,
 }
 
 
