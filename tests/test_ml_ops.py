@@ -211,6 +211,7 @@ def test_tree_ensemble_classifier_binary(form, scored, tmp_path):
     t, nd, o, w = zip(*weights)
     node = N("TreeEnsembleClassifier", ["x"], ["label", "scores"], classlabels_int64s=[4, 9],
              post_transform="LOGISTIC" if form.endswith("logistic") else "NONE",
+             **({"base_values": [-0.25]} if scored == 0 else {}),
              class_treeids=list(t), class_nodeids=list(nd), class_ids=list(o), class_weights=list(w), **cols)
     x = _tree_inputs(rng, 30, 4)
     model = ml_model([node], {"x": x}, ["label", "scores"])

@@ -306,11 +306,15 @@ def _classifier(e: Emit, a: dict):
         e.op("Gather", [e.const(labels, "labels"), e.op("ArgMax", [scores], axis=1, keepdims=0)], out=y, axis=0)
         return
     # two classes: ONNX Runtime's rules (read off its outputs, tests/test_ml_ops.py)
-    if C != 2 or (base is not None and np.any(base != 0)) or not len(used) or \
-            (len(used) == 1 and post not in ("NONE", "LOGISTIC")):
+    base = np.zeros(0) if base is None else base
+    # (a base value is added where ONNX Runtime adds it to the score it reports: the first
+    # class's, when the trees score only that one)
+    first_only_base = len(used) == 1 and used[0] == 0 and len(base) == 1
+    if C != 2 or not len(used) or (len(used) == 1 and post not in ("NONE", "LOGISTIC")) or \
+            (np.any(base != 0) and not first_only_base):
         e.refuse(f"a {C}-class ensemble whose trees score {len(used)} class(es), with base values "
-                 f"{[] if base is None else base.tolist()} and post_transform {post}")
-    sums = _aggregate(e, f, slot, "SUM", None)
+                 f"{base.tolist()} and post_transform {post}")
+    sums = _aggregate(e, f, slot, "SUM", np.array([base[0], 0.0]) if first_only_base else None)
     one = e.const(np.array([1], np.int64))
 
     def column(k: int) -> str:
@@ -331,7 +335,8 @@ def _classifier(e: Emit, a: dict):
             transformed = e.op("Sigmoid", [sums]) if post == "LOGISTIC" else sums
             e.op("Identity", [transformed], out=z)
     else:
-        # the first class scored, s its score: scores [sigmoid(-s), sigmoid(s)] (LOGISTIC),
+        # the first class scored, s its score (plus the base value): scores
+        # [sigmoid(-s), sigmoid(s)] (LOGISTIC),
         # [1 - s, s] (NONE, weights all >= 0) or [-s, s]; the second label where s > 0.5
         # (weights all >= 0) or s > 0
         s, cut = column(0), 0.5 if positive_weights else 0.0

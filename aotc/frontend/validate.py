@@ -6,7 +6,7 @@ against garbage (a short initializer reaching numpy's reshape, a negative dimens
 the planner, an attribute of the wrong type reaching an op's lowering).
 
 What is checked (docs/ROBUSTNESS.md keeps the list for users):
-  opsets        ai.onnx imported once, at a version from MIN_OPSET to the newest the installed
+  opsets        ai.onnx imported once (or several times at one version), at a version from MIN_OPSET to the newest the installed
                 onnx package defines, or older where no operator of the model was redefined
                 up to MIN_OPSET (it is then compiled as MIN_OPSET); other domains are left to
                 the operator check
@@ -83,7 +83,7 @@ def default_opset(model: onnx.ModelProto) -> int:
     if not versions:
         raise ModelError("the model imports no default-domain (ai.onnx) opset",
                          "add an opset_import entry for domain '' (ai.onnx)")
-    if len(versions) > 1:
+    if len(set(versions)) > 1:             # (the same version twice, as skl2onnx writes it, is one)
         raise ModelError(f"the model imports the ai.onnx opset {len(versions)} times "
                          f"(versions {', '.join(map(str, versions))})",
                          "keep one opset_import entry for domain '' (ai.onnx)")
