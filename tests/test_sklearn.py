@@ -1,5 +1,5 @@
 """scikit-learn models as skl2onnx converts them (ai.onnx.ml operators: tree ensembles,
-linear models, scalers, SVM regression), compiled by aotc and checked against ONNX Runtime on
+linear models, scalers, SVMs), compiled by aotc and checked against ONNX Runtime on
 fresh rows drawn from the training distribution."""
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def _models():
     from sklearn.linear_model import LogisticRegression, Ridge
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import MinMaxScaler, Normalizer, StandardScaler
-    from sklearn.svm import SVR
+    from sklearn.svm import SVC, SVR
     from sklearn.tree import DecisionTreeClassifier
     return {
         "random_forest_3_classes": ("multi", RandomForestClassifier(12, max_depth=7, random_state=0)),
@@ -43,18 +43,22 @@ def _models():
         "normalized_binary_logistic": ("binary", make_pipeline(MinMaxScaler(), Normalizer(), LogisticRegression())),
         "ridge": ("reg", Ridge()),
         "scaled_rbf_svr": ("reg", make_pipeline(StandardScaler(), SVR())),
+        "rbf_svc_3_classes": ("multi", SVC()),
+        "poly_svc_3_classes": ("multi", make_pipeline(StandardScaler(), SVC(kernel="poly", degree=3))),
+        "linear_svc_2_classes": ("binary", SVC(kernel="linear")),
     }
 
 
 @pytest.mark.parametrize("name", list(_models()))
 def test_sklearn_model_matches_onnx_runtime(name, tmp_path):
+    from sklearn.base import is_classifier
     from skl2onnx import to_onnx
     kind, model = _models()[name]
     X, y = _data(kind, seed=len(name))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.fit(X[:200], y[:200])
-        options = {"zipmap": False} if hasattr(model, "predict_proba") else None
+        options = {"zipmap": False} if is_classifier(model) else None      # (ZipMap: a map output)
         onx = to_onnx(model, X[:1], target_opset={"": 17, "ai.onnx.ml": 3}, options=options)
     # the graph input is [None, 8]: the rows kept for testing, never seen in training
     rows = X[200:264]

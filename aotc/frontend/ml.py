@@ -14,6 +14,7 @@ numbers ONNX Runtime gives, where it and the ONNX reference differ).
     LabelEncoder           Equal against the keys -> Gather of the values
     FeatureVectorizer      Concat of the inputs as rows
     SVMRegressor           the kernel (linear, poly, rbf, sigmoid) against the support vectors, MatMul
+    SVMClassifier          the same kernels, one-versus-one votes (no probability estimates)
     TreeEnsemble, TreeEnsembleRegressor, TreeEnsembleClassifier: ml_trees.py
 
 Only numeric tensors: string inputs, outputs and labels stay unsupported (the operator check
@@ -41,6 +42,10 @@ def _text(v):
     return v.decode() if isinstance(v, bytes) else v
 
 
+class Deferred(Exception):
+    """A builder needs a value's rank, which is not known yet."""
+
+
 @dataclass
 class Emit:
     """Nodes of the default domain that replace one ML node, with fresh names under its own."""
@@ -63,10 +68,12 @@ class Emit:
         t = self.types.get(value)
         return t.tensor_type.elem_type if t is not None and t.HasField("tensor_type") else TensorProto.UNDEFINED
 
-    def rank(self, value: str) -> int | None:
+    def rank(self, value: str) -> int:
+        """The rank of `value`; raises Deferred when shape inference could not tell it (an
+        output of another ML node, known once that one is rewritten)."""
         t = self.types.get(value)
         if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
-            return None
+            raise Deferred(value)
         return len(t.tensor_type.shape.dim)
 
     def const(self, arr, hint: str = "c") -> str:
@@ -220,8 +227,6 @@ def _linear_classifier(e: Emit, a: dict):
 def _array_feature_extractor(e: Emit, a: dict):
     x, idx = e.node.input
     r = e.rank(x)
-    if r is None:
-        e.refuse("an input of unknown rank")
     flat = e.op("Reshape", [idx, e.const(np.array([-1], np.int64))])
     got = e.op("Gather", [x, flat], axis=r - 1)
     if r == 1:                 # (ONNX Runtime gives a 1-D input's features as one row)
@@ -327,6 +332,23 @@ def _feature_vectorizer(e: Emit, a: dict):
     e.op("Concat", parts, out=e.node.output[0], axis=1)
 
 
+def _svm_kernel(e: Emit, a: dict, x: str, sv: np.ndarray) -> str:
+    """[N, V]: the kernel of every row of x against every support vector (rows of sv)."""
+    kernel = _text(a.get("kernel_type", "LINEAR")).upper()
+    gamma, coef0, degree = (list(a.get("kernel_params", [])) + [0.0, 0.0, 0.0])[:3]
+    if kernel == "RBF":
+        diff = e.op("Sub", [e.unsqueeze(x, 1), e.const(sv, "support_vectors")])
+        dist = e.reduce("ReduceSum", e.op("Mul", [diff, diff]), -1, keepdims=0)
+        return e.op("Exp", [e.op("Mul", [dist, e.const(np.float32(-gamma))])])
+    dot = e.op("MatMul", [x, e.const(np.ascontiguousarray(sv.T), "support_vectors")])
+    if kernel == "LINEAR":
+        return dot
+    if kernel in ("POLY", "SIGMOID"):
+        t = e.op("Add", [e.op("Mul", [dot, e.const(np.float32(gamma))]), e.const(np.float32(coef0))])
+        return e.op("Tanh", [t]) if kernel == "SIGMOID" else e.op("Pow", [t, e.const(np.float32(int(degree)))])
+    raise ModelError(f"{e.label}: unknown kernel_type {kernel!r}")
+
+
 def _svm_regressor(e: Emit, a: dict):
     post = _text(a.get("post_transform", "NONE"))
     if post != "NONE" or int(a.get("n_targets", 1)) != 1:
@@ -337,8 +359,6 @@ def _svm_regressor(e: Emit, a: dict):
         raise ModelError(f"{e.label} has no coefficients or rho")
     x = e.float32(e.node.input[0])
     S = int(a.get("n_supports", 0))
-    kernel = _text(a.get("kernel_type", "LINEAR")).upper()
-    gamma, coef0, degree = (list(a.get("kernel_params", [])) + [0.0, 0.0, 0.0])[:3]
     if S == 0:                       # a linear model: the coefficients are the weights
         s = e.op("MatMul", [x, e.const(coef.reshape(-1, 1), "weights")])
     else:
@@ -346,21 +366,7 @@ def _svm_regressor(e: Emit, a: dict):
         if sv is None or sv.size % S or coef.size != S:
             raise ModelError(f"{e.label}: {0 if sv is None else sv.size} support vector values and "
                              f"{coef.size} coefficients for {S} supports")
-        sv = sv.reshape(S, -1)
-        if kernel == "RBF":
-            diff = e.op("Sub", [e.unsqueeze(x, 1), e.const(sv, "support_vectors")])
-            dist = e.reduce("ReduceSum", e.op("Mul", [diff, diff]), -1, keepdims=0)
-            k = e.op("Exp", [e.op("Mul", [dist, e.const(np.float32(-gamma))])])
-        else:
-            dot = e.op("MatMul", [x, e.const(np.ascontiguousarray(sv.T), "support_vectors")])
-            if kernel == "LINEAR":
-                k = dot
-            elif kernel in ("POLY", "SIGMOID"):
-                t = e.op("Add", [e.op("Mul", [dot, e.const(np.float32(gamma))]), e.const(np.float32(coef0))])
-                k = e.op("Tanh", [t]) if kernel == "SIGMOID" else e.op("Pow", [t, e.const(np.float32(int(degree)))])
-            else:
-                raise ModelError(f"{e.label}: unknown kernel_type {kernel!r}")
-        s = e.op("MatMul", [k, e.const(coef.reshape(-1, 1), "coefficients")])
+        s = e.op("MatMul", [_svm_kernel(e, a, x, sv.reshape(S, -1)), e.const(coef.reshape(-1, 1), "coefficients")])
     s = e.op("Add", [s, e.const(rho[:1], "rho")])
     if int(a.get("one_class", 0)):
         e.op("Where", [e.op("Greater", [s, e.const(np.float32(0))]), e.const(np.float32(1)), e.const(np.float32(-1))],
@@ -369,12 +375,62 @@ def _svm_regressor(e: Emit, a: dict):
         e.op("Identity", [s], out=e.node.output[0])
 
 
+def _svm_classifier(e: Emit, a: dict):
+    """One-versus-one voting over the pairs of classes (libsvm's order: (0, 1), (0, 2), ...,
+    (1, 2), ...): pair (i, j)'s decision is rho + the coefficients of class i's vectors in row
+    j - 1 and of class j's in row i, times their kernels; i gets the vote when it is > 0. The
+    pairs' decisions are one MatMul of the kernels with a (vectors x pairs) matrix."""
+    labels = class_labels(e, a)
+    C = len(labels)
+    if a.get("prob_a"):
+        e.refuse("probability estimates (prob_a, prob_b: libsvm's pairwise coupling)")
+    post = _text(a.get("post_transform", "NONE"))
+    coef, rho = _floats(a, "coefficients"), _floats(a, "rho", [0.0])
+    per_class = [int(v) for v in a.get("vectors_per_class", [])]
+    V = sum(per_class)
+    x = e.float32(e.node.input[0])
+    y, z = e.node.output[0], (e.node.output[1] if len(e.node.output) > 1 else "")
+    if V == 0 or C < 2:
+        e.refuse("a linear SVMClassifier (no support vectors)", "kernel SVMs only")
+    if len(per_class) != C or coef is None or coef.size != (C - 1) * V or rho.size != C * (C - 1) // 2:
+        raise ModelError(f"{e.label}: vectors_per_class, coefficients and rho do not fit {C} classes")
+    sv = _floats(a, "support_vectors")
+    if sv is None or sv.size % V:
+        raise ModelError(f"{e.label}: {0 if sv is None else sv.size} support vector values for {V} vectors")
+    coef = coef.reshape(C - 1, V)
+    start = np.concatenate([[0], np.cumsum(per_class)])
+    pairs = [(i, j) for i in range(C) for j in range(i + 1, C)]
+    W = np.zeros((V, len(pairs)), np.float32)
+    win_i, win_j = np.zeros((len(pairs), C), np.float32), np.zeros((len(pairs), C), np.float32)
+    for p, (i, j) in enumerate(pairs):
+        W[start[i]:start[i + 1], p] = coef[j - 1, start[i]:start[i + 1]]
+        W[start[j]:start[j + 1], p] = coef[i, start[j]:start[j + 1]]
+        win_i[p, i] = win_j[p, j] = 1
+    k = _svm_kernel(e, a, x, sv.reshape(V, -1))
+    decision = e.op("Add", [e.op("MatMul", [k, e.const(W, "pair_weights")]), e.const(rho, "rho")])
+    i_wins = e.op("Cast", [e.op("Greater", [decision, e.const(np.float32(0))])], to=TensorProto.FLOAT)
+    votes = e.op("Add", [e.op("MatMul", [i_wins, e.const(win_i, "first_of_pair")]),
+                         e.op("MatMul", [e.op("Sub", [e.const(np.float32(1)), i_wins]), e.const(win_j, "second_of_pair")])])
+    e.op("Gather", [e.const(labels, "labels"), e.op("ArgMax", [votes], axis=1, keepdims=0)], out=y, axis=0)
+    if C == 2 and (coef >= 0).all():
+        e.refuse("a two-class SVMClassifier whose coefficients are all >= 0 (ONNX Runtime's rule for it is not known)")
+    if z and C == 2:
+        # one decision d: the scores [-d, d] (LOGISTIC: [sigmoid(-d), sigmoid(d)]), as ONNX Runtime
+        if post not in ("NONE", "LOGISTIC"):
+            e.refuse(f"a two-class SVMClassifier with post_transform {post}")
+        pair = e.op("Concat", [e.op("Neg", [decision]), decision], axis=1)
+        post_transform(e, pair, post, out=z)
+    elif z:
+        post_transform(e, decision, post, out=z)
+
+
 BUILDERS = {
     "Binarizer": _binarizer, "Scaler": _scaler, "Normalizer": _normalizer,
     "LinearRegressor": _linear_regressor, "LinearClassifier": _linear_classifier,
     "ArrayFeatureExtractor": _array_feature_extractor, "Imputer": _imputer,
     "OneHotEncoder": _one_hot_encoder, "LabelEncoder": _label_encoder,
     "FeatureVectorizer": _feature_vectorizer, "SVMRegressor": _svm_regressor,
+    "SVMClassifier": _svm_classifier,
 }
 
 
@@ -400,20 +456,33 @@ def expand_ml(model: onnx.ModelProto, types_of) -> onnx.ModelProto:
         return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    types = types_of(model)
     opset = next((int(i.version) for i in model.opset_import if i.domain in ("", "ai.onnx")), None)
     if opset is None:              # an ML-only model: its default-domain nodes are all ours
         opset = 17
         out.opset_import.append(helper.make_opsetid("", opset))
-    for g in _graphs(out.graph):
-        nodes = []
-        for n in g.node:
-            if n.domain == ML and n.op_type in builders:
-                e = Emit(n, opset, types)
-                builders[n.op_type](e, attrs_of(n))
-                nodes.extend(e.nodes)
-            else:
-                nodes.append(n)
-        del g.node[:]
-        g.node.extend(nodes)
-    return out
+    # rounds: a node that needs the rank of another ML node's output waits until that one is
+    # rewritten and shape inference can follow it
+    while True:
+        types, progress, waiting = types_of(out), False, []
+        for g in _graphs(out.graph):
+            nodes = []
+            for n in g.node:
+                if n.domain == ML and n.op_type in builders:
+                    e = Emit(n, opset, types)
+                    try:
+                        builders[n.op_type](e, attrs_of(n))
+                    except Deferred as d:
+                        waiting.append((e.label, str(d)))
+                        nodes.append(n)
+                        continue
+                    nodes.extend(e.nodes)
+                    progress = True
+                else:
+                    nodes.append(n)
+            del g.node[:]
+            g.node.extend(nodes)
+        if not waiting:
+            return out
+        if not progress:
+            raise UnsupportedError([f"{label}: input {value!r} of unknown rank" for label, value in waiting],
+                                   "give the model's inputs and value_info shapes (onnx.shape_inference)")
