@@ -287,3 +287,70 @@ def test_svm_regressor(kernel, tmp_path):
         kw["one_class"] = 1
     m = ml_model([N("SVMRegressor", ["x"], ["y"], **kw)], {"x": x}, ["y"])
     assert_parity(m, tmp_path, {"x": x})
+
+
+# ----------------------------------------------------------------------------- optimizer steps
+# ai.onnx.preview.training (frontend/training.py); ONNX Runtime's CPU build has no kernels for
+# them: numpy computes the spec's formulas, R and T stay run-time inputs (T = 0 and T > 0).
+def _train_model(op, n_groups, names, outs, **attrs):
+    shapes = {k: (3, 4) if k not in ("R", "T") else () for k in names}
+    types = {k: TensorProto.INT64 if k == "T" else TensorProto.FLOAT for k in names}
+    g = helper.make_graph([helper.make_node(op, names, outs, domain="ai.onnx.preview.training", **attrs)], "t",
+                          [helper.make_tensor_value_info(k, types[k], shapes[k]) for k in names],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, (3, 4)) for o in outs])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                               helper.make_opsetid("ai.onnx.preview.training", 1)])
+
+
+@pytest.mark.parametrize("step", [0, 3])
+def test_adam_two_tensors(step, tmp_path):
+    import aotc
+    names = ["R", "T", "X1", "X2", "G1", "G2", "V1", "V2", "H1", "H2"]
+    outs = ["X1n", "X2n", "V1n", "V2n", "H1n", "H2n"]
+    alpha, beta, eps, norm, post = 0.8, 0.95, 1e-4, 0.01, 0.05
+    m = _train_model("Adam", 4, names, outs, alpha=alpha, beta=beta, epsilon=eps, norm_coefficient=norm,
+                     norm_coefficient_post=post)
+    feeds = {k: rand(3, 4, seed=70 + i) for i, k in enumerate(names[2:])}
+    feeds["H1"], feeds["H2"] = np.abs(feeds["H1"]), np.abs(feeds["H2"])
+    feeds["R"], feeds["T"] = np.float32(0.1), np.int64(step)
+    onnx.save(m, str(tmp_path / "adam.onnx"))
+    got = dict(zip(outs, aotc.compile(tmp_path / "adam.onnx", output_dir=tmp_path / "out").run(feeds)))
+    rate = 0.1 * np.sqrt(1 - beta ** step) / (1 - alpha ** step) if step > 0 else 0.1
+    for k in ("1", "2"):
+        x, g, v, h = (feeds[p + k].astype(np.float64) for p in "XGVH")
+        gr = norm * x + g
+        v_new, h_new = alpha * v + (1 - alpha) * gr, beta * h + (1 - beta) * gr * gr
+        x_new = (1 - post) * (x - rate * v_new / (np.sqrt(h_new) + eps))
+        for name, want in ((f"X{k}n", x_new), (f"V{k}n", v_new), (f"H{k}n", h_new)):
+            np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("mode", ["standard", "nesterov"])
+def test_momentum_first_and_later_steps(mode, tmp_path):
+    import aotc
+    names, outs = ["R", "T", "X", "G", "V"], ["Xn", "Vn"]
+    m = _train_model("Momentum", 3, names, outs, alpha=0.9, beta=0.5, mode=mode, norm_coefficient=0.02)
+    onnx.save(m, str(tmp_path / "mom.onnx"))
+    art = aotc.compile(tmp_path / "mom.onnx", output_dir=tmp_path / "out")
+    x, g, v = rand(3, 4, seed=80), rand(3, 4, seed=81), rand(3, 4, seed=82)
+    for step in (0, 5):
+        xn, vn = art.run({"R": np.float32(0.2), "T": np.int64(step), "X": x, "G": g, "V": v})
+        gr = 0.02 * x + g
+        v_new = 0.9 * v + (0.5 if step > 0 else 1.0) * gr
+        x_new = x - 0.2 * (v_new if mode == "standard" else gr + 0.9 * v_new)
+        np.testing.assert_allclose(vn, v_new, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(xn, x_new, rtol=1e-5, atol=1e-6)
+
+
+def test_adagrad(tmp_path):
+    import aotc
+    names, outs = ["R", "T", "X", "G", "H"], ["Xn", "Hn"]
+    m = _train_model("Adagrad", 3, names, outs, decay_factor=0.1, epsilon=1e-5, norm_coefficient=0.001)
+    onnx.save(m, str(tmp_path / "ada.onnx"))
+    x, g, h = rand(3, 4, seed=90), rand(3, 4, seed=91), np.abs(rand(3, 4, seed=92))
+    xn, hn = aotc.compile(tmp_path / "ada.onnx", output_dir=tmp_path / "out").run(
+        {"R": np.float32(0.3), "T": np.int64(4), "X": x, "G": g, "H": h})
+    gr = 0.001 * x + g
+    h_new = h + gr * gr
+    np.testing.assert_allclose(hn, h_new, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(xn, x - 0.3 / (1 + 4 * 0.1) * gr / (np.sqrt(h_new) + 1e-5), rtol=1e-5, atol=1e-6)

@@ -443,16 +443,19 @@ def _graphs(graph: onnx.GraphProto):
 
 
 def all_builders() -> dict:
-    """ai.onnx.ml op type -> its builder (Emit, attributes)."""
+    """(domain, op type) -> its builder (Emit, attributes), for every rewritten domain."""
     from .ml_trees import TREE_BUILDERS
-    return {**BUILDERS, **TREE_BUILDERS}
+    from .training import TRAINING, TRAINING_BUILDERS
+    return {**{(ML, k): v for k, v in {**BUILDERS, **TREE_BUILDERS}.items()},
+            **{(TRAINING, k): v for k, v in TRAINING_BUILDERS.items()}}
 
 
 def expand_ml(model: onnx.ModelProto, types_of) -> onnx.ModelProto:
-    """The model with its ai.onnx.ml nodes that all_builders() knows replaced by ai.onnx
-    nodes; the model itself when it has none. types_of(model) -> {value: TypeProto}."""
+    """The model with its nodes that all_builders() knows (ai.onnx.ml, and the optimizer steps
+    of ai.onnx.preview.training) replaced by ai.onnx nodes; the model itself when it has
+    none. types_of(model) -> {value: TypeProto}."""
     builders = all_builders()
-    if not any(n.domain == ML and n.op_type in builders for g in _graphs(model.graph) for n in g.node):
+    if not any((n.domain, n.op_type) in builders for g in _graphs(model.graph) for n in g.node):
         return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -467,10 +470,10 @@ def expand_ml(model: onnx.ModelProto, types_of) -> onnx.ModelProto:
         for g in _graphs(out.graph):
             nodes = []
             for n in g.node:
-                if n.domain == ML and n.op_type in builders:
+                if (n.domain, n.op_type) in builders:
                     e = Emit(n, opset, types)
                     try:
-                        builders[n.op_type](e, attrs_of(n))
+                        builders[(n.domain, n.op_type)](e, attrs_of(n))
                     except Deferred as d:
                         waiting.append((e.label, str(d)))
                         nodes.append(n)
