@@ -1,5 +1,8 @@
 """RMSNormalization, GroupNormalization, MeanVarianceNormalization, LpNormalization, LpPool and
-GlobalLpPool against ONNX Runtime on random inputs."""
+GlobalLpPool against ONNX Runtime on random inputs; BatchNormalization in training mode against
+numpy."""
+import numpy as np
+import onnx
 import pytest
 from onnx import helper
 
@@ -81,3 +84,30 @@ def test_lp_normalization_p3_is_unsupported(tmp_path):
     path.write_bytes(single_op_model("LpNormalization", {"x": x}, p=3).SerializeToString())
     with pytest.raises(UnsupportedError, match="LpNormalization"):
         compile_model(path, output_dir=tmp_path / "out")
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 5, 6), (6, 2, 7)])
+def test_batchnorm_training_mode_against_numpy(shape, tmp_path):
+    """training_mode = 1 (frontend/training.py): the batch's statistics normalize, and the
+    running mean and variance come out updated with the momentum. Run-time statistics inputs."""
+    import aotc
+    from onnx import TensorProto, helper
+    C = shape[1]
+    x = rand(*shape, seed=31) * 3 + 1
+    scale, bias, mean, var = rand(C, seed=32), rand(C, seed=33), rand(C, seed=34), np.abs(rand(C, seed=35)) + 0.5
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"], training_mode=1,
+                            epsilon=1e-3, momentum=0.8)
+    g = helper.make_graph([node], "bn", [helper.make_tensor_value_info(k, TensorProto.FLOAT, a.shape) for k, a in
+                                         (("x", x), ("s", scale), ("b", bias), ("m", mean), ("v", var))],
+                          [helper.make_tensor_value_info(k, TensorProto.FLOAT, None) for k in ("y", "rm", "rv")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
+    onnx.save(m, str(tmp_path / "bn.onnx"))
+    y, rm, rv = aotc.compile(tmp_path / "bn.onnx", output_dir=tmp_path / "out").run(
+        {"x": x, "s": scale, "b": bias, "m": mean, "v": var})
+    axes = (0,) + tuple(range(2, len(shape)))
+    bm, bv = x.astype(np.float64).mean(axis=axes), x.astype(np.float64).var(axis=axes)
+    b = (slice(None),) + (None,) * (len(shape) - 2)
+    want = (x - bm[b]) / np.sqrt(bv[b] + 1e-3) * scale[b] + bias[b]
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(rm, mean * 0.8 + bm * 0.2, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(rv, var * 0.8 + bv * 0.2, rtol=1e-5, atol=1e-6)

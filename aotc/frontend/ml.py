@@ -86,12 +86,14 @@ class Emit:
         self.nodes.append(helper.make_node(op_type, inputs, [out], **attrs))
         return out
 
-    def reduce(self, op_type: str, x: str, axis: int, out: str | None = None, keepdims: int = 1) -> str:
-        """op_type over one axis, in the form the model's opset has (axes as an attribute
-        before ReduceSum-13 and the other reductions' version 18, an input from then on)."""
+    def reduce(self, op_type: str, x: str, axis, out: str | None = None, keepdims: int = 1) -> str:
+        """op_type over one axis (or a list of them), in the form the model's opset has (axes
+        as an attribute before ReduceSum-13 and the other reductions' version 18, an input
+        from then on)."""
+        axes = [int(axis)] if np.isscalar(axis) else [int(v) for v in axis]
         if self.opset >= (13 if op_type == "ReduceSum" else 18):
-            return self.op(op_type, [x, self.const(np.array([axis], np.int64), "axes")], out=out, keepdims=keepdims)
-        return self.op(op_type, [x], out=out, axes=[axis], keepdims=keepdims)
+            return self.op(op_type, [x, self.const(np.array(axes, np.int64), "axes")], out=out, keepdims=keepdims)
+        return self.op(op_type, [x], out=out, axes=axes, keepdims=keepdims)
 
     def unsqueeze(self, x: str, axis: int, out: str | None = None) -> str:
         if self.opset >= 13:
@@ -443,19 +445,33 @@ def _graphs(graph: onnx.GraphProto):
 
 
 def all_builders() -> dict:
-    """(domain, op type) -> its builder (Emit, attributes), for every rewritten domain."""
+    """(domain, op type) -> its builder (Emit, attributes), for every rewritten operator."""
     from .ml_trees import TREE_BUILDERS
-    from .training import TRAINING, TRAINING_BUILDERS
+    from .training import TRAINING, TRAINING_BUILDERS, batchnorm_training
     return {**{(ML, k): v for k, v in {**BUILDERS, **TREE_BUILDERS}.items()},
-            **{(TRAINING, k): v for k, v in TRAINING_BUILDERS.items()}}
+            **{(TRAINING, k): v for k, v in TRAINING_BUILDERS.items()},
+            ("", "BatchNormalization"): batchnorm_training}
+
+
+# (domain, op type) -> which of its nodes are rewritten (all, where not listed)
+_ONLY_WHEN = {("", "BatchNormalization"): lambda a: int(a.get("training_mode", 0)) == 1}
+
+
+def _key(n: onnx.NodeProto) -> tuple:
+    return ("" if n.domain == "ai.onnx" else n.domain, n.op_type)
+
+
+def _rewritten(n: onnx.NodeProto, builders: dict) -> bool:
+    k = _key(n)
+    return k in builders and (k not in _ONLY_WHEN or _ONLY_WHEN[k](attrs_of(n)))
 
 
 def expand_ml(model: onnx.ModelProto, types_of) -> onnx.ModelProto:
-    """The model with its nodes that all_builders() knows (ai.onnx.ml, and the optimizer steps
-    of ai.onnx.preview.training) replaced by ai.onnx nodes; the model itself when it has
-    none. types_of(model) -> {value: TypeProto}."""
+    """The model with its nodes that all_builders() knows (ai.onnx.ml, the optimizer steps of
+    ai.onnx.preview.training, BatchNormalization in training mode) replaced by ai.onnx nodes;
+    the model itself when it has none. types_of(model) -> {value: TypeProto}."""
     builders = all_builders()
-    if not any((n.domain, n.op_type) in builders for g in _graphs(model.graph) for n in g.node):
+    if not any(_rewritten(n, builders) for g in _graphs(model.graph) for n in g.node):
         return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -470,10 +486,10 @@ def expand_ml(model: onnx.ModelProto, types_of) -> onnx.ModelProto:
         for g in _graphs(out.graph):
             nodes = []
             for n in g.node:
-                if (n.domain, n.op_type) in builders:
+                if _rewritten(n, builders):
                     e = Emit(n, opset, types)
                     try:
-                        builders[(n.domain, n.op_type)](e, attrs_of(n))
+                        builders[_key(n)](e, attrs_of(n))
                     except Deferred as d:
                         waiting.append((e.label, str(d)))
                         nodes.append(n)

@@ -1,6 +1,9 @@
-"""ai.onnx.preview.training's optimizer steps (Adagrad, Momentum, Adam) as graphs of ai.onnx
-operators, rewritten when the model is read as ai.onnx.ml's operators are (frontend/ml.py).
-Each node updates n tensors at once: inputs R (learning rate), T (update count), then the n
+"""Training steps as graphs of ai.onnx operators, rewritten when the model is read as
+ai.onnx.ml's operators are (frontend/ml.py): BatchNormalization in training mode (the batch's
+statistics, and the running ones updated), and ai.onnx.preview.training's optimizer steps
+(Adagrad, Momentum, Adam).
+
+An optimizer step node updates n tensors at once: inputs R (learning rate), T (update count), then the n
 tensors X, their n gradients G and the n optimizer states of each kind; outputs the n new X
 and then the new states, in the order of the inputs. The formulas are the operator spec's."""
 from __future__ import annotations
@@ -84,3 +87,27 @@ def _adam(e: Emit, a: dict):
 
 
 TRAINING_BUILDERS = {"Adagrad": _adagrad, "Momentum": _momentum, "Adam": _adam}
+
+
+def batchnorm_training(e: Emit, a: dict):
+    """BatchNormalization with training_mode = 1: Y normalized by the batch's mean and
+    (population) variance over every axis but the channels; the second and third outputs, when
+    asked for, the running mean and variance, input * momentum + batch's * (1 - momentum)."""
+    x, scale, bias, mean, var = e.node.input[:5]
+    eps, momentum = float(a.get("epsilon", 1e-5)), float(a.get("momentum", 0.9))
+    r = e.rank(x)
+    if r < 2:
+        raise ModelError(f"{e.label}: input of rank {r} has no channel axis")
+    axes = [0] + list(range(2, r))
+    per_channel = e.const(np.array([-1] + [1] * (r - 2), np.int64), "channel_shape")
+    batch_mean = e.reduce("ReduceMean", x, axes)
+    centered = e.op("Sub", [x, batch_mean])
+    batch_var = e.reduce("ReduceMean", e.op("Mul", [centered, centered]), axes)
+    normed = e.op("Div", [centered, e.op("Sqrt", [e.op("Add", [batch_var, _scalar(e, eps)])])])
+    e.op("Add", [e.op("Mul", [normed, e.op("Reshape", [scale, per_channel])]), e.op("Reshape", [bias, per_channel])],
+         out=e.node.output[0])
+    flat = e.const(np.array([-1], np.int64))
+    for out, running, batch in zip(e.node.output[1:3], (mean, var), (batch_mean, batch_var)):
+        if out:
+            e.op("Add", [e.op("Mul", [running, _scalar(e, momentum)]),
+                         e.op("Mul", [e.op("Reshape", [batch, flat]), _scalar(e, 1 - momentum)])], out=out)
