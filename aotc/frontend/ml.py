@@ -494,6 +494,10 @@ def expand_ml(model: onnx.ModelProto, types_of) -> onnx.ModelProto:
                         waiting.append((e.label, str(d)))
                         nodes.append(n)
                         continue
+                    except (KeyError, ValueError, IndexError, TypeError, AttributeError) as ex:
+                        # attribute tables a builder's own checks did not foresee
+                        raise ModelError(f"{e.label}: its attributes do not describe a valid {n.op_type} "
+                                         f"({type(ex).__name__}: {ex})") from None
                     nodes.extend(e.nodes)
                     progress = True
                 else:
