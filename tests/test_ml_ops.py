@@ -354,3 +354,52 @@ def test_adagrad(tmp_path):
     h_new = h + gr * gr
     np.testing.assert_allclose(hn, h_new, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(xn, x - 0.3 / (1 + 4 * 0.1) * gr / (np.sqrt(h_new) + 1e-5), rtol=1e-5, atol=1e-6)
+
+
+def test_mutated_attribute_tables_compile_or_are_refused(tmp_path):
+    """Seeded mutations of ML nodes' attributes (entries out of range, lists cut short, NaN,
+    unknown modes, attributes dropped): each model compiles or is refused with an AotcError,
+    never another exception."""
+    import copy
+    import random
+
+    from aotc.compiler import analyze
+    from aotc.errors import AotcError
+    rng = np.random.default_rng(0)
+    cols, weights = random_forest(rng, 3, 4, 2, 4)
+    t, nd, o, w = zip(*weights)
+    seeds = [
+        N("TreeEnsembleRegressor", ["x"], ["y"], n_targets=2, target_treeids=list(t), target_nodeids=list(nd),
+          target_ids=list(o), target_weights=list(w), **cols),
+        N("LinearClassifier", ["x"], ["l", "s"], coefficients=list(np.arange(12.0)), intercepts=[0.0, 1.0, 2.0],
+          classlabels_ints=[1, 2, 3]),
+        N("LabelEncoder", ["x"], ["y"], keys_floats=[1.0, 2.0], values_int64s=[3, 4]),
+        N("SVMRegressor", ["x"], ["y"], coefficients=[1.0, 2.0], support_vectors=list(np.arange(8.0)), n_supports=2,
+          rho=[0.1], kernel_type="RBF", kernel_params=[0.1, 0.0, 3.0]),
+    ]
+    outcomes = {"compiled": 0, "refused": 0}
+    for k in range(120):
+        node = copy.deepcopy(seeds[k % len(seeds)])
+        r = random.Random(k)
+        a = r.choice(list(node.attribute))
+        if a.type == onnx.AttributeProto.INTS and len(a.ints):
+            a.ints[r.randrange(len(a.ints))] = r.choice([-1, 0, 99, 2 ** 40])
+            if r.random() < 0.3:
+                del a.ints[-1]
+        elif a.type == onnx.AttributeProto.FLOATS and len(a.floats):
+            if r.random() < 0.5:
+                del a.floats[-1]
+            else:
+                a.floats[0] = float("nan")
+        elif a.type == onnx.AttributeProto.STRINGS and len(a.strings):
+            a.strings[r.randrange(len(a.strings))] = r.choice([b"BOGUS", b"LEAF", b"BRANCH_MEMBER"])
+        else:
+            node.attribute.remove(a)
+        path = tmp_path / f"m{k}.onnx"
+        onnx.save(ml_model([node], {"x": np.zeros((3, 4), np.float32)}, list(node.output)), str(path))
+        try:
+            analyze(path, target="c", threads=1)
+            outcomes["compiled"] += 1
+        except AotcError:
+            outcomes["refused"] += 1
+    assert outcomes["compiled"] and outcomes["refused"], outcomes      # both kinds of mutants occur
