@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-from onnx import AttributeProto, TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import ModelError, UnsupportedError
+from .validate import all_graphs
 
 ML = "ai.onnx.ml"
 
@@ -436,13 +437,6 @@ BUILDERS = {
 }
 
 
-def _graphs(graph: onnx.GraphProto):
-    yield graph
-    for n in graph.node:
-        for att in n.attribute:
-            for g in ([att.g] if att.type == AttributeProto.GRAPH else list(att.graphs)):
-                yield from _graphs(g)
-
 
 def all_builders() -> dict:
     """(domain, op type) -> its builder (Emit, attributes), for every rewritten operator."""
@@ -471,7 +465,7 @@ def expand_ml(model: onnx.ModelProto, types_of) -> onnx.ModelProto:
     ai.onnx.preview.training, BatchNormalization in training mode) replaced by ai.onnx nodes;
     the model itself when it has none. types_of(model) -> {value: TypeProto}."""
     builders = all_builders()
-    if not any(_rewritten(n, builders) for g in _graphs(model.graph) for n in g.node):
+    if not any(_rewritten(n, builders) for g in all_graphs(model.graph) for n in g.node):
         return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -483,7 +477,7 @@ def expand_ml(model: onnx.ModelProto, types_of) -> onnx.ModelProto:
     # rewritten and shape inference can follow it
     while True:
         types, progress, waiting = types_of(out), False, []
-        for g in _graphs(out.graph):
+        for g in all_graphs(out.graph):
             nodes = []
             for n in g.node:
                 if _rewritten(n, builders):

@@ -10,12 +10,12 @@ left as it is: the operator check then names it as unsupported.
 from __future__ import annotations
 
 import onnx
-from onnx import AttributeProto, defs, inliner, shape_inference
+from onnx import defs, inliner, shape_inference
 
 from ..ops import registry
 from ..passes.normalize import REWRITTEN_OPS
+from .validate import DEFAULT_DOMAINS, all_graphs
 
-DEFAULT_DOMAINS = ("", "ai.onnx")
 # the domain the per-node functions are put in while the inliner runs
 _DOMAIN = "aotc.expanded"
 
@@ -35,13 +35,6 @@ def _schema(n: onnx.NodeProto, opsets: dict):
     return s if (s.has_function or s.has_context_dependent_function) else None
 
 
-def _graphs(graph: onnx.GraphProto):
-    yield graph
-    for n in graph.node:
-        for a in n.attribute:
-            for g in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)):
-                yield from _graphs(g)
-
 
 def value_types(model: onnx.ModelProto) -> dict:
     """Value name -> TypeProto, from the declarations and ONNX's shape inference (which may
@@ -51,7 +44,7 @@ def value_types(model: onnx.ModelProto) -> dict:
     except Exception:       # onnx raises several exception types for models it cannot infer
         inferred = model
     types = {}
-    for g in _graphs(inferred.graph):
+    for g in all_graphs(inferred.graph):
         for vi in list(g.input) + list(g.value_info) + list(g.output):
             types[vi.name] = vi.type
         for t in g.initializer:
@@ -86,7 +79,7 @@ def expand_schema_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with every node of an op that has a function body in ONNX and no definition in
     aotc replaced by that body; the model itself when there is none."""
     opsets = {("" if imp.domain in DEFAULT_DOMAINS else imp.domain): int(imp.version) for imp in model.opset_import}
-    nodes = [n for g in _graphs(model.graph) for n in g.node]
+    nodes = [n for g in all_graphs(model.graph) for n in g.node]
     todo = [(k, n, s) for k, n in enumerate(nodes) if not _has_definition(n) and (s := _schema(n, opsets)) is not None]
     if not todo:
         return model
@@ -96,7 +89,7 @@ def expand_schema_functions(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    copied = [n for g in _graphs(out.graph) for n in g.node]        # the same walk, the same order
+    copied = [n for g in all_graphs(out.graph) for n in g.node]        # the same walk, the same order
     for j, (k, n, f) in enumerate(bodies):
         # each node gets its own function: a context-dependent body is built for that node's
         # attributes, so two FlexAttention nodes with different score_mods have different bodies

@@ -96,14 +96,13 @@ def default_opset(model: onnx.ModelProto) -> int:
     return opset
 
 
-def _default_domain_ops(graph: onnx.GraphProto):
-    """Op types of the graph's ai.onnx nodes, subgraphs (If, Loop, Scan bodies) included."""
+def all_graphs(graph: onnx.GraphProto):
+    """The graph and every subgraph in it (If, Loop, Scan bodies, nested), graph first."""
+    yield graph
     for n in graph.node:
-        if n.domain in DEFAULT_DOMAINS:
-            yield n.op_type
         for a in n.attribute:
             for g in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)):
-                yield from _default_domain_ops(g)
+                yield from all_graphs(g)
 
 
 def _lift_old_opset(model: onnx.ModelProto, opset: int) -> int:
@@ -111,7 +110,7 @@ def _lift_old_opset(model: onnx.ModelProto, opset: int) -> int:
     its operators changed in between (each op's definition at `opset` is the one in force at
     MIN_OPSET): then it is compiled as MIN_OPSET, else refused, naming the ops that changed."""
     changed, missing = [], []
-    for op in sorted(set(_default_domain_ops(model.graph))):
+    for op in sorted({n.op_type for g in all_graphs(model.graph) for n in g.node if n.domain in DEFAULT_DOMAINS}):
         try:
             then = defs.get_schema(op, opset).since_version
         except defs.SchemaError:
