@@ -57,6 +57,7 @@ def test_linear_regressor(tmp_path):
 @pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"])
 def test_linear_classifier_multiclass(post, tmp_path):
     x = rand(9, 4, seed=6)
+    x[3] = 0                        # a row scoring its intercepts, one of them 0 (SOFTMAX_ZERO's case)
     node = N("LinearClassifier", ["x"], ["label", "scores"], coefficients=rand(12, seed=7).tolist(),
              intercepts=[0.1, 0.0, -0.3], classlabels_ints=[3, 7, 11], post_transform=post)
     assert_parity(ml_model([node], {"x": x}, ["label", "scores"]), tmp_path, {"x": x})

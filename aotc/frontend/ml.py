@@ -146,12 +146,12 @@ def _normalizer(e: Emit, a: dict):
     e.op("Div", [x, div], out=e.node.output[0])
 
 
-def _coefficients(e: Emit, a: dict, rows: int | None):
+def _coefficients(e: Emit, a: dict, rows: int):
     """The (rows x features) coefficients and the intercepts of a linear model."""
     coef = _floats(a, "coefficients")
     if coef is None or coef.size == 0:
         raise ModelError(f"{e.label} has no coefficients")
-    if rows is None or coef.size % rows:
+    if coef.size % rows:
         raise ModelError(f"{e.label}: {coef.size} coefficients do not split into {rows} rows")
     icpt = _floats(a, "intercepts")
     if icpt is not None and icpt.size not in (0, rows):
@@ -177,13 +177,15 @@ def post_transform(e: Emit, scores: str, how: str, out: str | None = None) -> st
     if how == "SOFTMAX":
         return e.op("Softmax", [scores], out=out, axis=1)
     if how == "SOFTMAX_ZERO":
-        # softmax over the nonzero scores of a row, zeros left zero (all zero: all zero)
-        nonzero = e.op("Not", [e.op("Equal", [scores, e.const(np.float32(0))])])
-        top = e.reduce("ReduceMax", e.op("Where", [nonzero, scores, e.const(np.float32(-np.inf))]), -1)
-        ex = e.op("Where", [nonzero, e.op("Exp", [e.op("Sub", [scores, top])]), e.const(np.float32(0))])
-        total = e.reduce("ReduceSum", ex, -1)
-        safe = e.op("Where", [e.op("Equal", [total, e.const(np.float32(0))]), e.const(np.float32(1)), total])
-        return e.op("Div", [ex, safe], out=out)
+        # ONNX Runtime's: the row's max m over all scores; a score within 1e-7 of 0 becomes
+        # s * exp(-m) and stays out of the sum, the others exp(s - m); each divided by the sum
+        # (a row of such near-zero scores only: 0 / 0)
+        top = e.reduce("ReduceMax", scores, -1)
+        counted = e.op("Greater", [e.op("Abs", [scores]), e.const(np.float32(1e-7))])
+        ex = e.op("Where", [counted, e.op("Exp", [e.op("Sub", [scores, top])]),
+                            e.op("Mul", [scores, e.op("Exp", [e.op("Neg", [top])])])])
+        total = e.reduce("ReduceSum", e.op("Where", [counted, ex, e.const(np.float32(0))]), -1)
+        return e.op("Div", [ex, total], out=out)
     if how == "PROBIT":
         # sqrt(2) * erfinv(2p - 1), as ORT's (Giles-style) rational approximation is not a
         # graph of ai.onnx ops: refused rather than approximated otherwise
@@ -202,8 +204,7 @@ def class_labels(e: Emit, a: dict) -> np.ndarray:
 
 def _linear_classifier(e: Emit, a: dict):
     labels = class_labels(e, a)
-    coef, icpt = _coefficients(e, a, None if _floats(a, "coefficients") is None else
-                               (len(_floats(a, "intercepts", [])) or len(labels)))
+    coef, icpt = _coefficients(e, a, len(a.get("intercepts") or []) or len(labels))
     post = _text(a.get("post_transform", "NONE"))
     x = e.float32(e.node.input[0])
     raw = e.op("Gemm", [x, e.const(coef, "coef"), e.const(icpt, "intercepts")], transB=1)
