@@ -187,6 +187,22 @@ def test_tree_ensemble_regressor(aggregate, tmp_path):
     assert_parity(ml_model([node], {"x": x}, ["y"]), tmp_path, {"x": x})
 
 
+@pytest.mark.parametrize("kind", ["threads", "opencl", "cuda-eager"])
+def test_tree_ensemble_classifier_on_other_targets(kind, tmp_path):
+    """The rewritten graph (gathers, compares, selects, reductions) on the thread pool, OpenCL
+    (PoCL) and the CUDA emulation, against ONNX Runtime."""
+    from tests.test_attention import _target
+    rng = np.random.default_rng(25)
+    cols, weights = random_forest(rng, trees=5, features=4, outputs=3, max_depth=5, missing=True)
+    t, nd, o, w = zip(*weights)
+    node = N("TreeEnsembleClassifier", ["x"], ["label", "scores"], classlabels_int64s=[2, 4, 6], post_transform="SOFTMAX",
+             class_treeids=list(t), class_nodeids=list(nd), class_ids=list(o), class_weights=list(w), **cols)
+    x = _tree_inputs(rng, 37, 4, nan=True)
+    target, build, threads = _target(kind, tmp_path)
+    assert_parity(ml_model([node], {"x": x}, ["label", "scores"]), tmp_path, {"x": x}, target=target, build=build,
+                  threads=threads)
+
+
 @pytest.mark.parametrize("post", ["NONE", "SOFTMAX", "LOGISTIC"])
 def test_tree_ensemble_classifier_multiclass(post, tmp_path):
     rng = np.random.default_rng(30 + len(post))
