@@ -71,14 +71,26 @@ def is_supported(n) -> bool:
     return registry.is_supported(n) or (n.domain in ("", "ai.onnx") and n.op_type in REWRITTEN_OPS)
 
 
+# what to do about an unsupported operator, where there is more to say than the support table
+_OP_HINTS = {
+    ("ai.onnx.ml", "ZipMap"): "ZipMap turns a classifier's probabilities into a list of maps, which aotc's "
+                              "API has no type for: convert without it (skl2onnx: options={'zipmap': False}) "
+                              "and the probabilities come out as a tensor",
+}
+
+
 def check_supported(g: Graph) -> None:
-    bad = []
+    bad, hints = [], []
     for n in g.nodes:
         if not is_supported(n):
             dom = n.domain or "ai.onnx"
             bad.append(f"{n.op_type} (domain {dom}, opset {node_opset(g, n)}) in node {n.name!r}")
+            hint = _OP_HINTS.get((dom, n.op_type))
+            if hint and hint not in hints:
+                hints.append(hint)
     if bad:
-        raise UnsupportedError(bad, "see docs/ONNX_SUPPORT.md for the operators aotc compiles", what="operator(s)")
+        raise UnsupportedError(bad, "; ".join(hints + ["see docs/ONNX_SUPPORT.md for the operators aotc compiles"]),
+                               what="operator(s)")
 
 
 def resolve_threads(threads: int | None, backend) -> int:

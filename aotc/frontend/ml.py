@@ -30,7 +30,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import ModelError, UnsupportedError
-from .validate import all_graphs
+from .validate import OPSET_ATTR, all_graphs
 
 ML = "ai.onnx.ml"
 
@@ -47,11 +47,16 @@ class Deferred(Exception):
     """A builder needs a value's rank, which is not known yet."""
 
 
+# the ai.onnx opset the rewrites write their nodes in, whatever the model imports: each node is
+# marked with it (validate.OPSET_ATTR), so that validation and the opset normalization read it
+# in these forms (a model of opset 9 gets Slice with inputs, ReduceSum with an axes input, ...)
+EMIT_OPSET = 17
+
+
 @dataclass
 class Emit:
     """Nodes of the default domain that replace one ML node, with fresh names under its own."""
     node: onnx.NodeProto
-    opset: int
     types: dict
     nodes: list = field(default_factory=list)
     count: int = 0
@@ -79,27 +84,25 @@ class Emit:
 
     def const(self, arr, hint: str = "c") -> str:
         out = self.name(hint)
-        self.nodes.append(helper.make_node("Constant", [], [out], value=numpy_helper.from_array(np.asarray(arr), out)))
+        self.nodes.append(helper.make_node("Constant", [], [out], value=numpy_helper.from_array(np.asarray(arr), out),
+                                           **{OPSET_ATTR: EMIT_OPSET}))
         return out
 
     def op(self, op_type: str, inputs: list, hint: str | None = None, out: str | None = None, **attrs) -> str:
         out = out or self.name(hint or op_type.lower())
-        self.nodes.append(helper.make_node(op_type, inputs, [out], **attrs))
+        self.nodes.append(helper.make_node(op_type, inputs, [out], **attrs, **{OPSET_ATTR: EMIT_OPSET}))
         return out
 
     def reduce(self, op_type: str, x: str, axis, out: str | None = None, keepdims: int = 1) -> str:
-        """op_type over one axis (or a list of them), in the form the model's opset has (axes
-        as an attribute before ReduceSum-13 and the other reductions' version 18, an input
-        from then on)."""
+        """op_type over one axis (or a list of them), the axes as an input (EMIT_OPSET's form
+        for ReduceSum; the other reductions take it so from opset 18 on)."""
         axes = [int(axis)] if np.isscalar(axis) else [int(v) for v in axis]
-        if self.opset >= (13 if op_type == "ReduceSum" else 18):
+        if op_type == "ReduceSum":
             return self.op(op_type, [x, self.const(np.array(axes, np.int64), "axes")], out=out, keepdims=keepdims)
         return self.op(op_type, [x], out=out, axes=axes, keepdims=keepdims)
 
     def unsqueeze(self, x: str, axis: int, out: str | None = None) -> str:
-        if self.opset >= 13:
-            return self.op("Unsqueeze", [x, self.const(np.array([axis], np.int64), "axes")], out=out)
-        return self.op("Unsqueeze", [x], out=out, axes=[axis])
+        return self.op("Unsqueeze", [x, self.const(np.array([axis], np.int64), "axes")], out=out)
 
     def float32(self, x: str) -> str:
         """x as float32 (the ML ops compute numeric inputs in float)."""
@@ -327,11 +330,10 @@ def _feature_vectorizer(e: Emit, a: dict):
             e.refuse("an input whose feature count is not known")
         if width > d:
             v = e.op("Slice", [v, e.const(np.array([0], np.int64)), e.const(np.array([d], np.int64)),
-                               e.const(np.array([1], np.int64))]) if e.opset >= 10 else \
-                e.op("Slice", [v], starts=[0], ends=[d], axes=[1])
+                               e.const(np.array([1], np.int64))])
         elif width < d:                # (ONNX Runtime pads a short input with zeros)
             pads = np.array([0, 0, 0, d - width], np.int64)
-            v = e.op("Pad", [v, e.const(pads, "pads")]) if e.opset >= 11 else e.op("Pad", [v], pads=pads.tolist())
+            v = e.op("Pad", [v, e.const(pads, "pads")])
         parts.append(v)
     e.op("Concat", parts, out=e.node.output[0], axis=1)
 
@@ -461,6 +463,29 @@ def _rewritten(n: onnx.NodeProto, builders: dict) -> bool:
     return k in builders and (k not in _ONLY_WHEN or _ONLY_WHEN[k](attrs_of(n)))
 
 
+def _declare_outputs(g: onnx.GraphProto, e: Emit) -> None:
+    """Declare the rewritten node's outputs' types in g (value_info), as ONNX's shape inference
+    gives them on the emitted nodes alone: inferring the whole model again, ONNX reads those
+    nodes in the model's opset, which may be older than EMIT_OPSET, and would lose the types
+    (and the ranks a later rewrite needs) from there on."""
+    from onnx import shape_inference
+    declared = {vi.name for vi in list(g.value_info) + list(g.output)}
+    wanted = [o for o in e.node.output if o and o not in declared]
+    known = [i for i in dict.fromkeys(e.node.input) if i and i in e.types]
+    if not wanted:
+        return
+    sub = helper.make_graph(e.nodes, "emitted", [helper.make_value_info(i, e.types[i]) for i in known],
+                            [helper.make_empty_tensor_value_info(o) for o in wanted])
+    try:
+        inferred = shape_inference.infer_shapes(helper.make_model(sub, opset_imports=[
+            helper.make_opsetid("", EMIT_OPSET)]), strict_mode=False)
+    except Exception:       # (then the later rounds do without these types)
+        return
+    found = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)
+             if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type}
+    g.value_info.extend(found[o] for o in wanted if o in found)
+
+
 def expand_ml(model: onnx.ModelProto, types_of) -> onnx.ModelProto:
     """The model with its nodes that all_builders() knows (ai.onnx.ml, the optimizer steps of
     ai.onnx.preview.training, BatchNormalization in training mode) replaced by ai.onnx nodes;
@@ -470,10 +495,9 @@ def expand_ml(model: onnx.ModelProto, types_of) -> onnx.ModelProto:
         return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    opset = next((int(i.version) for i in model.opset_import if i.domain in ("", "ai.onnx")), None)
-    if opset is None:              # an ML-only model: its default-domain nodes are all ours
-        opset = 17
-        out.opset_import.append(helper.make_opsetid("", opset))
+    if not any(i.domain in ("", "ai.onnx") for i in model.opset_import):
+        # an ML-only model: its default-domain nodes are all ours
+        out.opset_import.append(helper.make_opsetid("", EMIT_OPSET))
     # rounds: a node that needs the rank of another ML node's output waits until that one is
     # rewritten and shape inference can follow it
     while True:
@@ -482,7 +506,7 @@ def expand_ml(model: onnx.ModelProto, types_of) -> onnx.ModelProto:
             nodes = []
             for n in g.node:
                 if _rewritten(n, builders):
-                    e = Emit(n, opset, types)
+                    e = Emit(n, types)
                     try:
                         builders[_key(n)](e, attrs_of(n))
                     except Deferred as d:
@@ -495,6 +519,7 @@ def expand_ml(model: onnx.ModelProto, types_of) -> onnx.ModelProto:
                                          f"({type(ex).__name__}: {ex})") from None
                     nodes.extend(e.nodes)
                     progress = True
+                    _declare_outputs(g, e)
                 else:
                     nodes.append(n)
             del g.node[:]

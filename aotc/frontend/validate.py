@@ -37,6 +37,9 @@ from onnx import AttributeProto, TensorProto, defs
 from ..errors import ModelError
 
 MIN_OPSET = 7
+# an attribute aotc's own rewrites (frontend/ml.py) put on the ai.onnx nodes they make: the
+# opset whose forms the node is written in, whatever the model imports
+OPSET_ATTR = "_aotc_opset"
 MAX_RANK = 32
 MAX_BYTES = (1 << 63) - 1
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -246,8 +249,14 @@ def _schema(n: onnx.NodeProto, opset: int, label: str = ""):
                      f"(it appears in opset {first})", f"re-export the model with opset {first} or newer")
 
 
+def node_opset(n: onnx.NodeProto, opset: int) -> int:
+    """The opset a node is written in: the model's, or the one aotc's rewrites mark it with."""
+    return next((int(a.i) for a in n.attribute if a.name == OPSET_ATTR), opset)
+
+
 def _check_node(n: onnx.NodeProto, k: int, opset: int) -> None:
     label = _node_label(n, k)
+    opset = node_opset(n, opset)
     seen = set()
     for a in n.attribute:
         if not a.name:
@@ -288,6 +297,8 @@ def _check_node(n: onnx.NodeProto, k: int, opset: int) -> None:
     declared = schema.attributes
     for a in n.attribute:
         spec = declared.get(a.name)
+        if a.name == OPSET_ATTR:
+            continue
         if spec is None:
             raise ModelError(f"{label} has attribute {a.name!r}, which {where} does not define",
                              f"{n.op_type}'s attributes at this opset: {', '.join(sorted(declared)) or '(none)'}")
@@ -365,7 +376,7 @@ def _check_types(gp: onnx.GraphProto, opset: int) -> None:
             if any(i in produced and i not in done for i in n.input if i):
                 waiting.append((k, n))
                 continue
-            schema = _schema(n, opset)
+            schema = _schema(n, node_opset(n, opset))
             if schema is not None:
                 _check_node_types(n, _node_label(n, k), schema, types, makes_tensor)
             done.update(o for o in n.output if o)

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir.graph import Graph, Node
+from ..frontend.validate import OPSET_ATTR
 from .evaluate import NORMALIZED_OPSET
 
 # operators normalize_opset replaces by another one (deprecated spellings): they compile as that one
@@ -33,10 +34,11 @@ def normalize_opset(g: Graph) -> Graph:
 
 
 def normalize_nodes(g: Graph, nodes: list[Node]) -> None:
-    """Rewrite `nodes` (in the model's opset, g.source_opset) into the current attribute forms."""
-    v = g.source_opset
+    """Rewrite `nodes` (in the model's opset, g.source_opset, or the one aotc's own rewrites
+    marked them with: frontend/validate.OPSET_ATTR) into the current attribute forms."""
     for n in nodes:
         t, a = n.op_type, n.attrs
+        v = int(a.pop(OPSET_ATTR, g.source_opset))
         if t == "Clip" and v < 11:
             lo, hi = a.pop("min", None), a.pop("max", None)
             if lo is not None:
