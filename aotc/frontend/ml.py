@@ -18,8 +18,13 @@ numbers ONNX Runtime gives, where it and the ONNX reference differ).
     TreeEnsemble, TreeEnsembleRegressor, TreeEnsembleClassifier: ml_trees.py
 
 Only numeric tensors: string inputs, outputs and labels stay unsupported (the operator check
-names the node). The rewrite runs before anything else reads the graph
-(onnx_import.import_model), on a copy of the model.
+names the node).
+
+The rewrite (`expand_ml`, with `Emit` writing the nodes) serves ml_trees.py and training.py
+(optimizer steps, BatchNormalization in training mode) too. It runs before anything else
+reads the graph (onnx_import.import_model), on a copy of the model, in rounds (a node that
+needs the rank of another rewritten node's output waits for it). The nodes it writes are in
+EMIT_OPSET's forms, marked so (validate.OPSET_ATTR), whatever opset the model imports.
 """
 from __future__ import annotations
 
