@@ -15,6 +15,7 @@ from . import __version__
 from .codegen import abi, get_backend, weights_check
 from .errors import AotcError, UnsupportedError
 from .frontend import import_model, load_onnx
+from .frontend.operators import check_supported, is_supported, node_opset  # noqa: F401 (inspect.py)
 from .frontend.onnx_import import model_sha256
 from .fusion import Group, form_groups
 from .ir import dtypes
@@ -24,7 +25,6 @@ from .memory import MemoryPlan, elide_concats, plan_memory
 from .memory.planner import mark_aliased
 from .ops import registry
 from .passes.manager import PassManager
-from .passes.normalize import REWRITTEN_OPS
 from .passes.qdq import int8_gemm, integer_qdq
 from .passes.winograd import winograd_convs
 from .paths import RUNTIME_DIR
@@ -58,39 +58,6 @@ def default_name(path: str | os.PathLike) -> str:
     stem = Path(path).stem
     name = c_ident(stem).lower()
     return name if name else "model"
-
-
-def node_opset(g: Graph, n) -> int:
-    """The opset version the model imports for the node's domain."""
-    return g.domain_opsets.get(n.domain or "ai.onnx", g.opset)
-
-
-def is_supported(n) -> bool:
-    """Does aotc compile node n: an op of the registry, or one the opset normalization rewrites
-    into one (Upsample, Scatter)?"""
-    return registry.is_supported(n) or (n.domain in ("", "ai.onnx") and n.op_type in REWRITTEN_OPS)
-
-
-# what to do about an unsupported operator, where there is more to say than the support table
-_OP_HINTS = {
-    ("ai.onnx.ml", "ZipMap"): "ZipMap turns a classifier's probabilities into a list of maps, which aotc's "
-                              "API has no type for: convert without it (skl2onnx: options={'zipmap': False}) "
-                              "and the probabilities come out as a tensor",
-}
-
-
-def check_supported(g: Graph) -> None:
-    bad, hints = [], []
-    for n in g.nodes:
-        if not is_supported(n):
-            dom = n.domain or "ai.onnx"
-            bad.append(f"{n.op_type} (domain {dom}, opset {node_opset(g, n)}) in node {n.name!r}")
-            hint = _OP_HINTS.get((dom, n.op_type))
-            if hint and hint not in hints:
-                hints.append(hint)
-    if bad:
-        raise UnsupportedError(bad, "; ".join(hints + ["see docs/ONNX_SUPPORT.md for the operators aotc compiles"]),
-                               what="operator(s)")
 
 
 def resolve_threads(threads: int | None, backend) -> int:

@@ -40,3 +40,27 @@ def test_c_syntax_stays_in_codegen():
             if C_SYNTAX.search(line) and not line.lstrip().startswith("#"):
                 bad.append(f"{p.relative_to(AOTC)}:{n}: {line.strip()}")
     assert not bad, "C-family syntax outside aotc/codegen:\n" + "\n".join(bad)
+
+
+def test_every_module_imports_first():
+    """Each aotc module imported first, in a fresh interpreter's module table: an import cycle
+    that works in one order (the tests') but not in another fails here (passes/normalize.py
+    importing the frontend once did)."""
+    import subprocess
+    import sys
+    modules = sorted(".".join(("aotc",) + p.relative_to(AOTC).with_suffix("").parts).removesuffix(".__init__")
+                     for p in AOTC.rglob("*.py"))
+    script = ("import importlib, sys, traceback\n"
+              "base = set(sys.modules)\n"
+              "bad = []\n"
+              f"for m in {modules!r}:\n"
+              "    for k in [k for k in sys.modules if k == 'aotc' or k.startswith('aotc.')]:\n"
+              "        del sys.modules[k]\n"
+              "    try:\n"
+              "        importlib.import_module(m)\n"
+              "    except Exception as e:\n"
+              "        bad.append(f'{m}: {type(e).__name__}: {e}')\n"
+              "print('\\n'.join(bad))\n")
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=AOTC.parent)
+    assert res.returncode == 0, res.stderr
+    assert not res.stdout.strip(), "modules that fail to import first:\n" + res.stdout

@@ -24,7 +24,7 @@ The rewrite (`expand_ml`, with `Emit` writing the nodes) serves ml_trees.py and 
 (optimizer steps, BatchNormalization in training mode) too. It runs before anything else
 reads the graph (onnx_import.import_model), on a copy of the model, in rounds (a node that
 needs the rank of another rewritten node's output waits for it). The nodes it writes are in
-EMIT_OPSET's forms, marked so (validate.OPSET_ATTR), whatever opset the model imports.
+EMIT_OPSET's forms, marked so (ir.graph.OPSET_ATTR), whatever opset the model imports.
 """
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import ModelError, UnsupportedError
-from .validate import OPSET_ATTR, all_graphs
+from ..ir.graph import OPSET_ATTR
+from .validate import all_graphs
 
 ML = "ai.onnx.ml"
 
@@ -53,7 +54,7 @@ class Deferred(Exception):
 
 
 # the ai.onnx opset the rewrites write their nodes in, whatever the model imports: each node is
-# marked with it (validate.OPSET_ATTR), so that validation and the opset normalization read it
+# marked with it (ir.graph.OPSET_ATTR), so that validation and the opset normalization read it
 # in these forms (a model of opset 9 gets Slice with inputs, ReduceSum with an axes input, ...)
 EMIT_OPSET = 17
 

@@ -20,8 +20,9 @@ from ..ir import dtypes
 from ..ir.graph import Graph, Node, Value
 from ..passes.control import subgraph_reads
 from .ml import expand_ml
-from .schema_functions import expand_schema_functions, value_types
 from .narrow import NARROW, narrow_edges, untyped_narrow_outputs, widen_nodes
+from .operators import check_supported
+from .schema_functions import expand_schema_functions, value_types
 from .validate import tensor_bytes, validate_model
 
 
@@ -237,7 +238,14 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
             continue
         g.add_value(Value(vi.name, dt, tuple(dims)))
         g.inputs.append(vi.name)
+    nodes = []
+    for k, n in enumerate(gp.node):
+        attrs = {a.name: attr_value(a) for a in n.attribute}
+        nodes.append(Node(n.op_type, list(n.input), list(n.output), attrs, n.name or f"{n.op_type}_{k}", n.domain))
     if unbound:
+        # an operator aotc does not compile is the first thing to say: binding the shapes
+        # would not help
+        check_supported(g, nodes)
         # every input that needs --shape at once, not one per attempt
         flags = " ".join(f"--shape {name}={example}" for name, _, example in unbound)
         what = ", ".join(f"{name!r} ({shown})" for name, shown, _ in unbound)
@@ -247,10 +255,6 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
                          f"fix them at compile time with {flags} (Python: shapes={{...}}), choosing the sizes "
                          "you need")
 
-    nodes = []
-    for k, n in enumerate(gp.node):
-        attrs = {a.name: attr_value(a) for a in n.attribute}
-        nodes.append(Node(n.op_type, list(n.input), list(n.output), attrs, n.name or f"{n.op_type}_{k}", n.domain))
     narrow_outputs = {o.name: o.type.tensor_type.elem_type for o in gp.output
                       if o.type.HasField("tensor_type") and o.type.tensor_type.elem_type in NARROW}
     if narrow_outputs or any(dtypes.is_narrow(v.dtype) for v in g.values.values()):

@@ -35,11 +35,9 @@ import onnx
 from onnx import AttributeProto, TensorProto, defs
 
 from ..errors import ModelError
+from ..ir.graph import OPSET_ATTR
 
 MIN_OPSET = 7
-# an attribute aotc's own rewrites (frontend/ml.py) put on the ai.onnx nodes they make: the
-# opset whose forms the node is written in, whatever the model imports
-OPSET_ATTR = "_aotc_opset"
 MAX_RANK = 32
 MAX_BYTES = (1 << 63) - 1
 DEFAULT_DOMAINS = ("", "ai.onnx")

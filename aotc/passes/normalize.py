@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..ir.graph import Graph, Node
-from ..frontend.validate import OPSET_ATTR
+from ..ir.graph import OPSET_ATTR, Graph, Node
 from .evaluate import NORMALIZED_OPSET
 
 # operators normalize_opset replaces by another one (deprecated spellings): they compile as that one
@@ -35,7 +34,7 @@ def normalize_opset(g: Graph) -> Graph:
 
 def normalize_nodes(g: Graph, nodes: list[Node]) -> None:
     """Rewrite `nodes` (in the model's opset, g.source_opset, or the one aotc's own rewrites
-    marked them with: frontend/validate.OPSET_ATTR) into the current attribute forms."""
+    marked them with: ir.graph.OPSET_ATTR) into the current attribute forms."""
     for n in nodes:
         t, a = n.op_type, n.attrs
         v = int(a.pop(OPSET_ATTR, g.source_opset))
