@@ -153,6 +153,7 @@ def random_forest(rng, trees: int, features: int, outputs: int, max_depth: int, 
             if depth == max_depth or (depth > 0 and rng.random() < 0.25):
                 cols["nodes_modes"][row] = "LEAF"
                 cols["nodes_values"][row] = 0.0
+                cols["nodes_featureids"][row] = 1000        # not read for a leaf (converters write anything)
                 for o in rng.choice(outputs, size=rng.integers(1, outputs + 1), replace=False):
                     w = rng.uniform(0, 1) if positive else rng.standard_normal()
                     weights.append((t, k, int(o), float(w)))

@@ -134,7 +134,8 @@ def forest_v3(e: Emit, a: dict, prefix: str, n_out: int) -> Forest:
                              "which the ensemble does not have")
         values[s, i] += np.float32(w)
         has[s, i] = True
-    return Forest(cols["nodes_featureids"], cols["nodes_values"], mode, true_slot, false_slot,
+    # (a leaf's feature id is not read by the spec, but the traversal gathers it: 0, always in range)
+    return Forest(np.where(mode == LEAF, 0, cols["nodes_featureids"]), cols["nodes_values"], mode, true_slot, false_slot,
                   np.zeros(S, bool) if missing is None or not len(missing) else missing.astype(bool),
                   [None] * S, np.array(roots, np.int64), values, has)
 
