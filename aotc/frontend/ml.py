@@ -492,10 +492,11 @@ def _declare_outputs(g: onnx.GraphProto, e: Emit) -> None:
     g.value_info.extend(found[o] for o in wanted if o in found)
 
 
-def expand_ml(model: onnx.ModelProto, types_of) -> onnx.ModelProto:
+def expand_ml(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with its nodes that all_builders() knows (ai.onnx.ml, the optimizer steps of
     ai.onnx.preview.training, BatchNormalization in training mode) replaced by ai.onnx nodes;
-    the model itself when it has none. types_of(model) -> {value: TypeProto}."""
+    the model itself when it has none."""
+    from .schema_functions import value_types
     builders = all_builders()
     if not any(_rewritten(n, builders) for g in all_graphs(model.graph) for n in g.node):
         return model
@@ -507,7 +508,7 @@ def expand_ml(model: onnx.ModelProto, types_of) -> onnx.ModelProto:
     # rounds: a node that needs the rank of another ML node's output waits until that one is
     # rewritten and shape inference can follow it
     while True:
-        types, progress, waiting = types_of(out), False, []
+        types, progress, waiting = value_types(out), False, []
         for g in all_graphs(out.graph):
             nodes = []
             for n in g.node:

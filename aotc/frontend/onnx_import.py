@@ -1,8 +1,10 @@
 """ONNX file -> graph IR.
 
 Reads the protobuf (external data only from inside the model's own folder), inlines local
-functions and the ONNX function bodies of operators aotc has no definition of, binds user shapes and constants, and builds the Graph with nodes in dependency
-order. Shape inference and folding happen afterwards (passes.infer).
+functions, rewrites the nodes of frontend/ml.py's operators into ai.onnx ones and replaces
+those of operators ONNX defines as functions (frontend/schema_functions.py), binds user shapes
+and constants, and builds the Graph with nodes in dependency order. Shape inference and
+folding happen afterwards (passes.infer).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from ..passes.control import subgraph_reads
 from .ml import expand_ml
 from .narrow import NARROW, narrow_edges, untyped_narrow_outputs, widen_nodes
 from .operators import check_supported
-from .schema_functions import expand_schema_functions, value_types
+from .schema_functions import expand_schema_functions
 from .validate import tensor_bytes, validate_model
 
 
@@ -173,7 +175,7 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
         raise ShapeError(f"shapes must map input names to sequences of integers, not {shapes!r}") from None
     consts = dict(consts or {})
     opset = validate_model(model)
-    expanded = expand_schema_functions(expand_ml(model, value_types))
+    expanded = expand_schema_functions(expand_ml(model))
     if expanded is not model:
         model = expanded
         opset = validate_model(model)       # the bodies' nodes, against the model's opset

@@ -15,8 +15,8 @@ def node_opset(g: Graph, n) -> int:
 
 
 def is_supported(n) -> bool:
-    """Does aotc compile node n: an op of the registry, or one the opset normalization rewrites
-    into one (Upsample, Scatter)?"""
+    """Does aotc compile node n (a graph Node or an ONNX NodeProto): an op of the registry, or
+    one the opset normalization rewrites into one (Upsample, Scatter)?"""
     return registry.is_supported(n) or (n.domain in ("", "ai.onnx") and n.op_type in REWRITTEN_OPS)
 
 

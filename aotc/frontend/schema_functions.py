@@ -12,16 +12,11 @@ from __future__ import annotations
 import onnx
 from onnx import defs, inliner, shape_inference
 
-from ..ops import registry
-from ..passes.normalize import REWRITTEN_OPS
+from .operators import is_supported
 from .validate import DEFAULT_DOMAINS, all_graphs
 
 # the domain the per-node functions are put in while the inliner runs
 _DOMAIN = "aotc.expanded"
-
-
-def _has_definition(n: onnx.NodeProto) -> bool:
-    return n.domain in DEFAULT_DOMAINS and (registry.get(n.op_type) is not None or n.op_type in REWRITTEN_OPS)
 
 
 def _schema(n: onnx.NodeProto, opsets: dict):
@@ -33,7 +28,6 @@ def _schema(n: onnx.NodeProto, opsets: dict):
     except defs.SchemaError:
         return None
     return s if (s.has_function or s.has_context_dependent_function) else None
-
 
 
 def value_types(model: onnx.ModelProto) -> dict:
@@ -80,7 +74,7 @@ def expand_schema_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     aotc replaced by that body; the model itself when there is none."""
     opsets = {("" if imp.domain in DEFAULT_DOMAINS else imp.domain): int(imp.version) for imp in model.opset_import}
     nodes = [n for g in all_graphs(model.graph) for n in g.node]
-    todo = [(k, n, s) for k, n in enumerate(nodes) if not _has_definition(n) and (s := _schema(n, opsets)) is not None]
+    todo = [(k, n, s) for k, n in enumerate(nodes) if not is_supported(n) and (s := _schema(n, opsets)) is not None]
     if not todo:
         return model
     types = value_types(model)

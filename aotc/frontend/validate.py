@@ -6,10 +6,10 @@ against garbage (a short initializer reaching numpy's reshape, a negative dimens
 the planner, an attribute of the wrong type reaching an op's lowering).
 
 What is checked (docs/ROBUSTNESS.md keeps the list for users):
-  opsets        ai.onnx imported once (or several times at one version), at a version from MIN_OPSET to the newest the installed
-                onnx package defines, or older where no operator of the model was redefined
-                up to MIN_OPSET (it is then compiled as MIN_OPSET); other domains are left to
-                the operator check
+  opsets        ai.onnx imported once (or several times at one version), at a version from
+                MIN_OPSET to the newest the installed onnx package defines, or older where
+                no operator of the model was redefined up to MIN_OPSET (it is then compiled
+                as MIN_OPSET); other domains are left to the operator check
   graph         at least one output; names of inputs, outputs and initializers non-empty;
                 inputs and initializers each unique; every node output defined once and not
                 over an input or initializer; every node input defined
