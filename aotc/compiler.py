@@ -24,6 +24,7 @@ from .kernel.lowering import KernelStep, c_ident, lower_groups
 from .memory import MemoryPlan, elide_concats, plan_memory
 from .memory.planner import mark_aliased
 from .ops import registry
+from .passes.branches import guard_nodes
 from .passes.manager import PassManager
 from .passes.qdq import int8_gemm, integer_qdq
 from .passes.winograd import winograd_convs
@@ -91,8 +92,9 @@ def analyze(path, target: str = DEFAULT_TARGET, name: Optional[str] = None, shap
         g = integer_qdq(g, tgt)             # QDQ islands as integer operators where the target says they pay
         g = PassManager().run(g)
         g = winograd_convs(g, tgt)          # 3 x 3 convolutions by Winograd where the target allows
+        conds = guard_nodes(g)              # the nodes of Ifs' branches, which run only when taken
     with step("fusing and lowering kernels"):
-        groups = form_groups(g, fuse=fuse)
+        groups = form_groups(g, fuse=fuse, conds=conds)
         steps = lower_groups(g, groups)
         steps, slices = elide_concats(g, groups, steps, align=int(tgt.get("alignment", 64)))
     with step(f"scheduling for {tgt['name']}"):

@@ -69,4 +69,17 @@ static inline int aotc_cuda_time(cudaEvent_t ev[2], cudaStream_t stream, double 
     return AOTC_OK;
 }
 
+/* An If's condition (one bool in device memory), read back for the host program's branch after
+ * the stream's work so far. A failed copy reads as false and leaves its status in *status. */
+static inline int aotc_cuda_flag(cudaStream_t stream, const void *p, int *status)
+{
+    unsigned char b = 0;
+    cudaError_t err = cudaMemcpyAsync(&b, p, 1, cudaMemcpyDeviceToHost, stream);
+    if (err == cudaSuccess)
+        err = cudaStreamSynchronize(stream);
+    if (err != cudaSuccess && *status == AOTC_OK)
+        *status = aotc_cuda_status(err);
+    return err == cudaSuccess && b != 0;
+}
+
 #endif

@@ -111,4 +111,15 @@ static inline int aotc_cl_build(cl_context context, cl_device_id device, const c
     return AOTC_OK;
 }
 
+/* An If's condition (one bool at `offset` in `mem`), read back for the host program's branch
+ * after the queue's work so far. A failed read reads as false and leaves its status in *status. */
+static inline int aotc_cl_flag(cl_command_queue queue, cl_mem mem, size_t offset, int *status)
+{
+    unsigned char b = 0;
+    cl_int err = clEnqueueReadBuffer(queue, mem, CL_TRUE, offset, 1, &b, 0, NULL, NULL);
+    if (err != CL_SUCCESS && *status == AOTC_OK)
+        *status = aotc_cl_status(err);
+    return err == CL_SUCCESS && b != 0;
+}
+
 #endif

@@ -1,8 +1,8 @@
 """Control flow known at compile time. If: the branch taken is inlined (condition from shapes, from
 initializers, from --const inputs; nested Ifs; branches with their own initializers and reads
-of enclosing scopes), against ONNX Runtime on random inputs. An If decided at run time only,
-and unsupported ops inside a branch, are refused with UnsupportedError; ONNX's own If case
-with its condition bound. Loop (trip count constant or from a shape, stopped by a condition
+of enclosing scopes), against ONNX Runtime on random inputs (an If decided at run time:
+tests/test_runtime_if.py). Unsupported ops inside a branch are refused with UnsupportedError;
+ONNX's own If case with its condition bound. Loop (trip count constant or from a shape, stopped by a condition
 the body computes) and Scan (every axis and direction) unrolled, against ONNX Runtime; loops
 decided at run time or too long to unroll refused; ONNX's Loop and Scan cases. Compress on a
 constant condition (a Gather), refused on a run-time one."""
@@ -83,19 +83,6 @@ def test_if_on_a_const_input(tmp_path):
     for flag in (True, False):
         (tmp_path / str(flag)).mkdir()
         assert_parity(m, tmp_path / str(flag), {"x": x}, consts={"flag": np.array(flag)})
-
-
-def test_if_decided_at_run_time_is_refused(tmp_path):
-    then_g = _branch("then", [helper.make_node("Sigmoid", ["x"], ["t"])], "t")
-    else_g = _branch("else", [helper.make_node("Neg", ["x"], ["e"])], "e")
-    m = _model([helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
-                helper.make_node("Greater", ["s", "zero"], ["c"]),
-                helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
-               [_vi("x", [2, 3])], [_vi("y", [2, 3])], [("zero", np.array(0, np.float32))])
-    path = tmp_path / "m.onnx"
-    onnx.save(m, str(path))
-    with pytest.raises(UnsupportedError, match="condition known only at run time"):
-        compile_model(path, output_dir=tmp_path / "out")
 
 
 def test_unsupported_op_inside_the_branch_taken_is_named(tmp_path):

@@ -7,7 +7,7 @@ its own as one loop nest when there is no anchor. View ops (Reshape & co.) form 
 of their own that generate no code.
 
 Rule that keeps this correct: a node may join group G only if every input it takes from
-outside G was computed before G runs. Values made inside a group that something outside
+outside G was computed before G runs, and runs under G's condition (passes/branches.py). Values made inside a group that something outside
 needs (or that are graph outputs) are stored; the rest stay in registers.
 """
 from __future__ import annotations
@@ -25,6 +25,9 @@ class Group:
     anchor: Optional[Node]
     chain: list[Node] = field(default_factory=list)
     view: bool = False
+    # when the kernel runs (passes/branches.py: alternatives of (bool value, polarity)
+    # literals); None: always
+    guard: Optional[frozenset] = None
 
     @property
     def nodes(self) -> list[Node]:
@@ -35,7 +38,20 @@ class Group:
         return "+".join(n.op_type for n in self.nodes)
 
 
-def form_groups(g: Graph, fuse: bool = True) -> list[Group]:
+def guard_values(guard: Optional[frozenset]) -> list[str]:
+    """The bool values a guard (or any condition of passes/branches.py) tests, in a stable order."""
+    return sorted({v for alt in guard for v, _ in alt}) if guard else []
+
+
+def form_groups(g: Graph, fuse: bool = True, conds: Optional[dict] = None) -> list[Group]:
+    """The groups of g's nodes, in order. `conds` (passes/branches.py guard_nodes): id(node) ->
+    the condition it runs under, for nodes that do not always run."""
+    conds = conds or {}
+
+    def guard(node: Node) -> Optional[frozenset]:
+        c = conds.get(id(node))
+        return None if c is None or c == frozenset({frozenset()}) else c
+
     groups: list[Group] = []
     made_by: dict[str, Group] = {}          # value name -> group that computes it
     view_of: dict[str, str] = {}            # view output -> its source (through chains of views)
@@ -56,20 +72,20 @@ def form_groups(g: Graph, fuse: bool = True) -> list[Group]:
     for node in g.nodes:
         op = registry.get(node.op_type)
         if op.view:
-            grp = Group(len(groups), node, view=True)
+            grp = Group(len(groups), node, view=True, guard=guard(node))
             view_of[node.outputs[0]] = node.inputs[0]
         elif op.pointwise is not None:
             grp = None
             if fuse:
-                grp = _find_host(g, node, made_by, source, ready_before)
+                grp = _find_host(g, node, made_by, source, ready_before, guard)
             if grp is not None:
                 grp.chain.append(node)
                 for o in node.outputs:
                     made_by[o] = grp
                 continue
-            grp = Group(len(groups), None, [node])
+            grp = Group(len(groups), None, [node], guard=guard(node))
         else:
-            grp = Group(len(groups), node)
+            grp = Group(len(groups), node, guard=guard(node))
         groups.append(grp)
         for o in node.outputs:
             if o:
@@ -82,10 +98,11 @@ def group_shapes(g: Graph, grp: Group) -> list[tuple]:
     return [tuple(g.values[n.outputs[0]].shape) for n in grp.nodes]
 
 
-def _find_host(g: Graph, node: Node, made_by, source, ready_before) -> Optional[Group]:
+def _find_host(g: Graph, node: Node, made_by, source, ready_before, guard) -> Optional[Group]:
     """The latest group that makes one of the node's inputs (directly, or through Reshape-family
     views) and can take the node as one more link of its chain: same number of elements, shapes
-    that nest (kernel/space.py), every other input ready before that group runs."""
+    that nest (kernel/space.py), every other input ready before that group runs, the same
+    condition to run under."""
     from ..kernel.space import IndexSpace
     shape = tuple(g.values[node.outputs[0]].shape)
     producers = {}
@@ -94,7 +111,7 @@ def _find_host(g: Graph, node: Node, made_by, source, ready_before) -> Optional[
             grp = made_by[source(i)]
             producers[grp.index] = grp
     for _, grp in sorted(producers.items(), reverse=True):
-        if grp.view:
+        if grp.view or grp.guard != guard(node):
             continue
         if grp.anchor is not None:
             op = registry.get(grp.anchor.op_type)

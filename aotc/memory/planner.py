@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from ..fusion.groups import Group
+from ..fusion.groups import Group, guard_values
 from ..ir.graph import Graph
 from ..kernel.context import DRAW
 from ..kernel.lowering import KernelStep
@@ -149,7 +149,7 @@ def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: i
         for v in st.writes:
             first_def.setdefault(v, t)
             last_use[v] = max(last_use.get(v, t), t)
-        for v in st.reads:
+        for v in st.reads + guard_values(st.group.guard):     # (the host tests a guard's values)
             last_use[v] = max(last_use.get(v, -1), t)
     if DRAW in last_use:
         first_def[DRAW] = 0       # the host writes the draw number before the first kernel

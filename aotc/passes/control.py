@@ -6,8 +6,13 @@ from shapes, as exporters' `if x.shape[0] == 1` become) is replaced by the nodes
 branch it takes: the branch's values get fresh names, its initializers become constants, the
 names it reads from enclosing scopes stay as they are, and Identity nodes carry its outputs to
 the If's. A branch may hold Ifs of its own: they are inlined the same way when shape
-inference reaches them, resolving the names they read through the scopes around them. An If
-whose condition is known only at run time is not supported (aotc's plan is static).
+inference reaches them, resolving the names they read through the scopes around them.
+
+An If whose condition is known only at run time gets both branches inlined, then one Where
+per output choosing the then-branch's value or the else-branch's by the condition, marked
+BRANCH_ATTR (the branches' outputs must agree in shape and type: the plan is static).
+passes/branches.py later finds which kernels each branch needs, and the host program runs
+them only when the condition says so: the branch not taken is not computed.
 
 A Loop whose trip count is a compile-time constant (or whose condition folds to a constant
 in every iteration) is unrolled: iteration i is the body with the iteration number i, the
@@ -126,6 +131,61 @@ def _subgraph(n: Node, key: str) -> onnx.GraphProto:
     if not isinstance(graph, onnx.GraphProto):
         raise ModelError(f"{n.op_type} node {n.name!r} has no {key} graph")
     return graph
+
+
+# a Where that chooses an If's output: its second input is needed only when the condition
+# (its first) is true, its third only when it is false (passes/branches.py)
+BRANCH_ATTR = "_aotc_branch"
+IF_MERGE = "aotc.IfMerge"    # a node of shape inference's work list: "both branches are inferred"
+
+
+def inline_both(g: Graph, n: Node) -> list[Node]:
+    """An If decided at run time: both branches' nodes, renamed into `g`, and an IF_MERGE node
+    after them that makes the If's outputs once their shapes are known (merge_branches)."""
+    cond = g.values[n.inputs[0]]
+    if cond.dtype != np.bool_ or cond.size != 1:
+        raise ShapeError(f"If node {n.name!r}: the condition must be one bool, not {cond.dtype} of shape "
+                         f"{list(cond.shape)}")
+    nodes, outs = [], []
+    for key in ("then_branch", "else_branch"):
+        branch = _subgraph(n, key)
+        if len(branch.output) != len(n.outputs):
+            raise ModelError(f"If node {n.name!r}: its {key} has {len(branch.output)} outputs, the node "
+                             f"{len(n.outputs)}")
+        body, names = _inline(g, branch, n.attr(SCOPE_ATTR, {}), f"{n.name}/{key[:4]}/", {}, n, key)
+        nodes += body
+        outs.append(names)
+    return nodes + [Node(IF_MERGE, [], [], {"if": n, "then": outs[0], "else": outs[1]}, f"{n.name}/merge")]
+
+
+def merge_branches(g: Graph, m: Node) -> list[Node]:
+    """The If's outputs as Where nodes over its condition (as a scalar), once both branches are
+    inferred: each output's two values must have one type and one shape."""
+    n = m.attrs["if"]
+    nodes: list[Node] = []
+    cond = n.inputs[0]
+    if g.values[cond].shape != ():
+        scalar = g.fresh_name(f"{n.name}/cond")
+        nodes.append(Node("Reshape", [cond, g.add_const(np.zeros(0, np.int64), f"{n.name}/scalar")], [scalar], {},
+                          f"{n.name}/cond"))
+        cond = scalar
+    for k, (t, e, out) in enumerate(zip(m.attrs["then"], m.attrs["else"], n.outputs)):
+        if not out:
+            continue
+        if t in g.sequences or e in g.sequences:
+            raise UnsupportedError([f"If node {n.name!r} with a condition known only at run time and a "
+                                    "sequence output"])
+        tv, ev = g.values[t], g.values[e]
+        if tv.dtype != ev.dtype:
+            raise ModelError(f"If node {n.name!r}: output {k} is {tv.dtype} in the then_branch and {ev.dtype} "
+                             "in the else_branch")
+        if tuple(tv.shape) != tuple(ev.shape):
+            raise UnsupportedError([f"If node {n.name!r} with a condition known only at run time and branches "
+                                    f"whose output {k} differs in shape ({list(tv.shape)} and {list(ev.shape)})"],
+                                   "aotc's memory plan is static: both branches must give each output one "
+                                   "shape (bind the condition with --const to compile one branch)")
+        nodes.append(Node("Where", [cond, t, e], [out], {BRANCH_ATTR: True}, f"{n.name}/{out}"))
+    return nodes
 
 
 def _identity(n: Node, src: str, dst: str) -> Node:
@@ -300,10 +360,11 @@ def unroll_scan(g: Graph, n: Node) -> list[Node]:
 
 def expand(g: Graph, n: Node) -> list[Node] | None:
     """The nodes control-flow node `n` becomes, once its inputs are inferred (sequence ops
-    too: aotc/passes/sequences.py); None for any other node (and for an If decided at run
-    time, which the op registry refuses)."""
+    too: aotc/passes/sequences.py); None for any other node."""
     if n.op_type == LOOP_STEP:
         return loop_step(g, n.attrs["state"])
+    if n.op_type == IF_MERGE:
+        return merge_branches(g, n)
     seq = sequences.expand(g, n)
     if seq is not None:
         return seq
@@ -311,7 +372,7 @@ def expand(g: Graph, n: Node) -> list[Node] | None:
         return None
     if n.op_type == "If":
         taken = constant_condition(g, n)
-        return None if taken is None else inline_branch(g, n, taken)
+        return inline_both(g, n) if taken is None else inline_branch(g, n, taken)
     if n.op_type == "Loop":
         return unroll_loop(g, n)
     if n.op_type == "Scan":

@@ -7,6 +7,8 @@ A Program is a list of operations on the memory plan's storage:
   * HostLoop: repeat a body with a loop index the launches inside receive as an argument
     (a GPU schedule splits a kernel whose stages cannot be one launch into such loops;
     Loop/Scan will compile to them too).
+A launch may have a guard (a branch of an If decided at run time, passes/branches.py): it runs
+only when one of the guard's alternatives holds, each a set of (Slot of a bool, polarity).
 On CPU targets a program is one Launch per kernel, in the kernel order the memory plan was
 made for; the kernel itself hands its parallel loops to the thread pool. Before the first
 launch, a program with random ops writes the run's draw number into the workspace (`draw`).
@@ -43,6 +45,7 @@ class Launch:
     grid: tuple = ()                 # GPU: work-items per axis (global size)
     block: tuple = ()                # GPU: work-group size per axis (empty: the driver's choice)
     slots: dict = field(default_factory=dict)    # GPU: buffer name -> Slot, for the device printer
+    guard: Optional[frozenset] = None            # when it runs (see above); None: always
 
 
 @dataclass
@@ -50,6 +53,7 @@ class HostLoop:
     var: str
     extent: int
     body: list = field(default_factory=list)
+    guard: Optional[frozenset] = None            # when it runs, as a Launch's
 
 
 Op = Union[Launch, HostLoop]
@@ -86,25 +90,50 @@ class Program:
                     yield from walk(op.body)
         return walk(self.body)
 
-    def host_lines(self, loop_head, launch, depth: int = 1) -> list[str]:
+    def host_lines(self, loop_head, launch, test, depth: int = 1) -> list[str]:
         """The program as a host language's statements: `loop_head(var, extent)` spells the
-        head of a counted loop (the body is indented under it and closed with a brace), and
-        `launch(op)` the lines of one launch."""
+        head of a counted loop (the body is indented under it and closed with a brace),
+        `launch(op)` the lines of one launch, and `test(slot)` the truth of the bool a guard
+        reads (consecutive operations under one guard share one `if`)."""
         lines: list[str] = []
 
-        def walk(ops, depth):
+        def condition(guard) -> str:
+            alts = []
+            for alt in sorted(guard, key=lambda a: sorted((str(s), pos) for s, pos in a)):
+                lits = [test(s) if pos else f"!{test(s)}" for s, pos in sorted(alt, key=lambda lit: (str(lit[0]), lit[1]))]
+                alts.append(" && ".join(lits) if len(alt) == 1 or len(guard) == 1 else f"({' && '.join(lits)})")
+            return " || ".join(alts)
+
+        def one(op, depth):
             pad = "    " * depth
-            for op in ops:
-                if isinstance(op, HostLoop):
-                    lines.append(f"{pad}{loop_head(op.var, op.extent)} {{")
-                    walk(op.body, depth + 1)
-                    lines.append(f"{pad}}}")
-                else:
-                    assert isinstance(op, Launch), op
-                    lines.extend(pad + line for line in launch(op))
+            if isinstance(op, HostLoop):
+                lines.append(f"{pad}{loop_head(op.var, op.extent)} {{")
+                walk(op.body, depth + 1)
+                lines.append(f"{pad}}}")
+            else:
+                assert isinstance(op, Launch), op
+                lines.extend(pad + line for line in launch(op))
+
+        def walk(ops, depth):
+            k = 0
+            while k < len(ops):
+                guard = ops[k].guard
+                if guard is None:
+                    one(ops[k], depth)
+                    k += 1
+                    continue
+                lines.append(f"{'    ' * depth}if ({condition(guard)}) {{")
+                while k < len(ops) and ops[k].guard == guard:
+                    one(ops[k], depth + 1)
+                    k += 1
+                lines.append(f"{'    ' * depth}}}")
 
         walk(self.body, depth)
         return lines
+
+    def branches(self) -> bool:
+        """Does any operation run under a guard (an If decided at run time)?"""
+        return any(op.guard is not None for op in self.body)
 
     def kernels(self) -> list[Kernel]:
         """Every kernel the program launches, each once, in first-launch order."""
@@ -127,8 +156,15 @@ def build_program(steps, plan) -> Program:
     for t, st in enumerate(steps):
         args = [slot_of(plan, st.binds[p.name]) for p in st.kernel.params]
         args += [Slot("arena", "", plan.scratch[(t, s.name)]) for s in st.kernel.scratch]
-        body.append(Launch(t, st.kernel, args))
+        body.append(Launch(t, st.kernel, args, guard=guard_slots(st.group.guard, plan)))
     return Program(body, draw_offset(plan))
+
+
+def guard_slots(guard: Optional[frozenset], plan) -> Optional[frozenset]:
+    """A group's guard over graph values as the same guard over the slots they live in."""
+    if guard is None:
+        return None
+    return frozenset(frozenset((slot_of(plan, v), pos) for v, pos in alt) for alt in guard)
 
 
 def dense_prefix(cap: tuple, axes: dict) -> bool:
@@ -193,19 +229,20 @@ def storage_args(kernel: Kernel, slots: dict[str, Slot]) -> list[tuple[Slot, Buf
 def build_device_program(steps, plan) -> Program:
     """The host program of a GPU target: every step's device launches and host loops (from the
     GPU schedule), in kernel order; each launch's args are the storages its kernel takes."""
-    def convert(ops, t, slots):
+    def convert(ops, t, slots, guard=None):
         out = []
         for op in ops:
             if hasattr(op, "grid"):
                 args = [s for s, _ in storage_args(op.kernel, slots)]
-                out.append(Launch(t, op.kernel, args, [v.name for v in op.scalars], op.grid, op.block, slots))
+                out.append(Launch(t, op.kernel, args, [v.name for v in op.scalars], op.grid, op.block, slots,
+                                  guard))
             else:
-                out.append(HostLoop(op.var.name, op.extent, convert(op.body, t, slots)))
+                out.append(HostLoop(op.var.name, op.extent, convert(op.body, t, slots), guard))
         return out
 
     body = []
     for t, st in enumerate(steps):
         slots = step_slots(t, st, plan)
         st.slots = slots
-        body += convert(st.device, t, slots)
+        body += convert(st.device, t, slots, guard_slots(st.group.guard, plan))
     return Program(body, draw_offset(plan))

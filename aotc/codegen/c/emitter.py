@@ -6,6 +6,8 @@ model instance that owns a workspace and a thread pool (runtime/aotc_threads.h).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ...ir.graph import Graph
 from ...kernel.ir import Gemm, walk_stmts
 from ...memory.planner import MemoryPlan
@@ -120,7 +122,12 @@ def _execute(prefix: str, program: Program, in_fields: dict, out_fields: dict, e
             lines.append(f"{call};")
         return lines + [f"if (profile) profile[{op.index}] += aotc_now_ms() - t0;"]
 
-    L += program.host_lines(lambda var, n: f"for (int64_t {var} = 0; {var} < {n}; ++{var})", launch)
+    def test(slot: Slot) -> str:            # a bool's byte, for a guard (an If's condition)
+        if slot.kind in ("arena", "weight"):
+            return f"{'ws' if slot.kind == 'arena' else 'w'}[{slot.offset}]"
+        return f"*(const unsigned char *){_pointer(slot, np.bool_, 'in', in_fields, out_fields)}"
+
+    L += program.host_lines(lambda var, n: f"for (int64_t {var} = 0; {var} < {n}; ++{var})", launch, test)
     L += ["    " + line for line in epilogue]
     L += ["    return AOTC_OK;", "}", ""]
     return L
