@@ -25,6 +25,7 @@ from .memory import MemoryPlan, elide_concats, plan_memory
 from .memory.planner import mark_aliased
 from .ops import registry
 from .passes.branches import guard_nodes
+from .passes.loops import arrange
 from .passes.manager import PassManager
 from .passes.qdq import int8_gemm, integer_qdq
 from .passes.winograd import winograd_convs
@@ -93,8 +94,9 @@ def analyze(path, target: str = DEFAULT_TARGET, name: Optional[str] = None, shap
         g = PassManager().run(g)
         g = winograd_convs(g, tgt)          # 3 x 3 convolutions by Winograd where the target allows
         conds = guard_nodes(g)              # the nodes of Ifs' branches, which run only when taken
+        loops = arrange(g, conds)           # the bodies of loops the host runs, each in one piece
     with step("fusing and lowering kernels"):
-        groups = form_groups(g, fuse=fuse, conds=conds)
+        groups = form_groups(g, fuse=fuse, conds=conds, loops=loops)
         steps = lower_groups(g, groups)
         steps, slices = elide_concats(g, groups, steps, align=int(tgt.get("alignment", 64)))
     with step(f"scheduling for {tgt['name']}"):

@@ -69,8 +69,8 @@ static inline int aotc_cuda_time(cudaEvent_t ev[2], cudaStream_t stream, double 
     return AOTC_OK;
 }
 
-/* An If's condition (one bool in device memory), read back for the host program's branch after
- * the stream's work so far. A failed copy reads as false and leaves its status in *status. */
+/* A condition (one bool in device memory: an If's, a host loop's flag), read back for the host
+ * program after the stream's work so far. A failed copy reads as false and leaves its status in *status. */
 static inline int aotc_cuda_flag(cudaStream_t stream, const void *p, int *status)
 {
     unsigned char b = 0;

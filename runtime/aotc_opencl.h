@@ -111,8 +111,8 @@ static inline int aotc_cl_build(cl_context context, cl_device_id device, const c
     return AOTC_OK;
 }
 
-/* An If's condition (one bool at `offset` in `mem`), read back for the host program's branch
- * after the queue's work so far. A failed read reads as false and leaves its status in *status. */
+/* A condition (one bool at `offset` in `mem`: an If's, a host loop's flag), read back for the
+ * host program after the queue's work so far. A failed read reads as false and leaves its status in *status. */
 static inline int aotc_cl_flag(cl_command_queue queue, cl_mem mem, size_t offset, int *status)
 {
     unsigned char b = 0;

@@ -4,7 +4,8 @@ of enclosing scopes), against ONNX Runtime on random inputs (an If decided at ru
 tests/test_runtime_if.py). Unsupported ops inside a branch are refused with UnsupportedError;
 ONNX's own If case with its condition bound. Loop (trip count constant or from a shape, stopped by a condition
 the body computes) and Scan (every axis and direction) unrolled, against ONNX Runtime; loops
-decided at run time or too long to unroll refused; ONNX's Loop and Scan cases. Compress on a
+with scan outputs decided at run time or too long to unroll refused (the host program runs the
+others: tests/test_runtime_loop.py); ONNX's Loop and Scan cases. Compress on a
 constant condition (a Gather), refused on a run-time one."""
 import numpy as np
 import onnx
@@ -153,10 +154,12 @@ def test_loop_stopped_by_a_condition_the_body_computes(tmp_path):
     assert tuple(res.outputs[1].shape) == (3, 2, 3)
 
 
-def test_loop_condition_known_at_run_time_is_refused(tmp_path):
+def test_loop_condition_known_at_run_time_with_scan_outputs_is_refused(tmp_path):
+    """(Without scan outputs the host program runs it: tests/test_runtime_loop.py.)"""
     path = tmp_path / "m.onnx"
     onnx.save(_loop_model(10, _loop_body(data_cond=True)), str(path))
-    with pytest.raises(UnsupportedError, match="Loop node .* with a condition known only at run time"):
+    with pytest.raises(UnsupportedError, match="Loop node .* with scan outputs and a number of iterations known only "
+                                               "at run time"):
         compile_model(path, output_dir=tmp_path / "out")
 
 
@@ -165,7 +168,7 @@ def test_loop_too_long_to_unroll_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(control, "MAX_UNROLL", 3)
     path = tmp_path / "m.onnx"
     onnx.save(_loop_model(4, _loop_body()), str(path))
-    with pytest.raises(UnsupportedError, match="more than 3 iterations"):
+    with pytest.raises(UnsupportedError, match="scan outputs and more than 3 iterations"):
         compile_model(path, output_dir=tmp_path / "out")
 
 

@@ -28,6 +28,8 @@ class Group:
     # when the kernel runs (passes/branches.py: alternatives of (bool value, polarity)
     # literals); None: always
     guard: Optional[frozenset] = None
+    # the innermost loop the host program runs the kernel in (passes/loops.py); None: none
+    loop: Optional[str] = None
 
     @property
     def nodes(self) -> list[Node]:
@@ -43,14 +45,19 @@ def guard_values(guard: Optional[frozenset]) -> list[str]:
     return sorted({v for alt in guard for v, _ in alt}) if guard else []
 
 
-def form_groups(g: Graph, fuse: bool = True, conds: Optional[dict] = None) -> list[Group]:
+def form_groups(g: Graph, fuse: bool = True, conds: Optional[dict] = None, loops: Optional[dict] = None
+                ) -> list[Group]:
     """The groups of g's nodes, in order. `conds` (passes/branches.py guard_nodes): id(node) ->
-    the condition it runs under, for nodes that do not always run."""
-    conds = conds or {}
+    the condition it runs under; `loops` (passes/loops.py arrange): id(node) -> the host loop
+    it is in. A node joins only a group of the same condition and loop."""
+    conds, loops = conds or {}, loops or {}
 
     def guard(node: Node) -> Optional[frozenset]:
         c = conds.get(id(node))
         return None if c is None or c == frozenset({frozenset()}) else c
+
+    def where(node: Node) -> tuple:
+        return guard(node), loops.get(id(node))
 
     groups: list[Group] = []
     made_by: dict[str, Group] = {}          # value name -> group that computes it
@@ -72,20 +79,20 @@ def form_groups(g: Graph, fuse: bool = True, conds: Optional[dict] = None) -> li
     for node in g.nodes:
         op = registry.get(node.op_type)
         if op.view:
-            grp = Group(len(groups), node, view=True, guard=guard(node))
+            grp = Group(len(groups), node, [], True, *where(node))
             view_of[node.outputs[0]] = node.inputs[0]
         elif op.pointwise is not None:
             grp = None
             if fuse:
-                grp = _find_host(g, node, made_by, source, ready_before, guard)
+                grp = _find_host(g, node, made_by, source, ready_before, where)
             if grp is not None:
                 grp.chain.append(node)
                 for o in node.outputs:
                     made_by[o] = grp
                 continue
-            grp = Group(len(groups), None, [node], guard=guard(node))
+            grp = Group(len(groups), None, [node], False, *where(node))
         else:
-            grp = Group(len(groups), node, guard=guard(node))
+            grp = Group(len(groups), node, [], False, *where(node))
         groups.append(grp)
         for o in node.outputs:
             if o:
@@ -98,11 +105,11 @@ def group_shapes(g: Graph, grp: Group) -> list[tuple]:
     return [tuple(g.values[n.outputs[0]].shape) for n in grp.nodes]
 
 
-def _find_host(g: Graph, node: Node, made_by, source, ready_before, guard) -> Optional[Group]:
+def _find_host(g: Graph, node: Node, made_by, source, ready_before, where) -> Optional[Group]:
     """The latest group that makes one of the node's inputs (directly, or through Reshape-family
     views) and can take the node as one more link of its chain: same number of elements, shapes
     that nest (kernel/space.py), every other input ready before that group runs, the same
-    condition to run under."""
+    condition to run under and the same loop."""
     from ..kernel.space import IndexSpace
     shape = tuple(g.values[node.outputs[0]].shape)
     producers = {}
@@ -111,7 +118,7 @@ def _find_host(g: Graph, node: Node, made_by, source, ready_before, guard) -> Op
             grp = made_by[source(i)]
             producers[grp.index] = grp
     for _, grp in sorted(producers.items(), reverse=True):
-        if grp.view or grp.guard != guard(node):
+        if grp.view or (grp.guard, grp.loop) != where(node):
             continue
         if grp.anchor is not None:
             op = registry.get(grp.anchor.op_type)

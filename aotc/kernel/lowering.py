@@ -7,10 +7,11 @@ from typing import Optional
 
 import numpy as np
 
-from ..fusion.groups import Group, group_shapes
+from ..fusion.groups import Group, group_shapes, guard_values
 from ..ir import dtypes
 from ..ir.graph import Graph, Value
 from ..ops import registry
+from ..passes.control import CARRY
 from .context import LowerCtx
 from .ir import (SPATIAL, Buffer, Builder, Const, Decl, Expr, Fail, Gemm, If, Kernel, Load, Loop, Store, Var, cast,
                  const, stmt_exprs, walk_buffers, walk_expr, walk_stmts, wrap)
@@ -100,7 +101,14 @@ class _Params:
 def lower_groups(g: Graph, groups: list[Group]) -> list[KernelStep]:
     """Every fusion group as a kernel that says what to compute (no target decisions)."""
     consumers = g.consumers()
-    counts = set(g.counts())       # run-time sizes: the host program reads them after the run
+    # what the host program reads: run-time sizes (after the run), If conditions, the state of
+    # loops it runs (their flags, and what their ends copy over it for the next iteration)
+    counts = set(g.counts())
+    for grp in groups:
+        counts.update(guard_values(grp.guard))
+        for n in grp.nodes:
+            if n.op_type == CARRY:
+                counts.update(o for o in n.outputs if o)
     steps = []
     for grp in groups:
         if grp.view:
@@ -115,8 +123,8 @@ def _view_sources(g: Graph) -> dict[str, str]:
 
 
 def _stored(g: Graph, grp: Group, consumers, counts: set) -> list[str]:
-    """Values made in the group that something outside it needs: a graph output, a count the
-    host reads after the run, a node of another kernel, or a view that one of those reads."""
+    """Values made in the group that something outside it needs: a graph output, a value the
+    host reads (`counts`), a node of another kernel, or a view that one of those reads."""
     inside = {id(n) for n in grp.nodes}
 
     def needed(v: str) -> bool:

@@ -19,6 +19,7 @@ from ..fusion.groups import Group, guard_values
 from ..ir.graph import Graph
 from ..kernel.context import DRAW
 from ..kernel.lowering import KernelStep
+from ..passes.loops import is_carry
 from ..program.ir import scratch_bytes
 from .liveness import Interval, peak_live_bytes
 from .validator import validate
@@ -80,12 +81,29 @@ class _Sets:
 
 
 def _view_sets(groups: list[Group]) -> _Sets:
-    """Values joined with the values they are views of (Reshape & co.: one storage)."""
+    """Values joined with the values they are views of (Reshape & co.: one storage), and a host
+    loop's state with the values its end copies over it (passes/loops.py: one storage, which
+    holds the loop's results once it is done)."""
     sets = _Sets()
     for grp in groups:
         if grp.view:
             sets.union(grp.anchor.inputs[0], grp.anchor.outputs[0])
+        elif grp.anchor is not None and is_carry(grp.anchor, end=True):
+            for state, out in zip(grp.anchor.attrs["state"], grp.anchor.outputs):
+                sets.union(state, out)
     return sets
+
+
+def loop_spans(steps: list[KernelStep]) -> list[tuple[int, int]]:
+    """(first, last) step of every host loop: its begin and end Carry kernels."""
+    begin, spans = {}, []
+    for t, st in enumerate(steps):
+        a = st.group.anchor
+        if a is not None and is_carry(a, end=False):
+            begin[a.attrs["loop"]] = t
+        elif a is not None and is_carry(a, end=True):
+            spans.append((begin[a.attrs["loop"]], t))
+    return spans
 
 
 def elide_concats(g: Graph, groups: list[Group], steps: list[KernelStep], align: int = 64
@@ -151,6 +169,12 @@ def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: i
             last_use[v] = max(last_use.get(v, t), t)
         for v in st.reads + guard_values(st.group.guard):     # (the host tests a guard's values)
             last_use[v] = max(last_use.get(v, -1), t)
+    # what a loop's body reads from before the loop stays until its last iteration is done
+    for b, e in loop_spans(steps):
+        for t in range(b + 1, e + 1):
+            for v in steps[t].reads + guard_values(steps[t].group.guard):
+                if first_def.get(v, -1) < b:
+                    last_use[v] = max(last_use[v], e)
     if DRAW in last_use:
         first_def[DRAW] = 0       # the host writes the draw number before the first kernel
     for c in g.counts():          # run-time sizes, which the host program reads after the last kernel

@@ -4,6 +4,8 @@ known only at run time), a Loop or Scan unrolled (aotc/passes/control.py), a seq
 into the tensors it holds (aotc/passes/sequences.py). These entries say that they compile."""
 from __future__ import annotations
 
+from ..kernel.ir import SPATIAL, Load
+from ..passes.control import CARRY
 from ..passes.sequences import OPTIONAL_OPS, SEQUENCE_OPS
 from .registry import register
 
@@ -15,7 +17,8 @@ def _unrolled(node, ins):
 
 register("If", how="inlined: the branch a compile-time condition takes; with a run-time condition both "
                    "branches, the host program running the one taken (outputs of one shape)")(_unrolled)
-register("Loop", how="unrolled: the trip count or conditions known at compile time")(_unrolled)
+register("Loop", how="unrolled: the trip count or conditions known at compile time; else run by the host "
+                     "program (carried values of one shape, no scan outputs)")(_unrolled)
 register("Scan", how="unrolled over the scan inputs' length")(_unrolled)
 register("SequenceMap", how="unrolled over the sequence's length")(_unrolled)
 
@@ -27,3 +30,17 @@ def _resolved(node, ins):
 
 register(list(SEQUENCE_OPS), how="compile time: the sequence is resolved into the tensors it holds")(_resolved)
 register(list(OPTIONAL_OPS), how="compile time: resolved into the tensor it holds (or none)")(_resolved)
+
+
+def _lower_carry(node, ctx):
+    for x, y in zip(ctx.ins, ctx.outs):
+        with ctx.b.loop(y.size, "i", role=SPATIAL) as i:
+            ctx.b.store(y, i, Load(x, i))
+
+
+# a host loop's state copied into its storage (passes/control.py host_loop, passes/loops.py):
+# a kernel of its own (nothing fused after it: the end of the loop's body writes the state the
+# body has read only when the body is done)
+@register(CARRY, lower=_lower_carry, accepts_epilogue=False)
+def _carry(node, ins):
+    return [(v.dtype, v.shape) for v in ins]

@@ -12,9 +12,9 @@ only slower).
 A condition is a set of alternatives, each a set of literals (condition value, polarity): the
 node runs when every literal of one alternative holds. ALWAYS has one empty alternative.
 
-`order_conditions` moves nodes after the nodes computing the condition values they are guarded
-by (a branch node that reads only outer values may stand before them), so that the host
-program can test them. Fusion joins only nodes of one condition (fusion/groups.py), the memory
+passes/loops.py then moves nodes after the nodes computing the condition values they are
+guarded by (a branch node that reads only outer values may stand before them), so that the
+host program can test them. Fusion joins only nodes of one condition (fusion/groups.py), the memory
 plan keeps condition values live until the last kernel they guard (memory/planner.py), and the
 host program runs each guarded kernel under an `if` (program/ir.py).
 
@@ -24,10 +24,8 @@ running every kernel, so a skipped kernel never frees storage something else rel
 """
 from __future__ import annotations
 
-import heapq
 from typing import FrozenSet, Tuple
 
-from ..fusion.groups import guard_values
 from ..ir.graph import Graph
 from .control import BRANCH_ATTR
 
@@ -88,39 +86,7 @@ def run_conditions(g: Graph) -> dict[int, Condition]:
     return conds
 
 
-def order_conditions(g: Graph, conds: dict[int, Condition]) -> None:
-    """Reorder g.nodes (stably, topologically) so that every node comes after the nodes
-    making the condition values it is guarded by."""
-    made = {o: k for k, n in enumerate(g.nodes) for o in n.outputs if o}
-    deps = []
-    for n in g.nodes:
-        extra = guard_values(conds[id(n)])
-        deps.append({made[v] for v in list(n.inputs) + extra if v and v in made})
-    users: list[list[int]] = [[] for _ in g.nodes]
-    waiting = [len(d) for d in deps]
-    for k, d in enumerate(deps):
-        for j in d:
-            users[j].append(k)
-    ready = [k for k, w in enumerate(waiting) if w == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:                       # Kahn's order, the earliest ready node first
-        k = heapq.heappop(ready)
-        order.append(k)
-        for u in users[k]:
-            waiting[u] -= 1
-            if waiting[u] == 0:
-                heapq.heappush(ready, u)
-    if len(order) != len(g.nodes):
-        raise AssertionError("a node is guarded by a value that depends on it")
-    g.nodes = [g.nodes[k] for k in order]
-
-
 def guard_nodes(g: Graph) -> dict[int, Condition]:
-    """run_conditions, with the graph reordered for them (order_conditions). Empty when every
-    node runs always (no If decided at run time)."""
+    """run_conditions, or {} when every node runs always (no If decided at run time)."""
     conds = run_conditions(g)
-    if all(c == ALWAYS for c in conds.values()):
-        return {}
-    order_conditions(g, conds)
-    return conds
+    return {} if all(c == ALWAYS for c in conds.values()) else conds

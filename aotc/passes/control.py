@@ -1,5 +1,5 @@
-"""Control flow whose path is known at compile time, turned into plain nodes as shape
-inference reaches it (aotc/passes/infer.py hands each node to `expand` first).
+"""Control flow turned into plain nodes as shape inference reaches it (aotc/passes/infer.py
+hands each node to `expand` first).
 
 An If whose condition is a compile-time constant (an initializer, a --const input, or folded
 from shapes, as exporters' `if x.shape[0] == 1` become) is replaced by the nodes of the
@@ -22,7 +22,14 @@ body computes decides. The scan outputs are the iterations' values stacked on a 
 axis. A Scan is unrolled over its scan inputs' length (a static shape): each step reads its
 slices (Gather at the step, or at length - 1 - step for a reversed input), and the scan
 outputs are stacked at their axes, in reverse for reversed outputs. At most MAX_UNROLL
-iterations: each is a copy of the body.
+iterations are unrolled: each is a copy of the body.
+
+A Loop whose trip count is known only at run time, or whose condition is once it is no longer
+a constant, or that has run MAX_UNROLL iterations, runs its remaining iterations in the host
+program (host_loop, passes/loops.py):
+the body inlined once between two Carry nodes that copy the loop's state into storage of its
+own and the next iteration's state over it. Its carried values must keep their shapes, and it
+may not have scan outputs (their length would be known only at run time).
 """
 from __future__ import annotations
 
@@ -245,16 +252,116 @@ def unroll_loop(g: Graph, n: Node) -> list[Node]:
     limit = None
     if n.inputs[0]:
         limit = _const_scalar(g, n.inputs[0], n, "the trip count M")
-        if limit is None:
-            raise_runtime(n, "a trip count")
     cond = n.inputs[1] or None
-    return loop_step(g, _LoopState(n, None if limit is None else int(limit), cond, carried, n_scan))
+    st = _LoopState(n, None if limit is None else int(limit), cond, carried, n_scan)
+    if n.inputs[0] and limit is None:
+        return host_loop(g, st, n.inputs[0])
+    return loop_step(g, st)
 
 
-def raise_runtime(n: Node, what: str):
-    raise UnsupportedError([f"{n.op_type} node {n.name!r} with {what} known only at run time"],
-                           f"aotc unrolls a {n.op_type} whose iterations are known at compile time (from "
-                           "shapes, initializers or inputs bound with --const)")
+# ----------------------------------------------------------------------------- Loops run by the host
+CARRY = "aotc.Carry"          # copies a Loop's carried values into their storage (passes/loops.py)
+LOOP_CLOSE = "aotc.LoopClose"  # a node of shape inference's work list: "the host loop's body is inferred"
+
+
+def host_loop(g: Graph, st: _LoopState, trip_count: str | None) -> list[Node]:
+    """The iterations of a Loop from st.i on, when their number is known only at run time: the
+    host program runs them (passes/loops.py). A Carry node at the start copies the loop's state
+    (a flag "go on", the iteration number, the carried values) into storage of its own; the
+    body, inlined once, reads it; a Carry node at the end (made by close_loop once the body is
+    inferred) copies the next iteration's state over it. The host repeats the body while the
+    flag holds. `trip_count`: the run-time M (else st.limit, or no limit)."""
+    n = st.n
+    if st.scans:
+        raise UnsupportedError([f"Loop node {n.name!r} with scan outputs and a number of iterations known only "
+                                "at run time"], "the memory plan is static: scan outputs need a number of "
+                                "iterations known at compile time")
+    if trip_count is None and st.limit is None and st.cond is None:
+        raise UnsupportedError([f"Loop node {n.name!r} without a trip count or a condition (it never ends)"])
+    nodes: list[Node] = []
+
+    def scalar(name: str, what: str, dtype) -> str:
+        v = g.values[name]
+        if v.size != 1 or v.dtype != dtype:
+            raise ShapeError(f"Loop node {n.name!r}: {what} must be one {np.dtype(dtype)}, not {v.dtype} of "
+                             f"shape {list(v.shape)}")
+        if v.shape == ():
+            return name
+        out = g.fresh_name(f"{n.name}/{what}")
+        nodes.append(Node("Reshape", [name, g.add_const(np.zeros(0, np.int64), f"{n.name}/scalar")], [out], {},
+                          f"{n.name}/{what}"))
+        return out
+
+    def go_on(it: str, cond: str | None) -> str:
+        """The flag: cond (when there is one) and it < M (when there is an M)."""
+        flags = [scalar(cond, "condition", np.bool_)] if cond else []
+        if limit is not None:
+            less = g.fresh_name(f"{n.name}/below_M")
+            nodes.append(Node("Less", [it, limit], [less], {}, less))
+            flags.append(less)
+        while len(flags) > 1:
+            both = g.fresh_name(f"{n.name}/go")
+            nodes.append(Node("And", flags[:2], [both], {}, both))
+            flags = [both] + flags[2:]
+        return flags[0]
+
+    limit = None
+    if trip_count is not None:
+        limit = scalar(trip_count, "trip_count", np.int64)
+    elif st.limit is not None:
+        limit = g.add_const(np.array(st.limit, np.int64), f"{n.name}/M")
+    loop = g.fresh_name(f"{n.name}/loop")
+    it0 = g.add_const(np.array(st.i, np.int64), f"{n.name}/first")
+    start = [go_on(it0, st.cond), it0] + list(st.carried)
+    state = [g.fresh_name(f"{n.name}/{what}") for what in ["go", "iter"] + [f"v{k}" for k in range(len(st.carried))]]
+    nodes.append(Node(CARRY, start, state, {"loop": loop, "end": False}, f"{n.name}/begin"))
+    body = n.attr("body")
+    bind = {body.input[0].name: state[1], body.input[1].name: g.add_const(np.array(True), f"{n.name}/true")}
+    bind.update({fi.name: v for fi, v in zip(body.input[2:], state[2:])})
+    body_nodes, outs = _inline(g, body, n.attr(SCOPE_ATTR, {}), f"{n.name}/body/", bind, n, "body")
+    nodes += body_nodes
+    return nodes + [Node(LOOP_CLOSE, [], [], {"loop": loop, "state": state, "outs": outs, "limit": limit,
+                                             "owner": n}, f"{n.name}/close")]
+
+
+def close_loop(g: Graph, m: Node) -> list[Node]:
+    """The end of a host loop, once its body is inferred: the next iteration's number and flag,
+    and the Carry of the next state over the current one, whose outputs are the Loop's."""
+    n, state, outs, limit = m.attrs["owner"], m.attrs["state"], m.attrs["outs"], m.attrs["limit"]
+    nodes: list[Node] = []
+    for k, (cur, nxt) in enumerate(zip(state[2:], outs[1:])):
+        cv, nv = g.values[cur], g.values[nxt]
+        if nxt in g.sequences:
+            raise UnsupportedError([f"Loop node {n.name!r} carrying a sequence over a number of iterations known "
+                                    "only at run time"])
+        if cv.dtype != nv.dtype or tuple(cv.shape) != tuple(nv.shape):
+            raise UnsupportedError([f"Loop node {n.name!r} whose carried value {k} changes from {cv.dtype} "
+                                    f"{list(cv.shape)} to {nv.dtype} {list(nv.shape)} in an iteration, over a "
+                                    "number of iterations known only at run time"],
+                                   "the memory plan is static: a carried value must keep its shape")
+    one = g.add_const(np.array(1, np.int64), f"{n.name}/one")
+    it = g.fresh_name(f"{n.name}/next_iter")
+    nodes.append(Node("Add", [state[1], one], [it], {}, it))
+    cond = outs[0]
+    cv = g.values[cond]
+    if cv.size != 1 or cv.dtype != np.bool_:
+        raise ShapeError(f"Loop node {n.name!r}: the body's condition must be one bool, not {cv.dtype} of shape "
+                         f"{list(cv.shape)}")
+    if cv.shape != ():
+        c = g.fresh_name(f"{n.name}/cond")
+        nodes.append(Node("Reshape", [cond, g.add_const(np.zeros(0, np.int64), f"{n.name}/scalar")], [c], {}, c))
+        cond = c
+    if limit is not None:
+        less = g.fresh_name(f"{n.name}/below_M")
+        nodes.append(Node("Less", [it, limit], [less], {}, less))
+        go = g.fresh_name(f"{n.name}/go")
+        nodes.append(Node("And", [cond, less], [go], {}, go))
+        cond = go
+    finals = [g.fresh_name(f"{n.name}/go_final"), g.fresh_name(f"{n.name}/iter_final")]
+    finals += [o or g.fresh_name(f"{n.name}/unused") for o in n.outputs]
+    nodes.append(Node(CARRY, [cond, it] + list(outs[1:]), finals, {"loop": m.attrs["loop"], "end": True,
+                                                                    "state": list(state)}, f"{n.name}/end"))
+    return nodes
 
 
 def loop_step(g: Graph, st: _LoopState) -> list[Node]:
@@ -267,7 +374,7 @@ def loop_step(g: Graph, st: _LoopState) -> list[Node]:
     elif st.cond is not None:
         c = _const_scalar(g, st.cond, n, "the condition")
         if c is None:
-            raise_runtime(n, "a condition")
+            return host_loop(g, st, None)
         go = bool(c)
     if not go:
         if st.i == 0 and st.scans:
@@ -278,7 +385,9 @@ def loop_step(g: Graph, st: _LoopState) -> list[Node]:
                 nodes += sequences.stack(g, n, parts, 0, out)
         return nodes
     if st.i >= MAX_UNROLL:
-            raise UnsupportedError([f"Loop node {n.name!r} with more than {MAX_UNROLL} iterations"],
+        if not st.scans:                     # the host program runs the rest
+            return host_loop(g, st, None)
+        raise UnsupportedError([f"Loop node {n.name!r} with scan outputs and more than {MAX_UNROLL} iterations"],
                                "each iteration becomes a copy of the loop's body")
     body = n.attr("body")
     bind = {body.input[0].name: g.add_const(np.array(st.i, np.int64), f"{n.name}/iter"),
@@ -365,6 +474,8 @@ def expand(g: Graph, n: Node) -> list[Node] | None:
         return loop_step(g, n.attrs["state"])
     if n.op_type == IF_MERGE:
         return merge_branches(g, n)
+    if n.op_type == LOOP_CLOSE:
+        return close_loop(g, n)
     seq = sequences.expand(g, n)
     if seq is not None:
         return seq

@@ -24,6 +24,9 @@ _NO_FOLD = {"ConstantOfShape", "Expand", "Tile", "Range"}
 # positions in output_shape, as MaxPool makes them); TfIdfVectorizer (the reference takes
 # weights[i] for output i, ONNX Runtime and the spec for the i-th n-gram of the pool)
 _REFERENCE_DIFFERS = {"MaxUnpool", "TfIdfVectorizer"}
+# Nor the copies of a host loop's state (passes/control.py host_loop): constant going in, the
+# state changes with every iteration.
+_NOT_FOLDED = _REFERENCE_DIFFERS | {control.CARRY}
 # Nor are nodes that draw random numbers (registry.draws_random): RandomNormal has no inputs,
 # so all of them are constant, but its output is a fresh draw per run, not a constant.
 FOLD_LIMIT_BYTES = 1 << 20
@@ -61,7 +64,7 @@ def infer_shapes(g: Graph, fold: bool = True) -> Graph:
                 bounds[o] = b
         all_const = all(v is None or v.const is not None for v in ins)
         results = op.fold(n, ins) if (fold and op.fold is not None and not run_time) else None
-        if results is None and fold and all_const and not run_time and n.op_type not in _REFERENCE_DIFFERS \
+        if results is None and fold and all_const and not run_time and n.op_type not in _NOT_FOLDED \
                 and not registry.draws_random(n, ins) and _worth_folding(n, ins, types):
             arrays = [v.const if v is not None else None for v in ins]
             try:

@@ -7,8 +7,11 @@ A Program is a list of operations on the memory plan's storage:
   * HostLoop: repeat a body with a loop index the launches inside receive as an argument
     (a GPU schedule splits a kernel whose stages cannot be one launch into such loops;
     Loop/Scan will compile to them too).
-A launch may have a guard (a branch of an If decided at run time, passes/branches.py): it runs
-only when one of the guard's alternatives holds, each a set of (Slot of a bool, polarity).
+  * HostWhile: repeat a body while a bool in storage holds (a Loop whose number of iterations
+    is known only at run time, passes/loops.py: the kernels of its body, the last of which
+    writes the flag for the next test).
+An operation may have a guard (a branch of an If decided at run time, passes/branches.py): it
+runs only when one of the guard's alternatives holds, each a set of (Slot of a bool, polarity).
 On CPU targets a program is one Launch per kernel, in the kernel order the memory plan was
 made for; the kernel itself hands its parallel loops to the thread pool. Before the first
 launch, a program with random ops writes the run's draw number into the workspace (`draw`).
@@ -56,7 +59,14 @@ class HostLoop:
     guard: Optional[frozenset] = None            # when it runs, as a Launch's
 
 
-Op = Union[Launch, HostLoop]
+@dataclass
+class HostWhile:
+    test: Slot                                   # the bool tested before each iteration
+    body: list = field(default_factory=list)
+    guard: Optional[frozenset] = None            # when it runs, as a Launch's
+
+
+Op = Union[Launch, HostLoop, HostWhile]
 
 
 @dataclass
@@ -86,15 +96,15 @@ class Program:
             for op in ops:
                 if isinstance(op, Launch):
                     yield op
-                elif isinstance(op, HostLoop):
+                else:
                     yield from walk(op.body)
         return walk(self.body)
 
     def host_lines(self, loop_head, launch, test, depth: int = 1) -> list[str]:
         """The program as a host language's statements: `loop_head(var, extent)` spells the
         head of a counted loop (the body is indented under it and closed with a brace),
-        `launch(op)` the lines of one launch, and `test(slot)` the truth of the bool a guard
-        reads (consecutive operations under one guard share one `if`)."""
+        `launch(op)` the lines of one launch, and `test(slot)` the truth of the bool a guard or
+        a while loop reads (consecutive operations under one guard share one `if`)."""
         lines: list[str] = []
 
         def condition(guard) -> str:
@@ -108,6 +118,10 @@ class Program:
             pad = "    " * depth
             if isinstance(op, HostLoop):
                 lines.append(f"{pad}{loop_head(op.var, op.extent)} {{")
+                walk(op.body, depth + 1)
+                lines.append(f"{pad}}}")
+            elif isinstance(op, HostWhile):
+                lines.append(f"{pad}while ({test(op.test)}) {{")
                 walk(op.body, depth + 1)
                 lines.append(f"{pad}}}")
             else:
@@ -131,9 +145,12 @@ class Program:
         walk(self.body, depth)
         return lines
 
-    def branches(self) -> bool:
-        """Does any operation run under a guard (an If decided at run time)?"""
-        return any(op.guard is not None for op in self.body)
+    def reads_back(self) -> bool:
+        """Does the host read values the kernels computed (guards, while loops' flags)?"""
+        def walk(ops):
+            return any(op.guard is not None or isinstance(op, HostWhile) or
+                       (isinstance(op, HostLoop) and walk(op.body)) for op in ops)
+        return walk(self.body)
 
     def kernels(self) -> list[Kernel]:
         """Every kernel the program launches, each once, in first-launch order."""
@@ -152,12 +169,37 @@ def slot_of(plan, value: str) -> Slot:
 
 def build_program(steps, plan) -> Program:
     """One launch per kernel step, its parameters bound to where the plan put their values."""
-    body = []
-    for t, st in enumerate(steps):
+    def launch(t, st):
         args = [slot_of(plan, st.binds[p.name]) for p in st.kernel.params]
         args += [Slot("arena", "", plan.scratch[(t, s.name)]) for s in st.kernel.scratch]
-        body.append(Launch(t, st.kernel, args, guard=guard_slots(st.group.guard, plan)))
-    return Program(body, draw_offset(plan))
+        return [Launch(t, st.kernel, args, guard=guard_slots(st.group.guard, plan))]
+    return Program(nest_loops(steps, plan, launch), draw_offset(plan))
+
+
+def nest_loops(steps, plan, ops_of) -> list[Op]:
+    """The operations `ops_of(t, step)` gives for every step, in order, with each host loop's
+    body (the steps after its begin Carry, to its end Carry) inside a HostWhile on its flag. An
+    operation in a loop under the loop's own guard needs no guard of its own."""
+    from ..passes.loops import is_carry
+    body: list[Op] = []
+    stack: list[tuple[list, HostWhile]] = []
+    for t, st in enumerate(steps):
+        ops = ops_of(t, st)
+        if stack:
+            for op in ops:
+                if op.guard == stack[-1][1].guard:
+                    op.guard = None
+        body.extend(ops)
+        a = st.group.anchor
+        if a is not None and is_carry(a, end=False):
+            w = HostWhile(slot_of(plan, a.outputs[0]), [], guard_slots(st.group.guard, plan))
+            body.append(w)
+            stack.append((body, w))
+            body = w.body
+        elif a is not None and is_carry(a, end=True):
+            body = stack.pop()[0]
+    assert not stack, "a host loop without its end"
+    return body
 
 
 def guard_slots(guard: Optional[frozenset], plan) -> Optional[frozenset]:
@@ -240,9 +282,8 @@ def build_device_program(steps, plan) -> Program:
                 out.append(HostLoop(op.var.name, op.extent, convert(op.body, t, slots), guard))
         return out
 
-    body = []
-    for t, st in enumerate(steps):
+    def ops_of(t, st):
         slots = step_slots(t, st, plan)
         st.slots = slots
-        body += convert(st.device, t, slots, guard_slots(st.group.guard, plan))
-    return Program(body, draw_offset(plan))
+        return convert(st.device, t, slots, guard_slots(st.group.guard, plan))
+    return Program(nest_loops(steps, plan, ops_of), draw_offset(plan))

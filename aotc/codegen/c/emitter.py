@@ -122,7 +122,7 @@ def _execute(prefix: str, program: Program, in_fields: dict, out_fields: dict, e
             lines.append(f"{call};")
         return lines + [f"if (profile) profile[{op.index}] += aotc_now_ms() - t0;"]
 
-    def test(slot: Slot) -> str:            # a bool's byte, for a guard (an If's condition)
+    def test(slot: Slot) -> str:            # a bool's byte (an If's condition, a host loop's flag)
         if slot.kind in ("arena", "weight"):
             return f"{'ws' if slot.kind == 'arena' else 'w'}[{slot.offset}]"
         return f"*(const unsigned char *){_pointer(slot, np.bool_, 'in', in_fields, out_fields)}"

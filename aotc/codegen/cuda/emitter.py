@@ -7,8 +7,8 @@ the weights (uploaded once, here), one per graph input and output and a status w
 captures the host program (program/ir.py: launches and host loops) into a CUDA graph, so that
 an invoke is one graph launch between the input and output copies (the draw number, when random
 ops read one, is such a copy: into the workspace, where the graph's kernels read it). A program
-with branches (an If decided at run time) is not captured: it runs launch by launch, and reads
-each condition back to the host before the launches it guards. Every CUDA error becomes a status
+with branches or loops decided at run time is not captured: it runs launch by launch, and reads
+each condition back to the host before the launches it guards or the iteration it starts. Every CUDA error becomes a status
 code (runtime/aotc_cuda.h).
 """
 from __future__ import annotations
@@ -87,7 +87,7 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     L += ["};", ""]
     L += _execute(prefix, program, {p.value: i for i, p in enumerate(ins)}, {p.value: i for i, p in enumerate(outs)},
                   {id(k): i for i, k in enumerate(kernels)})
-    L += _create(prefix, external, ins, outs, program.branches())
+    L += _create(prefix, external, ins, outs, program.reads_back())
     L += _invoke(prefix, ins, outs, program)
     L += [f"int {prefix}_run_with_weights(const void *weights, const {prefix}_inputs *in, {prefix}_outputs *out,",
           "    void *workspace)", "{", "    (void)weights;", "    (void)in;", "    (void)out;", "    (void)workspace;",
@@ -139,22 +139,22 @@ def _execute(prefix: str, program: Program, in_index: dict, out_index: dict, ker
                 f"if (m->profile && (status = aotc_cuda_time(m->ev, m->stream, &m->ms[{kernel_index[id(k)]}])) != AOTC_OK) "
                 "return status;"]
 
-    def test(slot) -> str:           # an If's condition, copied back to the host (the stream waits)
+    def test(slot) -> str:           # a condition, copied back to the host (the stream waits)
         where = {"arena": f"m->ws + {slot.offset}", "weight": f"m->w + {slot.offset}"}.get(slot.kind)
         if where is None:
             where = f"m->{'in' if slot.kind == 'input' else 'out'}[{(in_index if slot.kind == 'input' else out_index)[slot.name]}]"
         return f"aotc_cuda_flag(m->stream, {where}, &flags)"
 
-    if program.branches():
-        L += ["    int flags = AOTC_OK;      /* a failed read of an If's condition */"]
+    if program.reads_back():
+        L += ["    int flags = AOTC_OK;      /* a failed read of a condition */"]
     L += program.host_lines(lambda var, n: f"for (int64_t {var} = 0; {var} < {n}; ++{var})", launch, test)
-    if program.branches():
+    if program.reads_back():
         L += ["    if (flags != AOTC_OK) return flags;"]
     L += ["    return aotc_cuda_status(cudaGetLastError());", "}", ""]
     return L
 
 
-def _create(prefix: str, external: bool, ins, outs, branches: bool) -> list[str]:
+def _create(prefix: str, external: bool, ins, outs, reads_back: bool) -> list[str]:
     P = prefix.upper()
     L = [f"void {prefix}_destroy({prefix}_model *m)", "{", "    int i;", "    if (!m) return;",
          "    cudaSetDevice(m->device);",
@@ -201,9 +201,9 @@ def _create(prefix: str, external: bool, ins, outs, branches: bool) -> list[str]
           "        *model = m;",
           "        return AOTC_OK;",
           "    }",
-          *(["    /* an If decided at run time: the host program reads its condition back between launches,",
-             "       so it runs launch by launch (no graph) */", "    *model = m;", "    return AOTC_OK;"]
-            if branches else []),
+          *(["    /* an If or a Loop decided at run time: the host program reads conditions back between",
+             "       launches, so it runs launch by launch (no graph) */", "    *model = m;", "    return AOTC_OK;"]
+            if reads_back else []),
           "    /* the whole host program as one graph: an invoke is one launch, whatever the kernel count */",
           "    AOTC_CUDA_OR_FAIL(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));",
           f"    status = {prefix}_execute(m);",

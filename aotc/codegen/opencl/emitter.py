@@ -162,14 +162,14 @@ def _execute(prefix: str, program: Program, kidx: dict, in_index: dict, out_inde
         lines.append(f"AOTC_CL_CHECK(clEnqueueNDRangeKernel(m->queue, k, {dims}, NULL, global, local, 0, NULL, NULL));")
         return lines
 
-    def test(slot) -> str:           # an If's condition, read back to the host (the queue waits)
+    def test(slot) -> str:           # a condition, read back to the host (the queue waits)
         at = slot.offset if slot.kind in ("arena", "weight") else 0
         return f"aotc_cl_flag(m->queue, {mem(slot)[1:]}, {at}, &flags)"
 
-    if program.branches():
-        L += ["    int flags = AOTC_OK;      /* a failed read of an If's condition */"]
+    if program.reads_back():
+        L += ["    int flags = AOTC_OK;      /* a failed read of a condition */"]
     L += program.host_lines(lambda var, n: f"for (cl_long {var} = 0; {var} < {n}; ++{var})", launch, test)
-    L += ["    return flags;" if program.branches() else "    return AOTC_OK;", "}", ""]
+    L += ["    return flags;" if program.reads_back() else "    return AOTC_OK;", "}", ""]
     return L
 
 
