@@ -45,11 +45,13 @@ zoo-full: venv
 conformance: venv
 	$(BIN)/python -m models.conformance --report docs/CONFORMANCE.md
 
-# aotc vs ONNX Runtime at 1 and 2 threads, medians and ratios; updates the table in docs/PERFORMANCE.md
-# (about 25 minutes; BENCH_FLAGS=--baseline-checkout DIR adds a column for another checkout's artifact).
+# aotc vs ONNX Runtime and OpenVINO at 1 and 2 threads, medians and ratios; updates the table in
+# docs/PERFORMANCE.md (about 35 minutes; BENCH_FLAGS=--baseline-checkout DIR adds a column for another
+# checkout's artifact).
 BENCH_FLAGS ?=
 bench: venv
-	$(BIN)/python -m models.bench --size full --threads 1,2 --runs 30 --rounds 6 $(BENCH_FLAGS) --report docs/PERFORMANCE.md
+	$(BIN)/python -m pip install -q -e '.[test,bench]'
+	$(BIN)/python -m models.bench --size full --threads 1,2 --runs 30 --rounds 6 --openvino $(BENCH_FLAGS) --report docs/PERFORMANCE.md
 
 # Regenerates docs/ONNX_SUPPORT.md from the op registry.
 support-matrix: venv

@@ -1,11 +1,14 @@
 """Benchmark: aotc vs ONNX Runtime on zoo models, side by side in one run.
 
 python -m models.bench [--size small|full] [--models a,b] [--runs 15] [--threads 1,2]
-                       [--baseline-checkout DIR] [--opencl] [--report docs/PERFORMANCE.md]
+                       [--baseline-checkout DIR] [--opencl] [--openvino] [--report docs/PERFORMANCE.md]
 
 For each model, every engine runs on the same inputs: aotc on `--target` (default native)
 compiled for each thread count of `--threads` and run with it; ONNX Runtime with the same
-intra-op thread counts; optionally aotc as built by another checkout (`--baseline-checkout`,
+intra-op thread counts; optionally OpenVINO's CPU plugin (`--openvino`, the `bench` extra) with
+as many inference threads, one stream, the latency hint and float32 precision (its default on
+CPUs with bfloat16 instructions is bfloat16, which would not compute the same model);
+optionally aotc as built by another checkout (`--baseline-checkout`,
 e.g. a worktree of the commit before a change: its artifact runs through its own C API,
 `<name>_run_with_weights`, on one thread), and the opencl target (`--opencl`, on whatever
 OpenCL device is first: PoCL here, a CPU driver). `--warmup` runs first; then `--rounds`
@@ -137,7 +140,7 @@ def compile_with_checkout(checkout: Path, model: Path, target: str, out: Path, s
 
 
 def bench_model(name: str, size: str, runs: int, warmup: int, workdir: Path, target: str, threads: list[int],
-                baseline: Path | None, opencl: bool, rounds: int = 5) -> dict:
+                baseline: Path | None, opencl: bool, rounds: int = 5, openvino: bool = False) -> dict:
     e = ZOO[name]
     path = workdir / f"{name}_{size}.onnx"
     save(e.build(size), path)
@@ -165,6 +168,9 @@ def bench_model(name: str, size: str, runs: int, warmup: int, workdir: Path, tar
         so.log_severity_level = 3
         sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
         engines[f"ORT, {t} thread{'s' if t > 1 else ''}"] = (lambda s=sess: s.run(None, feeds))
+    if openvino:
+        for t in threads:
+            engines[f"OV, {t} thread{'s' if t > 1 else ''}"] = openvino_runner(path, feeds, t)
     for fn in engines.values():
         for _ in range(warmup):
             fn()
@@ -184,6 +190,21 @@ def bench_model(name: str, size: str, runs: int, warmup: int, workdir: Path, tar
     return {"model": name, "size": size, "median_ms": med, "memory": memory}
 
 
+def openvino_runner(path: Path, feeds: dict, threads: int):
+    """One OpenVINO CPU inference request for the model, float32, `threads` threads, one stream,
+    its inputs bound once to `feeds` (shared, not copied, as aotc's are); returns the call that
+    runs it."""
+    import openvino as ov
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(str(path)), "CPU", {
+        "INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1,
+        "PERFORMANCE_HINT": "LATENCY"})
+    req = compiled.create_infer_request()
+    for name, a in feeds.items():
+        req.set_tensor(name, ov.Tensor(np.ascontiguousarray(a), shared_memory=True))
+    return req.infer
+
+
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -194,18 +215,30 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def _has_ov(results: list[dict]) -> bool:
+    return bool(results) and any(k.startswith("OV, ") for k in results[0]["median_ms"])
+
+
+def _openvino_version() -> str:
+    import openvino as ov
+    return ov.__version__.split("-")[0]
+
+
 def render(results: list[dict], runs: int, warmup: int, target: str, threads: list[int]) -> str:
     tname = load_target(target)["name"]
     L = [BEGIN, "",
          f"Machine: {_cpu_name()}, {os.cpu_count()} cores; target {target} ({tname}); onnxruntime {ort.__version__}; "
          f"medians of {runs} runs per engine (blocks of back-to-back runs, engines rotated over rounds) after "
          f"{warmup} warm-up runs, in ms. Speed-up = the 1-thread median / the 2-thread median of the same engine; "
-         "aotc/ORT = ORT's median / aotc's (> 1: aotc faster).", ""]
+         "aotc/ORT = ORT's median / aotc's (> 1: aotc faster)"
+         + (f"; aotc/OV the same against OpenVINO {_openvino_version()} (float32)." if _has_ov(results) else "."), ""]
     cols = list(results[0]["median_ms"]) if results else []
     head = ["model"] + cols
     t1, t2 = (f"{threads[0]} thread", f"{threads[-1]} threads") if len(threads) > 1 else (None, None)
     if t1:
         head += ["aotc speed-up", "ORT speed-up", f"aotc/ORT {threads[0]}T", f"aotc/ORT {threads[-1]}T"]
+        if _has_ov(results):
+            head += [f"aotc/OV {threads[0]}T", f"aotc/OV {threads[-1]}T"]
     if any("aotc before, 1 thread" in r["median_ms"] for r in results):
         head += ["before/now 1T"]
     L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -218,6 +251,8 @@ def render(results: list[dict], runs: int, warmup: int, target: str, threads: li
             sp_a.append(a1 / a2)
             sp_o.append(o1 / o2)
             row += [f"{a1 / a2:.2f}x", f"{o1 / o2:.2f}x", f"{o1 / a1:.2f}", f"{o2 / a2:.2f}"]
+            if _has_ov(results):
+                row += [f"{m[f'OV, {t1}'] / a1:.2f}", f"{m[f'OV, {t2}'] / a2:.2f}"]
         if "aotc before, 1 thread" in m:
             row += [f"{m['aotc before, 1 thread'] / m[f'aotc, {threads[0]} thread']:.2f}"]
         L.append("| " + " | ".join(row) + " |")
@@ -241,10 +276,17 @@ def main() -> None:
     ap.add_argument("--baseline-checkout", type=Path, default=None,
                     help="another checkout of aotc whose build of each model runs too (one thread)")
     ap.add_argument("--opencl", action="store_true", help="also time the opencl target")
+    ap.add_argument("--openvino", action="store_true",
+                    help="also time OpenVINO's CPU plugin, float32 (pip install -e '.[bench]')")
     ap.add_argument("--workdir", type=Path, default=Path("build/bench"))
     ap.add_argument("--report", type=Path, default=None, help="Markdown file to update between bench markers")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
+    if a.openvino:
+        try:
+            import openvino  # noqa: F401
+        except ImportError:
+            sys.exit("--openvino: OpenVINO is not installed (pip install -e '.[bench]')")
     names = a.models.split(",") if a.models else list(ZOO)
     threads = [int(t) for t in a.threads.split(",")]
     a.workdir.mkdir(parents=True, exist_ok=True)
@@ -255,7 +297,7 @@ def main() -> None:
         with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as ex:
             r = ex.submit(bench_model, n, a.size, a.runs, a.warmup, a.workdir.resolve(), a.target, threads,
                           a.baseline_checkout.resolve() if a.baseline_checkout else None, a.opencl,
-                          a.rounds).result()
+                          a.rounds, a.openvino).result()
         results.append(r)
         print(f"{n:16} " + "  ".join(f"{k}={v:.3f}ms" for k, v in r["median_ms"].items()), flush=True)
     table = render(results, a.runs, a.warmup, a.target, threads)
