@@ -26,7 +26,10 @@ def inspect_model(path, target: str = "native", shapes=None, consts=None, progre
         "op_histogram_after": c.graph.op_histogram(),
         "kernels": len(c.steps),
         "groups": [
-            {"kernel": st.kernel.name, "nodes": [f"{n.op_type}:{n.name}" for n in st.group.nodes]}
+            {"kernel": st.kernel.name, "nodes": [f"{n.op_type}:{n.name}" for n in st.group.nodes],
+             # an If's branch: when it runs (bool values and their polarities); a loop the host runs
+             **({"runs_when": _condition_text(st.group.guard)} if st.group.guard else {}),
+             **({"host_loop": st.group.loop} if st.group.loop else {})}
             for st in c.steps
         ],
         "views": sum(1 for grp in c.groups if grp.view),
@@ -37,6 +40,11 @@ def inspect_model(path, target: str = "native", shapes=None, consts=None, progre
         "run_time_axes": {p.name: list(p.run_time_axes) for p in ports(c.graph, c.graph.outputs) if p.run_time_axes},
     })
     return info
+
+
+def _condition_text(guard) -> str:
+    alts = [" and ".join(f"{v}" if pos else f"not {v}" for v, pos in sorted(alt)) for alt in guard]
+    return " or ".join(sorted(alts))
 
 
 def _mib(n: int) -> str:
@@ -57,7 +65,8 @@ def format_text(info: dict) -> str:
              f"(+{info['views']} views, no code)")
     L.append("fusion groups:")
     for grp in info["groups"]:
-        L.append(f"  {grp['kernel']:40} {' + '.join(grp['nodes'])}")
+        where = "".join(f"  [{k.replace('_', ' ')}: {grp[k]}]" for k in ("host_loop", "runs_when") if k in grp)
+        L.append(f"  {grp['kernel']:40} {' + '.join(grp['nodes'])}{where}")
     mp = info["memory_plan"]
     L.append("memory plan:")
     L.append(f"  arena (workspace)         {_mib(mp['arena_bytes'])}")

@@ -19,6 +19,7 @@ from onnx import helper, numpy_helper
 from aotc.api import load
 from aotc.compiler import analyze, compile_model
 from aotc.errors import UnsupportedError
+from aotc.inspect import format_text, inspect_model
 from aotc.passes.branches import ALWAYS, NEVER, both, either
 from tests.helpers import assert_parity
 from tests.test_attention import TARGETS, _target
@@ -105,6 +106,9 @@ def test_only_the_branches_kernels_are_guarded(tmp_path):
     compile_model(path, target="c", output_dir=tmp_path / "out", threads=1)
     src = (tmp_path / "out" / "m.c").read_text()
     assert src.count("if (ws[") + src.count("if (!ws[") == 2
+    text = format_text(inspect_model(path, target="c"))          # `aotc inspect` says when they run
+    assert sum("[runs when: c]" in line for line in text.splitlines()) == 2, text
+    assert sum("[runs when: not c]" in line for line in text.splitlines()) == 2, text
 
 
 def nested_if():

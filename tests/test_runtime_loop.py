@@ -19,6 +19,7 @@ from onnx import helper, numpy_helper
 
 from aotc.compiler import analyze, compile_model
 from aotc.errors import UnsupportedError
+from aotc.inspect import format_text, inspect_model
 from aotc.program.ir import HostWhile
 from tests.helpers import assert_parity
 from tests.test_attention import TARGETS, _target
@@ -97,6 +98,9 @@ def test_the_host_loop_is_one_while_around_the_body(tmp_path):
     assert not any("Relu" in x for x in inside)           # computed once, before the loop
     compile_model(path, target="c", output_dir=tmp_path / "out", threads=1)
     assert (tmp_path / "out" / "m.c").read_text().count("while (ws[") == 1
+    text = format_text(inspect_model(path, target="c"))
+    body = [line for line in text.splitlines() if "[host loop: Loop_" in line]
+    assert len(body) == len(loops[0].body) and "Carry:Loop_2/end" in body[-1], text
 
 
 def count_loop(cond_from_data: bool):

@@ -70,7 +70,7 @@ class Emit:
     @property
     def label(self) -> str:
         n = self.node
-        return f"{n.op_type} node {n.name!r}" if n.name else f"{n.op_type} node (unnamed; output {n.output[0]!r})"
+        return f"{n.op_type} node {n.name!r}" if n.name else f"{n.op_type} node (unnamed, output {n.output[0]!r})"
 
     def name(self, hint: str) -> str:
         self.count += 1

@@ -7,8 +7,9 @@ its own as one loop nest when there is no anchor. View ops (Reshape & co.) form 
 of their own that generate no code.
 
 Rule that keeps this correct: a node may join group G only if every input it takes from
-outside G was computed before G runs, and runs under G's condition (passes/branches.py). Values made inside a group that something outside
-needs (or that are graph outputs) are stored; the rest stay in registers.
+outside G was computed before G runs, and runs under G's condition (passes/branches.py) in
+G's host loop (passes/loops.py). Values made inside a group that something outside needs (or that are graph outputs) are
+stored; the rest stay in registers.
 """
 from __future__ import annotations
 

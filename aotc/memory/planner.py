@@ -19,7 +19,7 @@ from ..fusion.groups import Group, guard_values
 from ..ir.graph import Graph
 from ..kernel.context import DRAW
 from ..kernel.lowering import KernelStep
-from ..passes.loops import is_carry
+from ..passes.control import is_carry
 from ..program.ir import scratch_bytes
 from .liveness import Interval, peak_live_bytes
 from .validator import validate

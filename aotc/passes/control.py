@@ -264,6 +264,11 @@ CARRY = "aotc.Carry"          # copies a Loop's carried values into their storag
 LOOP_CLOSE = "aotc.LoopClose"  # a node of shape inference's work list: "the host loop's body is inferred"
 
 
+def is_carry(n: Node, end: bool) -> bool:
+    """Is `n` the Carry that starts a host loop (end False) or the one that ends it?"""
+    return n.op_type == CARRY and bool(n.attrs.get("end")) == end
+
+
 def host_loop(g: Graph, st: _LoopState, trip_count: str | None) -> list[Node]:
     """The iterations of a Loop from st.i on, when their number is known only at run time: the
     host program runs them (passes/loops.py). A Carry node at the start copies the loop's state

@@ -9,9 +9,10 @@ out (computed once, before the loop) by nothing more than this definition. Loops
 
 `arrange` reorders g.nodes so that each loop is [begin Carry, body, end Carry] and every node
 comes after the values it reads and the If conditions it runs under (passes/branches.py), and
-returns, for every node inside a loop, the innermost loop's name (fusion keeps loops apart; the
-host program repeats each loop's kernels while the loop's flag holds; the memory plan keeps
-what a body reads from outside live through its last iteration: memory/planner.py).
+returns, for every node inside a loop, the innermost loop's name (a loop's begin Carry runs
+once, before it: it is in the loop around it, if any). Fusion keeps loops apart; the host
+program repeats each loop's kernels while the loop's flag holds; the memory plan keeps what a
+body reads from outside live through its last iteration (memory/planner.py).
 """
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ from typing import Optional
 
 from ..errors import UnsupportedError
 from ..fusion.groups import guard_values
-from ..ir.graph import Graph, Node
+from ..ir.graph import Graph
 from ..ops import registry
-from .control import CARRY
+from .control import is_carry
 
 
 @dataclass
@@ -33,10 +34,6 @@ class HostLoopRegion:
     end: int
     members: set = field(default_factory=set)  # every node index of the loop, begin and end included
     parent: Optional[str] = None
-
-
-def is_carry(n: Node, end: bool) -> bool:
-    return n.op_type == CARRY and bool(n.attrs.get("end")) == end
 
 
 def loop_regions(g: Graph) -> dict[str, HostLoopRegion]:
@@ -155,6 +152,11 @@ def arrange(g: Graph, conds: dict) -> dict[int, str]:
 
     order = place(None)
     assert sorted(order) == list(range(len(g.nodes)))
-    loops = {id(g.nodes[k]): inner[k] for k in inner}
+    loops = {}
+    for k, name in inner.items():
+        if k == regions[name].begin:       # runs once, before its loop: in the loop around it, if any
+            name = regions[name].parent
+        if name is not None:
+            loops[id(g.nodes[k])] = name
     g.nodes = [g.nodes[k] for k in order]
     return loops

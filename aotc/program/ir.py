@@ -5,8 +5,7 @@ A Program is a list of operations on the memory plan's storage:
     output, an offset in the weights, an offset in the workspace); a kernel that can fail
     returns a status, and the run stops there and reports which kernel it was;
   * HostLoop: repeat a body with a loop index the launches inside receive as an argument
-    (a GPU schedule splits a kernel whose stages cannot be one launch into such loops;
-    Loop/Scan will compile to them too).
+    (a GPU schedule splits a kernel whose stages cannot be one launch into such loops);
   * HostWhile: repeat a body while a bool in storage holds (a Loop whose number of iterations
     is known only at run time, passes/loops.py: the kernels of its body, the last of which
     writes the flag for the next test).
@@ -26,6 +25,7 @@ import numpy as np
 from ..errors import UnsupportedError
 from ..kernel.context import DRAW
 from ..kernel.ir import Buffer, Kernel
+from ..passes.control import is_carry
 
 
 @dataclass(frozen=True)
@@ -109,8 +109,10 @@ class Program:
 
         def condition(guard) -> str:
             alts = []
-            for alt in sorted(guard, key=lambda a: sorted((str(s), pos) for s, pos in a)):
-                lits = [test(s) if pos else f"!{test(s)}" for s, pos in sorted(alt, key=lambda lit: (str(lit[0]), lit[1]))]
+            def order(lits):
+                return sorted(lits, key=lambda lit: (str(lit[0]), lit[1]))
+            for alt in sorted(guard, key=lambda a: [(str(s), pos) for s, pos in order(a)]):
+                lits = [test(s) if pos else f"!{test(s)}" for s, pos in order(alt)]
                 alts.append(" && ".join(lits) if len(alt) == 1 or len(guard) == 1 else f"({' && '.join(lits)})")
             return " || ".join(alts)
 
@@ -180,7 +182,6 @@ def nest_loops(steps, plan, ops_of) -> list[Op]:
     """The operations `ops_of(t, step)` gives for every step, in order, with each host loop's
     body (the steps after its begin Carry, to its end Carry) inside a HostWhile on its flag. An
     operation in a loop under the loop's own guard needs no guard of its own."""
-    from ..passes.loops import is_carry
     body: list[Op] = []
     stack: list[tuple[list, HostWhile]] = []
     for t, st in enumerate(steps):

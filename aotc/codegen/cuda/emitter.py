@@ -8,8 +8,8 @@ captures the host program (program/ir.py: launches and host loops) into a CUDA g
 an invoke is one graph launch between the input and output copies (the draw number, when random
 ops read one, is such a copy: into the workspace, where the graph's kernels read it). A program
 with branches or loops decided at run time is not captured: it runs launch by launch, and reads
-each condition back to the host before the launches it guards or the iteration it starts. Every CUDA error becomes a status
-code (runtime/aotc_cuda.h).
+each condition back to the host before the launches it guards or the iteration it starts.
+Every CUDA error becomes a status code (runtime/aotc_cuda.h).
 """
 from __future__ import annotations
 
@@ -141,8 +141,10 @@ def _execute(prefix: str, program: Program, in_index: dict, out_index: dict, ker
 
     def test(slot) -> str:           # a condition, copied back to the host (the stream waits)
         where = {"arena": f"m->ws + {slot.offset}", "weight": f"m->w + {slot.offset}"}.get(slot.kind)
-        if where is None:
-            where = f"m->{'in' if slot.kind == 'input' else 'out'}[{(in_index if slot.kind == 'input' else out_index)[slot.name]}]"
+        if where is None and slot.kind == "input":
+            where = f"m->in[{in_index[slot.name]}]"
+        elif where is None:
+            where = f"m->out[{out_index[slot.name]}]"
         return f"aotc_cuda_flag(m->stream, {where}, &flags)"
 
     if program.reads_back():
