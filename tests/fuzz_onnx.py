@@ -112,6 +112,16 @@ def function_seeds() -> list[Seed]:
     return [Seed("functions:nested", m.SerializeToString())]
 
 
+def control_seeds() -> list[Seed]:
+    """Ifs and Loops decided at run time (the host program's branches and while loops): an If
+    on a data condition, a while loop reading values from before it, nested loops, a loop
+    inside an If with an If inside it."""
+    from tests.test_runtime_if import sign_if
+    from tests.test_runtime_loop import halving_loop, loop_and_if, nested_loops
+    return [Seed(f"control:{f.__name__}", f().SerializeToString())
+            for f in (sign_if, halving_loop, nested_loops, loop_and_if)]
+
+
 def node_seeds(names=NODE_SEEDS) -> list[Seed]:
     import warnings
 
@@ -809,7 +819,7 @@ def main(argv=None) -> int:
                 import aotc.compiler  # noqa: F401
                 import aotc.ops.registry as registry
                 registry.supported_ops()          # loads every op module, instrumented too
-    seeds = zoo_seeds() + function_seeds() + node_seeds()
+    seeds = zoo_seeds() + function_seeds() + control_seeds() + node_seeds()
     print(f"{len(seeds)} seeds; fuzzing for {args.seconds}s; findings go to {args.findings}", flush=True)
     full_every = 10 if args.full else 0
     if use_atheris:

@@ -1,5 +1,5 @@
-"""A short, seeded, deterministic pass of the fuzzer (tests/fuzz_onnx.py) over the zoo and
-ONNX node test seeds: every mutant must compile or be refused with an AotcError; no other
+"""A short, seeded, deterministic pass of the fuzzer (tests/fuzz_onnx.py) over the zoo, ONNX
+node test and run-time control-flow seeds: every mutant must compile or be refused with an AotcError; no other
 exception, no hang, no read outside the model's folder. Every 45th zoo mutant goes through
 the whole compile, C compiler included. `make fuzz` runs the long version."""
 from __future__ import annotations
@@ -33,6 +33,14 @@ def test_mutants_of_onnx_node_cases():
     res = fz.seeded_pass(seeds, per_seed=NODE_ROUNDS, rng_seed=1123)
     assert not res["findings"], _report(res)
     assert res["counts"].get("refused", 0) > 50 and res["counts"].get("compiled", 0) > 20, res["counts"]
+
+
+def test_mutants_of_run_time_control_flow():
+    """Mutants of Ifs and Loops decided at run time (tests/fuzz_onnx.py control_seeds); every
+    5th through the C compiler."""
+    res = fz.seeded_pass(fz.control_seeds(), per_seed=40, rng_seed=1126, full_every=5)
+    assert not res["findings"], _report(res)
+    assert res["counts"].get("refused", 0) > 10 and res["counts"].get("compiled", 0) > 10, res["counts"]
 
 
 def test_mutation_is_deterministic():
