@@ -245,6 +245,12 @@ def test_tree_ensemble_classifier_binary(form, scored, tmp_path):
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[1]
     np.testing.assert_allclose(scores, want, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(label, np.array([4, 9])[np.argmax(want, axis=1)])
+    # `aotc check` reports the label as a mismatch, with a note saying why
+    from aotc.check.runner import run_check
+    res = run_check(tmp_path / "m.onnx", inputs={"x": x}, output_dir=tmp_path / "check")
+    by_name = {o.name: o for o in res.outputs}
+    assert by_name["scores"].passed and not by_name["label"].passed
+    assert "whatever the class labels" in by_name["label"].note
 
 
 def _v5_from(cols, weights, K):

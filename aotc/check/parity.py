@@ -4,7 +4,9 @@ Where ONNX Runtime handles NaN otherwise than the ONNX spec and its reference im
 (which aotc follows), the mismatch stays a mismatch, but its note says so: when every mismatching
 element of a float output is NaN on one side only and the model holds one of ORT_NAN_DIVERGENCES.
 Likewise when an output is a DequantizeLinear's and every mismatch is at most one step of its
-scale: a quantized model's values next to a rounding boundary (quantization_steps).
+scale: a quantized model's values next to a rounding boundary (quantization_steps); and when an
+output is the label of a two-class tree classifier whose trees score both classes, which ONNX
+Runtime gives as 0 or 1 whatever the class labels (known_divergences).
 """
 from __future__ import annotations
 
@@ -162,10 +164,30 @@ def _ulp_distance(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(line(a).astype(np.float64) - line(b).astype(np.float64))))
 
 
+def known_divergences(model: onnx.ModelProto) -> dict[str, str]:
+    """Graph outputs where ONNX Runtime is known to give other values than the spec (and aotc),
+    with a note saying why: the label of a two-class TreeEnsembleClassifier whose trees score
+    both classes (ONNX Runtime 1.x: 1 where the second class's raw score is > 0, else 0)."""
+    outputs = {o.name for o in model.graph.output}
+    notes = {}
+    for n in model.graph.node:
+        if n.op_type != "TreeEnsembleClassifier" or n.domain != "ai.onnx.ml" or not n.output or \
+                n.output[0] not in outputs:
+            continue
+        a = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
+        labels = a.get("classlabels_int64s") or a.get("classlabels_strings") or []
+        if len(labels) == 2 and len(set(a.get("class_ids", []))) == 2:
+            notes[n.output[0]] = ("a two-class tree classifier scoring both classes: ONNX Runtime labels a row 1 "
+                                  "where the second class's raw score is > 0, else 0, whatever the class labels; "
+                                  "aotc gives the label of the top score (docs/ROBUSTNESS.md)")
+    return notes
+
+
 def compare(name: str, got: np.ndarray, ref: np.ndarray, rtol: float, atol: float,
-            op_types: Iterable[str] = (), step: float | None = None) -> OutputReport:
+            op_types: Iterable[str] = (), step: float | None = None, known: str = "") -> OutputReport:
     """`op_types`: the model's (model_op_types), for the note on known NaN divergences; `step`:
-    the output's quantization step (quantization_steps), for the note on rounding."""
+    the output's quantization step (quantization_steps), for the note on rounding; `known`: the
+    note on the output from known_divergences, given when it mismatches."""
     ref = np.asarray(ref)
     if got.shape != ref.shape or got.dtype != ref.dtype:
         return OutputReport(name, str(got.dtype), list(got.shape), float("inf"), float("inf"), float("inf"),
@@ -176,7 +198,7 @@ def compare(name: str, got: np.ndarray, ref: np.ndarray, rtol: float, atol: floa
         n = int(diff.sum())
         err = float(np.abs(got.astype(np.float64) - ref.astype(np.float64)).max()) if got.size else 0.0
         return OutputReport(name, str(got.dtype), list(got.shape), err, 0.0 if n == 0 else float("inf"),
-                            0.0, n, n == 0)
+                            0.0, n, n == 0, known if n else "")
     g64, r64 = got.astype(np.float64), ref.astype(np.float64)
     same_nan = np.isnan(g64) & np.isnan(r64)
     same_inf = np.isinf(g64) & np.isinf(r64) & (np.sign(g64) == np.sign(r64))
@@ -193,4 +215,5 @@ def compare(name: str, got: np.ndarray, ref: np.ndarray, rtol: float, atol: floa
                         float(abs_err.max()) if got.size else 0.0,
                         float(np.where(abs_err == 0, 0.0, rel_err).max()) if got.size else 0.0,
                         _ulp_distance(got, ref), n, n == 0,
-                        nan_divergence_note(bad, got, ref, op_types) or quantization_note(bad, abs_err, step))
+                        nan_divergence_note(bad, got, ref, op_types) or quantization_note(bad, abs_err, step)
+                        or (known if n else ""))

@@ -17,7 +17,7 @@ from ..errors import InputError
 from ..frontend import import_model, load_onnx
 from ..ir import dtypes
 from .inputs import sample_inputs
-from .parity import (OutputReport, compare, model_op_types, quantization_steps, random_outputs,
+from .parity import (OutputReport, compare, known_divergences, model_op_types, quantization_steps, random_outputs,
                      random_report)
 
 
@@ -257,13 +257,14 @@ def run_check(model_path, target: str = "native", inputs: Optional[Mapping[str, 
         ref, source = reference_run(model_path, {**feeds, **{k: np.asarray(v) for k, v in consts.items()}})
         res = CheckResult(str(model_path), m.manifest["target"], rtol, atol, reference=source)
         outs = list(zip(m.output_names, got, ref))
-        def reports(op_types=(), steps=None):
+        def reports(op_types=(), steps=None, known=None):
             return [random_report(name, a, b, drawn[name]) if name in drawn else
-                    compare(name, a, b, rtol, atol, op_types, (steps or {}).get(name)) for name, a, b in outs]
+                    compare(name, a, b, rtol, atol, op_types, (steps or {}).get(name), (known or {}).get(name, ""))
+                    for name, a, b in outs]
         res.outputs = reports()
-        if not res.passed:          # a note on mismatches that are ONNX Runtime's NaN handling or rounding
+        if not res.passed:          # a note on mismatches that are ONNX Runtime's NaN handling, rounding or labels
             proto = onnx.load(str(model_path), load_external_data=False)
-            res.outputs = reports(model_op_types(proto), quantization_steps(proto))
+            res.outputs = reports(model_op_types(proto), quantization_steps(proto), known_divergences(proto))
         return res
     finally:
         if tmp is not None:
