@@ -100,3 +100,28 @@ def test_small_models_stay_on_one_thread(tmp_path):
         c = analyze(path, target="c", shapes=e.shapes_for(size), threads=2)
         loops, gemms = _parallel_parts(c)
         assert (loops + gemms > 0) == expect, f"{name}: {loops} parallel loops, {gemms} split GEMMs"
+
+
+def test_a_gemm_streaming_a_huge_operand_splits_it(tmp_path, monkeypatch):
+    """A few rows times a B larger than the last-level cache (a language model's head): threads
+    split B's columns, so that each reads its part of B from memory, not all of it; when B
+    fits, this shape splits rows (60 rows are 10 whole row panels of the c target's 6, 2056
+    columns 257 panels of 8). Both splits compute what ONNX Runtime does."""
+    import aotc.schedule.gemm_cpu as gemm_cpu
+    rng = np.random.default_rng(12)
+    w = (rng.standard_normal((128, 2056)) * 0.1).astype(np.float32)
+    x = rand(60, 128, seed=13)
+    m = graph_model([N("MatMul", ["x", "w"], ["y"])], {"x": x}, ["y"], {"w": w})
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+
+    def split():
+        c = analyze(path, target="c", threads=2)
+        return [s.split for st in c.steps for s in walk_stmts(st.kernel.body) if isinstance(s, Gemm)]
+    assert split() == ["rows"]
+    (tmp_path / "rows").mkdir()
+    (tmp_path / "cols").mkdir()
+    assert_parity(m, tmp_path / "rows", {"x": x}, target="c", threads=2)
+    monkeypatch.setattr(gemm_cpu, "STREAMED_BYTES", 1 << 19)         # B's 1 MiB counts as streamed
+    assert split() == ["cols"]
+    assert_parity(m, tmp_path / "cols", {"x": x}, target="c", threads=2)

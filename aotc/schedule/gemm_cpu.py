@@ -333,24 +333,38 @@ def enclosing_loops(stmts: list[Stmt], target: Stmt, stack=None) -> list[Loop] |
     return None
 
 
+# An operand larger than this many bytes (about a server CPU's last-level cache) comes from
+# memory on every run: a thread that reads all of it pays for the traffic (choose_split).
+STREAMED_BYTES = 32 << 20
+
+
 def choose_split(g: Gemm, tiles: GemmTiles, threads: int) -> str:
     """How threads share C: whole row panels or whole column panels, whichever costs least:
     the slowest thread's multiply-adds plus what it packs (every thread packs its own part of
-    the operand it splits, and all of the other operand when that one is not packed)."""
+    the operand it splits, and all of the other operand when that one is not packed) plus,
+    when the operand it does not split is larger than the last-level cache, reading all of it
+    from memory (a language model's head: 64 rows of A times a 768 x 50257 B, where every
+    thread streaming the whole of B made two threads 1.64x as fast as one, not 2x)."""
     M, N, K = g.M, g.N, max(g.K, 1)
     pack_weight = 16          # one packed float costs about this many multiply-adds (measured loosely)
+    stream_weight = 8         # one float read from memory costs about this many (loosely: ~10 GB/s a core)
     row_panels, col_panels = -(-M // tiles.mr), -(-N // tiles.nr)
+
+    def streamed(rows: int, cols: int) -> int:
+        return rows * cols if rows * cols * 4 > STREAMED_BYTES else 0
 
     def cost(split):
         if split == "rows":
             share = -(-row_panels // threads) * tiles.mr
             work = share * N * K
             packing = (share * K if not g.a.packed else 0) + (K * N if not g.b.packed else 0)
+            traffic = streamed(K, N)
         else:
             share = -(-col_panels // threads) * tiles.nr
             work = M * share * K
             packing = (share * K if not g.b.packed else 0) + (M * K if not g.a.packed else 0)
-        return work + pack_weight * packing
+            traffic = streamed(M, K)
+        return work + pack_weight * packing + stream_weight * traffic
 
     options = [s for s, n in (("rows", row_panels), ("cols", col_panels)) if n >= 2]
     return min(options, key=cost) if options else "none"
