@@ -23,21 +23,10 @@ from aotc.inspect import format_text, inspect_model
 from aotc.program.ir import HostWhile
 from tests.helpers import assert_parity
 from tests.test_attention import TARGETS, _target
+from tests.test_runtime_if import _model, _vi
 
 N = helper.make_node
 INT64_MAX = np.iinfo(np.int64).max
-
-
-def _vi(name, shape=None, dt=TP.FLOAT):
-    return helper.make_tensor_value_info(name, dt, shape)
-
-
-def _model(nodes, inputs, outputs, inits=()):
-    g = helper.make_graph(nodes, "m", inputs, outputs, initializer=[numpy_helper.from_array(a, n) for n, a in inits])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.checker.check_model(m)
-    return m
 
 
 def _body(nodes, carried, inits=(), extra_out=(), pre=""):

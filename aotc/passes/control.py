@@ -149,10 +149,7 @@ IF_MERGE = "aotc.IfMerge"    # a node of shape inference's work list: "both bran
 def inline_both(g: Graph, n: Node) -> list[Node]:
     """An If decided at run time: both branches' nodes, renamed into `g`, and an IF_MERGE node
     after them that makes the If's outputs once their shapes are known (merge_branches)."""
-    cond = g.values[n.inputs[0]]
-    if cond.dtype != np.bool_ or cond.size != 1:
-        raise ShapeError(f"If node {n.name!r}: the condition must be one bool, not {cond.dtype} of shape "
-                         f"{list(cond.shape)}")
+    _scalar(g, n, n.inputs[0], "the condition", np.bool_, [])      # (checked now, made a scalar later)
     nodes, outs = [], []
     for key in ("then_branch", "else_branch"):
         branch = _subgraph(n, key)
@@ -170,12 +167,7 @@ def merge_branches(g: Graph, m: Node) -> list[Node]:
     inferred: each output's two values must have one type and one shape."""
     n = m.attrs["if"]
     nodes: list[Node] = []
-    cond = n.inputs[0]
-    if g.values[cond].shape != ():
-        scalar = g.fresh_name(f"{n.name}/cond")
-        nodes.append(Node("Reshape", [cond, g.add_const(np.zeros(0, np.int64), f"{n.name}/scalar")], [scalar], {},
-                          f"{n.name}/cond"))
-        cond = scalar
+    cond = _scalar(g, n, n.inputs[0], "the condition", np.bool_, nodes)
     for k, (t, e, out) in enumerate(zip(m.attrs["then"], m.attrs["else"], n.outputs)):
         if not out:
             continue
@@ -269,6 +261,35 @@ def is_carry(n: Node, end: bool) -> bool:
     return n.op_type == CARRY and bool(n.attrs.get("end")) == end
 
 
+def _scalar(g: Graph, n: Node, name: str, what: str, dtype, nodes: list[Node]) -> str:
+    """`name` (one element of `dtype`, else a ShapeError naming `what`) as a 0-d value: itself,
+    or a Reshape appended to `nodes`."""
+    v = g.values[name]
+    if v.size != 1 or v.dtype != dtype:
+        raise ShapeError(f"{n.op_type} node {n.name!r}: {what} must be one {np.dtype(dtype)}, not {v.dtype} of "
+                         f"shape {list(v.shape)}")
+    if v.shape == ():
+        return name
+    out = g.fresh_name(f"{n.name}/scalar")
+    nodes.append(Node("Reshape", [name, g.add_const(np.zeros(0, np.int64), f"{n.name}/scalar_shape")], [out], {},
+                      out))
+    return out
+
+
+def _go_on(g: Graph, n: Node, it: str, cond: str | None, limit: str | None, nodes: list[Node]) -> str:
+    """A host loop's flag for iteration `it`: cond (when there is one) and it < M (when there is
+    an M), the nodes computing it appended to `nodes`."""
+    if limit is None:
+        return cond
+    less = g.fresh_name(f"{n.name}/below_M")
+    nodes.append(Node("Less", [it, limit], [less], {}, less))
+    if cond is None:
+        return less
+    go = g.fresh_name(f"{n.name}/go")
+    nodes.append(Node("And", [cond, less], [go], {}, go))
+    return go
+
+
 def host_loop(g: Graph, st: _LoopState, trip_count: str | None) -> list[Node]:
     """The iterations of a Loop from st.i on, when their number is known only at run time: the
     host program runs them (passes/loops.py). A Carry node at the start copies the loop's state
@@ -284,40 +305,15 @@ def host_loop(g: Graph, st: _LoopState, trip_count: str | None) -> list[Node]:
     if trip_count is None and st.limit is None and st.cond is None:
         raise UnsupportedError([f"Loop node {n.name!r} without a trip count or a condition (it never ends)"])
     nodes: list[Node] = []
-
-    def scalar(name: str, what: str, dtype) -> str:
-        v = g.values[name]
-        if v.size != 1 or v.dtype != dtype:
-            raise ShapeError(f"Loop node {n.name!r}: {what} must be one {np.dtype(dtype)}, not {v.dtype} of "
-                             f"shape {list(v.shape)}")
-        if v.shape == ():
-            return name
-        out = g.fresh_name(f"{n.name}/{what}")
-        nodes.append(Node("Reshape", [name, g.add_const(np.zeros(0, np.int64), f"{n.name}/scalar")], [out], {},
-                          f"{n.name}/{what}"))
-        return out
-
-    def go_on(it: str, cond: str | None) -> str:
-        """The flag: cond (when there is one) and it < M (when there is an M)."""
-        flags = [scalar(cond, "condition", np.bool_)] if cond else []
-        if limit is not None:
-            less = g.fresh_name(f"{n.name}/below_M")
-            nodes.append(Node("Less", [it, limit], [less], {}, less))
-            flags.append(less)
-        while len(flags) > 1:
-            both = g.fresh_name(f"{n.name}/go")
-            nodes.append(Node("And", flags[:2], [both], {}, both))
-            flags = [both] + flags[2:]
-        return flags[0]
-
     limit = None
     if trip_count is not None:
-        limit = scalar(trip_count, "trip_count", np.int64)
+        limit = _scalar(g, n, trip_count, "the trip count M", np.int64, nodes)
     elif st.limit is not None:
         limit = g.add_const(np.array(st.limit, np.int64), f"{n.name}/M")
     loop = g.fresh_name(f"{n.name}/loop")
     it0 = g.add_const(np.array(st.i, np.int64), f"{n.name}/first")
-    start = [go_on(it0, st.cond), it0] + list(st.carried)
+    cond = _scalar(g, n, st.cond, "the condition", np.bool_, nodes) if st.cond else None
+    start = [_go_on(g, n, it0, cond, limit, nodes), it0] + list(st.carried)
     state = [g.fresh_name(f"{n.name}/{what}") for what in ["go", "iter"] + [f"v{k}" for k in range(len(st.carried))]]
     nodes.append(Node(CARRY, start, state, {"loop": loop, "end": False}, f"{n.name}/begin"))
     body = n.attr("body")
@@ -347,21 +343,7 @@ def close_loop(g: Graph, m: Node) -> list[Node]:
     one = g.add_const(np.array(1, np.int64), f"{n.name}/one")
     it = g.fresh_name(f"{n.name}/next_iter")
     nodes.append(Node("Add", [state[1], one], [it], {}, it))
-    cond = outs[0]
-    cv = g.values[cond]
-    if cv.size != 1 or cv.dtype != np.bool_:
-        raise ShapeError(f"Loop node {n.name!r}: the body's condition must be one bool, not {cv.dtype} of shape "
-                         f"{list(cv.shape)}")
-    if cv.shape != ():
-        c = g.fresh_name(f"{n.name}/cond")
-        nodes.append(Node("Reshape", [cond, g.add_const(np.zeros(0, np.int64), f"{n.name}/scalar")], [c], {}, c))
-        cond = c
-    if limit is not None:
-        less = g.fresh_name(f"{n.name}/below_M")
-        nodes.append(Node("Less", [it, limit], [less], {}, less))
-        go = g.fresh_name(f"{n.name}/go")
-        nodes.append(Node("And", [cond, less], [go], {}, go))
-        cond = go
+    cond = _go_on(g, n, it, _scalar(g, n, outs[0], "the body's condition", np.bool_, nodes), limit, nodes)
     finals = [g.fresh_name(f"{n.name}/go_final"), g.fresh_name(f"{n.name}/iter_final")]
     finals += [o or g.fresh_name(f"{n.name}/unused") for o in n.outputs]
     nodes.append(Node(CARRY, [cond, it] + list(outs[1:]), finals, {"loop": m.attrs["loop"], "end": True,
