@@ -76,6 +76,22 @@ def test_run_time_trip_count_and_condition(kind, tmp_path):
         assert_parity(halving_loop(), d, _feeds(rng, M, c0, lim), target=target, threads=threads, build=build)
 
 
+def test_aotc_check_draws_trip_counts_that_go_round(tmp_path):
+    """Without given inputs, `aotc check` draws a Loop's trip count (at the top, or read inside
+    an If's branch) from [0, 8), not {0, 1} as other integers, and matches ONNX Runtime."""
+    from aotc.check.inputs import TRIP_COUNTS, sample_inputs
+    from aotc.check.runner import run_check
+    from aotc.frontend import import_model, load_onnx
+    for k, model in enumerate((nested_loops(), loop_and_if())):
+        path = tmp_path / f"m{k}.onnx"
+        onnx.save(model, str(path))
+        g = import_model(load_onnx(path), "m", {})
+        draws = [int(sample_inputs(g, seed)["M"]) for seed in range(30)]
+        assert min(draws) >= 0 and max(draws) == TRIP_COUNTS - 1, draws
+        res = run_check(path, target="c", output_dir=tmp_path / f"out{k}", threads=1)
+        assert res.passed, [(o.name, o.max_abs_err) for o in res.outputs]
+
+
 def test_the_host_loop_is_one_while_around_the_body(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(halving_loop(), str(path))

@@ -1,15 +1,42 @@
 """Seeded random inputs for a model, by dtype and by use.
 
 Floats are standard normal. Integer inputs that feed Gather/GatherElements/GatherND indices
-(token ids, positions) are drawn from the indexed dimension's valid range; other integer
-inputs (masks, flags) from {0, 1}; bools are fair coin flips.
+(token ids, positions) are drawn from the indexed dimension's valid range; a Loop's trip count
+(in the graph or in a subgraph) from [0, TRIP_COUNTS), so that a loop the host program runs
+goes round a few times; other integer inputs (masks, flags) from {0, 1}; bools are fair coin
+flips.
 """
 from __future__ import annotations
 
 import numpy as np
 
+import onnx
+
 from ..ir import dtypes
 from ..ir.graph import Graph
+
+TRIP_COUNTS = 8
+
+
+def _trip_counts(g: Graph) -> set[str]:
+    """The names that Loop nodes of g (or of its nodes' subgraphs) read as their trip count."""
+    names: set[str] = set()
+
+    def walk_proto(graph: onnx.GraphProto):
+        for n in graph.node:
+            if n.op_type == "Loop" and n.input and n.input[0]:
+                names.add(n.input[0])
+            for a in n.attribute:
+                for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                    walk_proto(sub)
+    for n in g.nodes:
+        if n.op_type == "Loop" and n.inputs and n.inputs[0]:
+            names.add(n.inputs[0])
+        for v in n.attrs.values():
+            for sub in v if isinstance(v, list) else [v]:
+                if isinstance(sub, onnx.GraphProto):
+                    walk_proto(sub)
+    return names
 
 
 def _index_bound(g: Graph, name: str) -> int | None:
@@ -37,6 +64,7 @@ def sample_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     """`g` is the imported graph (before optimization), so the uses of each input are visible."""
     rng = np.random.default_rng(seed)
     out = {}
+    trips = _trip_counts(g)
     for name in g.inputs:
         v = g.values[name]
         dt, shape = v.dtype, v.shape
@@ -49,6 +77,8 @@ def sample_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
             a = rng.integers(lo, hi + 1, size=shape).astype(dt)
         elif dt.kind == "b":
             a = rng.random(shape) < 0.5
+        elif dt.kind in "iu" and name in trips:
+            a = rng.integers(0, TRIP_COUNTS, size=shape).astype(dt)
         elif dt.kind in "iu":
             hi = _index_bound(g, name)
             a = rng.integers(0, hi if hi else 2, size=shape).astype(dt)
