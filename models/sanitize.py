@@ -179,14 +179,15 @@ def _reference(path: Path, feeds: dict) -> list[np.ndarray]:
     return reference_outputs(path, feeds)
 
 
-def prepare(model: str, workdir: Path, weights: str = "embed"):
-    """Build the zoo model (small), compile it; returns (onnx path, artifact dir, name, manifest, feeds)."""
+def prepare(model: str, workdir: Path, weights: str = "embed", entry=None):
+    """Build the zoo model (small; `entry`: another model with a zoo entry's build, shapes_for,
+    rtol and atol), compile it; returns (onnx path, artifact dir, name, manifest, feeds, entry)."""
     from aotc.check.inputs import sample_inputs
     from aotc.compiler import compile_model
     from aotc.frontend import import_model, load_onnx
     from models.zoo import ZOO
 
-    entry = ZOO[model]
+    entry = entry or ZOO[model]
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / f"{model}.onnx"
     onnx.save(entry.build("small"), str(path))
@@ -205,10 +206,10 @@ def run_driver(cmd: list[str], env: dict, timeout: int) -> tuple[int, str]:
     return p.returncode, p.stdout + p.stderr
 
 
-def check_model(model: str, check: str, workdir: Path, timeout: int = 600) -> Result:
+def check_model(model: str, check: str, workdir: Path, timeout: int = 600, entry=None) -> Result:
     t0 = time.perf_counter()
     weights = "external" if check == "valgrind" else "embed"
-    path, art, name, manifest, feeds, entry = prepare(model, workdir / model, weights)
+    path, art, name, manifest, feeds, entry = prepare(model, workdir / model, weights, entry)
     exe = workdir / model / f"driver_{check}"
     ok, log = build_driver(art, name, manifest, exe, sanitize=(check == "asan"))
     if not ok:

@@ -1,7 +1,8 @@
-"""A representative slice of `make sanitize` (models/sanitize.py): small zoo models built with
-AddressSanitizer + UndefinedBehaviorSanitizer and run against ONNX Runtime, and the MLP's
-embedding path (create with external weights / invoke / destroy) under valgrind memcheck.
-Plus a check that the harness does report what it is there to catch."""
+"""A representative slice of `make sanitize` (models/sanitize.py): small zoo models, and models
+with Ifs and Loops decided at run time, built with AddressSanitizer + UndefinedBehaviorSanitizer
+and run against ONNX Runtime, and the MLP's embedding path (create with external weights /
+invoke / destroy) under valgrind memcheck. Plus a check that the harness does report what it
+is there to catch."""
 from __future__ import annotations
 
 import json
@@ -24,6 +25,22 @@ def test_asan_ubsan_clean_and_matches_onnx_runtime(model, tmp_path):
     r = sanitize.check_model(model, "asan", tmp_path)
     assert r.passed, r.detail
     assert r.max_abs_err and all(np.isfinite(v) for v in r.max_abs_err.values())
+
+
+@needs("asan")
+@pytest.mark.parametrize("model", ["sign_if", "nested_loops", "loop_and_if"])
+def test_asan_ubsan_clean_on_run_time_control_flow(model, tmp_path):
+    """The host program's branches and while loops (tests/test_runtime_if.py, test_runtime_loop.py)
+    under the sanitizers, on inputs that take branches and go round loops (trip counts from
+    [0, 8): aotc/check/inputs.py)."""
+    from types import SimpleNamespace
+
+    from tests import test_runtime_if, test_runtime_loop
+    build = getattr(test_runtime_if, model, None) or getattr(test_runtime_loop, model)
+    entry = SimpleNamespace(build=lambda size: build(), shapes_for=lambda size: {}, rtol=1e-4, atol=1e-5)
+    r = sanitize.check_model(model, "asan", tmp_path, entry=entry)
+    assert r.passed, r.detail
+    assert r.max_abs_err
 
 
 @needs("valgrind")
