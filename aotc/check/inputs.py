@@ -20,22 +20,14 @@ TRIP_COUNTS = 8
 
 def _trip_counts(g: Graph) -> set[str]:
     """The names that Loop nodes of g (or of its nodes' subgraphs) read as their trip count."""
-    names: set[str] = set()
-
-    def walk_proto(graph: onnx.GraphProto):
-        for n in graph.node:
-            if n.op_type == "Loop" and n.input and n.input[0]:
-                names.add(n.input[0])
-            for a in n.attribute:
-                for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
-                    walk_proto(sub)
+    from ..frontend.validate import all_graphs
+    names = {n.inputs[0] for n in g.nodes if n.op_type == "Loop" and n.inputs and n.inputs[0]}
     for n in g.nodes:
-        if n.op_type == "Loop" and n.inputs and n.inputs[0]:
-            names.add(n.inputs[0])
         for v in n.attrs.values():
             for sub in v if isinstance(v, list) else [v]:
                 if isinstance(sub, onnx.GraphProto):
-                    walk_proto(sub)
+                    names |= {m.input[0] for graph in all_graphs(sub) for m in graph.node
+                              if m.op_type == "Loop" and m.input and m.input[0]}
     return names
 
 

@@ -103,17 +103,17 @@ def lower_groups(g: Graph, groups: list[Group]) -> list[KernelStep]:
     consumers = g.consumers()
     # what the host program reads: run-time sizes (after the run), If conditions, the state of
     # loops it runs (their flags, and what their ends copy over it for the next iteration)
-    counts = set(g.counts())
+    host_reads = set(g.counts())
     for grp in groups:
-        counts.update(guard_values(grp.guard))
+        host_reads.update(guard_values(grp.guard))
         for n in grp.nodes:
             if n.op_type == CARRY:
-                counts.update(o for o in n.outputs if o)
+                host_reads.update(o for o in n.outputs if o)
     steps = []
     for grp in groups:
         if grp.view:
             continue
-        steps.append(_lower_group(g, grp, consumers, len(steps), counts))
+        steps.append(_lower_group(g, grp, consumers, len(steps), host_reads))
     return steps
 
 
@@ -122,13 +122,14 @@ def _view_sources(g: Graph) -> dict[str, str]:
     return {n.outputs[0]: n.inputs[0] for n in g.nodes if registry.get(n.op_type).view}
 
 
-def _stored(g: Graph, grp: Group, consumers, counts: set) -> list[str]:
+def _stored(g: Graph, grp: Group, consumers, host_reads: set) -> list[str]:
     """Values made in the group that something outside it needs: a graph output, a value the
-    host reads (`counts`), a node of another kernel, or a view that one of those reads."""
+    host reads (`host_reads`: run-time sizes, conditions, loop state), a node of another
+    kernel, or a view that one of those reads."""
     inside = {id(n) for n in grp.nodes}
 
     def needed(v: str) -> bool:
-        if v in g.outputs or v in counts:
+        if v in g.outputs or v in host_reads:
             return True
         for c in consumers.get(v, []):
             if id(c) in inside:
@@ -140,8 +141,8 @@ def _stored(g: Graph, grp: Group, consumers, counts: set) -> list[str]:
     return [o for n in grp.nodes for o in n.outputs if o and needed(o)]
 
 
-def _lower_group(g: Graph, grp: Group, consumers, k: int, counts: set) -> KernelStep:
-    stored = _stored(g, grp, consumers, counts)
+def _lower_group(g: Graph, grp: Group, consumers, k: int, host_reads: set) -> KernelStep:
+    stored = _stored(g, grp, consumers, host_reads)
     b = Builder()
     params = _Params(b)
     scratch: list[Buffer] = []
