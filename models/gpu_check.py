@@ -42,6 +42,29 @@ def _tf32(target: str) -> bool:
     return bool(load_target(target).get("numerics", {}).get("tf32", False))
 
 
+# ----------------------------------------------------------------------------- building
+def _built(a, kind: str, fn, jobs: list, key, pool_kwargs=None) -> dict:
+    """Run `fn` over `jobs` in a process pool (phases `all` and `build`) and record each job's
+    error, or None, under `--workdir`; phase `time` reads that record back instead, so that a
+    GPU lease can build every table's artifacts at once (`--phase build` of each mode in
+    parallel) and then time them one mode after another (`--phase time`)."""
+    import json
+    record = Path(a.workdir) / f"{kind}_built.json"
+    if getattr(a, "phase", "all") == "time":
+        if not record.exists():
+            raise SystemExit(f"--phase time: {record} is missing; run --phase build first")
+        return {tuple(k) if isinstance(k, list) else k: err for k, err in json.loads(record.read_text())}
+    with cf.ProcessPoolExecutor(a.jobs, **(pool_kwargs or {})) as pool:
+        done = {key(r): r[-1] for r in pool.map(fn, jobs)}
+    record.write_text(json.dumps([[list(k) if isinstance(k, tuple) else k, err] for k, err in done.items()]))
+    return done
+
+
+def _build_summary(kind: str, built: dict) -> str:
+    bad = {k: e for k, e in built.items() if e}
+    return f"{kind}: {len(built) - len(bad)} of {len(built)} built" + "".join(f"\n  {k}: {e}" for k, e in bad.items())
+
+
 # ----------------------------------------------------------------------------- zoo parity
 def _compile_one(args):
     name, size, target, workdir = args
@@ -51,12 +74,11 @@ def _compile_one(args):
     e = ZOO[name]
     path = Path(workdir) / f"{name}_{size}.onnx"
     onnx.save(e.build(size), str(path))
-    t0 = time.perf_counter()
     try:
         compile_model(path, target=target, output_dir=Path(workdir) / f"{name}_{size}_cuda", shapes=e.shapes_for(size))
-        return name, time.perf_counter() - t0, None
+        return name, None
     except Exception as ex:        # reported per model, the others go on
-        return name, time.perf_counter() - t0, f"{type(ex).__name__}: {str(ex)[:400]}"
+        return name, f"{type(ex).__name__}: {str(ex)[:400]}"
 
 
 def zoo(a) -> str:
@@ -69,15 +91,16 @@ def zoo(a) -> str:
     names = a.models.split(",") if a.models else list(ZOO)
     work = Path(a.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    with cf.ProcessPoolExecutor(a.jobs) as pool:
-        built = {n: (t, err) for n, t, err in pool.map(_compile_one, [(n, a.size, a.target, str(work)) for n in names])}
-    rows = ["| model | result | max abs err | max rel err | rtol / atol | aotc ms (median) | nvcc s |",
-            "|---|---|---|---|---|---|---|"]
+    built = _built(a, "zoo", _compile_one, [(n, a.size, a.target, str(work)) for n in names], key=lambda r: r[0])
+    if a.phase == "build":
+        return _build_summary("zoo", built)
+    rows = ["| model | result | max abs err | max rel err | rtol / atol | aotc ms (median) |",
+            "|---|---|---|---|---|---|"]
     for n in names:
         e = ZOO[n]
-        t_build, err = built[n]
+        err = built[n]
         if err:
-            rows.append(f"| {n} | ERROR | | | | | {t_build:.0f} | {err} |")
+            rows.append(f"| {n} | ERROR | | | | | {err} |")
             print(n, "ERROR", err, flush=True)
             continue
         path = work / f"{n}_{a.size}.onnx"
@@ -86,7 +109,7 @@ def zoo(a) -> str:
             m = load(work / f"{n}_{a.size}_cuda")
             got = m.run({k: feeds[k] for k in m.input_names})
         except Exception as ex:
-            rows.append(f"| {n} | ERROR | | | | | {t_build:.0f} | {type(ex).__name__}: {str(ex)[:300]} |")
+            rows.append(f"| {n} | ERROR | | | | | {type(ex).__name__}: {str(ex)[:300]} |")
             print(n, "ERROR", ex, flush=True)
             continue
         ref = reference_outputs(path, feeds)
@@ -103,7 +126,7 @@ def zoo(a) -> str:
             ts.append(time.perf_counter() - t0)
         rows.append(f"| {n} | {'PASS' if ok else 'FAIL'} | {max(r.max_abs_err for r in reps):.3g} | "
                     f"{max(r.max_rel_err for r in reps):.3g} | {rtol:g} / {atol:g} | "
-                    f"{statistics.median(ts) * 1e3:.3f} | {t_build:.0f} |")
+                    f"{statistics.median(ts) * 1e3:.3f} |")
         print(rows[-1], flush=True)
     return "\n".join(rows)
 
@@ -193,24 +216,25 @@ def _time_cuda(fn, runs: int, warmup: int = 10) -> float:
 
 
 def _prepare(args):
-    """In a worker process: export one model, compile it with aotc, and run torch.compile on it
-    once (its compiled graphs land in inductor's cache for the timing pass)."""
-    name, batch, target, workdir = args
+    """In a worker process: export one model, compile it with aotc, and (when `warm`) run
+    torch.compile on it once, so that its compiled graphs land in inductor's cache for the
+    timing pass."""
+    name, batch, target, workdir, warm = args
     import torch
     from aotc.compiler import compile_model
-    t0 = time.perf_counter()
     try:
         model, inputs = _torch_model(name, batch)
         path = Path(workdir) / f"t_{name}_{batch}.onnx"
         with torch.no_grad():
             torch.onnx.export(model, inputs, str(path), opset_version=17, dynamo=False)
         compile_model(path, target=target, output_dir=Path(workdir) / f"t_{name}_{batch}_cuda")
-        gpu = model.cuda()
-        with torch.no_grad():
-            torch.compile(gpu)(*(x.cuda() for x in inputs))
-        return name, batch, time.perf_counter() - t0, None
+        if warm:
+            gpu = model.cuda()
+            with torch.no_grad():
+                torch.compile(gpu)(*(x.cuda() for x in inputs))
+        return name, batch, None
     except Exception as ex:       # reported in the table, the others go on
-        return name, batch, time.perf_counter() - t0, f"{type(ex).__name__}: {str(ex)[:300]}"
+        return name, batch, f"{type(ex).__name__}: {str(ex)[:300]}"
 
 
 def beside_torch(a) -> str:
@@ -220,9 +244,12 @@ def beside_torch(a) -> str:
     work = Path(a.workdir)
     work.mkdir(parents=True, exist_ok=True)
     names = a.models.split(",") if a.models else list(TORCH_MODELS)
-    jobs = [(n, int(b), a.target, str(work)) for b in a.batches.split(",") for n in names]
-    with cf.ProcessPoolExecutor(a.jobs, mp_context=mp.get_context("spawn")) as pool:
-        ready = {(n, b): err for n, b, _, err in pool.map(_prepare, jobs)}
+    compiled_too = set(a.compile_models.split(",")) if a.compile_models else set(names)
+    jobs = [(n, int(b), a.target, str(work), n in compiled_too) for b in a.batches.split(",") for n in names]
+    ready = _built(a, "torch", _prepare, jobs, key=lambda r: (r[0], r[1]),
+                   pool_kwargs={"mp_context": mp.get_context("spawn")})
+    if a.phase == "build":
+        return _build_summary("torch", ready)
     tf32 = _tf32(a.target)          # PyTorch gets TF32 exactly when aotc does
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
@@ -232,7 +259,7 @@ def beside_torch(a) -> str:
             f"{a.runs} runs after warm-up, ms. aotc includes copying inputs in and outputs out.", "",
             "| model | batch | PyTorch eager | torch.compile | aotc cuda | eager/aotc | compile/aotc | max abs err |",
             "|---|---|---|---|---|---|---|---|"]
-    for name, batch, _, _ in jobs:
+    for name, batch, _, _, timed_compiled in jobs:
         err = ready[(name, batch)]
         if err:
             rows.append(f"| {name} | {batch} | | | ERROR | | | {err} |")
@@ -245,15 +272,18 @@ def beside_torch(a) -> str:
             with torch.no_grad():
                 ref = gpu(*gin)
                 eager = _time_cuda(lambda: gpu(*gin), a.runs)
-                compiled = torch.compile(gpu)
-                comp = _time_cuda(lambda: compiled(*gin), a.runs)
+                comp = None
+                if timed_compiled:
+                    compiled = torch.compile(gpu)
+                    comp = _time_cuda(lambda: compiled(*gin), a.runs)
             m = load(work / f"t_{name}_{batch}_cuda")
             feeds = [x.numpy() for x in inputs]
             got = m.run(feeds)[0]
             diff = float(np.max(np.abs(got - ref.float().cpu().numpy())))
             mine = _time_cuda(lambda: m.run(feeds), a.runs)
-            rows.append(f"| {name} | {batch} | {eager:.3f} | {comp:.3f} | {mine:.3f} | {eager / mine:.2f} | "
-                        f"{comp / mine:.2f} | {diff:.3g} |")
+            comp_ms, comp_ratio = (f"{comp:.3f}", f"{comp / mine:.2f}") if comp else ("not run", "")
+            rows.append(f"| {name} | {batch} | {eager:.3f} | {comp_ms} | {mine:.3f} | {eager / mine:.2f} | "
+                        f"{comp_ratio} | {diff:.3g} |")
             torch.cuda.empty_cache()
         except Exception as ex:
             rows.append(f"| {name} | {batch} | | | ERROR | | | {type(ex).__name__}: {str(ex)[:200]} |")
@@ -361,13 +391,12 @@ def _batched_model(name: str, size: str, batch: int, path: Path) -> dict:
 def _compile_variant(args):
     name, path, shapes, label, target, build = args
     from aotc.compiler import compile_model
-    t0 = time.perf_counter()
     try:
         compile_model(path, target=target, output_dir=path.with_name(f"{path.stem}_{label}"), shapes=shapes,
                       build=build)
-        return name, label, time.perf_counter() - t0, None
+        return name, label, None
     except Exception as ex:        # reported per model and variant, the others go on
-        return name, label, time.perf_counter() - t0, f"{type(ex).__name__}: {str(ex)[:300]}"
+        return name, label, f"{type(ex).__name__}: {str(ex)[:300]}"
 
 
 def variants(a, build=None) -> str:
@@ -390,10 +419,11 @@ def variants(a, build=None) -> str:
     shapes = {n: _batched_model(n, a.size, a.batch, paths[n]) for n in names}
     jobs = [(n, paths[n], shapes[n], label, t, build) for n in names for label, t in targets.items()]
     if build is None:
-        with cf.ProcessPoolExecutor(a.jobs) as pool:
-            built = {(n, lb): err for n, lb, _, err in pool.map(_compile_variant, jobs)}
+        built = _built(a, f"variants_b{a.batch}", _compile_variant, jobs, key=lambda r: (r[0], r[1]))
+        if a.phase == "build":
+            return _build_summary("variants", built)
     else:
-        built = {(n, lb): err for n, lb, _, err in map(_compile_variant, jobs)}
+        built = {(n, lb): err for n, lb, err in map(_compile_variant, jobs)}
     described = {"base": a.target} | {lb: ", ".join(f"{t}.{k} = {v}" for (t, k), v in st.items()) for lb, st in specs}
     rows = [f"Target {a.target}; batch {a.batch}; median of {a.runs} invokes per variant in {a.rounds} rounds "
             "(the variants' order rotated each round) after warm-up, ms, each invoke copying inputs in and "
@@ -457,6 +487,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6, help="variants: rounds of timing")
     ap.add_argument("--variant", action="append", default=None,
                     help="variants: NAME:TABLE.KEY=VALUE[,...] (repeatable; default: DEFAULT_VARIANTS)")
+    ap.add_argument("--compile-models", default=None,
+                    help="torch: the models also timed under torch.compile (default: all of --models)")
+    ap.add_argument("--phase", default="all", choices=["all", "build", "time"],
+                    help="build: compile only (and warm torch.compile's cache); time: load what a build "
+                         "phase left in --workdir and run the table; all: both")
     ap.add_argument("--workdir", default="build/gpu")
     ap.add_argument("--report", type=Path, default=None)
     a = ap.parse_args()

@@ -1,0 +1,63 @@
+#!/bin/bash
+# One GPU lease's measurements for docs/GPU.md, in priority order, so that a lease cut short
+# still returns the most important tables:
+#   1. a smoke run (one small model end to end: a broken setup stops here in seconds);
+#   2. every table's artifacts built at once (`gpu_check ... --phase build`, in parallel: the
+#      machine's cores are idle while the GPU times);
+#   3. zoo parity at full size, 4. beside PyTorch at batch 1 and 32, 5. the schedule variants
+#      at batch 1 (and TF32 at batch 32), 6. BERT's per-kernel profile,
+# each timed alone and written to OUTDIR as it finishes.
+#
+#   bash models/gpu_lease.sh OUTDIR
+#
+# On the lent machines python3 holds PyTorch, ONNX and ONNX Runtime but not cffi: put its
+# wheels (cffi, pycparser; cp312 manylinux) in .whl/ and they are installed first.
+set -u
+OUT=${1:?usage: gpu_lease.sh OUTDIR}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+log() { tee -a "$OUT/run.log"; }
+{
+    date -u
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+    nvcc --version | tail -1
+    gcc --version | head -1
+    python3 -c "import sys, torch, onnx, onnxruntime, numpy; print(sys.version.split()[0], 'torch', torch.__version__, 'onnx', onnx.__version__, 'ort', onnxruntime.__version__, 'numpy', numpy.__version__)"
+    ls /etc/OpenCL/vendors 2>&1
+} 2>&1 | tee "$OUT/env.txt"
+
+G="python3 -m models.gpu_check"
+W=build/gpu
+TORCH_COMPILED=bert,gpt2,vit            # torch.compile is timed for the transformers (issue 6's target)
+VARIANT_MODELS=resnet50,mobilenetv2,bert,gpt2,lstm
+
+timeout -k 5 90 $G zoo --size small --models mlp,lenet5 --runs 5 --jobs 2 --workdir build/gpu-smoke 2>&1 | log
+grep -q "| mlp | PASS" "$OUT/run.log" || { echo "smoke run failed: stopping" | log; exit 1; }
+
+echo "== build $(date -u +%T)" | log
+timeout -k 5 240 $G zoo --phase build --jobs 5 --workdir $W >"$OUT/build.log" 2>&1 &
+timeout -k 5 240 $G torch --phase build --jobs 5 --compile-models $TORCH_COMPILED --workdir $W >"$OUT/build_torch.log" 2>&1 &
+timeout -k 5 240 $G variants --phase build --models $VARIANT_MODELS --jobs 5 --workdir $W >"$OUT/build_variants.log" 2>&1 &
+timeout -k 5 240 $G variants --phase build --models bert,resnet50 --batch 32 --variant tf32:numerics.tf32=true \
+    --jobs 2 --workdir build/gpu32 >"$OUT/build_variants32.log" 2>&1 &
+wait
+for f in build_torch build_variants build_variants32; do { echo "== $f"; cat "$OUT/$f.log"; } >>"$OUT/build.log"; rm "$OUT/$f.log"; done
+grep -E "built|Error|error" "$OUT/build.log" | head -40 | log
+
+echo "== zoo $(date -u +%T)" | log
+timeout -k 5 100 $G zoo --phase time --runs 30 --workdir $W --report "$OUT/zoo.md" 2>&1 | log
+echo "== torch $(date -u +%T)" | log
+timeout -k 5 200 $G torch --phase time --runs 30 --compile-models $TORCH_COMPILED --workdir $W --report "$OUT/torch.md" 2>&1 | log
+echo "== variants $(date -u +%T)" | log
+timeout -k 5 90 $G variants --phase time --models $VARIANT_MODELS --runs 36 --rounds 6 --workdir $W --report "$OUT/variants.md" 2>&1 | log
+timeout -k 5 40 $G variants --phase time --models bert,resnet50 --batch 32 --variant tf32:numerics.tf32=true \
+    --runs 12 --rounds 3 --workdir build/gpu32 --report "$OUT/variants32.md" 2>&1 | log
+echo "== profile $(date -u +%T)" | log
+timeout -k 5 60 python3 -m models.profile bert --target cuda:sm_90 --threads 1 --runs 20 --top 20 --by-strategy \
+    --workdir build/gpu-profile >"$OUT/profile_bert.txt" 2>&1
+echo "== done $(date -u +%T)" | log
