@@ -65,6 +65,7 @@ class GpuParams:
     shuffle: int = 0              # 1: a warp's work-items exchange registers (reductions combine by shuffles)
     gemv_rows: int = 0            # a GEMM of at most this many rows: one work-item per result, no tiles
     min_results: int = 4          # halved tiles keep at least this many results per work-item (rm * rn)
+    floor_groups: int = 0         # ... unless even split along K the launch has fewer groups: then 2 x 2
 
     @classmethod
     def of(cls, target: dict) -> "GpuParams":
@@ -454,7 +455,9 @@ class GemmShape:
 
 def gemm_shape(g: Gemm, p: GpuParams, batch: tuple = ()) -> GemmShape:
     """The target's tile, halved while the launch would have fewer than `min_groups` groups (a
-    small product leaves most of the device idle), then K split while it still would."""
+    small product leaves most of the device idle) down to `min_results` results per work-item,
+    then K split while it still would. A product that even so has fewer than `floor_groups`
+    groups (K too short to split) gets tiles halved further, down to 2 x 2 results."""
     depth = 1
     for _, e in batch:
         depth *= e
@@ -462,15 +465,24 @@ def gemm_shape(g: Gemm, p: GpuParams, batch: tuple = ()) -> GemmShape:
     def groups(q):
         return -(-g.M // q.tm) * -(-g.N // q.tn) * depth
 
-    # (down to min_results results per work-item, 2 x 2 at least: one loads two operands per
-    # multiply-add)
-    while p.min_groups and groups(p) < p.min_groups and p.rm % 2 == 0 and p.rn % 2 == 0 \
-            and p.rm * p.rn // 4 >= max(p.min_results, 4) \
-            and (p.tm // 2 * p.tk) % p.threads() == 0 and (p.tn // 2 * p.tk) % p.threads() == 0:
-        p = replace(p, tm=p.tm // 2, tn=p.tn // 2, rm=p.rm // 2, rn=p.rn // 2)
-    split = 1
-    if p.min_groups and not batch and groups(p) < p.min_groups:
-        split = min(-(-p.min_groups // groups(p)), g.K // max(p.split_min_k, p.tk))
+    def halved(q, least):
+        # (2 x 2 at least: one loads two operands per multiply-add)
+        while q.min_groups and groups(q) < q.min_groups and q.rm % 2 == 0 and q.rn % 2 == 0 \
+                and q.rm * q.rn // 4 >= max(least, 4) \
+                and (q.tm // 2 * q.tk) % q.threads() == 0 and (q.tn // 2 * q.tk) % q.threads() == 0:
+            q = replace(q, tm=q.tm // 2, tn=q.tn // 2, rm=q.rm // 2, rn=q.rn // 2)
+        return q
+
+    def split_of(q):
+        if q.min_groups and not batch and groups(q) < q.min_groups:
+            return max(1, min(-(-q.min_groups // groups(q)), g.K // max(q.split_min_k, q.tk)))
+        return 1
+
+    p = halved(p, p.min_results)
+    split = split_of(p)
+    if groups(p) * split < p.floor_groups:
+        p = halved(p, 4)
+        split = split_of(p)
     if split < 2:
         return GemmShape(p, batch)
     chunk = _ceil(_ceil(g.K, split), p.tk) * p.tk           # a whole number of K steps
