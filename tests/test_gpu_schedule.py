@@ -146,6 +146,14 @@ def test_gemm_launch_shapes():
     assert (gemm_shape(gemm(128, 3072, 768), f).p.rm, gemm_shape(gemm(128, 3072, 768), f).split) == (4, 2)
     heads = gemm_shape(gemm(128, 64, 128), f, ((Var("h"), 12),))    # 24 groups of 64 x 64, no split
     assert (heads.p.rm, heads.depth) == (2, 12)
+    # small_tk: halved tiles stage K 32 at a time; the full tile keeps its tk
+    t = replace(f, small_tk=32)
+    assert (gemm_shape(gemm(128, 3072, 768), t).p.tk, gemm_shape(gemm(4096, 3072, 768), t).p.tk) == (32, 8)
+    assert gemm_shape(gemm(960, 49, 160), t).p.tk == 32
+    # the target file's own settings (targets/cuda.toml)
+    from aotc.targets import load_target
+    cuda = GpuParams.of(load_target("cuda:sm_90"))
+    assert (cuda.min_results, cuda.floor_groups, cuda.small_tk) == (16, 64, 32)
 
 
 def _address(e, env: dict, decls: dict) -> int:

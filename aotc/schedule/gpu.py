@@ -66,6 +66,7 @@ class GpuParams:
     gemv_rows: int = 0            # a GEMM of at most this many rows: one work-item per result, no tiles
     min_results: int = 4          # halved tiles keep at least this many results per work-item (rm * rn)
     floor_groups: int = 0         # ... unless even split along K the launch has fewer groups: then 2 x 2
+    small_tk: int = 0             # the K step of halved tiles (0: tk)
 
     @classmethod
     def of(cls, target: dict) -> "GpuParams":
@@ -457,7 +458,8 @@ def gemm_shape(g: Gemm, p: GpuParams, batch: tuple = ()) -> GemmShape:
     """The target's tile, halved while the launch would have fewer than `min_groups` groups (a
     small product leaves most of the device idle) down to `min_results` results per work-item,
     then K split while it still would. A product that even so has fewer than `floor_groups`
-    groups (K too short to split) gets tiles halved further, down to 2 x 2 results."""
+    groups (K too short to split) gets tiles halved further, down to 2 x 2 results. Halved
+    tiles stage K `small_tk` at a time where that is set (fewer barriers per multiply-add)."""
     depth = 1
     for _, e in batch:
         depth *= e
@@ -468,9 +470,11 @@ def gemm_shape(g: Gemm, p: GpuParams, batch: tuple = ()) -> GemmShape:
     def halved(q, least):
         # (2 x 2 at least: one loads two operands per multiply-add)
         while q.min_groups and groups(q) < q.min_groups and q.rm % 2 == 0 and q.rn % 2 == 0 \
-                and q.rm * q.rn // 4 >= max(least, 4) \
-                and (q.tm // 2 * q.tk) % q.threads() == 0 and (q.tn // 2 * q.tk) % q.threads() == 0:
-            q = replace(q, tm=q.tm // 2, tn=q.tn // 2, rm=q.rm // 2, rn=q.rn // 2)
+                and q.rm * q.rn // 4 >= max(least, 4):
+            tk = q.small_tk or q.tk
+            if (q.tm // 2 * tk) % q.threads() or (q.tn // 2 * tk) % q.threads():
+                break
+            q = replace(q, tm=q.tm // 2, tn=q.tn // 2, rm=q.rm // 2, rn=q.rn // 2, tk=tk)
         return q
 
     def split_of(q):
