@@ -190,14 +190,14 @@ def _cuda_tiles(tmp_path, **extra) -> str:
 def test_gemm_layouts_with_cuda_tiles(mode, rows, tmp_path):
     """The GEMM kernel with the cuda target's tiles on `gemm_layouts_model` (every operand
     layout, sizes that are not multiples of the tiles, a bias epilogue, a batched product);
-    'split-k': tiles halved (to 2 x 2 results per work-item, or 4 x 4 with min_results 16) and
-    K split as for a GEMM too small for the GPU; else the tiles stay whole. rows=3: the Gemms
-    are few-row products, one work-item per result (`gemv_rows`)."""
+    'split-k': tiles halved (to 2 x 2 results per work-item, or 4 x 4 with min_results 16 and
+    no floor) and K split as for a GEMM too small for the GPU; else the tiles stay whole.
+    Halved tiles stage K 32 at a time (the cuda target's small_tk). rows=3: the Gemms are
+    few-row products, one work-item per result (`gemv_rows`)."""
     m, feeds = gemm_layouts_model(rows)
     eager = mode != "full-tiles"
     extra = {"min_groups": 4096, "split_min_k": 16} if eager else {"min_groups": 0}
-    if mode == "split-k-4x4":
-        extra["min_results"] = 16
+    extra.update({"split-k": {"min_results": 4}, "split-k-4x4": {"min_results": 16, "floor_groups": 0}}.get(mode, {}))
     assert_parity(m, tmp_path, feeds, target=_cuda_tiles(tmp_path, **extra))
     cl = (tmp_path / "out" / "model.cl").read_text()
     for g in range(4):
@@ -207,6 +207,7 @@ def test_gemm_layouts_with_cuda_tiles(mode, rows, tmp_path):
     assert ("chunks of" in cl) == (eager and rows == 37)   # (a batched product never splits K)
     per_item = {"full-tiles": "8x8", "split-k": "2x2", "split-k-4x4": "4x4"}[mode]
     assert rows == 3 or f"{per_item} per work-item" in cl
+    assert rows == 3 or f"K in steps of {32 if eager else 8}," in cl
 
 
 def test_private_scratch_of_a_spatial_nest_is_per_work_item(tmp_path):
