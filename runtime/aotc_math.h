@@ -139,7 +139,8 @@ AOTC_MATH_FN float aotc_tanhf(float x)
 }
 
 /* erf: x q(x^2) for |x| < 1; beyond, 1 - erfc(|x|) with the sign of x, where
- * erfc(a) = exp(-a^2) q(1/a) / a, until erf rounds to 1 (|x| > 3.92). */
+ * erfc(a) = exp(q(a - 2) - a^2) (q fits log(erfc(a)) + a^2: no division, one exp), until erf
+ * rounds to 1 (|x| > 3.92). */
 AOTC_MATH_FN float aotc_erff(float x)
 {
     const float ax = fabsf(x);
@@ -154,19 +155,17 @@ AOTC_MATH_FN float aotc_erff(float x)
     q = q * s + 1.128379225730896f;
     const float small = x * q;
     const float a = aotc_clamp_nonnegative(ax, 0x3f800000, 0x407ae148);   /* [1, 3.92]; NaN: 3.92 */
-    const float t = 1.0f / a;
-    float c = 0.021234838292002678f;
-    c = c * t + -0.18024662137031555f;
-    c = c * t + 0.6880385279655457f;
-    c = c * t + -1.5522871017456055f;
-    c = c * t + 2.2715582847595215f;
-    c = c * t + -2.1867854595184326f;
-    c = c * t + 1.2609915733337402f;
-    c = c * t + -0.2067241370677948f;
-    c = c * t + -0.2495051622390747f;
-    c = c * t + -0.0030042091384530067f;
-    c = c * t + 0.5643131136894226f;
-    const float tail = 1.0f - aotc_exp_in_range(-(a * a)) * c * t;
+    const float u = a - 2.0f;
+    float c = 1.6457678384540486e-06f;
+    c = c * u + -1.9860914107994176e-05f;
+    c = c * u + 0.00013526783732231706f;
+    c = c * u + -0.0007333005778491497f;
+    c = c * u + 0.0035709876101464033f;
+    c = c * u + -0.016464753076434135f;
+    c = c * u + 0.07624908536672592f;
+    c = c * u + -0.4181608557701111f;
+    c = c * u + -1.3649412393569946f;
+    const float tail = 1.0f - aotc_exp_in_range(c - a * a);
     const float big = ax > 3.92f ? 1.0f : tail;
     const float y = ax < 1.0f ? small : aotc_with_sign_of(big, x);
     return x != x ? x : y;
