@@ -5,7 +5,10 @@
 #   2. every table's artifacts built at once (`gpu_check ... --phase build`, in parallel: the
 #      machine's cores are idle while the GPU times);
 #   3. zoo parity at full size, 4. beside PyTorch at batch 1 and 32, 5. the schedule variants
-#      at batch 1 (and TF32 at batch 32), 6. BERT's per-kernel profile,
+#      at batch 1 (and TF32 at batch 32), 6. BERT's per-kernel profile, 7. the tests that run
+#      the cuda target on its CPU emulation, run on the GPU instead (AOTC_TEST_ON_GPU=1: run-time
+#      Ifs and Loops, bounded outputs, bfloat16, random and integer operators, which no zoo
+#      model has),
 # each timed alone and written to OUTDIR as it finishes.
 #
 #   bash models/gpu_lease.sh OUTDIR
@@ -57,7 +60,14 @@ echo "== variants $(date -u +%T)" | log
 timeout -k 5 90 $G variants --phase time --models $VARIANT_MODELS --runs 36 --rounds 6 --workdir $W --report "$OUT/variants.md" 2>&1 | log
 timeout -k 5 40 $G variants --phase time --models bert,resnet50 --batch 32 --variant tf32:numerics.tf32=true \
     --runs 12 --rounds 3 --workdir build/gpu32 --report "$OUT/variants32.md" 2>&1 | log
+[ -f "$OUT/variants32.md" ] && { echo; cat "$OUT/variants32.md"; } >>"$OUT/variants.md" && rm "$OUT/variants32.md"
 echo "== profile $(date -u +%T)" | log
 timeout -k 5 60 python3 -m models.profile bert --target cuda:sm_90 --threads 1 --runs 20 --top 20 --by-strategy \
     --workdir build/gpu-profile >"$OUT/profile_bert.txt" 2>&1
+echo "== emulated-cuda tests on the GPU $(date -u +%T)" | log
+AOTC_TEST_ON_GPU=1 timeout -k 5 240 python3 -m pytest -q -n 8 -k cuda -p no:cacheprovider \
+    tests/test_runtime_if.py tests/test_runtime_loop.py tests/test_bounded.py tests/test_bfloat16.py \
+    tests/test_random_ops.py tests/test_integer_gemm.py tests/test_narrow_types.py tests/test_nan_semantics.py \
+    tests/test_attention.py tests/test_im2col_packing.py tests/test_cuda_emulated.py >"$OUT/gpu_tests.txt" 2>&1
+tail -n 15 "$OUT/gpu_tests.txt" | log
 echo "== done $(date -u +%T)" | log

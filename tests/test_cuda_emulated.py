@@ -3,10 +3,16 @@ code, as generated) is built with g++ against a CPU emulation of the CUDA runtim
 language and wmma (tests/cuda_emu/), which runs each block's threads as fibers between barriers.
 What only the CUDA printer prints (tensor-core steps, warp barriers, shared-memory declarations,
 launches, graph capture) is then checked against ONNX Runtime on fresh random inputs, as the
-opencl target is on PoCL. Speed means nothing here; docs/GPU.md has the GPU's numbers."""
+opencl target is on PoCL. Speed means nothing here; docs/GPU.md has the GPU's numbers.
+
+On a machine with an NVIDIA GPU, AOTC_TEST_ON_GPU=1 runs every test that builds through
+`emulated_build` (here and in the other test files that import it) on the GPU instead: the
+build is then nvcc's, the target's own (`models/gpu_lease.sh` does this in a lease). Tests that
+look at the emulation itself may then fail for that reason; their names say so."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -32,8 +38,16 @@ pytestmark = pytest.mark.skipif(CXX is None, reason="g++ is not installed")
 N = helper.make_node
 
 
+ON_GPU = os.environ.get("AOTC_TEST_ON_GPU") == "1"
+
+
 def emulated_build(sources: list[Path], lib: Path, target: dict, include_dirs: list[Path]) -> None:
-    """compile_model's build step for the emulation: each launch rewritten as a call, g++."""
+    """compile_model's build step for the emulation: each launch rewritten as a call, g++
+    (with AOTC_TEST_ON_GPU=1: the cuda backend's own nvcc build, for a real GPU)."""
+    if ON_GPU:
+        from aotc.codegen import get_backend
+        get_backend(target["language"]).build(sources, lib, target, include_dirs)
+        return
     objs = []
     for src in sources:
         obj = src.with_suffix(src.suffix + ".o")
