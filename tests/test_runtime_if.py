@@ -72,6 +72,12 @@ def test_either_branch_matches_onnxruntime(kind, tmp_path):
         d.mkdir()
         feeds = {"x": _x(sign, seed), "idx": np.random.default_rng(seed).integers(-4, 4, 2)}
         assert_parity(sign_if(), d, feeds, target=target, threads=threads, build=build)
+    # a device's host code reads the condition back once, for the then-block and the else-block
+    read = {"opencl": "aotc_cl_flag(", "cuda-eager": "aotc_cuda_flag("}.get(kind)
+    if read:
+        host = next(p for p in (d / "out").iterdir() if p.suffix in (".c", ".cu") and "weights" not in p.name)
+        text = host.read_text()
+        assert text.count(read) == 1 and "if (aotc_cond0) {" in text and "if (!aotc_cond0) {" in text, host
 
 
 @pytest.mark.parametrize("kind", ["c", "opencl", "cuda-eager"])

@@ -149,7 +149,8 @@ def _execute(prefix: str, program: Program, in_index: dict, out_index: dict, ker
 
     if program.reads_back():
         L += ["    int flags = AOTC_OK;      /* a failed read of a condition */"]
-    L += program.host_lines(lambda var, n: f"for (int64_t {var} = 0; {var} < {n}; ++{var})", launch, test)
+    L += program.host_lines(lambda var, n: f"for (int64_t {var} = 0; {var} < {n}; ++{var})", launch, test,
+                            read_once=True)
     if program.reads_back():
         L += ["    if (flags != AOTC_OK) return flags;"]
     L += ["    return aotc_cuda_status(cudaGetLastError());", "}", ""]

@@ -168,7 +168,8 @@ def _execute(prefix: str, program: Program, kidx: dict, in_index: dict, out_inde
 
     if program.reads_back():
         L += ["    int flags = AOTC_OK;      /* a failed read of a condition */"]
-    L += program.host_lines(lambda var, n: f"for (cl_long {var} = 0; {var} < {n}; ++{var})", launch, test)
+    L += program.host_lines(lambda var, n: f"for (cl_long {var} = 0; {var} < {n}; ++{var})", launch, test,
+                            read_once=True)
     L += ["    return flags;" if program.reads_back() else "    return AOTC_OK;", "}", ""]
     return L
 
