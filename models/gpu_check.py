@@ -1,9 +1,13 @@
 """The cuda target on a GPU: parity of every zoo model, and latency beside PyTorch.
 
 python -m models.gpu_check zoo   [--size full] [--models a,b] [--jobs 8] [--target cuda:sm_90] [--report F]
-python -m models.gpu_check torch [--batches 1,32] [--models resnet50,bert,...] [--report F]
+python -m models.gpu_check torch [--batches 1,32] [--models resnet50,bert,...] [--compile-models bert,...] [--report F]
 python -m models.gpu_check variants [--models resnet50,bert] [--batch 1] [--variant NAME:TABLE.KEY=VALUE,...]
                                     [--runs 50] [--rounds 6] [--target cuda:sm_90] [--report F]
+
+Every mode takes `--phase build` (compile only, recording each build's error in --workdir),
+`--phase time` (run the table on what a build phase left) or `--phase all` (the default):
+models/gpu_lease.sh builds every mode's artifacts at once, then times each mode alone.
 
 `zoo`: every zoo model is built, compiled for the cuda target (in parallel: nvcc compiles one
 file on one core), run next to ONNX Runtime (CPU) on the same seeded inputs, and timed (median
@@ -100,7 +104,7 @@ def zoo(a) -> str:
         e = ZOO[n]
         err = built[n]
         if err:
-            rows.append(f"| {n} | ERROR | | | | | {err} |")
+            rows.append(f"| {n} | ERROR: {err} | | | | |")
             print(n, "ERROR", err, flush=True)
             continue
         path = work / f"{n}_{a.size}.onnx"
@@ -109,7 +113,7 @@ def zoo(a) -> str:
             m = load(work / f"{n}_{a.size}_cuda")
             got = m.run({k: feeds[k] for k in m.input_names})
         except Exception as ex:
-            rows.append(f"| {n} | ERROR | | | | | {type(ex).__name__}: {str(ex)[:300]} |")
+            rows.append(f"| {n} | ERROR: {type(ex).__name__}: {str(ex)[:300]} | | | | |")
             print(n, "ERROR", ex, flush=True)
             continue
         ref = reference_outputs(path, feeds)
