@@ -148,7 +148,7 @@ AOTC_MATH_FN float aotc_tanhf(float x)
     q = q * s + -0.333333283662796f;
     q = q * s + 1.0f;
     const float small = x * q;
-    const float e = aotc_exp_normal(2.0f * aotc_clamp_nonnegative(ax, 0, 0x4111999a));   /* |x| up to 9.1; NaN: 9.1 */
+    const float e = aotc_expf(2.0f * (ax > 9.1f ? 9.1f : ax));         /* NaN: exp(NaN), finite */
     const float big = 1.0f - 2.0f / (e + 1.0f);
     const float y = ax < 0.625f ? small : (x < 0.0f ? -big : big);
     return x != x ? x : y;
