@@ -101,6 +101,26 @@ def _tensor(a):
     return a
 
 
+def _ort_verdict(case, inputs: list, got: list, expected: list, rtol: float, atol: float) -> str:
+    """What ONNX Runtime (aotc's parity reference) says about a failing data set: whether its
+    outputs match the expected ones (then aotc is wrong) or aotc's (then both differ from the
+    ONNX reference implementation's numbers the same way)."""
+    from aotc.check.parity import compare
+    try:
+        import onnxruntime as ort
+        sess = ort.InferenceSession(case.model.SerializeToString(), providers=["CPUExecutionProvider"])
+        names = [i.name for i in sess.get_inputs()]
+        theirs = sess.run(None, dict(zip(names, inputs)))
+    except Exception as ex:  # noqa: BLE001 - reported in the row
+        return f"ONNX Runtime cannot run it ({type(ex).__name__}: {_first_line(ex)[:120]})"
+    pairs = list(zip(theirs, expected, got))
+    if all(compare("y", np.asarray(t), e, rtol, atol).passed for t, e, _ in pairs):
+        return "ONNX Runtime matches the expected values"
+    if all(compare("y", np.asarray(g), np.asarray(t), rtol, atol).passed for t, _, g in pairs):
+        return "ONNX Runtime gives aotc's values (it differs from the expected ones the same way)"
+    return "ONNX Runtime differs from both"
+
+
 def run_case(case, workdir: str | os.PathLike) -> CaseResult:
     """Compile and run one case in this process; classify the outcome."""
     import onnx
@@ -127,6 +147,7 @@ def run_case(case, workdir: str | os.PathLike) -> CaseResult:
         failures = []
         drawn: set = set()                      # outputs drawn at random, of the expected type
         bound: dict = {}
+        verdict = ""                            # ONNX Runtime on the first failing data set
         for k, (inputs, outputs) in enumerate(case.data_sets):
             inputs, outputs = [_tensor(a) for a in inputs], [_tensor(a) for a in outputs]
             # the data set lists arrays for the graph's inputs, in order; optional inputs that are
@@ -174,13 +195,15 @@ def run_case(case, workdir: str | os.PathLike) -> CaseResult:
                     worst = max(worst, r.max_abs_err)
                     failures.append(f"{name}: max_abs={r.max_abs_err:.3g} mismatches={r.mismatches}"
                                     + (f" ({r.note})" if r.note else ""))
+            if failures and not verdict:
+                verdict = _ort_verdict(case, inputs, got, outputs, rtol, atol)
         how = f" (inputs {', '.join(sorted(bound))} bound as constants)" if bound else ""
         if drawn and not failures:
             return CaseResult(case.name, ops, "RANDOM", f"{', '.join(sorted(drawn))} drawn at random: shape and "
                               "dtype as expected, values not compared" + how, time.perf_counter() - t0)
         if failures:
             return CaseResult(case.name, ops, "FAIL", f"max abs err {worst:.3g}; " + "; ".join(failures)
-                              + f" [rtol {rtol:g}, atol {atol:g}]" + how, time.perf_counter() - t0)
+                              + f" [rtol {rtol:g}, atol {atol:g}]" + how + f"; {verdict}", time.perf_counter() - t0)
         return CaseResult(case.name, ops, "PASS_BOUND" if bound else "PASS", how.strip(" ()"),
                           time.perf_counter() - t0)
     except UnsupportedError as ex:
@@ -285,7 +308,10 @@ def report(results: list, command: str, seconds: float, jobs: int, timeout: floa
         "RANDOM: the case draws random numbers (a random op, Dropout in training mode), which aotc's "
         "generator draws otherwise than numpy's: every output has the expected shape and dtype, the "
         "values are not compared (tests/test_random_ops.py tests their distributions). "
-        "FAIL: wrong numbers. UNSUPPORTED: aotc raised UnsupportedError "
+        "FAIL: outputs differ from the expected ones (the ONNX reference implementation's); each row "
+        "then says what ONNX Runtime, aotc's parity reference, gives on the same inputs: the expected "
+        "values (aotc is wrong) or aotc's (both differ from the reference the same way). "
+        "UNSUPPORTED: aotc raised UnsupportedError "
         "(operator, element type or attribute value not implemented). ERROR: any other exception. "
         "TIMEOUT: killed after the per-case limit. CRASH: the worker process died. No case is skipped.",
         "",
