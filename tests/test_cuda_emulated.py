@@ -7,8 +7,9 @@ opencl target is on PoCL. Speed means nothing here; docs/GPU.md has the GPU's nu
 
 On a machine with an NVIDIA GPU, AOTC_TEST_ON_GPU=1 runs every test that builds through
 `emulated_build` (here and in the other test files that import it) on the GPU instead: the
-build is then nvcc's, the target's own (`models/gpu_lease.sh` does this in a lease). Tests that
-look at the emulation itself may then fail for that reason; their names say so."""
+build is then nvcc's, the target's own (`models/gpu_lease.sh` does this in a lease). A test
+that looks at what the emulated build leaves (its rewritten sources, say) may then fail for
+that reason alone: read a failure's assertion before blaming the GPU."""
 from __future__ import annotations
 
 import json

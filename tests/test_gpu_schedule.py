@@ -137,7 +137,7 @@ def test_gemm_launch_shapes():
     ffn = gemm_shape(gemm(128, 3072, 768), q)                 # 2 x 48 groups -> K in 2
     assert (ffn.p.tm, ffn.p.rm, ffn.split, ffn.chunk) == (64, 4, 2, 384)
     assert (gemm_shape(gemm(128, 3072, 768), p).p.rm, gemm_shape(gemm(128, 3072, 768), p).split) == (2, 1)
-    # floor_groups 32: a product K is too short to split (960 x 49 x 160: 15 groups of 64 x 64)
+    # floor_groups 32: a product whose K is too short to split (960 x 49 x 160: 15 groups of 64 x 64)
     # goes down to 2 x 2 (32 x 32 tiles, 60 groups); one that splits keeps 4 x 4
     f = replace(q, floor_groups=32)
     assert (gemm_shape(gemm(960, 49, 160), q).p.rm, gemm_shape(gemm(960, 49, 160), q).split) == (4, 1)
