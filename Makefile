@@ -43,7 +43,7 @@ zoo-full: venv
 
 # Every ONNX backend node test case compiled and run by aotc (about 3 minutes on 2 cores); writes docs/CONFORMANCE.md.
 conformance: venv
-	$(BIN)/python -m models.conformance --report docs/CONFORMANCE.md
+	$(BIN)/python -m tools.conformance --report docs/CONFORMANCE.md
 
 # aotc vs ONNX Runtime and OpenVINO at 1 and 2 threads, medians and ratios; updates the table in
 # docs/PERFORMANCE.md (about 35 minutes; BENCH_FLAGS=--baseline-checkout DIR adds a column for another
@@ -51,7 +51,7 @@ conformance: venv
 BENCH_FLAGS ?=
 bench: venv
 	$(BIN)/python -m pip install -q -e '.[test,bench]'
-	$(BIN)/python -m models.bench --size full --threads 1,2 --runs 30 --rounds 6 --openvino $(BENCH_FLAGS) --report docs/PERFORMANCE.md
+	$(BIN)/python -m tools.bench --size full --threads 1,2 --runs 30 --rounds 6 --openvino $(BENCH_FLAGS) --report docs/PERFORMANCE.md
 
 # Regenerates docs/ONNX_SUPPORT.md from the op registry.
 support-matrix: venv
@@ -76,21 +76,21 @@ fuzz: venv
 # Every small zoo model built with ASan+UBSan and under valgrind memcheck, outputs compared
 # with ONNX Runtime (about 90 s).
 sanitize: venv
-	$(BIN)/python -m models.sanitize
+	$(BIN)/python -m tools.sanitize
 
 # Thread-safety stress: every small zoo model, one artifact driven at once by 8 threads calling
 # <name>_run (a workspace each) and 4 instances (a 2-thread pool each, created and destroyed
 # twice), 3000 calls per build, each result vs ONNX Runtime and bit for bit vs the same call made
 # alone; built with ThreadSanitizer (2000 calls; zero reports) and at -O3 (6-9 min).
 stress: venv
-	$(BIN)/python -m models.stress --calls 3000 --tsan-calls 2000
+	$(BIN)/python -m tools.stress --calls 3000 --tsan-calls 2000
 
 # Hugging Face BertModel(BertConfig()) exported by torch.onnx dynamo at opset 18, seq 128,
 # compiled and checked against ONNX Runtime (about 30 s).
 hf-bert: venv
 	$(BIN)/python -m models.hf_bert --size base --check
 
-# cuobjdump and nvdisasm (PyPI's nvidia-cuda-cuobjdump, -nvdisasm) into the venv, for `python -m models.sass_stats`: what
+# cuobjdump and nvdisasm (PyPI's nvidia-cuda-cuobjdump, -nvdisasm) into the venv, for `python -m tools.sass_stats`: what
 # the cuda target's kernels compile to (registers, spills, FFMA / HMMA / LDS / SHFL counts)
 # where the CUDA toolkit has nvcc but no cuobjdump and there is no GPU.
 sass-deps: venv

@@ -350,7 +350,7 @@ static void aotc_sgemm_pack_b_im2col(const aotc_im2col *v, int64_t k0, int64_t k
  * extension), so that the accumulators are values, not an array: an array of floats stays in
  * memory around the k loop (zeroed there first, stored there after it, read back for the
  * stores), which cost a 1x1 convolution's short K loops ~7% (measured on the 8 x 32 AVX-512
- * tile, models/gemm_bench.py). */
+ * tile, tools/gemm_bench.py). */
 #if defined(__AVX512F__)
 #define AOTC_TILE_VW 16
 #elif defined(__AVX__)

@@ -5,7 +5,7 @@
  * call here: the GELU of a transformer's feed-forward layer spent more time in erff than in
  * its GEMM. These are branch-free: range reduction and polynomials in plain arithmetic,
  * comparisons as selects, so that in a loop the compiler evaluates them a vector at a time.
- * The coefficients are near-minimax fits made by models/math_fit.py; tests/test_math.py
+ * The coefficients are near-minimax fits made by tools/math_fit.py; tests/test_math.py
  * measures every function against libm in ULP over a dense sweep of floats and at the special
  * values (NaN, +-inf, +-0, overflow and underflow bounds), where the results are libm's.
  * Generated C includes this header; the generated code calls these for float32 math.

@@ -4,7 +4,7 @@ from functools import lru_cache
 
 import pytest
 
-from models.conformance import collect, run_cases
+from tools.conformance import collect, run_cases
 
 CASES = [
     "test_abs", "test_add", "test_and2d", "test_attention_3d_causal", "test_attention_4d_gqa_with_past_and_present",

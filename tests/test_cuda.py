@@ -1,7 +1,7 @@
 """The cuda target, where there is no GPU: every small zoo model compiles with nvcc (machine code
 for sm_80 and sm_90, PTX for sm_80), the generated code has the shape the GPU schedule gave it,
 and an instance made without a usable device returns a clear status (never a crash). Running
-on a GPU is scripts/gpu_check.py's job (docs/GPU.md). Skips, saying why, without nvcc."""
+on a GPU is tools/gpu_check.py's job (docs/GPU.md). Skips, saying why, without nvcc."""
 from __future__ import annotations
 
 import json

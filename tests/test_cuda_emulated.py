@@ -7,7 +7,7 @@ opencl target is on PoCL. Speed means nothing here; docs/GPU.md has the GPU's nu
 
 On a machine with an NVIDIA GPU, AOTC_TEST_ON_GPU=1 runs every test that builds through
 `emulated_build` (here and in the other test files that import it) on the GPU instead: the
-build is then nvcc's, the target's own (`models/gpu_lease.sh` does this in a lease). A test
+build is then nvcc's, the target's own (`tools/gpu_lease.sh` does this in a lease). A test
 that looks at what the emulated build leaves (its rewritten sources, say) may then fail for
 that reason alone: read a failure's assertion before blaming the GPU."""
 from __future__ import annotations
@@ -241,11 +241,11 @@ def test_profile_mode_on_emulated_cuda(tmp_path):
 
 
 def test_schedule_variants_harness(tmp_path):
-    """`python -m models.gpu_check variants` (the GPU schedule's choices side by side), run
+    """`python -m tools.gpu_check variants` (the GPU schedule's choices side by side), run
     here on the emulation: each variant's target really has its setting, every model at batch
     2 passes against ONNX Runtime under each, and each gets a time and a ratio."""
     import argparse
-    from models.gpu_check import variants
+    from tools.gpu_check import variants
     a = argparse.Namespace(models="lenet5,mlp", size="small", batch=2, target="cuda:sm_90", jobs=1, runs=4,
                            rounds=2, workdir=str(tmp_path), variant=["im2col-buffers:gemm.im2col_packing=false",
                                                                     "tiled-few-rows:gpu.gemv_rows=0"])

@@ -10,7 +10,7 @@ import pytest
 
 from aotc.schedule.gemm_cpu import GemmTiles, pack_a, pack_b
 from aotc.targets import cpu_flags, load_target
-from models.gemm_bench import GemmLib
+from tools.gemm_bench import GemmLib
 
 _NEEDS = {name: set(load_target(name).get("requires", [])) for name in ("c", "c-avx2", "c-avx512")}
 

@@ -14,7 +14,7 @@ import pytest
 
 from aotc.schedule.gemm_cpu import pack_a_int8, pack_b_int8
 from aotc.targets import cpu_flags, load_target
-from models.gemm_bench import GemmLib
+from tools.gemm_bench import GemmLib
 
 _NEEDS = {name: set(load_target(name).get("requires", [])) for name in ("c", "c-avx2", "c-avx512")}
 

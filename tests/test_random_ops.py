@@ -538,9 +538,9 @@ def test_bad_attributes_are_refused(node, error, match, tmp_path):
 
 
 def test_the_conformance_runner_says_random():
-    """models/conformance.py: a case that draws gives RANDOM (shapes and dtypes checked, values
+    """tools/conformance.py: a case that draws gives RANDOM (shapes and dtypes checked, values
     not comparable), one that draws nothing (a zero ratio) still compares its values."""
-    from models.conformance import run_cases
+    from tools.conformance import run_cases
     cases = _node_cases()
     got = {r.name: r for r in run_cases([cases["test_bernoulli_seed"], cases["test_training_dropout_mask"],
                                          cases["test_training_dropout_zero_ratio"]], jobs=1, timeout=120)}

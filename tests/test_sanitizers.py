@@ -1,4 +1,4 @@
-"""A representative slice of `make sanitize` (models/sanitize.py): small zoo models, and models
+"""A representative slice of `make sanitize` (tools/sanitize.py): small zoo models, and models
 with Ifs and Loops decided at run time, built with AddressSanitizer + UndefinedBehaviorSanitizer
 and run against ONNX Runtime, and the MLP's embedding path (create with external weights /
 invoke / destroy) under valgrind memcheck. Plus a check that the harness does report what it
@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from models import sanitize
+from tools import sanitize
 
 STATUS = sanitize.tool_status()
 

@@ -1,4 +1,4 @@
-"""A slice of `make stress` (models/stress.py): one artifact driven by 8 threads calling
+"""A slice of `make stress` (tools/stress.py): one artifact driven by 8 threads calling
 <name>_run (a workspace each) and by 4 model instances (a 2-thread pool each) at once, every
 result compared with ONNX Runtime and with the same call made alone, built with
 ThreadSanitizer. Plus checks that the harness does catch a planted race and a wrong result,
@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from models import stress
+from tools import stress
 
 TSAN_WHY, _ = stress.tsan_status()
 needs_tsan = pytest.mark.skipif(TSAN_WHY is not None, reason=f"ThreadSanitizer cannot run here: {TSAN_WHY}")

@@ -22,13 +22,13 @@ def test_zoo_model_parity(name, threads, tmp_path):
 
 
 def test_vs_ort_charges_onnx_runtime_nodes_to_aotc_kernels(tmp_path):
-    """`python -m models.vs_ort` (aotc's kernels beside ONNX Runtime's profiled nodes): on
+    """`python -m tools.vs_ort` (aotc's kernels beside ONNX Runtime's profiled nodes): on
     LeNet-5 every kernel gets a row, ONNX Runtime's fused Conv and Gemm nodes are charged to
     the kernels holding those ONNX nodes, and the totals are positive."""
     import re
     import subprocess
     import sys
-    r = subprocess.run([sys.executable, "-m", "models.vs_ort", "lenet5", "--size", "small", "--runs", "3",
+    r = subprocess.run([sys.executable, "-m", "tools.vs_ort", "lenet5", "--size", "small", "--runs", "3",
                         "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     head = re.search(r"aotc ([\d.]+) ms in kernels, ONNX Runtime ([\d.]+) ms in nodes", r.stdout)

@@ -17,7 +17,7 @@ Cost, in multiply-adds of a GEMM:
     Winograd:    a² T (M C + TRANSFORM_COST (C + M))   for T tiles of m x m, a = m + 2
 TRANSFORM_COST is what transforming one value in or out of the a x a tile domain costs,
 counting that value's packing by the GEMM, relative to one multiply-add in the GEMM
-(calibrated with models/winograd_bench.py, see docs/PERFORMANCE.md)."""
+(calibrated with tools/winograd_bench.py, see docs/PERFORMANCE.md)."""
 from __future__ import annotations
 
 from ..ir import dtypes

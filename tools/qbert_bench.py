@@ -10,7 +10,7 @@ output that differs in its last bit between the engines (7e-7) moves that scale 
 some values round to the neighbouring 8-bit value and the difference propagates. What is
 compared is that both are as far from the float model as each other.
 
-python -m models.qbert_bench [--runs 10] [--threads 1,2] [--seq 128] [--workdir DIR]
+python -m tools.qbert_bench [--runs 10] [--threads 1,2] [--seq 128] [--workdir DIR]
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def main() -> None:
     from aotc.api import load
     from aotc.compiler import compile_model
 
-    from .zoo import ZOO
+    from models.zoo import ZOO
     a.workdir.mkdir(parents=True, exist_ok=True)
     fp, q = a.workdir / "bert.onnx", a.workdir / "bert_int8.onnx"
     onnx.save(ZOO["bert"].build("full"), str(fp))
@@ -58,7 +58,7 @@ def main() -> None:
         engines = {"aotc": lambda: art.run(feeds), "ORT": lambda: s.run(None, feeds)}
         times: dict[str, list] = {k: [] for k in engines}
         # rounds in which each engine runs back to back (one engine's threads still spinning
-        # after its run would slow the other's, as models/bench.py notes)
+        # after its run would slow the other's, as tools/bench.py notes)
         rounds = 3
         for r in range(rounds):
             for k, f in engines.items():

@@ -24,8 +24,8 @@ The driver relies only on the artifact contract: <name>.h declares
 <NAME>_WORKSPACE_BYTES / <NAME>_WORKSPACE_ALIGN and the structs with one field per manifest
 input/output (c_name).
 
-    python -m models.sanitize                       # every small zoo model, both checks (make sanitize, ~90 s)
-    python -m models.sanitize --models mlp,lenet5 --check asan
+    python -m tools.sanitize                       # every small zoo model, both checks (make sanitize, ~90 s)
+    python -m tools.sanitize --models mlp,lenet5 --check asan
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@
 #      model has),
 # each timed alone and written to OUTDIR as it finishes.
 #
-#   bash models/gpu_lease.sh OUTDIR
+#   bash tools/gpu_lease.sh OUTDIR
 #
 # On the lent machines python3 holds PyTorch, ONNX and ONNX Runtime but not cffi: put its
 # wheels (cffi, pycparser; cp312 manylinux) in .whl/ and they are installed first.
@@ -34,7 +34,7 @@ log() { tee -a "$OUT/run.log"; }
     ls /etc/OpenCL/vendors 2>&1
 } 2>&1 | tee "$OUT/env.txt"
 
-G="python3 -m models.gpu_check"
+G="python3 -m tools.gpu_check"
 W=build/gpu
 TORCH_COMPILED=bert,gpt2,vit            # torch.compile is timed for the transformers (issue 6's target)
 VARIANT_MODELS=resnet50,mobilenetv2,bert,gpt2,lstm
@@ -62,7 +62,7 @@ timeout -k 5 40 $G variants --phase time --models bert,resnet50 --batch 32 --var
     --runs 12 --rounds 3 --workdir build/gpu32 --report "$OUT/variants32.md" 2>&1 | log
 [ -f "$OUT/variants32.md" ] && { echo; cat "$OUT/variants32.md"; } >>"$OUT/variants.md" && rm "$OUT/variants32.md"
 echo "== profile $(date -u +%T)" | log
-timeout -k 5 60 python3 -m models.profile bert --target cuda:sm_90 --threads 1 --runs 20 --top 20 --by-strategy \
+timeout -k 5 60 python3 -m tools.profile bert --target cuda:sm_90 --threads 1 --runs 20 --top 20 --by-strategy \
     --workdir build/gpu-profile >"$OUT/profile_bert.txt" 2>&1
 echo "== emulated-cuda tests on the GPU $(date -u +%T)" | log
 AOTC_TEST_ON_GPU=1 timeout -k 5 240 python3 -m pytest -q -n 8 -k cuda -p no:cacheprovider \

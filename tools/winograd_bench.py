@@ -1,7 +1,7 @@
 """3 x 3 convolutions (+ bias + ReLU): aotc's direct lowering (im2col GEMM), Winograd F(2x2, 3x3)
 and F(4x4, 3x3), beside ONNX Runtime, on the shapes CNNs spend their time in.
 
-python -m models.winograd_bench [--target native] [--runs 15] [--threads 1] [--workdir build/winograd_bench]
+python -m tools.winograd_bench [--target native] [--runs 15] [--threads 1] [--workdir build/winograd_bench]
 
 Each form is forced on every shape (the cost model of aotc/passes/winograd.py, which picks one
 in a real compile, is bypassed), so that its MIN_GAIN and TRANSFORM_COST can be checked against

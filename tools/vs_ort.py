@@ -1,6 +1,6 @@
 """Where a zoo model's time goes in aotc and in ONNX Runtime, kernel by kernel, in one run.
 
-python -m models.vs_ort MODEL [--size full] [--target native] [--threads 1] [--runs 20] [--top 25]
+python -m tools.vs_ort MODEL [--size full] [--target native] [--threads 1] [--runs 20] [--top 25]
 
 aotc runs with kernel timing on (aotc.load(..., profile=True)), ONNX Runtime with its profiler
 (SessionOptions.enable_profiling; the same intra-op thread count), alternately on the same

@@ -3,7 +3,7 @@ tanh and erf for the C targets), reproducibly: near-minimax fits in relative err
 weighted least squares on Chebyshev nodes with Lawson's reweighting, in float64 against
 Python's math module, then rounded to float32.
 
-    python -m models.math_fit            # prints the coefficients as runtime/aotc_math.h has them
+    python -m tools.math_fit            # prints the coefficients as runtime/aotc_math.h has them
 
 Each fit is of a smooth factor of the function over a reduced range (see aotc_math.h for the
 range reductions): the fitted error is far below float32's epsilon, so the result's error is

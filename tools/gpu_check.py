@@ -1,13 +1,13 @@
 """The cuda target on a GPU: parity of every zoo model, and latency beside PyTorch.
 
-python -m models.gpu_check zoo   [--size full] [--models a,b] [--jobs 8] [--target cuda:sm_90] [--report F]
-python -m models.gpu_check torch [--batches 1,32] [--models resnet50,bert,...] [--compile-models bert,...] [--report F]
-python -m models.gpu_check variants [--models resnet50,bert] [--batch 1] [--variant NAME:TABLE.KEY=VALUE,...]
+python -m tools.gpu_check zoo   [--size full] [--models a,b] [--jobs 8] [--target cuda:sm_90] [--report F]
+python -m tools.gpu_check torch [--batches 1,32] [--models resnet50,bert,...] [--compile-models bert,...] [--report F]
+python -m tools.gpu_check variants [--models resnet50,bert] [--batch 1] [--variant NAME:TABLE.KEY=VALUE,...]
                                     [--runs 50] [--rounds 6] [--target cuda:sm_90] [--report F]
 
 Every mode takes `--phase build` (compile only, recording each build's error in --workdir),
 `--phase time` (run the table on what a build phase left) or `--phase all` (the default):
-models/gpu_lease.sh builds every mode's artifacts at once, then times each mode alone.
+tools/gpu_lease.sh builds every mode's artifacts at once, then times each mode alone.
 
 `zoo`: every zoo model is built, compiled for the cuda target (in parallel: nvcc compiles one
 file on one core), run next to ONNX Runtime (CPU) on the same seeded inputs, and timed (median
@@ -296,7 +296,7 @@ def beside_torch(a) -> str:
 
 
 # ----------------------------------------------------------------------------- schedule variants
-# each undoes one change made without a GPU (docs/GPU.md "Since the H100 run") or tries the
+# each undoes one change made without a GPU (docs/journal/gpu.md "Built without a GPU between the two runs") or tries the
 # next one named there (batch-1 tiles of at least 4 x 4 results), plus TF32
 DEFAULT_VARIANTS = (
     "im2col-buffers:gemm.im2col_packing=false",

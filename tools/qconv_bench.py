@@ -5,7 +5,7 @@ by int8 weights [768, 768] and [768, 3072] (BERT-base's projections at sequence 
 Runtime's dynamic or static quantization writes them). aotc (1 thread) beside ONNX Runtime (1
 thread), medians of 15 runs after 3 warm-up runs, and whether the outputs are equal.
 
-python -m models.qconv_bench [--workdir DIR] [--target native]
+python -m tools.qconv_bench [--workdir DIR] [--target native]
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ spills and shared memory, and the machine instructions that matter for speed, co
 SASS (all of them, then fused multiply-adds, tensor-core MMAs, shared and global loads,
 shuffles, barriers).
 
-python -m models.sass_stats MODEL [--size small|full] [--target cuda:sm_90] [--shape x=1x3x224x224]
+python -m tools.sass_stats MODEL [--size small|full] [--target cuda:sm_90] [--shape x=1x3x224x224]
                                   [--match GEMM] [--cuobjdump PATH]
 
 MODEL is a zoo name or an .onnx file. Needs nvcc, and cuobjdump (not in every toolkit install:

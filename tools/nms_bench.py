@@ -1,7 +1,7 @@
 """NonMaxSuppression as a detector's head runs it, aotc beside ONNX Runtime, on as many threads
 each (aotc runs the classes in parallel; ONNX Runtime's kernel is sequential).
 
-python -m models.nms_bench [--target native] [--threads 1] [--runs 21] [--workdir build/nms_bench]
+python -m tools.nms_bench [--target native] [--threads 1] [--runs 21] [--workdir build/nms_bench]
 
 Shapes: 8400 boxes and 80 classes (a YOLOv8-sized head at 640 x 640), center-format boxes,
 at most 100 kept per class, IoU 0.45, score threshold 0.25; "dense" scores are uniform (three

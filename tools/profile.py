@@ -1,6 +1,6 @@
 """Per-kernel time of a zoo model compiled by aotc, for each thread count, side by side.
 
-python -m models.profile MODEL [--size full] [--target native] [--threads 1,2] [--runs 10] [--top 25]
+python -m tools.profile MODEL [--size full] [--target native] [--threads 1,2] [--runs 10] [--top 25]
                            [--by-strategy] [--ort] [--qdq]
 
 Each artifact is loaded with kernel timing on (aotc.load(..., profile=True)); after warm-up
@@ -12,7 +12,7 @@ body in the generated C: "1x1 convolution", "direct convolution", "im2col", ...)
 inputs and run counts) beside each kernel: the ORT nodes whose names hold one of the kernel's
 node names (ORT names a fused or re-laid-out node after one of its sources), and lists the ORT
 nodes no kernel claimed (layout reorders, nodes aotc folded away).
-`--qdq` profiles the model statically quantized in the QDQ format (models/qdq_bench.py; full
+`--qdq` profiles the model statically quantized in the QDQ format (tools/qdq_bench.py; full
 size only).
 """
 from __future__ import annotations
@@ -28,13 +28,13 @@ from aotc.check.inputs import sample_inputs
 from aotc.compiler import compile_model
 from aotc.frontend import import_model, load_onnx
 
-from .build import save
-from .zoo import ZOO
+from models.build import save
+from models.zoo import ZOO
 
 
 def zoo_model(name: str, size: str, workdir: Path, qdq: bool = False) -> tuple[Path, dict, dict]:
     """Zoo model `name` saved under workdir: (its path, its input shapes, seeded inputs); with
-    `qdq`, statically quantized (QDQ format, as models/qdq_bench.py makes it)."""
+    `qdq`, statically quantized (QDQ format, as tools/qdq_bench.py makes it)."""
     e = ZOO[name]
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / f"{name}_{size}.onnx"

@@ -1,7 +1,7 @@
 """GEMM micro-benchmark: the runtime's reference aotc_sgemm_reference vs the packed aotc_sgemm,
 in GFLOP/s, on the matrix shapes ResNet-50, BERT and GPT-2 spend their time in.
 
-python -m models.gemm_bench [--targets c,c-avx512] [--repeats 7] [--min-time 0.2] [--threads 2]
+python -m tools.gemm_bench [--targets c,c-avx512] [--repeats 7] [--min-time 0.2] [--threads 2]
 
 Both kernels are compiled with each target's compiler and flags (and its [gemm] tiles) into a
 small shared library (`GemmLib`, also used by tests/test_gemm.py); each shape runs both

@@ -1,6 +1,6 @@
 """ONNX backend conformance: every ONNX node test case through aotc (target c), with a Markdown report.
 
-python -m models.conformance [--filter REGEX] [--report docs/CONFORMANCE.md] [--jobs N] [--timeout S]
+python -m tools.conformance [--filter REGEX] [--report docs/CONFORMANCE.md] [--jobs N] [--timeout S]
 
 Cases come from onnx.backend.test.case.node.collect_testcases (in memory; the official data files
 are not needed). Each case: model saved to a temp dir, compiled with input shapes bound from the data
@@ -390,7 +390,7 @@ def main(argv=None) -> None:
 
     results = run_cases(cases, jobs=a.jobs, timeout=a.timeout, progress=progress)
     secs = time.perf_counter() - t0
-    cmd = "python -m models.conformance"
+    cmd = "python -m tools.conformance"
     if a.filter:
         cmd += f" --filter '{a.filter}'"
     if a.report:

@@ -7,7 +7,7 @@ operators, passes/qdq.py) and with `,qdq_float` (the model as written: float32 b
 DequantizeLinear and QuantizeLinear nodes); and how far each output is from ONNX Runtime's and
 from the float model's.
 
-python -m models.qdq_bench [--models resnet50,mobilenetv2] [--runs 15] [--target native] [--workdir DIR]
+python -m tools.qdq_bench [--models resnet50,mobilenetv2] [--runs 15] [--target native] [--workdir DIR]
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def quantized(name: str, workdir: Path, rng) -> tuple[Path, Path, dict]:
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    from .zoo import ZOO
+    from models.zoo import ZOO
     workdir.mkdir(parents=True, exist_ok=True)
     fp, pp, q = workdir / f"{name}.onnx", workdir / f"{name}_pre.onnx", workdir / f"{name}_qdq.onnx"
     model = ZOO[name].build("full")

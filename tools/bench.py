@@ -1,6 +1,6 @@
 """Benchmark: aotc vs ONNX Runtime on zoo models, side by side in one run.
 
-python -m models.bench [--size small|full] [--models a,b] [--runs 15] [--threads 1,2]
+python -m tools.bench [--size small|full] [--models a,b] [--runs 15] [--threads 1,2]
                        [--baseline-checkout DIR] [--opencl] [--openvino] [--report docs/PERFORMANCE.md]
 
 For each model, every engine runs on the same inputs: aotc on `--target` (default native)
@@ -42,8 +42,8 @@ from aotc.compiler import compile_model
 from aotc.frontend import import_model, load_onnx
 from aotc.targets import load_target
 
-from .build import save
-from .zoo import ZOO
+from models.build import save
+from models.zoo import ZOO
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 # Before an engine's block of runs: the previous engine's pool threads stop spinning first.

@@ -1,6 +1,6 @@
-/* Thread-safety stress harness for one aotc artifact (models/stress.py builds and runs it).
+/* Thread-safety stress harness for one aotc artifact (tools/stress.py builds and runs it).
  *
- * It is generic: everything model-specific comes from "stress_glue.h", which models/stress.py
+ * It is generic: everything model-specific comes from "stress_glue.h", which tools/stress.py
  * generates from the artifact's manifest (SG_* macros and tables, sg_run / sg_create /
  * sg_invoke / sg_destroy / sg_threads wrapping <name>_run, <name>_create_with_options, ...).
  *
