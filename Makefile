@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 JOBS   ?= 2
 
-.PHONY: all venv demo test opencl-deps zoo-full conformance bench support-matrix clean fuzz sanitize hf-bert stress sass-deps
+.PHONY: all venv demo test opencl-deps zoo-full conformance golden golden-update bench support-matrix clean fuzz sanitize hf-bert stress sass-deps
 
 all: test
 
@@ -44,6 +44,15 @@ zoo-full: venv
 # Every ONNX backend node test case compiled and run by aotc (about 3 minutes on 2 cores); writes docs/CONFORMANCE.md.
 conformance: venv
 	$(BIN)/python -m tools.conformance --report docs/CONFORMANCE.md
+
+# Hashes of the sources aotc generates for the small zoo models (c, native, opencl, cuda) and every
+# ONNX node test case (c, cuda), against tools/golden_sources.json (about 75 s on 2 cores): a change
+# meant to keep the generated code keeps every hash; golden-update records the new ones.
+golden: venv
+	$(BIN)/python -m tools.golden --check tools/golden_sources.json
+
+golden-update: venv
+	$(BIN)/python -m tools.golden --write tools/golden_sources.json
 
 # aotc vs ONNX Runtime and OpenVINO at 1 and 2 threads, medians and ratios; updates the table in
 # docs/PERFORMANCE.md (about 35 minutes; BENCH_FLAGS=--baseline-checkout DIR adds a column for another
