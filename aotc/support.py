@@ -56,13 +56,13 @@ def _other_domains() -> list[str]:
             key = (s.domain, s.name)
             if key not in newest or s.since_version > newest[key].since_version:
                 newest[key] = s
-    from .frontend.ml import all_builders
+    from .frontend.rewrite import all_builders
     rewritten = set(all_builders())
     expanded = {k for k, s in newest.items() if s.has_function or s.has_context_dependent_function}
     L = ["", "## Other domains", "",
          f"{len(expanded | rewritten)} of {len(newest)} operators of the other ONNX domains compile, when the model "
          "is read:", "ai.onnx.ml operators and ai.onnx.preview.training's optimizer steps rewritten into ai.onnx ones",
-         "(aotc/frontend/ml.py, ml_trees.py, training.py; numeric tensors only),",
+         "(aotc/frontend/rewrite.py: ml.py, ml_trees.py, training.py; numeric tensors only),",
          "and those ONNX defines as a function of other operators, replaced by that body",
          "(aotc/frontend/schema_functions.py).", "",
          "| domain | operator | status | how it compiles |", "|---|---|---|---|"]

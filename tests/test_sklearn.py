@@ -60,7 +60,7 @@ OLD_OPSET_MODELS = ["random_forest_2_classes", "gradient_boosting_3_classes", "s
                          [(n, "old") for n in OLD_OPSET_MODELS])
 def test_sklearn_model_matches_onnx_runtime(name, opsets, tmp_path):
     """(At ai.onnx opset 9 the nodes aotc writes in place of the ML ones are in opset 17's
-    forms all the same, frontend/ml.py EMIT_OPSET.)"""
+    forms all the same, frontend/emit.py EMIT_OPSET.)"""
     from sklearn.base import is_classifier
     from skl2onnx import to_onnx
     kind, model = _models()[name]

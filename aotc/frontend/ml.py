@@ -20,104 +20,19 @@ numbers ONNX Runtime gives, where it and the ONNX reference differ).
 Only numeric tensors: string inputs, outputs and labels stay unsupported (the operator check
 names the node).
 
-The rewrite (`expand_ml`, with `Emit` writing the nodes) serves ml_trees.py and training.py
-(optimizer steps, BatchNormalization in training mode) too. It runs before anything else
-reads the graph (onnx_import.import_model), on a copy of the model, in rounds (a node that
-needs the rank of another rewritten node's output waits for it). The nodes it writes are in
-EMIT_OPSET's forms, marked so (ir.graph.OPSET_ATTR), whatever opset the model imports.
+The builders (BUILDERS; the tree ensembles' are ml_trees.py's) write the nodes through
+frontend/emit.py's Emit; frontend/rewrite.py runs them when the model is read.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
-from ..errors import ModelError, UnsupportedError
-from ..ir.graph import OPSET_ATTR
-from .validate import all_graphs
+from ..errors import ModelError
+from .emit import Emit, text
 
 ML = "ai.onnx.ml"
-
-
-def attrs_of(n: onnx.NodeProto) -> dict:
-    return {a.name: helper.get_attribute_value(a) for a in n.attribute}
-
-
-def _text(v):
-    return v.decode() if isinstance(v, bytes) else v
-
-
-class Deferred(Exception):
-    """A builder needs a value's rank, which is not known yet."""
-
-
-# the ai.onnx opset the rewrites write their nodes in, whatever the model imports: each node is
-# marked with it (ir.graph.OPSET_ATTR), so that validation and the opset normalization read it
-# in these forms (a model of opset 9 gets Slice with inputs, ReduceSum with an axes input, ...)
-EMIT_OPSET = 17
-
-
-@dataclass
-class Emit:
-    """Nodes of the default domain that replace one ML node, with fresh names under its own."""
-    node: onnx.NodeProto
-    types: dict
-    nodes: list = field(default_factory=list)
-    count: int = 0
-
-    @property
-    def label(self) -> str:
-        n = self.node
-        return f"{n.op_type} node {n.name!r}" if n.name else f"{n.op_type} node (unnamed, output {n.output[0]!r})"
-
-    def name(self, hint: str) -> str:
-        self.count += 1
-        return f"{self.node.name or self.node.op_type}__{hint}_{self.count}"
-
-    def elem_type(self, value: str) -> int:
-        t = self.types.get(value)
-        return t.tensor_type.elem_type if t is not None and t.HasField("tensor_type") else TensorProto.UNDEFINED
-
-    def rank(self, value: str) -> int:
-        """The rank of `value`; raises Deferred when shape inference could not tell it (an
-        output of another ML node, known once that one is rewritten)."""
-        t = self.types.get(value)
-        if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
-            raise Deferred(value)
-        return len(t.tensor_type.shape.dim)
-
-    def const(self, arr, hint: str = "c") -> str:
-        out = self.name(hint)
-        self.nodes.append(helper.make_node("Constant", [], [out], value=numpy_helper.from_array(np.asarray(arr), out),
-                                           **{OPSET_ATTR: EMIT_OPSET}))
-        return out
-
-    def op(self, op_type: str, inputs: list, hint: str | None = None, out: str | None = None, **attrs) -> str:
-        out = out or self.name(hint or op_type.lower())
-        self.nodes.append(helper.make_node(op_type, inputs, [out], **attrs, **{OPSET_ATTR: EMIT_OPSET}))
-        return out
-
-    def reduce(self, op_type: str, x: str, axis, out: str | None = None, keepdims: int = 1) -> str:
-        """op_type over one axis (or a list of them), the axes as an input (EMIT_OPSET's form
-        for ReduceSum; the other reductions take it so from opset 18 on)."""
-        axes = [int(axis)] if np.isscalar(axis) else [int(v) for v in axis]
-        if op_type == "ReduceSum":
-            return self.op(op_type, [x, self.const(np.array(axes, np.int64), "axes")], out=out, keepdims=keepdims)
-        return self.op(op_type, [x], out=out, axes=axes, keepdims=keepdims)
-
-    def unsqueeze(self, x: str, axis: int, out: str | None = None) -> str:
-        return self.op("Unsqueeze", [x, self.const(np.array([axis], np.int64), "axes")], out=out)
-
-    def float32(self, x: str) -> str:
-        """x as float32 (the ML ops compute numeric inputs in float)."""
-        if self.elem_type(x) == TensorProto.FLOAT:
-            return x
-        return self.op("Cast", [x], "f", to=TensorProto.FLOAT)
-
-    def refuse(self, what: str, hint: str = "") -> None:
-        raise UnsupportedError([f"{self.label}: {what}"], hint or None)
 
 
 def _floats(a: dict, key: str, default=None) -> np.ndarray | None:
@@ -140,7 +55,7 @@ def _scaler(e: Emit, a: dict):
 
 
 def _normalizer(e: Emit, a: dict):
-    norm = _text(a.get("norm", "MAX"))
+    norm = text(a.get("norm", "MAX"))
     x = e.float32(e.node.input[0])
     if e.rank(e.node.input[0]) not in (1, 2):
         e.refuse("normalizes rows of a 1-D or 2-D input only")
@@ -169,7 +84,7 @@ def _coefficients(e: Emit, a: dict, rows: int):
 
 
 def _linear_regressor(e: Emit, a: dict):
-    post = _text(a.get("post_transform", "NONE"))
+    post = text(a.get("post_transform", "NONE"))
     if post != "NONE":
         e.refuse(f"post_transform {post}", "LinearRegressor's post transforms other than NONE are not implemented")
     coef, icpt = _coefficients(e, a, int(a.get("targets", 1)))
@@ -214,7 +129,7 @@ def class_labels(e: Emit, a: dict) -> np.ndarray:
 def _linear_classifier(e: Emit, a: dict):
     labels = class_labels(e, a)
     coef, icpt = _coefficients(e, a, len(a.get("intercepts") or []) or len(labels))
-    post = _text(a.get("post_transform", "NONE"))
+    post = text(a.get("post_transform", "NONE"))
     x = e.float32(e.node.input[0])
     raw = e.op("Gemm", [x, e.const(coef, "coef"), e.const(icpt, "intercepts")], transB=1)
     y, z = e.node.output[0], (e.node.output[1] if len(e.node.output) > 1 else "")
@@ -346,7 +261,7 @@ def _feature_vectorizer(e: Emit, a: dict):
 
 def _svm_kernel(e: Emit, a: dict, x: str, sv: np.ndarray) -> str:
     """[N, V]: the kernel of every row of x against every support vector (rows of sv)."""
-    kernel = _text(a.get("kernel_type", "LINEAR")).upper()
+    kernel = text(a.get("kernel_type", "LINEAR")).upper()
     gamma, coef0, degree = (list(a.get("kernel_params", [])) + [0.0, 0.0, 0.0])[:3]
     if kernel == "RBF":
         diff = e.op("Sub", [e.unsqueeze(x, 1), e.const(sv, "support_vectors")])
@@ -362,7 +277,7 @@ def _svm_kernel(e: Emit, a: dict, x: str, sv: np.ndarray) -> str:
 
 
 def _svm_regressor(e: Emit, a: dict):
-    post = _text(a.get("post_transform", "NONE"))
+    post = text(a.get("post_transform", "NONE"))
     if post != "NONE" or int(a.get("n_targets", 1)) != 1:
         e.refuse(f"post_transform {post} or n_targets {a.get('n_targets', 1)} (NONE and 1 only)")
     coef = _floats(a, "coefficients")
@@ -396,7 +311,7 @@ def _svm_classifier(e: Emit, a: dict):
     C = len(labels)
     if a.get("prob_a"):
         e.refuse("probability estimates (prob_a, prob_b: libsvm's pairwise coupling)")
-    post = _text(a.get("post_transform", "NONE"))
+    post = text(a.get("post_transform", "NONE"))
     coef, rho = _floats(a, "coefficients"), _floats(a, "rho", [0.0])
     per_class = [int(v) for v in a.get("vectors_per_class", [])]
     V = sum(per_class)
@@ -447,92 +362,3 @@ BUILDERS = {
 
 
 
-def all_builders() -> dict:
-    """(domain, op type) -> its builder (Emit, attributes), for every rewritten operator."""
-    from .ml_trees import TREE_BUILDERS
-    from .training import TRAINING, TRAINING_BUILDERS, batchnorm_training
-    return {**{(ML, k): v for k, v in {**BUILDERS, **TREE_BUILDERS}.items()},
-            **{(TRAINING, k): v for k, v in TRAINING_BUILDERS.items()},
-            ("", "BatchNormalization"): batchnorm_training}
-
-
-# (domain, op type) -> which of its nodes are rewritten (all, where not listed)
-_ONLY_WHEN = {("", "BatchNormalization"): lambda a: int(a.get("training_mode", 0)) == 1}
-
-
-def _key(n: onnx.NodeProto) -> tuple:
-    return ("" if n.domain == "ai.onnx" else n.domain, n.op_type)
-
-
-def _rewritten(n: onnx.NodeProto, builders: dict) -> bool:
-    k = _key(n)
-    return k in builders and (k not in _ONLY_WHEN or _ONLY_WHEN[k](attrs_of(n)))
-
-
-def _declare_outputs(g: onnx.GraphProto, e: Emit) -> None:
-    """Declare the rewritten node's outputs' types in g (value_info), as ONNX's shape inference
-    gives them on the emitted nodes alone: inferring the whole model again, ONNX reads those
-    nodes in the model's opset, which may be older than EMIT_OPSET, and would lose the types
-    (and the ranks a later rewrite needs) from there on."""
-    from onnx import shape_inference
-    declared = {vi.name for vi in list(g.value_info) + list(g.output)}
-    wanted = [o for o in e.node.output if o and o not in declared]
-    known = [i for i in dict.fromkeys(e.node.input) if i and i in e.types]
-    if not wanted:
-        return
-    sub = helper.make_graph(e.nodes, "emitted", [helper.make_value_info(i, e.types[i]) for i in known],
-                            [helper.make_empty_tensor_value_info(o) for o in wanted])
-    try:
-        inferred = shape_inference.infer_shapes(helper.make_model(sub, opset_imports=[
-            helper.make_opsetid("", EMIT_OPSET)]), strict_mode=False)
-    except Exception:       # (then the later rounds do without these types)
-        return
-    found = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)
-             if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type}
-    g.value_info.extend(found[o] for o in wanted if o in found)
-
-
-def expand_ml(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model with its nodes that all_builders() knows (ai.onnx.ml, the optimizer steps of
-    ai.onnx.preview.training, BatchNormalization in training mode) replaced by ai.onnx nodes;
-    the model itself when it has none."""
-    from .schema_functions import value_types
-    builders = all_builders()
-    if not any(_rewritten(n, builders) for g in all_graphs(model.graph) for n in g.node):
-        return model
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    if not any(i.domain in ("", "ai.onnx") for i in model.opset_import):
-        # an ML-only model: its default-domain nodes are all ours
-        out.opset_import.append(helper.make_opsetid("", EMIT_OPSET))
-    # rounds: a node that needs the rank of another ML node's output waits until that one is
-    # rewritten and shape inference can follow it
-    while True:
-        types, progress, waiting = value_types(out), False, []
-        for g in all_graphs(out.graph):
-            nodes = []
-            for n in g.node:
-                if _rewritten(n, builders):
-                    e = Emit(n, types)
-                    try:
-                        builders[_key(n)](e, attrs_of(n))
-                    except Deferred as d:
-                        waiting.append((e.label, str(d)))
-                        nodes.append(n)
-                        continue
-                    except (KeyError, ValueError, IndexError, TypeError, AttributeError) as ex:
-                        # attribute tables a builder's own checks did not foresee
-                        raise ModelError(f"{e.label}: its attributes do not describe a valid {n.op_type} "
-                                         f"({type(ex).__name__}: {ex})") from None
-                    nodes.extend(e.nodes)
-                    progress = True
-                    _declare_outputs(g, e)
-                else:
-                    nodes.append(n)
-            del g.node[:]
-            g.node.extend(nodes)
-        if not waiting:
-            return out
-        if not progress:
-            raise UnsupportedError([f"{label}: input {value!r} of unknown rank" for label, value in waiting],
-                                   "give the model's inputs and value_info shapes (onnx.shape_inference)")

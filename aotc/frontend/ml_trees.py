@@ -28,7 +28,8 @@ import numpy as np
 from onnx import TensorProto, numpy_helper
 
 from ..errors import ModelError
-from .ml import Emit, _text, class_labels, post_transform
+from .emit import Emit, text
+from .ml import class_labels, post_transform
 
 LEQ, LT, GTE, GT, EQ, NEQ, MEMBER, LEAF = range(8)
 _MODES = {"BRANCH_LEQ": LEQ, "BRANCH_LT": LT, "BRANCH_GTE": GTE, "BRANCH_GT": GT, "BRANCH_EQ": EQ,
@@ -88,7 +89,7 @@ def forest_v3(e: Emit, a: dict, prefix: str, n_out: int) -> Forest:
     S = len(tree)
     cols = {k: _attr_array(a, k, dt) for k, dt in (("nodes_featureids", np.int64), ("nodes_values", np.float64),
                                                  ("nodes_truenodeids", np.int64), ("nodes_falsenodeids", np.int64))}
-    modes = [_text(m) for m in a.get("nodes_modes", [])]
+    modes = [text(m) for m in a.get("nodes_modes", [])]
     missing = _attr_array(a, "nodes_missing_value_tracks_true", np.int64)
     for k, v in list(cols.items()) + [("nodes_modes", modes), ("nodes_nodeids", node)]:
         if v is None or len(v) != S:
@@ -271,9 +272,9 @@ def _regressor(e: Emit, a: dict):
     f = forest_v3(e, a, "target", K)
     x = e.node.input[0]
     x = x if e.elem_type(x) in (TensorProto.FLOAT, TensorProto.DOUBLE) else e.float32(x)
-    scores = _aggregate(e, f, _traverse(e, f, x), _text(a.get("aggregate_function", "SUM")),
+    scores = _aggregate(e, f, _traverse(e, f, x), text(a.get("aggregate_function", "SUM")),
                         _attr_array(a, "base_values", np.float64))
-    post_transform(e, scores, _text(a.get("post_transform", "NONE")), out=e.node.output[0])
+    post_transform(e, scores, text(a.get("post_transform", "NONE")), out=e.node.output[0])
 
 
 def _tree_ensemble(e: Emit, a: dict):
@@ -295,7 +296,7 @@ def _classifier(e: Emit, a: dict):
     labels = class_labels(e, a)
     C = len(labels)
     f = forest_v3(e, a, "class", C)
-    post = _text(a.get("post_transform", "NONE"))
+    post = text(a.get("post_transform", "NONE"))
     x = e.node.input[0]
     x = x if e.elem_type(x) in (TensorProto.FLOAT, TensorProto.DOUBLE) else e.float32(x)
     base = _attr_array(a, "base_values", np.float64)

@@ -1,7 +1,7 @@
 """ONNX file -> graph IR.
 
 Reads the protobuf (external data only from inside the model's own folder), inlines local
-functions, rewrites the nodes of frontend/ml.py's operators into ai.onnx ones and replaces
+functions, rewrites the nodes of frontend/rewrite.py's operators into ai.onnx ones and replaces
 those of operators ONNX defines as functions (frontend/schema_functions.py), binds user shapes
 and constants, and builds the Graph with nodes in dependency order. Shape inference and
 folding happen afterwards (passes.infer).
@@ -21,7 +21,7 @@ from ..errors import ModelError, ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..ir.graph import Graph, Node, Value
 from ..passes.control import subgraph_reads
-from .ml import expand_ml
+from .rewrite import expand_rewrites
 from .narrow import NARROW, narrow_edges, untyped_narrow_outputs, widen_nodes
 from .operators import check_supported
 from .schema_functions import expand_schema_functions
@@ -175,7 +175,7 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
         raise ShapeError(f"shapes must map input names to sequences of integers, not {shapes!r}") from None
     consts = dict(consts or {})
     opset = validate_model(model)
-    expanded = expand_schema_functions(expand_ml(model))
+    expanded = expand_schema_functions(expand_rewrites(model))
     if expanded is not model:
         model = expanded
         opset = validate_model(model)       # the bodies' nodes, against the model's opset

@@ -1,5 +1,5 @@
 """Training steps as graphs of ai.onnx operators, rewritten when the model is read as
-ai.onnx.ml's operators are (frontend/ml.py): BatchNormalization in training mode (the batch's
+ai.onnx.ml's operators are (frontend/rewrite.py): BatchNormalization in training mode (the batch's
 statistics, and the running ones updated), and ai.onnx.preview.training's optimizer steps
 (Adagrad, Momentum, Adam).
 
@@ -12,7 +12,7 @@ import numpy as np
 from onnx import TensorProto
 
 from ..errors import ModelError
-from .ml import Emit
+from .emit import Emit
 
 TRAINING = "ai.onnx.preview.training"
 

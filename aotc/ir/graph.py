@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-# a node attribute aotc's own rewrites (frontend/ml.py) put on the ai.onnx nodes they write:
+# a node attribute aotc's own rewrites (frontend/rewrite.py) put on the ai.onnx nodes they write:
 # the opset whose forms the node is in, whatever the model imports (read by the frontend's
 # validation and by passes/normalize.py, which drops it)
 OPSET_ATTR = "_aotc_opset"
