@@ -1,5 +1,4 @@
 """aotc: an ahead-of-time compiler from ONNX models to C shared libraries."""
-__version__ = "0.1.0"
-
-from .api import CompiledModel, compile, load  # noqa: E402,F401
-from .errors import AotcError  # noqa: E402,F401
+from .api import CompiledModel, compile, load  # noqa: F401
+from .errors import AotcError  # noqa: F401
+from .version import __version__  # noqa: F401

@@ -12,7 +12,7 @@ import numpy as np
 import typer
 from rich.console import Console
 
-from . import __version__
+from .version import __version__
 from .errors import AotcError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -248,7 +248,7 @@ def inspect_cmd(
     """Op histogram, unsupported ops, node and kernel counts after optimization, fusion
     groups and the memory plan (arena, sum of intermediates, lower bound)."""
     try:
-        from .inspect import inspect_model
+        from .inspection import inspect_model
         info = inspect_model(model, target, _parse_shapes(shape), _load_arrays(const, "--const"),
                              progress=_progress)
     except typer.Exit:
@@ -259,7 +259,7 @@ def inspect_cmd(
     if as_json:
         out.print_json(json.dumps(info))
         return
-    from .inspect import format_text
+    from .inspection import format_text
     out.print(format_text(info), markup=False)
     if info["unsupported"]:
         raise typer.Exit(2)

@@ -11,19 +11,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
-from . import __version__
+from .version import __version__
 from .codegen import abi, get_backend, weights_check
-from .errors import AotcError, UnsupportedError
+from .errors import AotcError
 from .frontend import import_model, load_onnx
-from .frontend.operators import check_supported, is_supported, node_opset  # noqa: F401 (inspect.py)
+from .frontend.operators import check_supported
 from .frontend.onnx_import import model_sha256
 from .fusion import Group, form_groups
 from .ir import dtypes
 from .ir.graph import Graph
-from .kernel.lowering import KernelStep, c_ident, lower_groups
+from .kernel.names import c_ident
+from .lowering.lower import KernelStep, lower_groups
 from .memory import MemoryPlan, elide_concats, plan_memory
 from .memory.planner import mark_aliased
-from .ops import registry
 from .passes.branches import guard_nodes
 from .passes.loops import arrange
 from .passes.manager import PassManager

@@ -5,7 +5,7 @@ import onnx
 from onnx import defs
 
 from .ops import registry
-from .passes.normalize import REWRITTEN_OPS
+from .ops.registry import REWRITTEN_OPS
 
 
 def _kind(op) -> str:

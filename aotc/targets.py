@@ -15,6 +15,8 @@ from .errors import AotcError
 from .paths import TARGETS_DIR
 
 NATIVE = "native"
+# the languages aotc prints and builds (a backend each: codegen/__init__.py)
+LANGUAGES = ("c", "cuda", "opencl")
 
 
 def available() -> list[str]:
@@ -73,7 +75,6 @@ def load_target(name: str) -> dict:
     this machine (its `requested` field then says native). `name:arch` picks one architecture
     of a target that has several (cuda:sm_90); `,option` turns on one of the target's
     [options] (cuda,tf32), each a switch in its [numerics] table."""
-    from .codegen import languages
     requested = name
     spec, *options = [name] if name.endswith(".toml") else name.split(",")   # cuda:sm_90,tf32: with options
     if spec == NATIVE:                         # native,winograd4: the native target with an option
@@ -95,7 +96,7 @@ def load_target(name: str) -> dict:
     if arch or options:
         t["name"] = name
     t["requested"] = requested
-    if t.get("language") not in languages():
+    if t.get("language") not in LANGUAGES:
         raise AotcError(f"target {t['name']!r} has language {t.get('language')!r}, which aotc has no backend for",
-                        f"backends: {', '.join(languages())}")
+                        f"backends: {', '.join(LANGUAGES)}")
     return t

@@ -12,7 +12,7 @@ from onnx import helper, numpy_helper
 from aotc.frontend import import_model
 from aotc.ir import dtypes
 from aotc.ir.graph import Graph, Value
-from aotc.passes.evaluate import node_proto
+from aotc.ops.reference import node_proto
 
 
 def typed_graph(model: onnx.ModelProto, name: str = "t") -> Graph:

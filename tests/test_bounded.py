@@ -777,7 +777,7 @@ def test_nms_and_unique_on_gpu_targets(target, tmp_path):
 
 
 def test_inspect_names_the_outputs_of_run_time_size(tmp_path):
-    from aotc.inspect import format_text, inspect_model
+    from aotc.inspection import format_text, inspect_model
     x = _sparse((3, 4), 231, np.float32)
     m = graph_model([N("NonZero", ["x"], ["nz"]), N("Relu", ["x"], ["r"])], {"x": x}, ["nz", "r"], opset=13)
     path = tmp_path / "m.onnx"

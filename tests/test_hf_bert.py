@@ -9,7 +9,7 @@ from onnx import helper
 
 from aotc.check.runner import run_check
 from aotc.compiler import analyze
-from aotc.passes.evaluate import evaluate
+from aotc.ops.reference import evaluate
 from aotc.ir.graph import Node
 from tests.helpers import assert_parity, graph_model, rand
 

@@ -167,7 +167,7 @@ def test_per_thread_copies_start_on_their_own_cache_lines():
     line), and the workspace holds them so."""
     import numpy as np
     from aotc.kernel.ir import F32, I64, Buffer
-    from aotc.program.ir import scratch_bytes
+    from aotc.kernel.ir import scratch_bytes
     row = Buffer("row", F32, (28,), "scratch", per_thread=True)
     assert row.thread_stride == 32 and scratch_bytes(row, 2) == 2 * 32 * 4
     taps = Buffer("tap", I64, (3,), "scratch", per_thread=True)

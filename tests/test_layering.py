@@ -1,8 +1,11 @@
-"""The layering the execution model rests on, kept by a lint: op modules say what to compute
-and never name a target, a CPU layout or a schedule decision; C syntax (any language's) is
-printed only under aotc/codegen; ops reach the kernel IR, not the schedule or the printers."""
+"""The layering the compiler rests on, kept by lints: the packages form one-way layers (each
+imports only from its own layer and those below, lazy imports included) with no import cycle
+between modules; op modules say what to compute and never name a target, a CPU layout or a
+schedule decision; C syntax (any language's) is printed only under aotc/codegen; aotc's own
+node kinds and private node attributes are named only in aotc/ir/internal.py."""
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -11,6 +14,129 @@ TARGET_WORDS = re.compile(r"\b(GemmTiles|avx2?|avx512|sse[0-9]?|neon|cuda|opencl
                           re.I)
 C_SYNTAX = re.compile(r"#include|\bfor \((int|long)|__global\b|__kernel\b|__shared__|__syncthreads|\bexpf\(|"
                       r"get_global_id\(|\bstatic (void|int) \w+\(|\w+\[[^]]*\] = .*;$")
+
+
+# aotc's packages and top-level modules, bottom layer first: a module may import from its own
+# layer and the layers before it, never from a later one. (ir holds the graph IR, kernel the
+# kernel IR that ops lower into; build, the toolchain and the loader, is below codegen, whose
+# backends call it; check compiles and runs through the API.)
+LAYERS = [
+    ("errors", "paths", "version"),
+    ("ir",),
+    ("kernel",),
+    ("targets",),
+    ("ops",),
+    ("frontend",),
+    ("passes",),
+    ("fusion",),
+    ("lowering",),
+    ("schedule",),
+    ("memory",),
+    ("program",),
+    ("build",),
+    ("codegen",),
+    ("compiler",),
+    ("api",),
+    ("check",),
+    ("inspection", "support", "cli", "__init__"),
+]
+
+
+def _module(p: Path) -> str:
+    return ".".join(p.relative_to(AOTC.parent).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _imports(p: Path):
+    """(module imported, line) for every import of an aotc module in file p, lazy ones included;
+    `from pkg import name` counts as importing pkg.name when that is a module."""
+    mod = _module(p)
+    pkg = mod if p.name == "__init__.py" else mod.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(p.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = pkg.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            elif (node.module or "").startswith("aotc"):
+                base = node.module
+            else:
+                continue
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                path = AOTC.parent / Path(*sub.split("."))
+                yield (sub if path.with_suffix(".py").exists() or path.is_dir() else base), node.lineno
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("aotc"):
+                    yield a.name, node.lineno
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_packages_import_only_their_own_layer_and_below():
+    rank = {name: k for k, names in enumerate(LAYERS) for name in names}
+    units = {_unit(_module(p)) for p in AOTC.rglob("*.py")}
+    assert units <= set(rank), f"packages or modules missing from LAYERS: {sorted(units - set(rank))}"
+    bad = []
+    for p in sorted(AOTC.rglob("*.py")):
+        me = _unit(_module(p))
+        for target, line in _imports(p):
+            other = _unit(target)
+            if other != me and rank[other] > rank[me]:
+                bad.append(f"{p.relative_to(AOTC.parent)}:{line} imports {target} (layer {other} is above {me})")
+    assert not bad, "imports against the layer order:\n" + "\n".join(bad)
+
+
+def test_no_import_cycle_between_modules():
+    graph: dict[str, set[str]] = {}
+    for p in AOTC.rglob("*.py"):
+        graph.setdefault(_module(p), set()).update(t for t, _ in _imports(p) if t != _module(p))
+    # Tarjan's strongly connected components: a component of more than one module is a cycle
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_own_node_kinds_and_attributes_are_declared_in_one_place():
+    """A string that names one of aotc's node kinds ("aotc.Carry") or a private node attribute
+    ("_count") appears only in aotc/ir/internal.py; everything else imports the name."""
+    from aotc.ir import internal
+    declared = {v for k, v in vars(internal).items() if k.isupper() and isinstance(v, str)}
+    bad = []
+    for p in sorted(AOTC.rglob("*.py")):
+        if p.name == "internal.py" and p.parent.name == "ir":
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in declared:
+                bad.append(f"{p.relative_to(AOTC.parent)}:{node.lineno}: {node.value!r}")
+    assert not bad, "use the names of aotc/ir/internal.py instead of their strings:\n" + "\n".join(bad)
 
 
 def _sources(*dirs):

@@ -135,7 +135,7 @@ def test_rnn_layout_1(op, tmp_path):
 
 def test_constant_weights_are_transposed_at_compile_time():
     from aotc.frontend import import_model
-    from aotc.ops.rnn import PACKED_ATTR
+    from aotc.ir.internal import PACKED_ATTR
     from aotc.passes import PassManager
     m, _ = rnn_model("LSTM", S=3, B=1, I=5, H=4, direction="bidirectional")
     g = PassManager().run(import_model(m, "t"))

@@ -19,7 +19,7 @@ from onnx import helper, numpy_helper
 from aotc.api import load
 from aotc.compiler import analyze, compile_model
 from aotc.errors import UnsupportedError
-from aotc.inspect import format_text, inspect_model
+from aotc.inspection import format_text, inspect_model
 from aotc.passes.branches import ALWAYS, NEVER, both, either
 from tests.helpers import assert_parity
 from tests.test_attention import TARGETS, _target

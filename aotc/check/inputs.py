@@ -10,24 +10,20 @@ from __future__ import annotations
 
 import numpy as np
 
-import onnx
 
 from ..ir import dtypes
-from ..ir.graph import Graph
+from ..ir.graph import Graph, subgraphs
 
 TRIP_COUNTS = 8
 
 
 def _trip_counts(g: Graph) -> set[str]:
     """The names that Loop nodes of g (or of its nodes' subgraphs) read as their trip count."""
-    from ..frontend.validate import all_graphs
     names = {n.inputs[0] for n in g.nodes if n.op_type == "Loop" and n.inputs and n.inputs[0]}
     for n in g.nodes:
-        for v in n.attrs.values():
-            for sub in v if isinstance(v, list) else [v]:
-                if isinstance(sub, onnx.GraphProto):
-                    names |= {m.input[0] for graph in all_graphs(sub) for m in graph.node
-                              if m.op_type == "Loop" and m.input and m.input[0]}
+        for sub in subgraphs(n):
+            names |= {m.inputs[0] for graph in sub.walk() for m in graph.nodes
+                      if m.op_type == "Loop" and m.inputs and m.inputs[0]}
     return names
 
 

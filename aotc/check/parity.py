@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 
 from ..ir import dtypes
+from ..ir.graph import subgraphs
 
 
 @dataclass
@@ -93,9 +94,7 @@ def random_outputs(g) -> dict[str, str]:
     random_types = {t for t in registry.supported_ops() if registry.get(t).random is not None}
 
     def in_subgraph(n) -> bool:
-        graphs = [v for a in n.attrs.values() for v in (a if isinstance(a, list) else [a])
-                  if isinstance(v, onnx.GraphProto)]
-        return any(op in random_types for sub in graphs for op in _graph_op_types(sub))
+        return any(m.op_type in random_types for sub in subgraphs(n) for graph in sub.walk() for m in graph.nodes)
 
     source: dict[str, str] = {}          # value -> the random node it depends on
     for n in g.nodes:
@@ -107,16 +106,6 @@ def random_outputs(g) -> dict[str, str]:
         if src:
             source.update((o, src) for o in n.outputs if o)
     return {o: source[o] for o in g.outputs if o in source}
-
-
-def _graph_op_types(graph) -> set[str]:
-    out: set[str] = set()
-    for n in graph.node:
-        out.add(n.op_type)
-        for a in n.attribute:
-            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                out |= _graph_op_types(sub)
-    return out
 
 
 def random_report(name: str, got: np.ndarray, ref: np.ndarray, node: str) -> OutputReport:

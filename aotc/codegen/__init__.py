@@ -13,10 +13,10 @@ from __future__ import annotations
 import importlib
 
 from ..errors import AotcError
+from ..targets import LANGUAGES
 
-# language -> module implementing the Backend interface
-_BACKENDS = {"c": "aotc.codegen.c.backend", "opencl": "aotc.codegen.opencl.backend",
-             "cuda": "aotc.codegen.cuda.backend"}
+# language -> module implementing the Backend interface (codegen/<language>/backend.py)
+_BACKENDS = {lang: f"{__name__}.{lang}.backend" for lang in LANGUAGES}
 
 
 def languages() -> list[str]:

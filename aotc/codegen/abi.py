@@ -21,7 +21,7 @@ import numpy as np
 
 from ..ir import dtypes
 from ..ir.graph import Graph
-from ..kernel.lowering import c_ident
+from ..kernel.names import c_ident
 from ..memory.planner import MemoryPlan
 
 

@@ -12,7 +12,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import UnsupportedError
-from ..ir.graph import OPSET_ATTR
+from ..ir.internal import OPSET_ATTR
 
 
 def attrs_of(n: onnx.NodeProto) -> dict:

@@ -31,7 +31,7 @@ import onnx
 
 from ..ir import dtypes
 from ..ir.graph import Graph, Node
-from ..ops.narrow import ROUND_FLOAT, WRAP_INT
+from ..ir.internal import NARROW_ATTR, ROUND_FLOAT, WRAP_INT
 
 F16, F32 = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
 
@@ -110,7 +110,7 @@ def widen_nodes(nodes: list[Node], narrow_values: dict[str, int] | None = None) 
             if len(n.inputs) > 2 and n.inputs[2] in narrow_values:
                 code = narrow_values[n.inputs[2]]
             if code in COMPUTE:
-                n.attrs["aotc_narrow"] = code
+                n.attrs[NARROW_ATTR] = code
         for k, v in list(n.attrs.items()):
             if k in _TYPE_ATTRS and isinstance(v, int) and v in COMPUTE:
                 n.attrs[k] = COMPUTE[v]

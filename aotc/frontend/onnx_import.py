@@ -19,11 +19,10 @@ from onnx import AttributeProto, numpy_helper
 
 from ..errors import ModelError, ShapeError, UnsupportedError
 from ..ir import dtypes
-from ..ir.graph import Graph, Node, Value
-from ..passes.control import subgraph_reads
-from .rewrite import expand_rewrites
-from .narrow import NARROW, narrow_edges, untyped_narrow_outputs, widen_nodes
+from ..ir.graph import Graph, Node, Subgraph, Value, subgraph_reads
+from .narrow import NARROW, narrow_edges, untyped_narrow_outputs, widen_array, widen_nodes
 from .operators import check_supported
+from .rewrite import expand_rewrites
 from .schema_functions import expand_schema_functions
 from .validate import tensor_bytes, validate_model
 
@@ -134,12 +133,35 @@ def attr_value(a: AttributeProto):
     if a.type == AttributeProto.STRINGS:
         return [s.decode("utf-8", "replace") for s in a.strings]
     if a.type == AttributeProto.GRAPH:
-        return a.g
+        return import_subgraph(a.g)
     if a.type == AttributeProto.GRAPHS:
-        return list(a.graphs)
+        return [import_subgraph(x) for x in a.graphs]
     if a.type == AttributeProto.TENSORS:
         return [numpy_helper.to_array(t) for t in a.tensors]
     return a  # sparse tensors, type protos: kept raw; ops that need them say so
+
+
+def import_subgraph(graph: onnx.GraphProto) -> Subgraph:
+    """A node's subgraph (If branch, Loop/Scan/SequenceMap body) in the graph IR, in its own names
+    (ir.graph.Subgraph): its initializers read and widened as the graph's are, its nodes'
+    attributes imported (nested subgraphs too) and their narrow types widened (frontend/narrow.py,
+    a CastLike to one of its narrow initializers included)."""
+    unreadable = [("sparse", t.values.name, "") for t in graph.sparse_initializer]
+    initializers: dict[str, np.ndarray] = {}
+    narrow: dict[str, int] = {}                   # (a CastLike to one of them rounds or wraps)
+    for t in graph.initializer:
+        try:
+            arr = np.asarray(numpy_helper.to_array(t)).astype(dtypes.from_onnx(t.data_type), copy=False)
+        except dtypes.UnsupportedDtype as e:
+            unreadable.append(("dtype", t.name, str(e)))
+            continue
+        initializers[t.name] = widen_array(arr)
+        if dtypes.is_narrow(arr.dtype):
+            narrow[t.name] = t.data_type
+    nodes = [Node(p.op_type, list(p.input), list(p.output), {a.name: attr_value(a) for a in p.attribute}, p.name,
+                  p.domain) for p in graph.node]
+    widen_nodes(nodes, narrow)
+    return Subgraph([i.name for i in graph.input], [o.name for o in graph.output], nodes, initializers, unreadable)
 
 
 def model_sha256(path: str | os.PathLike) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..errors import UnsupportedError
 from ..ir.graph import Graph
 from ..ops import registry
-from ..passes.normalize import REWRITTEN_OPS
+from ..ops.registry import REWRITTEN_OPS
 
 
 def node_opset(g: Graph, n) -> int:

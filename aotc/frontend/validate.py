@@ -35,7 +35,7 @@ import onnx
 from onnx import AttributeProto, TensorProto, defs
 
 from ..errors import ModelError
-from ..ir.graph import OPSET_ATTR
+from ..ir.internal import OPSET_ATTR
 
 MIN_OPSET = 7
 MAX_RANK = 32

@@ -41,11 +41,6 @@ class Group:
         return "+".join(n.op_type for n in self.nodes)
 
 
-def guard_values(guard: Optional[frozenset]) -> list[str]:
-    """The bool values a guard (or any condition of passes/branches.py) tests, in a stable order."""
-    return sorted({v for alt in guard for v, _ in alt}) if guard else []
-
-
 def form_groups(g: Graph, fuse: bool = True, conds: Optional[dict] = None, loops: Optional[dict] = None
                 ) -> list[Group]:
     """The groups of g's nodes, in order. `conds` (passes/branches.py guard_nodes): id(node) ->

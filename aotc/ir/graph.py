@@ -11,11 +11,6 @@ from typing import Any
 
 import numpy as np
 
-# a node attribute aotc's own rewrites (frontend/rewrite.py) put on the ai.onnx nodes they write:
-# the opset whose forms the node is in, whatever the model imports (read by the frontend's
-# validation and by passes/normalize.py, which drops it)
-OPSET_ATTR = "_aotc_opset"
-
 
 @dataclass
 class Value:
@@ -54,6 +49,65 @@ class Node:
 
     def __repr__(self) -> str:
         return f"{self.op_type}({', '.join(self.inputs)}) -> {', '.join(self.outputs)} [{self.name}]"
+
+
+@dataclass
+class Subgraph:
+    """A graph a node holds in an attribute (an If's branches; a Loop's, Scan's or SequenceMap's
+    body), as the frontend imported it (frontend/onnx_import.py import_subgraph): in its own
+    names, which passes/control.py renames into the graph when shape inference reaches the node
+    and inlines or unrolls it.
+
+    `inputs` are its formal inputs, `outputs` the names of the values it gives (its own, or
+    names of the scopes around it), `nodes` in its order (their attributes imported like the
+    graph's: a subgraph of theirs is a Subgraph too, narrow types widened as frontend/narrow.py
+    says), `initializers` its constants in the types aotc computes them in. `unreadable` lists
+    the initializers it could not read, (kind, name, why), kind "sparse" or "dtype": refused,
+    naming the node, only when the subgraph is inlined (a branch never taken may hold them)."""
+    inputs: list[str]
+    outputs: list[str]
+    nodes: list[Node]
+    initializers: dict[str, np.ndarray] = field(default_factory=dict)
+    unreadable: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def free_names(self) -> set[str]:
+        """The names it (and the subgraphs inside it) reads but does not define: what it takes
+        from the scopes around it."""
+        defined = set(self.initializers) | set(self.inputs) | {name for kind, name, _ in self.unreadable if kind == "dtype"}
+        read: set[str] = set()
+        for n in self.nodes:
+            read.update(i for i in n.inputs if i)
+            for sub in subgraphs(n):
+                read |= sub.free_names()
+            defined.update(o for o in n.outputs if o)
+        read.update(self.outputs)
+        return read - defined
+
+    def walk(self):
+        """This subgraph and every subgraph inside it, depth first."""
+        yield self
+        for n in self.nodes:
+            for sub in subgraphs(n):
+                yield from sub.walk()
+
+
+def subgraphs(node: Node) -> list[Subgraph]:
+    """The subgraphs a node holds in its attributes."""
+    out = []
+    for v in node.attrs.values():
+        if isinstance(v, Subgraph):
+            out.append(v)
+        elif isinstance(v, list) and v and isinstance(v[0], Subgraph):
+            out += v
+    return out
+
+
+def subgraph_reads(node: Node) -> set[str]:
+    """The names of the scopes around it that the node's subgraphs read (its implicit inputs)."""
+    names: set[str] = set()
+    for sub in subgraphs(node):
+        names |= sub.free_names()
+    return names
 
 
 class Graph:

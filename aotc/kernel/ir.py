@@ -323,6 +323,13 @@ class BufPtr(Expr):
         return self.buf.dtype
 
 
+def scratch_bytes(buf: Buffer, threads: int) -> int:
+    """Bytes a scratch buffer takes in the workspace (one copy per thread when per-thread)."""
+    if buf.per_thread:
+        return buf.thread_stride * np.dtype(buf.dtype).itemsize * threads
+    return buf.nbytes
+
+
 # ----------------------------------------------------------------------------- statements
 class Stmt:
     pass
@@ -332,7 +339,7 @@ class Stmt:
 class Store(Stmt):
     """buf[index] = value. `at`, when the op gives it (Builder.store_at), is the element's
     multi-index into buf.shape: an anchor's output stores with it let fusion run the elementwise
-    ops that follow right there (kernel/lowering.py), as GEMM epilogues do."""
+    ops that follow right there (lowering/lower.py), as GEMM epilogues do."""
     buf: Buffer
     index: Expr
     value: Expr

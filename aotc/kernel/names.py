@@ -5,6 +5,8 @@ included from C++, so an identifier must be valid, and clash with nothing, in al
 This is the one module outside aotc/codegen that lists those languages' words."""
 from __future__ import annotations
 
+import re
+
 _MATH_NAMES = """exp exp2 expm1 log log2 log10 log1p sqrt cbrt pow hypot sin cos tan asin acos atan atan2
 sinh cosh tanh asinh acosh atanh erf erfc tgamma lgamma floor ceil rint round trunc nearbyint fmod
 remainder fabs fmax fmin fma fdim copysign nan frexp ldexp modf scalbn logb ilogb nextafter lrint
@@ -26,3 +28,15 @@ fread fwrite fgetc printf fprintf main half uchar ushort uint ulong kernel globa
 __kernel __global __local __constant __private barrier get_global_id get_local_id get_group_id
 threadIdx blockIdx blockDim gridDim __syncthreads __shared__ __device__ __global__ warpSize""".split()
                      + _MATH_NAMES + [m + "f" for m in _MATH_NAMES] + [m + "l" for m in _MATH_NAMES])
+
+
+def c_ident(name: str, limit: int = 48) -> str:
+    """An identifier made from `name`, at most `limit` characters, valid in every language the
+    kernels are printed in and clashing with no name the generated code uses (ir.RESERVED)."""
+    s = re.sub(r"[^0-9A-Za-z_]", "_", name).strip("_")
+    s = re.sub(r"_+", "_", s)
+    if len(s) > limit:
+        s = s[-limit:].lstrip("_")
+    if not s or s[0].isdigit() or s in RESERVED or s.lower().startswith("aotc_"):
+        s = "v_" + s
+    return s

@@ -15,12 +15,13 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from ..fusion.groups import Group, guard_values
+from ..fusion.groups import Group
 from ..ir.graph import Graph
+from ..ir.internal import is_carry
 from ..kernel.context import DRAW
-from ..kernel.lowering import KernelStep
-from ..passes.control import is_carry
-from ..program.ir import scratch_bytes
+from ..kernel.ir import scratch_bytes
+from ..lowering.lower import KernelStep
+from ..passes.branches import guard_values
 from .liveness import Interval, peak_live_bytes
 from .validator import validate
 

@@ -20,7 +20,7 @@ does a row whose scores are all -inf), never NaN.
 
 passes/attention.py rewrites the MatMul -> (scale, mask) -> Softmax -> MatMul chain that
 exporters write into this op, with two annotations of aotc's own that keep that chain's exact
-meaning: PLAIN_ATTR (the softmax of ONNX's Softmax op: no fully-masked-row rule) and FILL_ATTR
+meaning: PLAIN_SOFTMAX (the softmax of ONNX's Softmax op: no fully-masked-row rule) and MASK_FILL
 (a bool mask selects between the score and this value, as Where does, instead of adding -inf).
 """
 from __future__ import annotations
@@ -32,15 +32,12 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
+from ..ir.internal import MASK_FILL, PLAIN_SOFTMAX
 from ..kernel.ir import REDUCTION, SPATIAL, Builder, Expr, GemmDest, Load, Store, binop, call, const, matrix, select
 from .common import broadcast
 from .reduce import softmax_row
 from .registry import register
 from .tensor import _bstrides, contiguous_strides, strided_copy
-
-# annotations the attention pass sets (never in an ONNX file: names starting with "_")
-PLAIN_ATTR = "_plain_softmax"
-FILL_ATTR = "_mask_fill"
 
 F32 = dtypes.FLOAT32
 NEG_INF = float("-inf")
@@ -285,8 +282,8 @@ def _lower_attention(node, ctx):
     Qb, Kb, Vb = ctx.ins[0], ctx.ins[1], ctx.ins[2]
     Y = ctx.outs[0]
     b_ = ctx.b
-    plain = bool(int(node.attr(PLAIN_ATTR, 0)))
-    fill = node.attr(FILL_ATTR, None)
+    plain = bool(int(node.attr(PLAIN_SOFTMAX, 0)))
+    fill = node.attr(MASK_FILL, None)
     scale = node.attr("scale", None)
     scale = float(np.float32(1.0 / np.sqrt(d.D))) if scale is None else float(scale)
     softcap = float(node.attr("softcap", 0.0))
@@ -347,11 +344,11 @@ def _attention_fold(node, ins):
     opset that has Attention."""
     if any(v is not None and v.const is None for v in ins) or any(k.startswith("_") for k in node.attrs):
         return None
-    from ..passes.evaluate import evaluate
+    from .reference import evaluate
     return evaluate(node, [v.const if v is not None else None for v in ins], _attention_infer(node, ins),
                     opset=ATTENTION_OPSET)
 
 
 register("Attention", lower=_lower_attention, fold=_attention_fold, accepts_epilogue=True)(_attention_infer)
 
-__all__ = ["PLAIN_ATTR", "FILL_ATTR", "Layout", "Dims"]
+__all__ = ["Layout", "Dims"]

@@ -5,9 +5,13 @@ into the tensors it holds (aotc/passes/sequences.py). These entries say that the
 from __future__ import annotations
 
 from ..kernel.ir import SPATIAL, Load
-from ..passes.control import CARRY
-from ..passes.sequences import OPTIONAL_OPS, SEQUENCE_OPS
+from ..ir.internal import CARRY
 from .registry import register
+
+# the ops passes/sequences.py resolves (their values are lists of tensors, or an optional one)
+OPTIONAL_OPS = ("Optional", "OptionalHasElement", "OptionalGetElement")
+SEQUENCE_OPS = ("SequenceConstruct", "SequenceEmpty", "SequenceInsert", "SequenceErase", "SequenceAt",
+                "SequenceLength", "ConcatFromSequence", "SplitToSequence")
 
 
 def _unrolled(node, ins):

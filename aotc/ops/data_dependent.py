@@ -13,10 +13,11 @@ import numpy as np
 
 from ..errors import ModelError, ShapeError, UnsupportedError
 from ..ir import dtypes
+from ..ir.bounded import Bound, count_output, count_position, onnx_outputs, refuse
+from ..ir.internal import CONCAT_ROWS, COUNT, COUNT_ATTR, RUN_TIME_CONCAT
 from ..kernel.ir import ORDERED, SPATIAL, Load, binop, cast, const, maximum, minimum, select
-from ..passes.bounded import Bound, count_output, count_position, onnx_outputs
-from ..passes.evaluate import evaluate
 from .common import norm_axis, prod
+from .reference import evaluate
 from .registry import register
 
 
@@ -46,7 +47,6 @@ def _nonzero_bounds(g, node, ins, marks):
     if _known(ins):
         return [None]
     if marks[0] is not None:
-        from ..passes.bounded import refuse
         raise refuse(node, f"takes {node.inputs[0]!r}, whose size is known only at run time")
     return [Bound({1: count_output(g, node)}, zero=True), None]
 
@@ -109,7 +109,6 @@ def _compress_types(node, ins):
 
 def _compress_bounds(g, node, ins, marks):
     if any(marks):
-        from ..passes.bounded import refuse
         raise refuse(node, "takes a tensor whose size is known only at run time")
     axis = node.attr("axis")
     a = 0 if axis is None else norm_axis(int(axis), len(ins[0].shape), node)
@@ -203,7 +202,6 @@ def _unique_bounds(g, node, ins, marks):
     if _known(ins):
         return [None] * len(node.outputs)
     if marks[0] is not None:
-        from ..passes.bounded import refuse
         raise refuse(node, f"takes {node.inputs[0]!r}, whose size is known only at run time")
     axis, _, _, _ = _unique_dims(node, ins[0])
     bounded_axis = {0: 0 if axis is None else axis, 1: 0, 3: 0}       # output -> its run-time axis
@@ -245,7 +243,7 @@ def _lower_unique(node, ctx):
     X = ctx.ins[0]
     n_out = len(onnx_outputs(node))
     Y, I, Inv, Cnt = (ctx.outs[:n_out] + [None] * 4)[:4]
-    C = ctx.outs[count_position(node)] if "_count" in node.attrs else None
+    C = ctx.outs[count_position(node)] if COUNT_ATTR in node.attrs else None
     _, pre, length, post = _unique_dims(node, ctx.value(0))
     b = ctx.b
     b.comment(f"Unique: up to {length} distinct slices of {pre} x {post} elements; the count goes to "
@@ -330,7 +328,6 @@ def _nms_bounds(g, node, ins, marks):
     if _known(ins):
         return [None]
     if any(marks):
-        from ..passes.bounded import refuse
         raise refuse(node, "takes a tensor whose size is known only at run time")
     return [Bound({0: count_output(g, node)}, zero=True), None]
 
@@ -490,14 +487,14 @@ def _lower_count(node, ctx):
     b.store(ctx.outs[0], const(0), maximum(stop - minimum(const(start), rows), const(0)))
 
 
-register("aotc.Count", lower=_lower_count, accepts_epilogue=False,
+register(COUNT, lower=_lower_count, accepts_epilogue=False,
          how="a count of rows computed from others (passes/bounded.py derive_count)")(
     lambda node, ins: [(dtypes.INT64, (1,))])
 
 
 # ----------------------------------------------------------------------------- aotc.ConcatRows
 def _concat_rows_dims(node, ins):
-    counted = node.attr("_run_time_concat")
+    counted = node.attr(RUN_TIME_CONCAT)
     data = ins[:len(counted)]
     axis = norm_axis(int(node.attr("axis")), len(data[0].shape), node)
     return counted, data, axis
@@ -531,5 +528,5 @@ def _lower_concat_rows(node, ctx):
             b.store(Y, p * total * post + z, const(0, Y.dtype))
 
 
-register("aotc.ConcatRows", lower=_lower_concat_rows, accepts_epilogue=False,
+register(CONCAT_ROWS, lower=_lower_concat_rows, accepts_epilogue=False,
          how="Concat along a run-time axis (passes/bounded.py)")(_concat_rows_types)

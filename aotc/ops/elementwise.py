@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
+from ..ir.internal import COPY
 from ..kernel.ir import BITCAST, SPATIAL, Const, Expr, Load, Var, binop, call, cast, const, select
 from .common import broadcast
 from .registry import register
@@ -113,7 +114,7 @@ _UNARY = {
     "Not": lambda n, x: binop("==", x, const(0, x.dtype)),
     "IsNaN": lambda n, x: binop("!=", x, x),
     "Identity": lambda n, x: x,
-    "aotc.Copy": lambda n, x: x,
+    COPY: lambda n, x: x,
 }
 
 
@@ -188,7 +189,7 @@ def _pow(n, a, b):
 # Integer Div / Mod: a zero divisor stops the run with AOTC_ERR_DIVIDE_BY_ZERO (C's `/` traps
 # there, and ONNX gives no value); MIN / -1 (which traps too) is MIN, and MIN % -1 is 0, as in
 # the reference implementation (numpy wraps). These functions are `checked`: the chain lowering
-# (kernel/lowering.py) hands them the builder to put the check in.
+# (lowering/lower.py) hands them the builder to put the check in.
 def _int_divisor(bld, b: Expr) -> Expr:
     """b, checked to be non-zero at run time (unless it is a constant)."""
     if isinstance(b, Const):

@@ -46,11 +46,10 @@ from onnx import TensorProto
 
 from ..errors import UnsupportedError
 from ..ir import dtypes
+from ..ir.internal import ROUND_FLOAT, WRAP_INT
 from ..kernel.ir import BITCAST, F32, I32, U32, Builder, Expr, binop, call, cast, const, select
 from .registry import register
 
-ROUND_FLOAT = "aotc.RoundFloat"
-WRAP_INT = "aotc.WrapInt"
 
 
 def round_to_bfloat16(x: Expr, bld: Builder | None = None) -> Expr:

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
+from ..ir.internal import CONV_INTEGER, NARROW_ATTR
 from ..kernel.ir import F32, REDUCTION, SPATIAL, Builder, Expr, GemmDest, Load, binop, call, cast, const, matrix, select
 from .common import broadcast, norm_axis, prod
 from .narrow import FORMATS, round_to_small_float, rounded
@@ -95,7 +96,7 @@ def _saturate(b, v: Expr, dt, bounds: tuple[int, int] | None = None) -> Expr:
 # ----------------------------------------------------------------------------- QuantizeLinear
 def _narrow(node) -> np.dtype | None:
     """The narrow type a QuantizeLinear quantizes to (frontend/narrow.py marks it), or None."""
-    code = int(node.attr("aotc_narrow", 0))
+    code = int(node.attr(NARROW_ATTR, 0))
     return dtypes.from_onnx(code) if code else None
 
 
@@ -550,4 +551,4 @@ def _lower_conv_i8(node, ctx):
     _conv_gemms(ctx, X, W, Bias, ctx.outs[0], group, win, x_zero=cast(Load(XZ, const(0)), I32))
 
 
-register("aotc.ConvInteger", lower=_lower_conv_i8, how="an integer Gemm (8-bit operands, int32 sums)")(_conv_i8_infer)
+register(CONV_INTEGER, lower=_lower_conv_i8, how="an integer Gemm (8-bit operands, int32 sums)")(_conv_i8_infer)

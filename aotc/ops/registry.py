@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Optional
 
 from ..ir.graph import Node
@@ -49,6 +50,9 @@ class OpDef:
 
 
 _REGISTRY: dict[str, OpDef] = {}
+# operators the opset normalization (passes/normalize.py) replaces by another, deprecated spellings:
+# they compile as that one
+REWRITTEN_OPS = {"Upsample": "Resize", "Scatter": "ScatterElements"}
 _loaded = False
 
 
@@ -77,10 +81,10 @@ def _load_all() -> None:
     if _loaded:
         return
     _loaded = True
-    from .. import ops as pkg
-    for mod in pkgutil.iter_modules(pkg.__path__):
-        if mod.name not in ("registry", "common"):
-            importlib.import_module(f"{pkg.__name__}.{mod.name}")
+    # every module of this package is an op family (or a helper that registers nothing)
+    for mod in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        if mod.name not in ("registry", "common", "reference"):
+            importlib.import_module(f"{__package__}.{mod.name}")
 
 
 def get(op_type: str) -> Optional[OpDef]:

@@ -28,12 +28,11 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
+from ..ir.internal import PACKED_ATTR
 from ..kernel.ir import ORDERED, SPATIAL, Const, GemmDest, call, cast, const, matrix, select
 from .registry import register
 
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")
-# set on a node whose W and R inputs hold [D, in, G*H] (transposed ONNX layout)
-PACKED_ATTR = "_weights_transposed"
 _GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 _N_ACT = {"LSTM": 3, "GRU": 2, "RNN": 1}
 _DEFAULT_ACT = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
@@ -139,7 +138,7 @@ def _rnn_fold(node, ins):
     """A packed node on constant inputs: evaluate the ONNX op on the unpacked weights."""
     if not node.attr(PACKED_ATTR) or any(v is not None and v.const is None for v in ins):
         return None
-    from ..passes.evaluate import evaluate
+    from .reference import evaluate
     arrays = [v.const if v is not None else None for v in ins]
     arrays[1], arrays[2] = arrays[1].transpose(0, 2, 1), arrays[2].transpose(0, 2, 1)
     return evaluate(node, arrays, _rnn_infer(node, ins))

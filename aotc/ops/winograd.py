@@ -38,6 +38,7 @@ from fractions import Fraction as Fr
 import numpy as np
 
 from ..ir import dtypes
+from ..ir.internal import WINOGRAD_CONV
 from ..kernel.ir import F32, SPATIAL, GemmDest, binop, const, matrix
 from .nn import _IfElse
 from .registry import register
@@ -227,4 +228,4 @@ def _lower(node, ctx):
                             tile_row(th, OH % m)
 
 
-register("aotc.WinogradConv", lower=_lower, how="Winograd F(m x m, 3 x 3) transforms + GEMMs")(_infer)
+register(WINOGRAD_CONV, lower=_lower, how="Winograd F(m x m, 3 x 3) transforms + GEMMs")(_infer)

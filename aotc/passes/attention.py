@@ -10,9 +10,9 @@ tensor (Reshape to (batch, seq, heads, head size), then Transpose) and the outpu
 back the same way, the node takes the 3-D tensors as they are (the ONNX op's 3-D form), so the
 four Transposes around the heads are gone too.
 
-The rewrite keeps the chain's exact meaning: the node carries PLAIN_ATTR (softmax as the
+The rewrite keeps the chain's exact meaning: the node carries PLAIN_SOFTMAX (softmax as the
 Softmax op computes it, without Attention's fully-masked-row rule) and, for a Where mask,
-FILL_ATTR (masked scores become that constant, as Where makes them). Only the scale changes
+MASK_FILL (masked scores become that constant, as Where makes them). Only the scale changes
 rounding: scores are multiplied by the product of the scalars (1/c for a Div) once.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 
 from ..ir import dtypes
 from ..ir.graph import Graph, Node, Value
-from ..ops.attention import FILL_ATTR, PLAIN_ATTR
+from ..ir.internal import MASK_FILL, PLAIN_SOFTMAX
 from .simplify import eliminate_dead_code
 
 SPLIT = [0, 2, 1, 3]          # (batch, seq, heads, size) <-> (batch, heads, seq, size)
@@ -147,9 +147,9 @@ def _match(g: Graph, sm: Node, producers, only_use, scalar) -> Optional[tuple[li
     if any(g.values[v].const is not None for v in (qx.name, ktx.name, vx.name)):
         return None
     gone = [mm1] + m.nodes + [sm, mm2]
-    attrs = {"scale": float(np.float32(m.scale)), PLAIN_ATTR: 1}
+    attrs = {"scale": float(np.float32(m.scale)), PLAIN_SOFTMAX: 1}
     if m.fill is not None:
-        attrs[FILL_ATTR] = m.fill
+        attrs[MASK_FILL] = m.fill
     mask = [m.mask] if m.mask else []
     name = f"{sm.name}_attention" if sm.name else "attention"
 

@@ -25,78 +25,18 @@ value to {axis: count value}; infer_shapes runs the same rules node by node, so 
 of a bounded dimension is refused instead of folded to the capacity."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..errors import UnsupportedError
 from ..ir import dtypes
+from ..ir.bounded import Bound, fresh_count_name, refuse
 from ..ir.graph import Graph, Node, Value
+from ..ir.internal import CONCAT_ROWS, COPY, COUNT, DERIVED_COUNTS, RUN_TIME_AXES, RUN_TIME_CONCAT
 from ..ops import registry
 from ..ops.common import norm_axis, prod
 
 
-@dataclass
-class Bound:
-    """How a value depends on run-time counts: axis -> the count value holding its size, and
-    whether its padding (the elements past the counts) is zero."""
-    axes: dict[int, str] = field(default_factory=dict)
-    zero: bool = False
-    # a shape vector (Shape of a bounded tensor, folded to its capacity), not a tensor of run-time
-    # size: `axes` are then positions in it whose value is that count. Expand alone may take one
-    # (as its shape: exporters expand indices to their own shape), and records where (_expand).
-    shape: bool = False
-
-
-COUNT_SUFFIX = ".count"
 # ops whose output at a zero input is zero (their padding stays zero)
-_ZERO_KEEPING = {"Cast", "CastLike", "Identity", "aotc.Copy", "Relu", "Neg", "Abs", "Sign", "Floor", "Ceil", "Round"}
-
-
-class Refusal(UnsupportedError):
-    pass
-
-
-def refuse(node: Node, why: str) -> Refusal:
-    return Refusal([f"{node.op_type} node {node.name!r} {why}"],
-                   "aotc computes tensors whose size is known only at run time (the outputs of NonZero, "
-                   "NonMaxSuppression, Unique, Compress) through elementwise ops, views, Transpose, Slice (of "
-                   "other axes, or the first rows), Concat, reductions, Softmax, ArgMax and TopK along other axes, Gather, MatMul "
-                   "and Gemm of their rows; see docs/DESIGN.md, \"Bounded dimensions\"",
-                   what="use(s) of a dimension known only at run time")
-
-
-def count_output(g: Graph, node: Node, out: int = 0) -> str:
-    """The count value a source node writes: an extra output, added on first use and named in
-    the node's `_count` attribute (so that passes renaming its outputs leave it found)."""
-    name = node.attrs.get("_count")
-    if name and name in node.outputs:
-        if name not in g.values:
-            g.add_value(Value(name, dtypes.INT64, (1,)))
-        return name
-    name = _fresh_count_name(g, node.outputs[out])
-    node.outputs.append(name)
-    node.attrs["_count"] = name
-    g.add_value(Value(name, dtypes.INT64, (1,)))
-    return name
-
-
-def _fresh_count_name(g: Graph, base: str, also_taken=()) -> str:
-    """`<base>.count`, or a fresh variant where a value or node output (or `also_taken`) has it."""
-    taken = set(g.values) | {o for m in g.nodes for o in m.outputs} | set(also_taken)
-    name = base + COUNT_SUFFIX
-    while name in taken:
-        name = g.fresh_name(base) + COUNT_SUFFIX
-    return name
-
-
-def onnx_outputs(node: Node) -> list[str]:
-    """The node's outputs less the count a source node was given (count_output)."""
-    return [o for o in node.outputs if not o or o != node.attrs.get("_count")]
-
-
-def count_position(node: Node) -> int:
-    """Where the count is among the node's outputs (and its kernel's output buffers)."""
-    return node.outputs.index(node.attrs["_count"])
+_ZERO_KEEPING = {"Cast", "CastLike", "Identity", COPY, "Relu", "Neg", "Abs", "Sign", "Floor", "Ceil", "Round"}
 
 
 Rule = Callable[[Graph, Node, list, list], list]
@@ -111,7 +51,7 @@ def node_bounds(g: Graph, n: Node, bounds: dict[str, Bound]) -> list[Optional[Bo
     source = getattr(op, "bounded", None) if op is not None else None
     if source is not None:
         return source(g, n, ins, marks)
-    if not any(marks) and "_run_time_axes" not in n.attrs:     # (an Expand's, see _expand)
+    if not any(marks) and RUN_TIME_AXES not in n.attrs:     # (an Expand's, see _expand)
         return [None] * len(n.outputs)
     shaped = [k for k, m in enumerate(marks) if m is not None and m.shape]
     if shaped and (n.op_type != "Expand" or shaped != [1]):
@@ -143,22 +83,22 @@ def analyze(g: Graph) -> Graph:
     """g.bounded for the final graph (the last pass: it sees every node that will be lowered),
     and the aotc.Count nodes computing derived counts (derive_count) placed after their nodes."""
     bounds: dict[str, Bound] = {}
-    made = {o for n in g.nodes if n.op_type == "aotc.Count" for o in n.outputs}
+    made = {o for n in g.nodes if n.op_type == COUNT for o in n.outputs}
     nodes = []
     for n in g.nodes:
         nodes.append(n)
         for o, b in zip(n.outputs, node_bounds(g, n, bounds)):
             if o and b is not None and b.axes:
                 bounds[o] = b
-        for name, counts, params in n.attrs.get("_derived_counts", ()):
+        for name, counts, params in n.attrs.get(DERIVED_COUNTS, ()):
             if name not in made:
                 g.add_value(Value(name, dtypes.INT64, (1,)))
-                nodes.append(Node("aotc.Count", list(counts), [name], dict(params), f"{n.name}/count"))
+                nodes.append(Node(COUNT, list(counts), [name], dict(params), f"{n.name}/count"))
                 made.add(name)
-        if n.op_type == "Concat" and "_run_time_concat" in n.attrs:
+        if n.op_type == "Concat" and RUN_TIME_CONCAT in n.attrs:
             # its rows go to offsets known at run time: the counts become inputs of its kernel
-            n.op_type = "aotc.ConcatRows"
-            n.inputs = list(n.inputs) + [c for c in n.attrs["_run_time_concat"] if c]
+            n.op_type = CONCAT_ROWS
+            n.inputs = list(n.inputs) + [c for c in n.attrs[RUN_TIME_CONCAT] if c]
     g.nodes = nodes
     g.bounded = {v: dict(b.axes) for v, b in bounds.items() if not b.shape}
     return g
@@ -251,12 +191,12 @@ def derive_count(g: Graph, n: Node, counts: tuple, **params) -> str:
     inserts it; `_derived_counts` on n lists them): rows start:end of one count (Slice), or the
     sum of several plus `add` (Concat along a run-time axis)."""
     key = (tuple(counts), tuple(sorted(params.items())))
-    entries = n.attrs.get("_derived_counts", ())
+    entries = n.attrs.get(DERIVED_COUNTS, ())
     for name, *rest in entries:
         if tuple(rest) == key:
             return name
-    name = _fresh_count_name(g, n.outputs[0], {e[0] for e in entries})
-    n.attrs["_derived_counts"] = tuple(entries) + ((name, *key),)
+    name = fresh_count_name(g, n.outputs[0], {e[0] for e in entries})
+    n.attrs[DERIVED_COUNTS] = tuple(entries) + ((name, *key),)
     return name
 
 
@@ -307,7 +247,7 @@ def _concat(g, n, ins, marks):
     count, zeros after it."""
     out = _out_shape(g, n)
     axis = norm_axis(int(n.attr("axis")), len(out), n)
-    data = len(n.attrs.get("_run_time_concat", ())) or len(ins)     # (aotc.ConcatRows: counts after)
+    data = len(n.attrs.get(RUN_TIME_CONCAT, ())) or len(ins)     # (aotc.ConcatRows: counts after)
     ins, marks = ins[:data], marks[:data]
     others: Optional[dict] = None
     for v, m in zip(ins, marks):
@@ -319,7 +259,7 @@ def _concat(g, n, ins, marks):
     along = [m.axes.get(axis) if m is not None else None for m in marks]
     if not any(along):
         return [Bound(others or {}, all(m is not None and m.zero for m in marks))]
-    n.attrs["_run_time_concat"] = tuple(c or "" for c in along)
+    n.attrs[RUN_TIME_CONCAT] = tuple(c or "" for c in along)
     fixed = sum(v.shape[axis] for v, c in zip(ins, along) if c is None)
     total = derive_count(g, n, tuple(c for c in along if c), add=fixed)
     return [Bound({**(others or {}), axis: total}, True)]
@@ -406,8 +346,8 @@ def _expand(g, n, ins, marks):
     out = _out_shape(g, n)
     r, off = len(out), len(out) - len(v.shape)
     if len(marks) > 1 and marks[1] is not None:
-        n.attrs["_run_time_axes"] = tuple(sorted((p + r - ins[1].shape[0], c) for p, c in marks[1].axes.items()))
-    recorded = dict(n.attrs.get("_run_time_axes", ()))
+        n.attrs[RUN_TIME_AXES] = tuple(sorted((p + r - ins[1].shape[0], c) for p, c in marks[1].axes.items()))
+    recorded = dict(n.attrs.get(RUN_TIME_AXES, ()))
     axes, zero = dict(recorded), m is not None and m.zero
     for oa, c in recorded.items():
         a = oa - off
@@ -440,11 +380,11 @@ _RULES: dict[str, Rule] = {
     "Gather": _gather,
     "GatherND": _gather_nd,
     "Concat": _concat,
-    "aotc.ConcatRows": _concat,
+    CONCAT_ROWS: _concat,
     "MatMul": _matmul,
     "Shape": _shape,
     "Size": _size,
 }
 
 
-__all__ = ["Bound", "Refusal", "analyze", "count_output", "count_position", "node_bounds", "onnx_outputs"]
+__all__ = ["analyze", "check_outputs", "node_bounds"]

@@ -24,10 +24,10 @@ running every kernel, so a skipped kernel never frees storage something else rel
 """
 from __future__ import annotations
 
-from typing import FrozenSet, Tuple
+from typing import FrozenSet, Optional, Tuple
 
 from ..ir.graph import Graph
-from .control import BRANCH_ATTR
+from ..ir.internal import BRANCH_ATTR
 
 Literal = Tuple[str, bool]
 Condition = FrozenSet[FrozenSet[Literal]]
@@ -90,3 +90,8 @@ def guard_nodes(g: Graph) -> dict[int, Condition]:
     """run_conditions, or {} when every node runs always (no If decided at run time)."""
     conds = run_conditions(g)
     return {} if all(c == ALWAYS for c in conds.values()) else conds
+
+
+def guard_values(guard: Optional[frozenset]) -> list[str]:
+    """The bool values a guard (or any condition of passes/branches.py) tests, in a stable order."""
+    return sorted({v for alt in guard for v, _ in alt}) if guard else []

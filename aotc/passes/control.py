@@ -34,43 +34,11 @@ may not have scan outputs (their length would be known only at run time).
 from __future__ import annotations
 
 import numpy as np
-import onnx
 
 from ..errors import ModelError, ShapeError, UnsupportedError
-from ..ir.graph import Graph, Node
+from ..ir.graph import Graph, Node, Subgraph, subgraphs
+from ..ir.internal import BRANCH_ATTR, CARRY, IF_MERGE, LOOP_CLOSE, LOOP_STEP, SCOPE_ATTR
 from . import decompose, sequences
-
-# attribute of an inlined node: the renaming of the enclosing branch's values, for the
-# subgraphs of that node (names a nested branch reads from its enclosing one)
-SCOPE_ATTR = "_aotc_scope"
-
-
-def free_names(graph: onnx.GraphProto) -> set[str]:
-    """Names `graph` (and the graphs inside it) reads but does not define: what it takes from
-    the scopes around it."""
-    defined = {t.name for t in graph.initializer} | {i.name for i in graph.input}
-    read: set[str] = set()
-    for n in graph.node:
-        read.update(i for i in n.input if i)
-        for a in n.attribute:
-            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
-                        list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
-                read |= free_names(sub)
-        defined.update(o for o in n.output if o)
-    read.update(o.name for o in graph.output)
-    return read - defined
-
-
-def subgraph_reads(node: Node) -> set[str]:
-    """The outer-scope names the subgraphs of `node` read (its implicit inputs)."""
-    names: set[str] = set()
-    for v in node.attrs.values():
-        if isinstance(v, onnx.GraphProto):
-            names |= free_names(v)
-        elif isinstance(v, list) and v and isinstance(v[0], onnx.GraphProto):
-            for sub in v:
-                names |= free_names(sub)
-    return names
 
 
 def constant_condition(g: Graph, n: Node) -> bool | None:
@@ -81,30 +49,22 @@ def constant_condition(g: Graph, n: Node) -> bool | None:
     return None if c is None else bool(c)
 
 
-def _inline(g: Graph, graph: onnx.GraphProto, scope: dict, prefix: str, bind: dict, owner: Node,
+def _inline(g: Graph, graph: Subgraph, scope: dict, prefix: str, bind: dict, owner: Node,
             what: str) -> tuple[list[Node], list[str]]:
     """The nodes of `graph` renamed into `g` (fresh names under `prefix`), its formal inputs
     read as the names `bind` gives them, its initializers made constants of `g`, and the names
     its outputs have then. `scope` maps the names of the graphs around `graph` that were
     renamed; the nodes holding subgraphs carry the whole renaming along (SCOPE_ATTR)."""
-    from ..frontend.narrow import widen_array, widen_nodes
-    from ..frontend.onnx_import import attr_value
-    from ..ir import dtypes
-
     scope = dict(scope)
     scope.update(bind)
     label = f"{owner.op_type} node {owner.name!r}"
-    for t in graph.sparse_initializer:
-        raise ModelError(f"{label}: sparse initializer {t.values.name!r} in its {what}")
-    narrow_consts = {}                             # (a CastLike to one of them rounds or wraps)
-    for t in graph.initializer:
-        try:
-            arr = np.asarray(onnx.numpy_helper.to_array(t)).astype(dtypes.from_onnx(t.data_type), copy=False)
-        except dtypes.UnsupportedDtype as e:
-            raise ModelError(f"{label}: initializer {t.name!r} of its {what}: {e}") from None
-        scope[t.name] = g.add_const(widen_array(arr), prefix + t.name)   # (narrow types are wider inside)
-        if dtypes.is_narrow(arr.dtype):
-            narrow_consts[scope[t.name]] = t.data_type
+    for kind, name, why in graph.unreadable:
+        if kind == "sparse":
+            raise ModelError(f"{label}: sparse initializer {name!r} in its {what}")
+    for kind, name, why in graph.unreadable:
+        raise ModelError(f"{label}: initializer {name!r} of its {what}: {why}")
+    for name, arr in graph.initializers.items():
+        scope[name] = g.add_const(arr, prefix + name)
     produced: set[str] = set(bind.values())      # (bound names may come from nodes not inferred yet)
 
     def resolve(name: str) -> str:
@@ -116,34 +76,38 @@ def _inline(g: Graph, graph: onnx.GraphProto, scope: dict, prefix: str, bind: di
         return name
 
     nodes: list[Node] = []
-    for k, p in enumerate(graph.node):
-        attrs = {a.name: attr_value(a) for a in p.attribute}
-        inputs = [resolve(i) for i in p.input]
+    for k, p in enumerate(graph.nodes):
+        attrs = {key: _fresh(v) for key, v in p.attrs.items()}
+        inputs = [resolve(i) for i in p.inputs]
         outputs = []
-        for o in p.output:
+        for o in p.outputs:
             if o:
                 scope[o] = g.fresh_name(prefix + o)
                 produced.add(scope[o])
             outputs.append(scope[o] if o else "")
-        if any(isinstance(v, onnx.GraphProto) or (isinstance(v, list) and v and isinstance(v[0], onnx.GraphProto))
-               for v in attrs.values()):
+        if subgraphs(p):
             attrs[SCOPE_ATTR] = dict(scope)
         nodes.append(Node(p.op_type, inputs, outputs, attrs, prefix + (p.name or f"{p.op_type}_{k}"), p.domain))
-    widen_nodes(nodes, narrow_consts)
-    return nodes, [resolve(o.name) for o in graph.output]
+    return nodes, [resolve(o) for o in graph.outputs]
 
 
-def _subgraph(n: Node, key: str) -> onnx.GraphProto:
+def _fresh(v):
+    """An attribute value of an inlined node, its own copy (as each inline once read it afresh
+    from the model); subgraphs are shared, nothing changes them."""
+    if isinstance(v, np.ndarray):
+        return v.copy()
+    if isinstance(v, list):
+        return [_fresh(x) for x in v]
+    return v
+
+
+def _subgraph(n: Node, key: str) -> Subgraph:
     graph = n.attr(key)
-    if not isinstance(graph, onnx.GraphProto):
+    if not isinstance(graph, Subgraph):
         raise ModelError(f"{n.op_type} node {n.name!r} has no {key} graph")
     return graph
 
 
-# a Where that chooses an If's output: its second input is needed only when the condition
-# (its first) is true, its third only when it is false (passes/branches.py)
-BRANCH_ATTR = "_aotc_branch"
-IF_MERGE = "aotc.IfMerge"    # a node of shape inference's work list: "both branches are inferred"
 
 
 def inline_both(g: Graph, n: Node) -> list[Node]:
@@ -153,8 +117,8 @@ def inline_both(g: Graph, n: Node) -> list[Node]:
     nodes, outs = [], []
     for key in ("then_branch", "else_branch"):
         branch = _subgraph(n, key)
-        if len(branch.output) != len(n.outputs):
-            raise ModelError(f"If node {n.name!r}: its {key} has {len(branch.output)} outputs, the node "
+        if len(branch.outputs) != len(n.outputs):
+            raise ModelError(f"If node {n.name!r}: its {key} has {len(branch.outputs)} outputs, the node "
                              f"{len(n.outputs)}")
         body, names = _inline(g, branch, n.attr(SCOPE_ATTR, {}), f"{n.name}/{key[:4]}/", {}, n, key)
         nodes += body
@@ -196,8 +160,8 @@ def inline_branch(g: Graph, n: Node, taken: bool) -> list[Node]:
     the If's outputs."""
     key = "then_branch" if taken else "else_branch"
     branch = _subgraph(n, key)
-    if len(branch.output) != len(n.outputs):
-        raise ModelError(f"If node {n.name!r}: its {key} has {len(branch.output)} outputs, the node "
+    if len(branch.outputs) != len(n.outputs):
+        raise ModelError(f"If node {n.name!r}: its {key} has {len(branch.outputs)} outputs, the node "
                          f"{len(n.outputs)}")
     nodes, outs = _inline(g, branch, n.attr(SCOPE_ATTR, {}), f"{n.name}/{key[:4]}/", {}, n, key)
     return nodes + [_identity(n, src, dst) for src, dst in zip(outs, n.outputs) if dst]
@@ -206,7 +170,6 @@ def inline_branch(g: Graph, n: Node, taken: bool) -> list[Node]:
 # ----------------------------------------------------------------------------- Loop and Scan
 # the most iterations a Loop or Scan is unrolled into (each one is a copy of its body)
 MAX_UNROLL = 4096
-LOOP_STEP = "aotc.LoopStep"      # a node of shape inference's work list: "the iteration before me is inferred"
 
 
 def _const_scalar(g: Graph, name: str, n: Node, what: str):
@@ -233,13 +196,13 @@ def unroll_loop(g: Graph, n: Node) -> list[Node]:
     """A Loop with a compile-time trip count or conditions: its first iteration (the others
     follow as shape inference proves the condition, see loop_step)."""
     body = _subgraph(n, "body")
-    if len(body.input) != len(n.inputs):
-        raise ModelError(f"Loop node {n.name!r}: its body takes {len(body.input)} inputs, the node has "
+    if len(body.inputs) != len(n.inputs):
+        raise ModelError(f"Loop node {n.name!r}: its body takes {len(body.inputs)} inputs, the node has "
                          f"{len(n.inputs)} (trip count, condition, carried values)")
     carried = list(n.inputs[2:])
-    n_scan = len(body.output) - 1 - len(carried)
+    n_scan = len(body.outputs) - 1 - len(carried)
     if n_scan < 0 or len(n.outputs) != len(carried) + n_scan:
-        raise ModelError(f"Loop node {n.name!r}: its body has {len(body.output)} outputs for "
+        raise ModelError(f"Loop node {n.name!r}: its body has {len(body.outputs)} outputs for "
                          f"{len(carried)} carried values and {len(n.outputs)} node outputs")
     limit = None
     if n.inputs[0]:
@@ -252,13 +215,6 @@ def unroll_loop(g: Graph, n: Node) -> list[Node]:
 
 
 # ----------------------------------------------------------------------------- Loops run by the host
-CARRY = "aotc.Carry"          # copies a Loop's carried values into their storage (passes/loops.py)
-LOOP_CLOSE = "aotc.LoopClose"  # a node of shape inference's work list: "the host loop's body is inferred"
-
-
-def is_carry(n: Node, end: bool) -> bool:
-    """Is `n` the Carry that starts a host loop (end False) or the one that ends it?"""
-    return n.op_type == CARRY and bool(n.attrs.get("end")) == end
 
 
 def _scalar(g: Graph, n: Node, name: str, what: str, dtype, nodes: list[Node]) -> str:
@@ -317,8 +273,8 @@ def host_loop(g: Graph, st: _LoopState, trip_count: str | None) -> list[Node]:
     state = [g.fresh_name(f"{n.name}/{what}") for what in ["go", "iter"] + [f"v{k}" for k in range(len(st.carried))]]
     nodes.append(Node(CARRY, start, state, {"loop": loop, "end": False}, f"{n.name}/begin"))
     body = n.attr("body")
-    bind = {body.input[0].name: state[1], body.input[1].name: g.add_const(np.array(True), f"{n.name}/true")}
-    bind.update({fi.name: v for fi, v in zip(body.input[2:], state[2:])})
+    bind = {body.inputs[0]: state[1], body.inputs[1]: g.add_const(np.array(True), f"{n.name}/true")}
+    bind.update({fi: v for fi, v in zip(body.inputs[2:], state[2:])})
     body_nodes, outs = _inline(g, body, n.attr(SCOPE_ATTR, {}), f"{n.name}/body/", bind, n, "body")
     nodes += body_nodes
     return nodes + [Node(LOOP_CLOSE, [], [], {"loop": loop, "state": state, "outs": outs, "limit": limit,
@@ -377,9 +333,9 @@ def loop_step(g: Graph, st: _LoopState) -> list[Node]:
         raise UnsupportedError([f"Loop node {n.name!r} with scan outputs and more than {MAX_UNROLL} iterations"],
                                "each iteration becomes a copy of the loop's body")
     body = n.attr("body")
-    bind = {body.input[0].name: g.add_const(np.array(st.i, np.int64), f"{n.name}/iter"),
-            body.input[1].name: st.cond or g.add_const(np.array(True), f"{n.name}/cond")}
-    bind.update({fi.name: a for fi, a in zip(body.input[2:], st.carried)})
+    bind = {body.inputs[0]: g.add_const(np.array(st.i, np.int64), f"{n.name}/iter"),
+            body.inputs[1]: st.cond or g.add_const(np.array(True), f"{n.name}/cond")}
+    bind.update({fi: a for fi, a in zip(body.inputs[2:], st.carried)})
     nodes, outs = _inline(g, body, n.attr(SCOPE_ATTR, {}), f"{n.name}/{st.i}/", bind, n, "body")
     st.cond = outs[0]
     st.carried = outs[1:1 + len(st.carried)]
@@ -397,12 +353,12 @@ def unroll_scan(g: Graph, n: Node) -> list[Node]:
     body = _subgraph(n, "body")
     m = int(n.attr("num_scan_inputs", 0))
     n_state = len(n.inputs) - m
-    if m < 1 or n_state < 0 or len(body.input) != len(n.inputs):
+    if m < 1 or n_state < 0 or len(body.inputs) != len(n.inputs):
         raise ModelError(f"Scan node {n.name!r}: {len(n.inputs)} inputs, num_scan_inputs {m}, a body of "
-                         f"{len(body.input)} inputs")
-    k_out = len(body.output) - n_state
-    if k_out < 0 or len(n.outputs) != len(body.output):
-        raise ModelError(f"Scan node {n.name!r}: its body has {len(body.output)} outputs, the node "
+                         f"{len(body.inputs)} inputs")
+    k_out = len(body.outputs) - n_state
+    if k_out < 0 or len(n.outputs) != len(body.outputs):
+        raise ModelError(f"Scan node {n.name!r}: its body has {len(body.outputs)} outputs, the node "
                          f"{len(n.outputs)}")
 
     def attr_list(key: str, count: int) -> list[int]:
@@ -433,12 +389,12 @@ def unroll_scan(g: Graph, n: Node) -> list[Node]:
     scans: list[list[str]] = [[] for _ in range(k_out)]
     nodes: list[Node] = []
     for t in range(steps):
-        bind = {fi.name: a for fi, a in zip(body.input, state)}
+        bind = {fi: a for fi, a in zip(body.inputs, state)}
         for j, x in enumerate(xs):
             at = g.add_const(np.array(t if in_dirs[j] == 0 else steps - 1 - t, np.int64), f"{n.name}/t")
             sl = g.fresh_name(f"{n.name}/{t}/{x}")
             nodes.append(Node("Gather", [x, at], [sl], {"axis": in_axes[j]}, f"{n.name}/{t}/slice{j}"))
-            bind[body.input[n_state + j].name] = sl
+            bind[body.inputs[n_state + j]] = sl
         body_nodes, outs = _inline(g, body, n.attr(SCOPE_ATTR, {}), f"{n.name}/{t}/", bind, n, "body")
         nodes += body_nodes
         state = outs[:n_state]
@@ -522,9 +478,9 @@ def map_sequence(g: Graph, n: Node) -> list[Node]:
     of every other sequence input (and the whole of each tensor input); its outputs form the
     output sequences."""
     body = _subgraph(n, "body")
-    if len(body.input) != len(n.inputs) or len(body.output) != len(n.outputs):
-        raise ModelError(f"SequenceMap node {n.name!r}: its body has {len(body.input)} inputs and "
-                         f"{len(body.output)} outputs for the node's {len(n.inputs)} and {len(n.outputs)}")
+    if len(body.inputs) != len(n.inputs) or len(body.outputs) != len(n.outputs):
+        raise ModelError(f"SequenceMap node {n.name!r}: its body has {len(body.inputs)} inputs and "
+                         f"{len(body.outputs)} outputs for the node's {len(n.inputs)} and {len(n.outputs)}")
     if n.inputs[0] not in g.sequences:
         raise ShapeError(f"SequenceMap node {n.name!r}: input {n.inputs[0]!r} is not a sequence")
     length = len(g.sequences[n.inputs[0]])
@@ -535,7 +491,7 @@ def map_sequence(g: Graph, n: Node) -> list[Node]:
     nodes: list[Node] = []
     results: list[list[str]] = [[] for _ in n.outputs]
     for k in range(length):
-        bind = {fi.name: g.sequences[x][k] if x in g.sequences else x for fi, x in zip(body.input, n.inputs)}
+        bind = {fi: g.sequences[x][k] if x in g.sequences else x for fi, x in zip(body.inputs, n.inputs)}
         body_nodes, outs = _inline(g, body, n.attr(SCOPE_ATTR, {}), f"{n.name}/{k}/", bind, n, "body")
         nodes += body_nodes
         for r, o in zip(results, outs):

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..ir import dtypes
 from ..ir.graph import Graph, Node
+from ..ir.internal import CONV_INTEGER
 from ..ops import registry
 
 DECOMPOSED = ("ConvInteger", "QLinearConv")
@@ -81,7 +82,7 @@ def _int32_conv(g: Graph, b: Nodes, x: str, xz: str, w: str, wz: str, bias: str,
     if integer_gemm and not depthwise and (not wz or (wz_value is not None and not np.any(wz_value))):
         # the 8-bit operands as they are: an integer Gemm (aotc.ConvInteger)
         zero = xz or b.const(np.zeros((), xv.dtype), "x_zero_point")
-        return b.add("aotc.ConvInteger", [x, w, zero] + ([bias] if bias else []), out, **attrs)
+        return b.add(CONV_INTEGER, [x, w, zero] + ([bias] if bias else []), out, **attrs)
     xs = b.less_zero_point(x, xz)
     ws = b.less_zero_point(w, wz, [-1] + [1] * (rank - 1))
     if terms > EXACT_FLOAT_TERMS:

@@ -10,10 +10,12 @@ from collections import deque
 import numpy as np
 
 from ..errors import AotcError, ShapeError, UnsupportedError
+from ..ir.bounded import Bound
 from ..ir.graph import Graph, Value
+from ..ir.internal import CARRY
 from ..ops import registry
+from ..ops.reference import evaluate
 from . import bounded, control, sequences
-from .evaluate import evaluate
 from .normalize import normalize_nodes
 
 # Ops never folded even with constant inputs (they would only bloat the weights).
@@ -26,7 +28,7 @@ _NO_FOLD = {"ConstantOfShape", "Expand", "Tile", "Range"}
 _REFERENCE_DIFFERS = {"MaxUnpool", "TfIdfVectorizer"}
 # Nor the copies of a host loop's state (passes/control.py host_loop): constant going in, the
 # state changes with every iteration.
-_NOT_FOLDED = _REFERENCE_DIFFERS | {control.CARRY}
+_NOT_FOLDED = _REFERENCE_DIFFERS | {CARRY}
 # Nor are nodes that draw random numbers (registry.draws_random): RandomNormal has no inputs,
 # so all of them are constant, but its output is a fresh draw per run, not a constant.
 FOLD_LIMIT_BYTES = 1 << 20
@@ -34,7 +36,7 @@ FOLD_LIMIT_BYTES = 1 << 20
 
 def infer_shapes(g: Graph, fold: bool = True) -> Graph:
     kept = []
-    bounds: dict[str, bounded.Bound] = {}       # values of run-time size so far (passes/bounded.py)
+    bounds: dict[str, Bound] = {}       # values of run-time size so far (passes/bounded.py)
     work = deque(g.nodes)
     while work:
         n = work.popleft()

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..errors import UnsupportedError
-from ..fusion.groups import guard_values
 from ..ir.graph import Graph
+from ..ir.internal import is_carry
 from ..ops import registry
-from .control import is_carry
+from .branches import guard_values
 
 
 @dataclass

@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..ir.graph import OPSET_ATTR, Graph, Node
-from .evaluate import NORMALIZED_OPSET
+from ..ir.graph import Graph, Node
+from ..ir.internal import OPSET_ATTR
+from ..ops.reference import NORMALIZED_OPSET
 
-# operators normalize_opset replaces by another one (deprecated spellings): they compile as that one
-REWRITTEN_OPS = {"Upsample": "Resize", "Scatter": "ScatterElements"}
 
 _REDUCE = ["ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
            "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"]

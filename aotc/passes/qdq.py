@@ -39,8 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir import dtypes
-from ..ir.graph import Graph, Node
-from .control import subgraph_reads
+from ..ir.graph import Graph, Node, subgraph_reads
 from .decompose import Nodes, requantize
 
 _8BIT = (np.dtype(np.uint8), np.dtype(np.int8))

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import Graph
-from ..ops.rnn import PACKED_ATTR, RECURRENT_OPS
+from ..ir.internal import PACKED_ATTR
+from ..ops.rnn import RECURRENT_OPS
 
 
 def prepack_recurrent_weights(g: Graph) -> Graph:

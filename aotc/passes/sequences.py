@@ -18,10 +18,8 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir.graph import Graph, Node
+from ..ops.control import OPTIONAL_OPS, SEQUENCE_OPS
 
-OPTIONAL_OPS = ("Optional", "OptionalHasElement", "OptionalGetElement")
-SEQUENCE_OPS = ("SequenceConstruct", "SequenceEmpty", "SequenceInsert", "SequenceErase", "SequenceAt",
-                "SequenceLength", "ConcatFromSequence", "SplitToSequence")
 # (SequenceMap, which runs a body per element, is unrolled with Loop and Scan: passes/control.py)
 
 

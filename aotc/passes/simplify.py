@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import Graph, Node, Value
+from ..ir.internal import COPY
 from ..ops import registry
 from .infer import infer_shapes
 
@@ -337,7 +338,7 @@ def materialize_outputs(g: Graph) -> Graph:
             # the name is taken (a graph input, or this output listed twice): copy to a new name
             out_name = g.fresh_name(f"{o}_copy")
             g.values[out_name] = Value(out_name, v.dtype, v.shape)
-            g.nodes.append(Node("aotc.Copy", [o], [out_name], {}, f"copy_{o}"))
+            g.nodes.append(Node(COPY, [o], [out_name], {}, f"copy_{o}"))
             done.append(out_name)
             labels[out_name] = labels.get(o, o)
             continue
@@ -351,7 +352,7 @@ def materialize_outputs(g: Graph) -> Graph:
         if o in claimed:            # an earlier output's storage root was this value: it moved
             claimed.discard(o)
             claimed.add(src)
-        g.nodes.append(Node("aotc.Copy", [src], [o], {}, f"copy_{o}"))
+        g.nodes.append(Node(COPY, [src], [o], {}, f"copy_{o}"))
         claimed.add(o)
         done.append(o)
     g.outputs = done

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from ..ir import dtypes
 from ..ir.graph import Graph, Node
+from ..ir.internal import WINOGRAD_CONV
 from ..ir.verify import verify
 from ..ops.nn import _conv_parts
 from ..ops.winograd import transform_weights
@@ -100,7 +101,7 @@ def _rewrite(g: Graph, n: Node, tiles, block_bytes: int) -> Node:
     pads = [win.pads_begin[0], win.pads_begin[1], win.pads_end[0], win.pads_end[1]]
     TH, TW = -(-OH // m), -(-OW // m)
     attrs = {"tile": m, "pads": pads, "block_rows": block_rows(C, M, m, TH, TW, block_bytes)}
-    return Node("aotc.WinogradConv", inputs, list(n.outputs), attrs, n.name)
+    return Node(WINOGRAD_CONV, inputs, list(n.outputs), attrs, n.name)
 
 
 def block_rows(C: int, M: int, m: int, TH: int, TW: int, block_bytes: int) -> int:

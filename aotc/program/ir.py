@@ -23,9 +23,9 @@ from typing import Iterator, Optional, Union
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..ir.internal import is_carry
 from ..kernel.context import DRAW
 from ..kernel.ir import Buffer, Kernel
-from ..passes.control import is_carry
 
 
 @dataclass(frozen=True)
@@ -258,13 +258,6 @@ def draw_offset(plan) -> Optional[int]:
     """The draw number's place in the workspace, if the plan has one."""
     loc = plan.locations.get(DRAW)
     return None if loc is None else loc.offset
-
-
-def scratch_bytes(buf: Buffer, threads: int) -> int:
-    """Bytes a scratch buffer takes in the workspace (one copy per thread when per-thread)."""
-    if buf.per_thread:
-        return buf.thread_stride * np.dtype(buf.dtype).itemsize * threads
-    return buf.nbytes
 
 
 def step_slots(t: int, st, plan) -> dict[str, Slot]:

@@ -1,4 +1,5 @@
-"""Run one node on constant inputs with the ONNX reference implementation (for folding)."""
+"""Run one node on constant inputs with the ONNX reference implementation: the folding every op gets
+without a fold of its own (passes/infer.py), and what some ops' own folds call."""
 from __future__ import annotations
 
 import warnings

@@ -1,22 +1,22 @@
 """Lower fusion groups to kernels (kernel IR), recording which graph values each reads and writes."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
 
-from ..fusion.groups import Group, group_shapes, guard_values
+from ..fusion.groups import Group, group_shapes
 from ..ir import dtypes
 from ..ir.graph import Graph, Value
-from ..ops import registry
-from ..passes.control import CARRY
-from .context import LowerCtx
-from .ir import (SPATIAL, Buffer, Builder, Const, Decl, Expr, Fail, Gemm, If, Kernel, Load, Loop, Store, Var, cast,
+from ..ir.internal import CARRY
+from ..kernel.context import LowerCtx
+from ..kernel.ir import (SPATIAL, Buffer, Builder, Const, Decl, Expr, Fail, Gemm, If, Kernel, Load, Loop, Store, Var, cast,
                  const, stmt_exprs, walk_buffers, walk_expr, walk_stmts, wrap)
-from .names import RESERVED
-from .space import IndexSpace
+from ..kernel.names import c_ident
+from ..kernel.space import IndexSpace
+from ..ops import registry
+from ..passes.branches import guard_values
 
 
 @dataclass
@@ -64,18 +64,6 @@ class KernelStep:
             if p not in keep:
                 del self.binds[p.name]
         self.kernel.params = keep
-
-
-def c_ident(name: str, limit: int = 48) -> str:
-    """An identifier made from `name`, at most `limit` characters, valid in every language the
-    kernels are printed in and clashing with no name the generated code uses (ir.RESERVED)."""
-    s = re.sub(r"[^0-9A-Za-z_]", "_", name).strip("_")
-    s = re.sub(r"_+", "_", s)
-    if len(s) > limit:
-        s = s[-limit:].lstrip("_")
-    if not s or s[0].isdigit() or s in RESERVED or s.lower().startswith("aotc_"):
-        s = "v_" + s
-    return s
 
 
 class _Params:

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from .codegen.abi import ports
-from .compiler import analyze, default_name, is_supported, node_opset
+from .compiler import analyze, default_name
+from .frontend.operators import is_supported, node_opset
 from .frontend import import_model, load_onnx
 
 

@@ -1,0 +1,91 @@
+"""aotc's own vocabulary in the graph IR, listed once: the node kinds it writes (op types of the
+default domain named `aotc.*`) and the node attributes it uses as messages between stages
+(names starting with `_`, which ONNX attributes never do, so that evaluating a node with the
+ONNX reference implementation leaves them out: ops/reference.py; NARROW_ATTR is the one
+without: a QuantizeLinear carrying it folds in numpy, ops/quant.py, never through the reference).
+
+Every module that writes or reads one of these imports its name from here
+(tests/test_layering.py keeps it so: a string literal of this kind anywhere else fails it).
+
+Node kinds that compile (each is an entry of the op registry, in the module named):
+    COPY          `aotc.Copy`: y = x, an elementwise op (ops/elementwise.py): a graph output
+                  that has to be a value of its own (passes/simplify.py materialize_outputs)
+    ROUND_FLOAT   `aotc.RoundFloat`: a float32 rounded to a narrow float type (ops/narrow.py)
+    WRAP_INT      `aotc.WrapInt`: a value wrapped to a 4- or 2-bit integer type (ops/narrow.py)
+    CONV_INTEGER  `aotc.ConvInteger`: a quantized convolution as an integer Gemm (ops/quant.py,
+                  written by passes/decompose.py)
+    WINOGRAD_CONV `aotc.WinogradConv`: a 3 x 3 convolution by Winograd's transforms
+                  (ops/winograd.py, written by passes/winograd.py)
+    COUNT         `aotc.Count`: a run-time row count computed from others (ops/data_dependent.py,
+                  written by passes/bounded.py)
+    CONCAT_ROWS   `aotc.ConcatRows`: a Concat along a run-time sized axis (same)
+    CARRY         `aotc.Carry`: copies a host loop's state into its storage (ops/control.py,
+                  written by passes/control.py host_loop; attributes `loop`, `end`, `state`)
+
+Node kinds of shape inference's work list only (passes/control.py; never in a finished graph):
+    IF_MERGE      both branches of a run-time If are inferred: make its outputs
+    LOOP_STEP     the previous iteration of an unrolled Loop is inferred: add the next
+    LOOP_CLOSE    a host loop's body is inferred: close the loop
+
+Attributes:
+    OPSET_ATTR       on the ai.onnx nodes aotc's own rewrites write (frontend/emit.py): the opset
+                     whose forms the node is in, whatever the model imports (read by validation
+                     and by passes/normalize.py, which drops it)
+    NARROW_ATTR      on a QuantizeLinear to a narrow type (frontend/narrow.py): that type's ONNX
+                     code (ops/quant.py), since its zero point's type is widened at import
+    SCOPE_ATTR       on a node holding subgraphs, inlined from a subgraph: the renaming of the
+                     enclosing branch's values, through which its own subgraphs resolve the
+                     names they read (passes/control.py)
+    BRANCH_ATTR      on a Where that chooses a run-time If's output: its second input is needed
+                     only when the condition holds, its third only when not (passes/branches.py)
+    PACKED_ATTR      on an LSTM / GRU / RNN whose constant weights passes/recurrent.py
+                     transposed at compile time (ops/rnn.py reads them so)
+    PLAIN_SOFTMAX    on an Attention made from a MatMul-Softmax-MatMul chain: a fully masked row
+                     gives Softmax's own result, NaN (passes/attention.py, ops/attention.py)
+    MASK_FILL        on such an Attention: a bool mask selects this fill value instead of adding
+                     -inf (same)
+    COUNT_ATTR       on a node whose output has a run-time size: the name of its int64[1] count
+                     output (passes/bounded.py, ops/data_dependent.py)
+    DERIVED_COUNTS   on a node some of whose outputs' counts are computed from others: (name,
+                     counts, parameters) of each aotc.Count to insert after it (passes/bounded.py)
+    RUN_TIME_CONCAT  on a Concat along a run-time sized axis: each input's count, "" for a static
+                     one (passes/bounded.py; it becomes aotc.ConcatRows)
+    RUN_TIME_AXES    on an Expand to a shape with run-time entries: which output axes take which
+                     count (passes/bounded.py)
+"""
+from __future__ import annotations
+
+from .graph import Node
+
+# node kinds that compile
+COPY = "aotc.Copy"
+ROUND_FLOAT = "aotc.RoundFloat"
+WRAP_INT = "aotc.WrapInt"
+CONV_INTEGER = "aotc.ConvInteger"
+WINOGRAD_CONV = "aotc.WinogradConv"
+COUNT = "aotc.Count"
+CONCAT_ROWS = "aotc.ConcatRows"
+CARRY = "aotc.Carry"
+
+# node kinds of shape inference's work list
+IF_MERGE = "aotc.IfMerge"
+LOOP_STEP = "aotc.LoopStep"
+LOOP_CLOSE = "aotc.LoopClose"
+
+# attributes
+OPSET_ATTR = "_aotc_opset"
+NARROW_ATTR = "aotc_narrow"
+SCOPE_ATTR = "_aotc_scope"
+BRANCH_ATTR = "_aotc_branch"
+PACKED_ATTR = "_weights_transposed"
+PLAIN_SOFTMAX = "_plain_softmax"
+MASK_FILL = "_mask_fill"
+COUNT_ATTR = "_count"
+DERIVED_COUNTS = "_derived_counts"
+RUN_TIME_CONCAT = "_run_time_concat"
+RUN_TIME_AXES = "_run_time_axes"
+
+
+def is_carry(n: Node, end: bool) -> bool:
+    """Is `n` the Carry that starts a host loop (end False) or the one that ends it?"""
+    return n.op_type == CARRY and bool(n.attrs.get("end")) == end
