@@ -177,3 +177,51 @@ def test_per_thread_copies_start_on_their_own_cache_lines():
     shared = Buffer("s", F32, (28,), "scratch")
     assert scratch_bytes(shared, 2) == 28 * 4
     assert np.dtype(row.dtype).itemsize * row.thread_stride % Buffer.CACHE_LINE == 0
+
+
+# ----------------------------------------------------------------------------- the rewriter
+def test_rewriter_walks_every_kind_by_its_fields():
+    """One traversal for every statement and expression kind (kernel/ir.py Rewriter): a
+    statement kind defined here, with an expression and a statement list of its own, is
+    walked, mapped and has its buffers swapped with no traversal code written for it; so are
+    the kinds hand-written walks used to skip or refuse (Mma, CallStmt)."""
+    from dataclasses import dataclass, field
+
+    from aotc.kernel.ir import (I64, MMA_C, BufPtr, CallStmt, Mma, Stmt, Store, Var, evaluate, map_stmts,
+                                replace_buffers, walk_buffers)
+    from aotc.schedule.gpu import _rebase
+
+    @dataclass(eq=False)
+    class Repeat(Stmt):                       # a kind the IR does not know
+        times: object
+        body: list = field(default_factory=list)
+
+    x = Buffer("x", F32, (8,), "in")
+    y = Buffer("y", F32, (8,), "out")
+    frag = Buffer("frag", F32, (2,), "local", space=MMA_C)
+    i, n = Var("i"), Var("n")
+    store = Store(y, i, Load(x, i))
+    body = [Repeat(n + 1, [store]),
+            Mma("zero", frag, at=i),
+            CallStmt("aotc_copy", [BufPtr(x, i), y])]
+    assert [type(s).__name__ for s in walk_stmts(body)] == ["Repeat", "Store", "Mma", "CallStmt"]
+
+    mapped = map_stmts(body, lambda e: const(3) if isinstance(e, Var) and e.name == "i" else e)
+    assert mapped[0].body[0].index.value == 3                    # inside the new kind's own list
+    assert mapped[1].at.value == 3                               # Mma (map_stmts once passed it through)
+    assert mapped[2].args[0].offset.value == 3
+    assert mapped[0].times is body[0].times                      # untouched subtrees are shared
+    assert body[0].body[0].index is i                            # and nothing changed in place
+
+    z = Buffer("z", F32, (8,), "in")
+    swapped = replace_buffers(body, {x: z})
+    assert {b.name for b in walk_buffers(swapped)} == {"z", "y", "frag"}
+    assert replace_buffers(body, {}) is body                     # nothing to change: the same list
+
+    # the GPU schedule's rebase of a buffer into a bigger one (it refused a CallStmt before)
+    big = Buffer("big", F32, (64,), "scratch")
+    rebased = _rebase(body, x, big, const(16, I64))
+    load, ptr = rebased[0].body[0].value, rebased[2].args[0]
+    assert load.buf is big and evaluate(load.index, {"i": 2}) == 18
+    assert ptr.buf is big and evaluate(ptr.offset, {"i": 2}) == 18
+    assert rebased[0].body[0].buf is y and rebased[2].args[1] is y

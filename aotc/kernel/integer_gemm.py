@@ -7,9 +7,7 @@ always; the CPU one where the 8-bit GEMM of runtime/aotc_igemm.h does not fit th
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
-from .ir import (I32, REDUCTION, SPATIAL, Assign, Decl, Gemm, If, Load, Loop, Stmt, Store, Var, cast, const)
+from .ir import I32, REDUCTION, SPATIAL, Assign, Decl, Gemm, Load, Loop, Rewriter, Stmt, Store, Var, cast, const
 
 
 def expand_integer_gemm(g: Gemm, fresh) -> list[Stmt]:
@@ -33,16 +31,14 @@ def expand_integer_gemm(g: Gemm, fresh) -> list[Stmt]:
     return [Loop(g.i, const(g.M), g.row_epilogue + [columns], role=SPATIAL)]
 
 
+class _Expand(Rewriter):
+    def __init__(self, fresh):
+        self.fresh = fresh
+
+    def visit_Gemm(self, s: Gemm):
+        return expand_integer_gemm(s, self.fresh) if s.integer else s
+
+
 def expand_integer_gemms(stmts: list[Stmt], fresh) -> list[Stmt]:
     """stmts with every integer Gemm expanded into loops (expand_integer_gemm)."""
-    out: list[Stmt] = []
-    for s in stmts:
-        if isinstance(s, Gemm) and s.integer:
-            out += expand_integer_gemm(s, fresh)
-            continue
-        if isinstance(s, Loop):
-            s = replace(s, body=expand_integer_gemms(s.body, fresh))
-        elif isinstance(s, If):
-            s = If(s.cond, expand_integer_gemms(s.then, fresh), expand_integer_gemms(s.orelse, fresh))
-        out.append(s)
-    return out
+    return _Expand(fresh).stmts(stmts)

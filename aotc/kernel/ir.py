@@ -29,7 +29,7 @@ generated index arithmetic stays readable.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
@@ -633,15 +633,24 @@ class Kernel:
 
 
 # ----------------------------------------------------------------------------- traversal
+def _fields(cls) -> tuple:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in fields(cls))
+    return names
+
+
+_FIELDS: dict = {}
+
+
+def _is_stmt_list(v) -> bool:
+    return isinstance(v, list) and bool(v) and isinstance(v[0], Stmt)
+
+
 def children(s: Stmt) -> list[list[Stmt]]:
-    """The statement lists nested in a statement."""
-    if isinstance(s, Loop):
-        return [s.body]
-    if isinstance(s, If):
-        return [s.then, s.orelse]
-    if isinstance(s, Gemm):
-        return [s.row_epilogue, s.epilogue]
-    return []
+    """The statement lists nested in a statement (a Loop's body, an If's branches, a Gemm's
+    epilogues: every field holding statements)."""
+    return [v for v in (getattr(s, f) for f in _fields(type(s))) if _is_stmt_list(v)]
 
 
 def walk_stmts(stmts: list[Stmt]) -> Iterator[Stmt]:
@@ -653,7 +662,9 @@ def walk_stmts(stmts: list[Stmt]) -> Iterator[Stmt]:
 
 
 def stmt_exprs(s: Stmt) -> list:
-    """The expressions a statement uses directly (not those of nested statements)."""
+    """The expressions a statement uses directly (not those of nested statements): what it
+    reads, a store's address included (as a load of it); a Gemm's operands as pointers (its
+    loop variables and accumulator are its own, defined by it)."""
     if isinstance(s, Store):
         return [Load(s.buf, s.index), s.value]
     if isinstance(s, Decl):
@@ -684,22 +695,15 @@ def stmt_exprs(s: Stmt) -> list:
 def walk_expr(e) -> Iterator:
     """Every sub-expression (Buffers appear as themselves), depth first."""
     yield e
-    if isinstance(e, Load):
-        yield from walk_expr(e.index)
-    elif isinstance(e, BinOp):
-        yield from walk_expr(e.a)
-        yield from walk_expr(e.b)
-    elif isinstance(e, (Unary, Cast)):
-        yield from walk_expr(e.a)
-    elif isinstance(e, Call):
-        for a in e.args:
-            yield from walk_expr(a)
-    elif isinstance(e, Select):
-        yield from walk_expr(e.cond)
-        yield from walk_expr(e.a)
-        yield from walk_expr(e.b)
-    elif isinstance(e, BufPtr):
-        yield from walk_expr(e.offset)
+    if isinstance(e, Expr):
+        for f in _fields(type(e)):
+            v = getattr(e, f)
+            if isinstance(v, Expr):
+                yield from walk_expr(v)
+            elif isinstance(v, tuple):
+                for x in v:
+                    if isinstance(x, Expr):
+                        yield from walk_expr(x)
 
 
 def same_expr(a, b) -> bool:
@@ -724,56 +728,93 @@ def same_expr(a, b) -> bool:
     return a is b
 
 
+class Rewriter:
+    """Rebuilds kernel IR, driven by each statement's and expression's dataclass fields, so that
+    every kind is walked the same way and a new kind needs no traversal code of its own.
+
+    The default rebuilds every field of a node: an expression through `expr` (bottom-up, each
+    node then handed to `expr_hook`), a statement list through `stmts`, a Buffer through
+    `buffer_hook`, a Matrix, GemmDest or tuple field by field; names, numbers, roles and kinds
+    are kept. A node whose fields all come back the same is returned itself, others are new
+    (kernel IR is never changed in place). A subclass overrides what it changes:
+      visit_<Class>(node)  a statement (visit_Loop, visit_Gemm, ...) or a Matrix / GemmDest:
+                           returns what replaces it (a statement may become a list of them,
+                           spliced in, or None, dropped); `self.generic(node)` inside it is the
+                           default rebuild, statements nested in it included;
+      expr_hook(e)         an expression whose children are rebuilt -> its replacement;
+      buffer_hook(b)       a buffer (of a Load, Store, BufPtr, Matrix, Gemm, Mma...).
+    """
+
+    def stmts(self, ss: list[Stmt]) -> list[Stmt]:
+        out, same = [], True
+        for s in ss:
+            r = self.node(s)
+            if r is s:
+                out.append(s)
+                continue
+            same = False
+            if isinstance(r, list):
+                out.extend(r)
+            elif r is not None:
+                out.append(r)
+        return ss if same else out
+
+    def node(self, n):
+        visit = getattr(self, "visit_" + type(n).__name__, None)
+        return visit(n) if visit is not None else self.generic(n)
+
+    def generic(self, n):
+        changes = {}
+        for f in _fields(type(n)):
+            v = getattr(n, f)
+            w = self.value(v)
+            if w is not v:
+                changes[f] = w
+        return replace(n, **changes) if changes else n
+
+    def value(self, v):
+        if isinstance(v, Expr):
+            return self.expr(v)
+        if isinstance(v, Buffer):
+            return self.buffer_hook(v)
+        if isinstance(v, (Matrix, GemmDest)):
+            return self.node(v)
+        if isinstance(v, list):
+            if _is_stmt_list(v):
+                return self.stmts(v)
+            return self._each(v, list)
+        if isinstance(v, tuple):
+            return self._each(v, tuple)
+        return v
+
+    def _each(self, v, kind):
+        out = [self.value(x) for x in v]
+        return v if all(x is y for x, y in zip(out, v)) else kind(out)
+
+    def expr(self, e):
+        return self.expr_hook(self.generic(e))
+
+    def expr_hook(self, e):
+        return e
+
+    def buffer_hook(self, b: Buffer) -> Buffer:
+        return b
+
+
+class _ExprMap(Rewriter):
+    def __init__(self, f: Callable):
+        self.expr_hook = f
+
+
 def map_expr(e, f: Callable):
     """Rebuild an expression bottom-up: f(node with rebuilt children) -> replacement."""
-    if isinstance(e, Load):
-        e = Load(e.buf, map_expr(e.index, f))
-    elif isinstance(e, BinOp):
-        e = BinOp(e.op, map_expr(e.a, f), map_expr(e.b, f), e.dtype)
-    elif isinstance(e, Unary):
-        e = Unary(e.op, map_expr(e.a, f), e.dtype)
-    elif isinstance(e, Cast):
-        e = Cast(map_expr(e.a, f), e.dtype)
-    elif isinstance(e, Call):
-        e = Call(e.fn, tuple(map_expr(a, f) for a in e.args), e.dtype)
-    elif isinstance(e, Select):
-        e = Select(map_expr(e.cond, f), map_expr(e.a, f), map_expr(e.b, f), e.dtype)
-    elif isinstance(e, BufPtr):
-        e = BufPtr(e.buf, map_expr(e.offset, f))
-    return f(e)
+    return _ExprMap(f).expr(e)
 
 
 def map_stmts(stmts: list[Stmt], f: Callable) -> list[Stmt]:
-    """Rebuild a statement list with every expression mapped by map_expr(., f); statements
-    keep their identity where nothing changes structurally (loops keep their kinds)."""
-    out = []
-    for s in stmts:
-        if isinstance(s, Store):
-            s = Store(s.buf, map_expr(s.index, f), map_expr(s.value, f))
-        elif isinstance(s, Decl):
-            s = Decl(map_expr(s.var, f), map_expr(s.init, f), s.accumulator, s.pinned)
-        elif isinstance(s, Assign):
-            s = Assign(map_expr(s.var, f), map_expr(s.value, f))
-        elif isinstance(s, Loop):
-            s = replace(s, var=map_expr(s.var, f), extent=map_expr(s.extent, f), start=map_expr(s.start, f),
-                        body=map_stmts(s.body, f))
-        elif isinstance(s, If):
-            s = If(map_expr(s.cond, f), map_stmts(s.then, f), map_stmts(s.orelse, f))
-        elif isinstance(s, CallStmt):
-            s = CallStmt(s.fn, [map_expr(a, f) if isinstance(a, Expr) else a for a in s.args])
-        elif isinstance(s, Gemm):
-            s = replace(s, a=_map_matrix(s.a, f), b=_map_matrix(s.b, f), c=_map_matrix(s.c, f),
-                        i=map_expr(s.i, f), j=map_expr(s.j, f), value=map_expr(s.value, f),
-                        result=map_expr(s.result, f) if s.result is not None else None,
-                        epilogue=map_stmts(s.epilogue, f), row_epilogue=map_stmts(s.row_epilogue, f),
-                        a_zero=map_expr(s.a_zero, f) if s.a_zero is not None else None,
-                        b_zero=map_expr(s.b_zero, f) if s.b_zero is not None else None)
-        out.append(s)
-    return out
-
-
-def _map_matrix(m: Matrix, f) -> Matrix:
-    return replace(m, offset=map_expr(m.offset, f), direct=_map_matrix(m.direct, f) if m.direct else None)
+    """A statement list with every expression mapped by map_expr(., f) (loop variables,
+    locals and a Gemm's operand offsets included)."""
+    return _ExprMap(f).stmts(stmts)
 
 
 def walk_buffers(stmts: list[Stmt]) -> list[Buffer]:
@@ -791,41 +832,17 @@ def walk_buffers(stmts: list[Stmt]) -> list[Buffer]:
     return list(seen.values())
 
 
+class _BufferSwap(Rewriter):
+    def __init__(self, mapping: dict):
+        self.mapping = mapping
+
+    def buffer_hook(self, b: Buffer) -> Buffer:
+        return self.mapping.get(b, b)
+
+
 def replace_buffers(stmts: list[Stmt], mapping: dict) -> list[Stmt]:
     """The statements with buffers swapped as `mapping` ({old Buffer: new Buffer}) says."""
-    def swap(e):
-        if isinstance(e, Load) and e.buf in mapping:
-            return Load(mapping[e.buf], e.index)
-        if isinstance(e, BufPtr) and e.buf in mapping:
-            return BufPtr(mapping[e.buf], e.offset)
-        if isinstance(e, Buffer) and e in mapping:
-            return mapping[e]
-        return e
-
-    def fix(ss):
-        out = []
-        for s in ss:
-            if isinstance(s, Store) and s.buf in mapping:
-                s = Store(mapping[s.buf], s.index, s.value)
-            elif isinstance(s, Gemm):
-                s = replace(s, a=_swap_matrix(s.a, mapping), b=_swap_matrix(s.b, mapping),
-                            c=_swap_matrix(s.c, mapping),
-                            dest=replace(s.dest, buf=mapping.get(s.dest.buf, s.dest.buf)) if s.dest else None,
-                            work=mapping.get(s.work, s.work) if s.work is not None else None,
-                            epilogue=fix(s.epilogue), row_epilogue=fix(s.row_epilogue))
-            elif isinstance(s, Loop):
-                s = replace(s, body=fix(s.body))
-            elif isinstance(s, If):
-                s = If(s.cond, fix(s.then), fix(s.orelse))
-            out.append(s)
-        return out
-
-    return map_stmts(fix(stmts), swap)
-
-
-def _swap_matrix(m: Matrix, mapping) -> Matrix:
-    return replace(m, buf=mapping.get(m.buf, m.buf),
-                   direct=_swap_matrix(m.direct, mapping) if m.direct else None)
+    return _BufferSwap(mapping).stmts(stmts)
 
 
 # ----------------------------------------------------------------------------- builder

@@ -13,8 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .ir import (BITCAST, Assign, BinOp, Call, Cast, Decl, Expr, Gemm, If, Load, Loop, Select, Stmt, Store, Unary, Var,
-                 cast)
+from .ir import BITCAST, Assign, BinOp, Call, Decl, Expr, Rewriter, Select, Stmt, Store, Unary, Var, cast
 
 _CMP = {"<", "<=", ">", ">=", "==", "!=", "&&", "||"}
 
@@ -37,67 +36,50 @@ def _wider(a: np.dtype, b: np.dtype) -> np.dtype:
     return a
 
 
-class _Retype:
+class _Retype(Rewriter):
     def __init__(self, of: np.dtype, to: np.dtype):
         self.of, self.to = of, to
         self.types: dict[str, np.dtype] = {}      # variables whose dtype changed
 
     def expr(self, e: Expr) -> Expr:
-        if not self.types or not self._touches(e):
+        if not self.types:
             return e
         if isinstance(e, Var):
-            return Var(e.name, self.types.get(e.name, e.dtype))
-        if isinstance(e, BinOp):
-            a, b = self.expr(e.a), self.expr(e.b)
-            dt = e.dtype if e.op in _CMP or e.op in ("<<", ">>") else _wider(a.dtype, b.dtype)
-            return BinOp(e.op, a, b, dt)
-        if isinstance(e, Unary):
-            a = self.expr(e.a)
-            return Unary(e.op, a, a.dtype if e.op == "-" else e.dtype)
-        if isinstance(e, Call):
-            args = tuple(self.expr(a) for a in e.args)
-            dt = e.dtype
-            if e.dtype.kind == "f" and e.fn != BITCAST:      # (a bitcast's type is its width's)
-                for a in args:
-                    dt = _wider(dt, a.dtype)
-            return Call(e.fn, args, dt)
-        if isinstance(e, Select):
-            a, b = self.expr(e.a), self.expr(e.b)
-            return Select(self.expr(e.cond), a, b, _wider(a.dtype, b.dtype))
-        if isinstance(e, Cast):
-            return Cast(self.expr(e.a), e.dtype)
-        if isinstance(e, Load):
-            return Load(e.buf, self.expr(e.index))
-        return e
+            return Var(e.name, self.types[e.name]) if e.name in self.types else e
+        r = self.generic(e)                  # (itself where no variable in it changed type)
+        if r is e:
+            return e
+        if isinstance(r, BinOp):
+            dt = r.dtype if r.op in _CMP or r.op in ("<<", ">>") else _wider(r.a.dtype, r.b.dtype)
+            return BinOp(r.op, r.a, r.b, dt)
+        if isinstance(r, Unary):
+            return Unary(r.op, r.a, r.a.dtype if r.op == "-" else r.dtype)
+        if isinstance(r, Call):
+            dt = r.dtype
+            if r.dtype.kind == "f" and r.fn != BITCAST:      # (a bitcast's type is its width's)
+                for x in r.args:
+                    dt = _wider(dt, x.dtype)
+            return Call(r.fn, r.args, dt)
+        if isinstance(r, Select):
+            return Select(r.cond, r.a, r.b, _wider(r.a.dtype, r.b.dtype))
+        return r
 
-    def _touches(self, e: Expr) -> bool:
-        from .ir import walk_expr
-        return any(isinstance(x, Var) and x.name in self.types for x in walk_expr(e))
+    def visit_Decl(self, s: Decl) -> Decl:
+        init = self.expr(s.init)
+        if s.accumulator and s.var.dtype == self.of:
+            dt = self.to
+        elif s.pinned:
+            dt = s.var.dtype
+        else:
+            dt = _wider(s.var.dtype, init.dtype) if init.dtype.kind == "f" else s.var.dtype
+        if dt != s.var.dtype:
+            self.types[s.var.name] = dt
+        return Decl(Var(s.var.name, dt), cast(init, dt), s.accumulator, s.pinned)
 
-    def stmts(self, ss: list[Stmt]) -> list[Stmt]:
-        out = []
-        for s in ss:
-            if isinstance(s, Decl):
-                init = self.expr(s.init)
-                if s.accumulator and s.var.dtype == self.of:
-                    dt = self.to
-                elif s.pinned:
-                    dt = s.var.dtype
-                else:
-                    dt = _wider(s.var.dtype, init.dtype) if init.dtype.kind == "f" else s.var.dtype
-                if dt != s.var.dtype:
-                    self.types[s.var.name] = dt
-                s = Decl(Var(s.var.name, dt), cast(init, dt), s.accumulator, s.pinned)
-            elif isinstance(s, Assign):
-                var = self.expr(s.var)
-                s = Assign(var, cast(self.expr(s.value), var.dtype))
-            elif isinstance(s, Store):
-                s = Store(s.buf, self.expr(s.index), cast(self.expr(s.value), s.buf.value_dtype))
-            elif isinstance(s, Loop):
-                s = replace(s, extent=self.expr(s.extent), start=self.expr(s.start), body=self.stmts(s.body))
-            elif isinstance(s, If):
-                s = If(self.expr(s.cond), self.stmts(s.then), self.stmts(s.orelse))
-            elif isinstance(s, Gemm):
-                s = replace(s, epilogue=self.stmts(s.epilogue), row_epilogue=self.stmts(s.row_epilogue))
-            out.append(s)
-        return out
+    def visit_Assign(self, s: Assign) -> Assign:
+        var = self.expr(s.var)
+        return Assign(var, cast(self.expr(s.value), var.dtype))
+
+    def visit_Store(self, s: Store) -> Store:
+        s = self.generic(s)
+        return replace(s, value=cast(s.value, s.buf.value_dtype))

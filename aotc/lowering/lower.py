@@ -11,8 +11,8 @@ from ..ir import dtypes
 from ..ir.graph import Graph, Value
 from ..ir.internal import CARRY
 from ..kernel.context import LowerCtx
-from ..kernel.ir import (SPATIAL, Buffer, Builder, Const, Decl, Expr, Fail, Gemm, If, Kernel, Load, Loop, Store, Var, cast,
-                 const, stmt_exprs, walk_buffers, walk_expr, walk_stmts, wrap)
+from ..kernel.ir import (SPATIAL, Buffer, Builder, Const, Decl, Expr, Fail, Gemm, Kernel, Load, Rewriter, Store, Var,
+                         cast, const, stmt_exprs, walk_buffers, walk_expr, walk_stmts, wrap)
 from ..kernel.names import c_ident
 from ..kernel.space import IndexSpace
 from ..ops import registry
@@ -203,18 +203,17 @@ def value_buffer(name: str, v: Value, shape: tuple, role: str) -> Buffer:
                   compute=dtypes.compute_dtype(v.dtype) if dtypes.is_narrow(v.dtype) else None)
 
 
-def _finish_gemms(stmts: list) -> list:
+class _FinishGemms(Rewriter):
     """A Gemm whose op gave a result expression (bias, alpha/beta) stores it in its epilogue."""
-    out = []
-    for s in stmts:
-        if isinstance(s, Gemm) and s.result is not None and not s.epilogue:
-            s = replace(s, epilogue=[Store(s.c.buf, s.c.at(s.i, s.j), s.result)])
-        elif isinstance(s, Loop):
-            s = replace(s, body=_finish_gemms(s.body))
-        elif isinstance(s, If):
-            s = If(s.cond, _finish_gemms(s.then), _finish_gemms(s.orelse))
-        out.append(s)
-    return out
+
+    def visit_Gemm(self, s: Gemm) -> Gemm:
+        if s.result is not None and not s.epilogue:
+            return replace(s, epilogue=[Store(s.c.buf, s.c.at(s.i, s.j), s.result)])
+        return s
+
+
+def _finish_gemms(stmts: list) -> list:
+    return _FinishGemms().stmts(stmts)
 
 
 def _chain_home(g: Graph, grp: Group, stored: list[str], v: Value) -> Optional[str]:
@@ -367,17 +366,16 @@ class _Chain:
         """body with every positioned store of the anchor's output replaced by the chain at
         that element (operands addressed from the store's multi-index)."""
         buf = self.anchor_buf[self.anchor_out]
-        out = []
-        for s in body:
-            if isinstance(s, Store) and s.buf is buf:
-                out.extend(self._at_store(s, b))
-                continue
-            if isinstance(s, Loop):
-                s = replace(s, body=self.into_stores(s.body, b))
-            elif isinstance(s, If):
-                s = If(s.cond, self.into_stores(s.then, b), self.into_stores(s.orelse, b))
-            out.append(s)
-        return out
+        chain = self
+
+        class Into(Rewriter):
+            def visit_Store(self, s: Store):
+                return chain._at_store(s, b) if s.buf is buf else s
+
+            def visit_Gemm(self, s: Gemm) -> Gemm:
+                return s
+
+        return Into().stmts(body)
 
     def _at_store(self, st: Store, b: Builder) -> list:
         space, sub = self.space, _Sub(b)
@@ -407,17 +405,15 @@ class _Chain:
         return any(isinstance(s, Fail) for s in walk_stmts(dry.body))
 
     def into_gemms(self, body, gemms: list[Gemm], b: Builder) -> list:
+        """The body with the chain in the epilogue of each of `gemms`."""
         targets = {id(gm) for gm in gemms}
-        out = []
-        for s in body:
-            if isinstance(s, Gemm) and id(s) in targets:
-                s = self._epilogue(s, b)
-            elif isinstance(s, Loop):
-                s = replace(s, body=self.into_gemms(s.body, gemms, b))
-            elif isinstance(s, If):
-                s = If(s.cond, self.into_gemms(s.then, gemms, b), self.into_gemms(s.orelse, gemms, b))
-            out.append(s)
-        return out
+        chain = self
+
+        class Into(Rewriter):
+            def visit_Gemm(self, s: Gemm) -> Gemm:
+                return chain._epilogue(s, b) if id(s) in targets else s
+
+        return Into().stmts(body)
 
     def _epilogue(self, gm: Gemm, b: Builder) -> Gemm:
         """The chain at C(i, j): operand offsets split into a per-row part (hoisted) and a

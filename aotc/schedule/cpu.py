@@ -29,10 +29,10 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import AotcError
-from ..kernel.ir import (F32, PARALLEL, REDUCTION, SERIAL, SPATIAL, VECTORIZED, Assign, BinOp, Buffer, BufPtr, Call,
-                         CallStmt, Cast, Const, Decl, Expr, Fail, Gemm, If, Load, Loop, Select, Stmt, Store, Var,
-                         children, map_stmts, replace_buffers, const, same_expr, stmt_exprs, walk_buffers, walk_expr,
-                         walk_stmts)
+from ..kernel.ir import (F32, PARALLEL, REDUCTION, SERIAL, SPATIAL, VECTORIZED, Assign, BinOp, BufPtr, Buffer, Call,
+                         CallStmt, Cast, Const, Decl, Expr, Fail, Gemm, If, Load, Loop, Rewriter, Select, Stmt, Store,
+                         Var, children, const, map_stmts, replace_buffers, same_expr, stmt_exprs, walk_buffers,
+                         walk_expr, walk_stmts)
 from ..kernel.integer_gemm import expand_integer_gemm
 from ..kernel.retype import widen_accumulators
 from .direct import drop_unused_scratch, read_im2col_directly
@@ -62,7 +62,7 @@ def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
         # (a GEMM computed transposed reads B as its A: that one keeps the im2col buffer)
         k.body = read_im2col_directly(k.body, lambda g: im2col and packs_im2col(g) and
                                       not tiles.prefers_transposed(g.M, g.N, g.K))
-        k.body = _gemms(k.body, [], st, packer, tiles, threads, min_gemm, in_tile)
+        k.body = _Gemms(st, packer, tiles, threads, min_gemm, in_tile).stmts(k.body)
         drop_unused_scratch(k)
         if threads > 1:
             k.body = _parallelize(k.body, min_work, threads)
@@ -77,22 +77,27 @@ def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
 
 
 # ----------------------------------------------------------------------------- GEMMs
-def _gemms(stmts: list[Stmt], loops: list[Loop], st, packer: ConstPacker, tiles: GemmTiles, threads: int,
-           min_gemm: int, in_tile: bool) -> list[Stmt]:
-    out = []
-    for s in stmts:
-        if isinstance(s, Gemm) and s.integer:
-            out += _schedule_integer_gemm(s, loops, st, packer, tiles, threads, min_gemm, in_tile, _c_dead(s, st))
-            continue
-        if isinstance(s, Gemm):
-            s = _schedule_gemm(s, loops, st, packer, tiles, threads, min_gemm, in_tile)
-        elif isinstance(s, Loop):
-            s = replace(s, body=_gemms(s.body, loops + [s], st, packer, tiles, threads, min_gemm, in_tile))
-        elif isinstance(s, If):
-            s = If(s.cond, _gemms(s.then, loops, st, packer, tiles, threads, min_gemm, in_tile),
-                   _gemms(s.orelse, loops, st, packer, tiles, threads, min_gemm, in_tile))
-        out.append(s)
-    return out
+class _Gemms(Rewriter):
+    """Every Gemm of a kernel scheduled (_schedule_gemm, _schedule_integer_gemm), knowing the
+    loops around it."""
+
+    def __init__(self, st, packer: ConstPacker, tiles: GemmTiles, threads: int, min_gemm: int, in_tile: bool):
+        self.st, self.packer, self.tiles, self.threads = st, packer, tiles, threads
+        self.min_gemm, self.in_tile = min_gemm, in_tile
+        self.loops: list[Loop] = []
+
+    def visit_Loop(self, s: Loop) -> Loop:
+        self.loops.append(s)
+        try:
+            return self.generic(s)
+        finally:
+            self.loops.pop()
+
+    def visit_Gemm(self, s: Gemm):
+        args = (list(self.loops), self.st, self.packer, self.tiles, self.threads, self.min_gemm, self.in_tile)
+        if s.integer:
+            return _schedule_integer_gemm(s, *args, _c_dead(s, self.st))
+        return _schedule_gemm(s, *args)
 
 
 def _c_dead(g: Gemm, st) -> bool:
@@ -193,19 +198,11 @@ def _share_work_buffer(st, gemms: list[Gemm], threads: int) -> None:
     buf = Buffer(st.kernel.fresh("gemm_work"), F32, (size,), "scratch", per_thread=per_thread)
     mapping = {g.work: buf for g in gemms}
 
-    def fix(stmts):
-        out = []
-        for s in stmts:
-            if isinstance(s, Gemm) and s.work in mapping:
-                s = replace(s, work=mapping[s.work])
-            elif isinstance(s, Loop):
-                s = replace(s, body=fix(s.body))
-            elif isinstance(s, If):
-                s = If(s.cond, fix(s.then), fix(s.orelse))
-            out.append(s)
-        return out
+    class Share(Rewriter):
+        def visit_Gemm(self, s: Gemm) -> Gemm:
+            return replace(s, work=mapping[s.work]) if s.work in mapping else s
 
-    st.kernel.body = fix(st.kernel.body)
+    st.kernel.body = Share().stmts(st.kernel.body)
     st.kernel.scratch.append(buf)
 
 
@@ -271,25 +268,32 @@ def _upper(e, bounds: dict):
 NESTED_WORK_FACTOR = 4
 
 
-def _parallelize(stmts: list[Stmt], min_work: int, threads: int, nested: bool = False) -> list[Stmt]:
+def _parallelize(stmts: list[Stmt], min_work: int, threads: int) -> list[Stmt]:
     """Mark the outermost spatial loops worth a hand-off to the pool as parallel. A loop holding
     GEMMs qualifies when it has at least `threads` iterations (attention heads, an RNN's
     directions): its GEMMs then run whole on the thread that runs the iteration, which beats
     splitting each of them."""
-    out = []
-    need = min_work * (NESTED_WORK_FACTOR if nested else 1)
-    for s in stmts:
-        if isinstance(s, Loop):
-            if _can_parallelize(s, threads) and work_estimate([s]) >= need:
-                s = replace(s, kind=PARALLEL, body=_serial_inside(s.body))
-            else:
-                s = replace(s, body=_parallelize(s.body, min_work, threads,
-                                                 nested or s.role != SPATIAL or bool(s.private)))
-        elif isinstance(s, If):
-            s = If(s.cond, _parallelize(s.then, min_work, threads, nested),
-                   _parallelize(s.orelse, min_work, threads, nested))
-        out.append(s)
-    return out
+    return _Parallelize(min_work, threads).stmts(stmts)
+
+
+class _Parallelize(Rewriter):
+    def __init__(self, min_work: int, threads: int):
+        self.min_work, self.threads = min_work, threads
+        self.nested = False          # inside an ordered loop or one with private scratch
+
+    def visit_Loop(self, s: Loop) -> Loop:
+        need = self.min_work * (NESTED_WORK_FACTOR if self.nested else 1)
+        if _can_parallelize(s, self.threads) and work_estimate([s]) >= need:
+            return replace(s, kind=PARALLEL, body=_serial_inside(s.body))
+        outer = self.nested
+        self.nested = outer or s.role != SPATIAL or bool(s.private)
+        try:
+            return self.generic(s)
+        finally:
+            self.nested = outer
+
+    def visit_Gemm(self, s: Gemm) -> Gemm:
+        return s
 
 
 def _can_parallelize(lp: Loop, threads: int) -> bool:
@@ -316,20 +320,17 @@ def _private_per_thread(k) -> None:
         k.body = replace_buffers(k.body, mapping)
 
 
-def _serial_inside(stmts: list[Stmt]) -> list[Stmt]:
+class _SerialInside(Rewriter):
     """Inside a parallel loop everything runs on the iteration's thread: GEMMs are not split,
     and their packing scratch is per thread."""
-    out = []
-    for s in stmts:
-        if isinstance(s, Loop):
-            s = replace(s, body=_serial_inside(s.body))
-        elif isinstance(s, If):
-            s = If(s.cond, _serial_inside(s.then), _serial_inside(s.orelse))
-        elif isinstance(s, Gemm):
-            work = replace(s.work, per_thread=True) if s.work is not None else None
-            s = replace(s, parallel=False, split="none", work=work)
-        out.append(s)
-    return out
+
+    def visit_Gemm(self, s: Gemm) -> Gemm:
+        work = replace(s.work, per_thread=True) if s.work is not None else None
+        return replace(s, parallel=False, split="none", work=work)
+
+
+def _serial_inside(stmts: list[Stmt]) -> list[Stmt]:
+    return _SerialInside().stmts(stmts)
 
 
 # ----------------------------------------------------------------------------- vector runs
@@ -345,14 +346,15 @@ def _vector_runs(stmts: list[Stmt], run: int, max_stmts: int, fresh) -> list[Stm
     back to end at n. A compiler then vectorizes every run whole, with no scalar remainder: 28
     Winograd tiles a row on AVX-512 were 16 in a vector, then 8, then 4 one by one, which took
     most of the transforms' time."""
-    out = []
-    for s in stmts:
-        if isinstance(s, Loop):
-            s = _in_runs(s, run, max_stmts, fresh) or replace(s, body=_vector_runs(s.body, run, max_stmts, fresh))
-        elif isinstance(s, If):
-            s = If(s.cond, _vector_runs(s.then, run, max_stmts, fresh), _vector_runs(s.orelse, run, max_stmts, fresh))
-        out.append(s)
-    return out
+
+    class Runs(Rewriter):
+        def visit_Loop(self, s: Loop) -> Loop:
+            return _in_runs(s, run, max_stmts, fresh) or self.generic(s)
+
+        def visit_Gemm(self, s: Gemm) -> Gemm:
+            return s
+
+    return Runs().stmts(stmts)
 
 
 def _in_runs(lp: Loop, run: int, max_stmts: int, fresh) -> Loop | None:
@@ -378,33 +380,55 @@ def _vectorize(stmts: list[Stmt]) -> list[Stmt]:
     """Innermost spatial loops get the `vectorized` kind (iterations are independent); so do
     innermost reduction loops whose accumulators the vector lanes can update apart (the loop
     carries them in `reductions`, see _reductions)."""
-    out = []
-    known: dict[str, Expr] = {}         # locals of this list holding a constant, not assigned since
-    for s in stmts:
-        if isinstance(s, Decl):
-            if isinstance(s.init, Const):
-                known[s.var.name] = s.init
-        elif isinstance(s, Assign):
-            known.pop(s.var.name, None)
-        if isinstance(s, Loop):
-            innermost = s.kind != PARALLEL and not any(children(x) for x in s.body) \
-                and not any(isinstance(x, Gemm) for x in s.body)
-            if innermost and s.role == SPATIAL:
-                s = replace(s, kind=VECTORIZED)
-            elif innermost and s.role == REDUCTION and (red := _reductions(s, known)):
-                s = replace(s, kind=VECTORIZED, reductions=red)
-            else:
-                s = replace(s, body=_vectorize(s.body))
-            for x in walk_stmts(s.body):
-                if isinstance(x, Assign):
-                    known.pop(x.var.name, None)
-        elif isinstance(s, If):
-            s = If(s.cond, _vectorize(s.then), _vectorize(s.orelse))
-            for x in walk_stmts(s.then + s.orelse):
-                if isinstance(x, Assign):
-                    known.pop(x.var.name, None)
-        out.append(s)
-    return out
+    return _Vectorize().stmts(stmts)
+
+
+class _Vectorize(Rewriter):
+    def __init__(self):
+        # per statement list being walked: its locals holding a constant, not assigned since
+        self.known: list[dict[str, Expr]] = []
+
+    def stmts(self, ss: list[Stmt]) -> list[Stmt]:
+        self.known.append({})
+        try:
+            return super().stmts(ss)
+        finally:
+            self.known.pop()
+
+    def visit_Decl(self, s: Decl) -> Decl:
+        if isinstance(s.init, Const):
+            self.known[-1][s.var.name] = s.init
+        return s
+
+    def visit_Assign(self, s: Assign) -> Assign:
+        self.known[-1].pop(s.var.name, None)
+        return s
+
+    def visit_Loop(self, s: Loop) -> Loop:
+        known = self.known[-1]
+        innermost = s.kind != PARALLEL and not any(children(x) for x in s.body) \
+            and not any(isinstance(x, Gemm) for x in s.body)
+        if innermost and s.role == SPATIAL:
+            s = replace(s, kind=VECTORIZED)
+        elif innermost and s.role == REDUCTION and (red := _reductions(s, known)):
+            s = replace(s, kind=VECTORIZED, reductions=red)
+        else:
+            s = self.generic(s)
+        self._forget_assigned(s.body)
+        return s
+
+    def visit_If(self, s: If) -> If:
+        s = self.generic(s)
+        self._forget_assigned(s.then + s.orelse)
+        return s
+
+    def visit_Gemm(self, s: Gemm) -> Gemm:
+        return s
+
+    def _forget_assigned(self, stmts: list[Stmt]) -> None:
+        for x in walk_stmts(stmts):
+            if isinstance(x, Assign):
+                self.known[-1].pop(x.var.name, None)
 
 
 def _reductions(lp: Loop, known: dict) -> tuple:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from ..kernel.ir import Buffer, CallStmt, Fail, Gemm, If, Loop, Stmt, Store, walk_buffers, walk_stmts
+from ..kernel.ir import Buffer, CallStmt, Fail, Gemm, Loop, Rewriter, Stmt, Store, walk_buffers, walk_stmts
 
 
 def read_im2col_directly(stmts: list[Stmt], wanted: Callable[[Gemm], bool]) -> list[Stmt]:
@@ -18,22 +18,33 @@ def read_im2col_directly(stmts: list[Stmt], wanted: Callable[[Gemm], bool]) -> l
     the statements before it at its level that only fill its im2col buffer dropped, and each
     loop's private scratch list kept to what its body still uses. The other GEMMs forget
     their direct form (no kernel gets the input as an argument it does not read)."""
-    out: list[Stmt] = []
-    for s in stmts:
-        if isinstance(s, Gemm) and s.b.direct is not None and wanted(s):
-            filled = s.b.buf
-            out = [x for x in out if not _only_fills(x, filled)]
-            s = replace(s, b=s.b.direct)
-        elif isinstance(s, Gemm) and s.b.direct is not None:
-            s = replace(s, b=replace(s.b, direct=None))
-        elif isinstance(s, Loop):
-            body = read_im2col_directly(s.body, wanted)
-            used = {b.name for b in walk_buffers(body)}
-            s = replace(s, body=body, private=tuple(n for n in s.private if n in used))
-        elif isinstance(s, If):
-            s = If(s.cond, read_im2col_directly(s.then, wanted), read_im2col_directly(s.orelse, wanted))
-        out.append(s)
-    return out
+    return _Direct(wanted).stmts(stmts)
+
+
+class _Direct(Rewriter):
+    def __init__(self, wanted: Callable[[Gemm], bool]):
+        self.wanted = wanted
+
+    def stmts(self, ss: list[Stmt]) -> list[Stmt]:
+        out: list[Stmt] = []
+        for s in ss:
+            if isinstance(s, Gemm) and s.b.direct is not None and self.wanted(s):
+                out = [x for x in out if not _only_fills(x, s.b.buf)]
+                s = replace(s, b=s.b.direct)
+            elif isinstance(s, Gemm) and s.b.direct is not None:
+                s = replace(s, b=replace(s.b, direct=None))
+            else:
+                s = self.node(s)
+            out.append(s)
+        return out
+
+    def visit_Loop(self, s: Loop) -> Loop:
+        s = self.generic(s)
+        used = {b.name for b in walk_buffers(s.body)}
+        return replace(s, private=tuple(n for n in s.private if n in used))
+
+    def visit_Gemm(self, s: Gemm) -> Gemm:
+        return s
 
 
 def _only_fills(s: Stmt, buf: Buffer) -> bool:

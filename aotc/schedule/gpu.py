@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..kernel.ir import (BOUND, F32, I64, LOCAL, MMA_A, MMA_B, MMA_C, MMA_K, MMA_M, MMA_N, PRIVATE, REDUCTION,
-                         SPATIAL, UNROLLED, Assign, Barrier, Buffer, Builder, Comment, Const, Decl, Expr, Fail, Gemm,
-                         GpuIndex, If, Kernel, Load, Loop, Matrix, Mma, Stmt, Store, Var, binop, const, free_variables,
-                         map_expr, select, walk_stmts)
+from ..kernel.ir import (BOUND, F32, I64, LOCAL, MMA_A, MMA_B, MMA_C, MMA_K, MMA_M, MMA_N, PRIVATE, REDUCTION, SPATIAL,
+                         UNROLLED, Assign, Barrier, BufPtr, Buffer, Builder, Comment, Const, Decl, Expr, Gemm, GemmDest,
+                         GpuIndex, Kernel, Load, Loop, Matrix, Mma, Rewriter, Stmt, Store, Var, binop, const,
+                         free_variables, select, walk_stmts)
 from ..kernel.integer_gemm import expand_integer_gemms
 from ..kernel.retype import widen_accumulators
 from .direct import drop_unused_scratch, read_im2col_directly
@@ -152,41 +152,47 @@ SMALL_GROUP_WORK = 32        # see _Former.group_work
 EXPAND_MAX_BYTES = 1 << 30   # private scratch copies for a whole nest at once, at most this much
 
 
+class _Rebase(Rewriter):
+    """Every access to `old` going to `new` at `offset` further on."""
+
+    def __init__(self, old: Buffer, new: Buffer, offset: Expr):
+        self.old, self.new, self.offset = old, new, offset
+
+    def expr_hook(self, e):
+        if isinstance(e, Load) and e.buf.name == self.old.name:
+            return Load(self.new, self.offset + e.index)
+        if isinstance(e, BufPtr) and e.buf.name == self.old.name:
+            return BufPtr(self.new, self.offset + e.offset)
+        return e
+
+    def visit_Store(self, s: Store) -> Store:
+        s = self.generic(s)
+        return replace(s, buf=self.new, index=self.offset + s.index) if s.buf.name == self.old.name else s
+
+    def visit_Matrix(self, m: Matrix) -> Matrix:
+        if m.buf.name != self.old.name:
+            return self.generic(m)
+        return Matrix(self.new, self.offset + self.expr(m.offset), m.rs, m.cs, m.layout)
+
+    def visit_GemmDest(self, d: GemmDest):
+        return d
+
+    def visit_Mma(self, s: Mma) -> Mma:
+        s = self.generic(s)
+        if s.mem is not None and s.mem.name == self.old.name:
+            return replace(s, mem=self.new, offset=self.offset + s.offset)
+        return s
+
+    def visit_Gemm(self, g: Gemm) -> Gemm:
+        g = self.generic(g)
+        return replace(g, dest=None) if g.dest is not None and g.dest.buf.name == self.old.name else g
+
+
 def _rebase(stmts: list[Stmt], old: Buffer, new: Buffer, offset: Expr) -> list[Stmt]:
     """The statements with every access to `old` going to `new` at `offset` further on."""
-    def expr(e):
-        def f(x):
-            if isinstance(x, Load) and x.buf.name == old.name:
-                return Load(new, offset + x.index)
-            return x
-        return map_expr(e, f)
+    return _Rebase(old, new, offset).stmts(stmts)
 
-    def mat(m: Matrix) -> Matrix:
-        if m.buf.name != old.name:
-            return replace(m, offset=expr(m.offset))
-        return Matrix(new, offset + expr(m.offset), m.rs, m.cs, m.layout)
 
-    out = []
-    for s in stmts:
-        if isinstance(s, Store):
-            buf, index = (new, offset + expr(s.index)) if s.buf.name == old.name else (s.buf, expr(s.index))
-            s = Store(buf, index, expr(s.value))
-        elif isinstance(s, Decl):
-            s = Decl(s.var, expr(s.init), s.accumulator, s.pinned)
-        elif isinstance(s, Assign):
-            s = Assign(s.var, expr(s.value))
-        elif isinstance(s, Loop):
-            s = replace(s, extent=expr(s.extent), start=expr(s.start), body=_rebase(s.body, old, new, offset))
-        elif isinstance(s, If):
-            s = If(expr(s.cond), _rebase(s.then, old, new, offset), _rebase(s.orelse, old, new, offset))
-        elif isinstance(s, Gemm):
-            s = replace(s, a=mat(s.a), b=mat(s.b), c=mat(s.c), epilogue=_rebase(s.epilogue, old, new, offset),
-                        row_epilogue=_rebase(s.row_epilogue, old, new, offset),
-                        dest=None if s.dest is not None and s.dest.buf.name == old.name else s.dest)
-        elif not isinstance(s, (Comment, Fail, Barrier)):
-            raise NotImplementedError(f"rebase {type(s).__name__}")
-        out.append(s)
-    return out
 MAX_GRID_Z = 65535           # CUDA's limit on grid axis 2 (OpenCL's is larger)
 
 
