@@ -91,6 +91,18 @@ def test_gemms_as_cuda_prints_them(rows, tmp_path):
     assert (f"GEMM {rows}x133x70" in src) == (rows == 37) and (f"{rows * 133} work-items" in src) == (rows == 3)
 
 
+@pytest.mark.parametrize("a_shape,b_shape", [((5,), (5,)), ((1, 5), (5, 1)), ((5,), (5, 3))])
+def test_one_result_gemms(a_shape, b_shape, tmp_path):
+    """A product with a 1 x 1 C (a dot product: MatMul of two vectors) is a launch of one
+    work-item: the few-row GEMM's nest over C has no loop to collapse onto the grid otherwise
+    (it raised an AttributeError in the GPU schedule)."""
+    from tests.helpers import single_op_model
+    rng = np.random.default_rng(7)
+    model = single_op_model("MatMul", {"a": rng.standard_normal(a_shape).astype(np.float32),
+                                       "b": rng.standard_normal(b_shape).astype(np.float32)})
+    _parity(model, tmp_path, "cuda:sm_90")
+
+
 def _tf32(x: np.ndarray) -> np.ndarray:
     """float32 rounded to TF32 (10 explicit mantissa bits), to nearest, ties away from zero."""
     bits = x.astype(np.float32).view(np.uint32)

@@ -798,6 +798,8 @@ def _nest_over_c(g: Gemm, k: Kernel, hint: str, init, extent: int, start: int, t
             b.assign(total, total + term(i, j, r))
         _epilogue(b, g, total)
     k.names_used |= b.names
+    if not isinstance(b.body[0], Loop):         # a 1 x 1 C: b.loops made no loop, the launch needs one
+        return Loop(Var(k.fresh("i")), const(1), b.body, role=SPATIAL)
     return b.body[0]
 
 
