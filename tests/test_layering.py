@@ -139,6 +139,37 @@ def test_own_node_kinds_and_attributes_are_declared_in_one_place():
     assert not bad, "use the names of aotc/ir/internal.py instead of their strings:\n" + "\n".join(bad)
 
 
+def test_private_node_attributes_are_declared():
+    """A node attribute read or written under a name of aotc's own (`_...`) is one that
+    aotc/ir/internal.py declares and documents: `node.attr("_x")`, `n.attrs["_x"]`,
+    `n.attrs.get("_x")`, `"_x" in n.attrs` name none that it does not list."""
+    from aotc.ir import internal
+    declared = {v for k, v in vars(internal).items() if k.isupper() and isinstance(v, str)}
+
+    def private(node) -> str | None:
+        ok = isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(r"_[a-z][a-z0-9_]*",
+                                                                                             node.value)
+        return node.value if ok else None
+
+    def on_attrs(node) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "attrs"
+
+    bad = []
+    for p in sorted(AOTC.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = []
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+                f = node.func
+                if f.attr == "attr" or (f.attr in ("get", "pop", "setdefault") and on_attrs(f.value)):
+                    names.append(private(node.args[0]))
+            elif isinstance(node, ast.Subscript) and on_attrs(node.value):
+                names.append(private(node.slice))
+            elif isinstance(node, ast.Compare) and any(on_attrs(c) for c in node.comparators):
+                names.append(private(node.left))
+            bad += [f"{p.relative_to(AOTC.parent)}:{node.lineno}: {n!r}" for n in names if n and n not in declared]
+    assert not bad, "node attributes aotc/ir/internal.py does not declare:\n" + "\n".join(bad)
+
+
 def _sources(*dirs):
     for d in dirs:
         yield from sorted((AOTC / d).rglob("*.py"))

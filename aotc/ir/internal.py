@@ -52,6 +52,8 @@ Attributes:
                      one (passes/bounded.py; it becomes aotc.ConcatRows)
     RUN_TIME_AXES    on an Expand to a shape with run-time entries: which output axes take which
                      count (passes/bounded.py)
+    COERCE_2D        on a Softmax, LogSoftmax or Hardmax of opset < 13: it works over the input
+                     flattened to 2-D at `axis` (passes/normalize.py, ops/reduce.py)
 """
 from __future__ import annotations
 
@@ -84,6 +86,7 @@ COUNT_ATTR = "_count"
 DERIVED_COUNTS = "_derived_counts"
 RUN_TIME_CONCAT = "_run_time_concat"
 RUN_TIME_AXES = "_run_time_axes"
+COERCE_2D = "_coerce_2d"
 
 
 def is_carry(n: Node, end: bool) -> bool:

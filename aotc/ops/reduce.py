@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import dtypes
+from ..ir.internal import COERCE_2D
 from ..kernel.ir import (I32, ORDERED, REDUCTION, SPATIAL, Buffer, Builder, Expr, Load, Store, binop, call, cast,
                          const, maximum, select)
 from .common import ints, norm_axis, prod
@@ -174,7 +175,7 @@ def _softmax_dims(node, shape):
     if rank == 0:
         return 1, 1, 1
     axis = norm_axis(int(node.attr("axis", -1)), rank, node)
-    if int(node.attr("_coerce_2d", 0)):       # opset < 13: softmax over the flattened axis..end
+    if int(node.attr(COERCE_2D, 0)):       # opset < 13: softmax over the flattened axis..end
         return prod(shape[:axis]), prod(shape[axis:]), 1
     return prod(shape[:axis]), shape[axis], prod(shape[axis + 1:])
 
@@ -266,7 +267,7 @@ def _softmax_infer(node, ins):
 
 def _fold_coerced(node, ins):
     """Constant inputs under opset < 13 semantics (the reference evaluator only knows opset 21)."""
-    if not int(node.attr("_coerce_2d", 0)) or ins[0].const is None:
+    if not int(node.attr(COERCE_2D, 0)) or ins[0].const is None:
         return None
     x = ins[0].const
     outer, n, _ = _softmax_dims(node, x.shape)

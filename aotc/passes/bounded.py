@@ -30,7 +30,7 @@ from typing import Callable, Optional
 from ..ir import dtypes
 from ..ir.bounded import Bound, fresh_count_name, refuse
 from ..ir.graph import Graph, Node, Value
-from ..ir.internal import CONCAT_ROWS, COPY, COUNT, DERIVED_COUNTS, RUN_TIME_AXES, RUN_TIME_CONCAT
+from ..ir.internal import COERCE_2D, CONCAT_ROWS, COPY, COUNT, DERIVED_COUNTS, RUN_TIME_AXES, RUN_TIME_CONCAT
 from ..ops import registry
 from ..ops.common import norm_axis, prod
 
@@ -319,7 +319,7 @@ def _one_axis(g, n, ins, marks):
     r = len(ins[0].shape)
     axis = norm_axis(int(n.attr("axis", -1 if n.op_type in ("Softmax", "LogSoftmax", "Hardmax", "TopK") else 0)),
                      r, n)
-    if int(n.attr("_coerce_2d", 0)):        # opset < 13 Softmax: over the flattened axis..end
+    if int(n.attr(COERCE_2D, 0)):        # opset < 13 Softmax: over the flattened axis..end
         return _along(n, ins, marks, set(range(axis, r)), True)
     keep = n.op_type not in ("ArgMax", "ArgMin") or bool(int(n.attr("keepdims", 1)))
     return _along(n, ins, marks, {axis}, keep)

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir.graph import Graph, Node
-from ..ir.internal import OPSET_ATTR
+from ..ir.internal import COERCE_2D, OPSET_ATTR
 from ..ops.reference import NORMALIZED_OPSET
 
 
@@ -94,7 +94,7 @@ def normalize_nodes(g: Graph, nodes: list[Node]) -> None:
         elif t in ("Softmax", "LogSoftmax", "Hardmax") and v < 13:
             # before opset 13 these flattened the input to 2-D at `axis` (default 1)
             a.setdefault("axis", 1)
-            a["_coerce_2d"] = 1
+            a[COERCE_2D] = 1
         elif t == "BatchNormalization":
             for k in ("spatial", "is_test", "consumed_inputs", "momentum"):
                 a.pop(k, None)
