@@ -24,11 +24,7 @@ from .kernel.names import c_ident
 from .lowering.lower import KernelStep, lower_groups
 from .memory import MemoryPlan, elide_concats, plan_memory
 from .memory.planner import mark_aliased
-from .passes.branches import guard_nodes
-from .passes.loops import arrange
-from .passes.manager import PassManager
-from .passes.qdq import int8_gemm, integer_qdq
-from .passes.winograd import winograd_convs
+from .passes.manager import PassContext, PassManager
 from .paths import RUNTIME_DIR
 from .program import Program
 from .program.ir import bounded_outputs
@@ -89,14 +85,10 @@ def analyze(path, target: str = DEFAULT_TARGET, name: Optional[str] = None, shap
     check_supported(g)
     with step("optimizing graph"):
         opset = g.opset
-        g.int8_gemm = int8_gemm(tgt)
-        g = integer_qdq(g, tgt)             # QDQ islands as integer operators where the target says they pay
-        g = PassManager().run(g)
-        g = winograd_convs(g, tgt)          # 3 x 3 convolutions by Winograd where the target allows
-        conds = guard_nodes(g)              # the nodes of Ifs' branches, which run only when taken
-        loops = arrange(g, conds)           # the bodies of loops the host runs, each in one piece
+        ctx = PassContext(tgt)
+        g = PassManager().run(g, ctx)       # every graph pass, verified (passes/manager.py)
     with step("fusing and lowering kernels"):
-        groups = form_groups(g, fuse=fuse, conds=conds, loops=loops)
+        groups = form_groups(g, fuse=fuse, conds=ctx.conds, loops=ctx.loops)
         steps = lower_groups(g, groups)
         steps, slices = elide_concats(g, groups, steps, align=int(tgt.get("alignment", 64)))
     with step(f"scheduling for {tgt['name']}"):

@@ -21,7 +21,7 @@ from aotc.frontend import import_model
 from aotc.ir.verify import verify
 from aotc.passes import simplify
 from aotc.passes.infer import infer_shapes
-from aotc.passes.manager import DEFAULT_PASSES, PassManager
+from aotc.passes.manager import PassContext, PassManager, pipeline
 from aotc.passes.normalize import normalize_opset
 from tests.helpers import assert_parity, graph_model, rand
 from tests.ir_eval import assert_same_function, evaluate, ops, to_model, typed_graph
@@ -31,11 +31,12 @@ N = helper.make_node
 
 def run_in_pipeline_order(g, *names):
     """Run the named passes of the default pipeline, in the pipeline's own order."""
-    order = [p for p in DEFAULT_PASSES if p[0] in names]
-    assert {p[0] for p in order} == set(names), "unknown pass name"
-    for name, p in order:
-        g = p(g)
-        verify(g, name)
+    order = [p for p in pipeline() if p.name in names]
+    assert {p.name for p in order} == set(names), "unknown pass name"
+    ctx = PassContext()
+    for p in order:
+        g = p.run(g, ctx)
+        verify(g, p.name, typed=p.typed)
     return g
 
 

@@ -79,7 +79,8 @@ def test_run_time_trip_count_and_condition(kind, tmp_path):
 def test_aotc_check_draws_trip_counts_that_go_round(tmp_path):
     """Without given inputs, `aotc check` draws a Loop's trip count (at the top, or read inside
     an If's branch) from [0, 8), not {0, 1} as other integers, and matches ONNX Runtime."""
-    from aotc.check.inputs import TRIP_COUNTS, sample_inputs
+    from aotc.check.inputs import sample_inputs
+    from aotc.ops.control import TRIP_COUNTS
     from aotc.check.runner import run_check
     from aotc.frontend import import_model, load_onnx
     for k, model in enumerate((nested_loops(), loop_and_if())):

@@ -132,9 +132,6 @@ class Graph:
         # values whose size along some axes is known only at run time: value -> {axis: the
         # int64[1] value holding that size} (aotc/passes/bounded.py)
         self.bounded: dict[str, dict[int, str]] = {}
-        # the target has an 8-bit GEMM faster than its float32 one (its [gemm] int8_tile):
-        # passes/decompose.py then makes every quantized convolution it can an integer Gemm
-        self.int8_gemm = False
         self._counter = 0
 
     # -- construction -------------------------------------------------------------------
@@ -230,6 +227,5 @@ class Graph:
         g.source_opset = self.source_opset
         g.output_labels = dict(self.output_labels)
         g.bounded = {k: dict(v) for k, v in self.bounded.items()}
-        g.int8_gemm = self.int8_gemm
         g._counter = self._counter
         return g

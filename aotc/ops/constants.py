@@ -48,13 +48,13 @@ def _fold_shape(node, ins):
     return [np.array(ins[0].shape[s:e], dtype=np.int64)]
 
 
-@register("Shape", fold=_fold_shape)
+@register("Shape", fold=_fold_shape, bounded_rule="shape")
 def _shape(node, ins):
     s, e = _shape_range(node, len(ins[0].shape))
     return [(dtypes.INT64, (e - s,))]
 
 
-@register("Size", fold=lambda node, ins: [np.array(ins[0].size, dtype=np.int64)])
+@register("Size", fold=lambda node, ins: [np.array(ins[0].size, dtype=np.int64)], bounded_rule="size")
 def _size(node, ins):
     return [(dtypes.INT64, ())]
 
@@ -67,7 +67,7 @@ def _lower_constant_of_shape(node, ctx):
         ctx.b.store(y, i, const(fill, y.dtype))
 
 
-@register("ConstantOfShape", lower=_lower_constant_of_shape)
+@register("ConstantOfShape", lower=_lower_constant_of_shape, large_output=True)
 def _constant_of_shape(node, ins):
     if ins[0].const is None:
         raise ShapeError(f"ConstantOfShape node {node.name!r}: the shape input must be known at compile time",

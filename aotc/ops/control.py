@@ -21,8 +21,12 @@ def _unrolled(node, ins):
 
 register("If", how="inlined: the branch a compile-time condition takes; with a run-time condition both "
                    "branches, the host program running the one taken (outputs of one shape)")(_unrolled)
-register("Loop", how="unrolled: the trip count or conditions known at compile time; else run by the host "
-                     "program (carried values of one shape, no scan outputs)")(_unrolled)
+# a Loop's trip count as `aotc check` draws it, from [0, TRIP_COUNTS): a loop the host program runs
+# goes round a few times
+TRIP_COUNTS = 8
+register("Loop", index_inputs=lambda node, ins: {0: TRIP_COUNTS},
+         how="unrolled: the trip count or conditions known at compile time; else run by the host "
+             "program (carried values of one shape, no scan outputs)")(_unrolled)
 register("Scan", how="unrolled over the scan inputs' length")(_unrolled)
 register("SequenceMap", how="unrolled over the sequence's length")(_unrolled)
 
@@ -45,6 +49,8 @@ def _lower_carry(node, ctx):
 # a host loop's state copied into its storage (passes/control.py host_loop, passes/loops.py):
 # a kernel of its own (nothing fused after it: the end of the loop's body writes the state the
 # body has read only when the body is done)
-@register(CARRY, lower=_lower_carry, accepts_epilogue=False)
+# (never folded: its input is constant going into the loop, but the state changes with every
+# iteration)
+@register(CARRY, lower=_lower_carry, accepts_epilogue=False, reference_fold=False)
 def _carry(node, ins):
     return [(v.dtype, v.shape) for v in ins]

@@ -528,5 +528,5 @@ def _lower_concat_rows(node, ctx):
             b.store(Y, p * total * post + z, const(0, Y.dtype))
 
 
-register(CONCAT_ROWS, lower=_lower_concat_rows, accepts_epilogue=False,
+register(CONCAT_ROWS, lower=_lower_concat_rows, accepts_epilogue=False, bounded_rule="concat",
          how="Concat along a run-time axis (passes/bounded.py)")(_concat_rows_types)

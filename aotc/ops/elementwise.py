@@ -149,8 +149,11 @@ def _unary_infer(node, ins):
     return [(dt, ins[0].shape)]
 
 
+# unary ops whose output is 0 where the input is 0 (OpDef.keeps_zero)
+_KEEPS_ZERO = ("Identity", COPY, "Relu", "Neg", "Abs", "Sign", "Floor", "Ceil", "Round")
 for _name, _fn in _UNARY.items():
-    register(_name, pointwise=(lambda f: lambda node, args: f(node, args[0]))(_fn))(_unary_infer)
+    register(_name, pointwise=(lambda f: lambda node, args: f(node, args[0]))(_fn),
+             keeps_zero=_name in _KEEPS_ZERO)(_unary_infer)
 
 
 @register("IsInf", pointwise=lambda n, a: _isinf(n, a[0]))
@@ -323,7 +326,8 @@ _VARIADIC = {
     "Mean": lambda args: _fold_args(lambda a, b: a + b, args) / const(len(args), args[0].dtype),
 }
 for _name, _fn in _VARIADIC.items():
-    register(_name, pointwise=(lambda f: lambda node, args: f(args))(_fn))(_binary_infer)
+    register(_name, pointwise=(lambda f: lambda node, args: f(args))(_fn),
+             keeps_zero=lambda node: len(node.inputs) == 1)(_binary_infer)
 
 
 @register("Where", pointwise=lambda n, a: select(a[0], a[1], a[2]))
@@ -352,7 +356,7 @@ def _clip_infer(node, ins):
     return [(ins[0].dtype, ins[0].shape)]
 
 
-@register("Cast", pointwise=lambda n, a: _cast(n, a[0]))
+@register("Cast", pointwise=lambda n, a: _cast(n, a[0]), keeps_zero=True)
 def _cast_infer(node, ins):
     try:
         to = dtypes.from_onnx(int(node.attr("to")))
@@ -371,7 +375,7 @@ def _cast(n, x):
 
 
 @register("CastLike", pointwise=lambda n, a: cast(a[0], a[1].dtype) if a[1].dtype != dtypes.BOOL
-          else a[0].ne(const(0, a[0].dtype)))
+          else a[0].ne(const(0, a[0].dtype)), keeps_zero=True)
 def _castlike_infer(node, ins):
     return [(ins[1].dtype, ins[0].shape)]
 

@@ -75,7 +75,7 @@ def _lower_matmul(node, ctx):
         b.gemm(M, N, K, matrix(A, oa, K, 1), matrix(B, ob, N, 1), dest)
 
 
-@register("MatMul", lower=_lower_matmul)
+@register("MatMul", lower=_lower_matmul, bounded_rule="matmul")
 def _matmul_infer(node, ins):
     _, _, _, out = _matmul_shapes(node, ins[0].shape, ins[1].shape)
     return [(ins[0].dtype, out)]
@@ -130,7 +130,7 @@ def _lower_gemm(node, ctx):
            result=result if (alpha != 1.0 or C is not None) else None)
 
 
-@register("Gemm", lower=_lower_gemm)
+@register("Gemm", lower=_lower_gemm, bounded_rule="gemm")
 def _gemm_infer(node, ins):
     M, N, _, _, _ = _gemm_dims(node, ins[0].shape, ins[1].shape)
     if len(ins) > 2 and ins[2] is not None:

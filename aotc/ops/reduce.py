@@ -164,8 +164,10 @@ def _reduce_infer(node, ins):
     return [(x.dtype, _reduce_shape(node, x, _reduce_axes(node, ins)))]
 
 
+# sums: zeros added to what they reduce change nothing (OpDef.zero_blind)
+_ZERO_BLIND = ("ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum")
 for _op in list(_REDUCERS) + ["ReduceLogSumExp"]:
-    register(_op, lower=_lower_reduce)(_reduce_infer)
+    register(_op, lower=_lower_reduce, bounded_rule="reduce", zero_blind=_op in _ZERO_BLIND)(_reduce_infer)
 
 
 # ----------------------------------------------------------------------------- Softmax family
@@ -283,7 +285,8 @@ def _fold_coerced(node, ins):
     return [y.reshape(x.shape).astype(x.dtype)]
 
 
-register(["Softmax", "LogSoftmax", "Hardmax"], lower=_lower_softmax, fold=_fold_coerced)(_softmax_infer)
+register(["Softmax", "LogSoftmax", "Hardmax"], lower=_lower_softmax, fold=_fold_coerced,
+         bounded_rule="along_axis")(_softmax_infer)
 
 
 # ----------------------------------------------------------------------------- LayerNormalization

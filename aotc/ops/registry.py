@@ -13,9 +13,12 @@ An OpDef says, for one op_type:
                        never folded, and merged with a twin only when both are seeded
   bounded(g, node, ins, bounds) -> [Bound|None] an op whose output's size depends on run-time
                        values (NonZero...): its capacity and count (aotc/passes/bounded.py)
-Constant folding on constant inputs needs nothing per op: it runs the ONNX reference
-implementation.
-Adding an operator means adding one `@register` block in the module of its family.
+and what the passes and `aotc check` need to know of it (the fields below: how it follows
+inputs of run-time size, whether it folds, which inputs are indices). Constant folding on
+constant inputs needs nothing per op: it runs the ONNX reference implementation.
+
+Adding an operator means adding one `@register` block in the module of its family (and its
+test): tests/test_registry.py adds one from a test module alone and compiles a model with it.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import importlib
 import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from ..ir.graph import Node
 
@@ -47,6 +50,27 @@ class OpDef:
     random: Optional[Callable] = None
     # which outputs have a size known only at run time (passes/bounded.py), for the ops that make them
     bounded: Optional[Callable] = None
+    # how its outputs follow inputs whose size along some axes is known only at run time: the
+    # name of one of passes/bounded.py's rules (BOUNDED_RULES); elementwise ops and views have
+    # theirs without saying; an op with none refuses such inputs, naming the node
+    bounded_rule: str = ""
+    # an elementwise op whose output is 0 where its input is 0 (so padding rows stay zero): a
+    # bool, or a function of the node
+    keeps_zero: Union[bool, Callable] = False
+    # a reduction whose result is the same with zeros added to what it reduces (a sum): over
+    # a zero-padded run-time axis it needs no count
+    zero_blind: bool = False
+    # its output may be far larger than its inputs: folded on constant inputs only while the
+    # output is small (passes/infer.py FOLD_LIMIT_BYTES), else it stays a kernel
+    large_output: bool = False
+    # folded through the ONNX reference implementation when its inputs are constant; False where
+    # the reference differs from ONNX Runtime, whose reading the kernel follows, or where the
+    # node is not a function of its inputs (a host loop's state)
+    reference_fold: bool = True
+    # for `aotc check`'s random inputs: which integer inputs it reads as indices or counts,
+    # index_inputs(node, ins) -> {position: the exclusive bound of the values it takes}, ins
+    # the input Values where known (check/inputs.py draws from [0, bound))
+    index_inputs: Optional[Callable] = None
 
 
 _REGISTRY: dict[str, OpDef] = {}

@@ -291,7 +291,10 @@ def _lower_unpool(node, ctx):
         b.store(Y, j, Load(X, t))
 
 
-register("MaxUnpool", lower=_lower_unpool)(_unpool_infer)
+# (not folded by ONNX's reference: given an output_shape larger than the inferred one, it pads the
+# unpooled tensor, where ONNX Runtime reads the indices as flat positions in output_shape, as
+# MaxPool makes them)
+register("MaxUnpool", lower=_lower_unpool, reference_fold=False)(_unpool_infer)
 
 
 # ----------------------------------------------------------------------------- Col2Im

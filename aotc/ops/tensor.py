@@ -91,7 +91,7 @@ def _lower_transpose(node, ctx):
     strided_copy(ctx.b, Y, X, Y.shape, contiguous_strides(Y.shape), [xs[p] for p in perm])
 
 
-@register("Transpose", lower=_lower_transpose)
+@register("Transpose", lower=_lower_transpose, bounded_rule="transpose")
 def _transpose(node, ins):
     x = ins[0]
     perm = _perm(node, len(x.shape))
@@ -114,7 +114,7 @@ def _lower_concat(node, ctx):
         off += n
 
 
-@register("Concat", lower=_lower_concat)
+@register("Concat", lower=_lower_concat, bounded_rule="concat")
 def _concat(node, ins):
     xs = [v for v in ins if v is not None]
     rank = len(xs[0].shape)
@@ -205,7 +205,7 @@ def _lower_slice(node, ctx):
                  src_off=sum(s * x for (s, _, _), x in zip(plan, xs)))
 
 
-@register("Slice", lower=_lower_slice)
+@register("Slice", lower=_lower_slice, bounded_rule="slice")
 def _slice(node, ins):
     x = ins[0]
     args = _slice_args(node, lambda p, w: const_ints(node, ins, p, w))
@@ -217,6 +217,20 @@ def _slice(node, ins):
 def _gather_shape(node, data, idx):
     axis = norm_axis(int(node.attr("axis", 0)), len(data.shape), node)
     return axis, tuple(data.shape[:axis]) + tuple(idx.shape) + tuple(data.shape[axis + 1:])
+
+
+def _gather_indices(node, ins) -> dict:
+    """Gather's and GatherElements' indices (input 1) run over the data's axis."""
+    data = ins[0] if ins else None
+    if data is None or not data.shape:
+        return {}
+    return {1: data.shape[int(node.attr("axis", 0))]}
+
+
+def _gather_nd_indices(node, ins) -> dict:
+    """GatherND's index tuples: every entry within the smallest data dim, whichever it indexes."""
+    data = ins[0] if ins else None
+    return {1: min(data.shape)} if data is not None and data.shape else {}
 
 
 def _lower_gather(node, ctx):
@@ -240,7 +254,7 @@ def _lower_gather(node, ctx):
             b.store(Y, (p * ni + t) * post + q, Load(X, (p * n + j) * post + q))
 
 
-@register("Gather", lower=_lower_gather)
+@register("Gather", lower=_lower_gather, bounded_rule="gather", index_inputs=_gather_indices)
 def _gather(node, ins):
     _, shape = _gather_shape(node, ins[0], ins[1])
     return [(ins[0].dtype, shape)]
@@ -274,7 +288,7 @@ def _check_elements_indices(node, data, idx) -> int:
     return axis
 
 
-@register("GatherElements", lower=_lower_gather_elements)
+@register("GatherElements", lower=_lower_gather_elements, index_inputs=_gather_indices)
 def _gather_elements(node, ins):
     x, i = ins[0], ins[1]
     _check_elements_indices(node, x, i)
@@ -316,7 +330,7 @@ def _lower_gather_nd(node, ctx):
             b.store(Y, (bb * nt + t) * post + q, Load(X, off + q))
 
 
-@register("GatherND", lower=_lower_gather_nd)
+@register("GatherND", lower=_lower_gather_nd, bounded_rule="gather_nd", index_inputs=_gather_nd_indices)
 def _gather_nd(node, ins):
     _, _, shape = _gather_nd_dims(node, ins[0], ins[1])
     return [(ins[0].dtype, shape)]
@@ -426,7 +440,7 @@ def _lower_expand(node, ctx):
     strided_copy(ctx.b, Y, X, Y.shape, contiguous_strides(Y.shape), _bstrides(X.shape, Y.shape))
 
 
-@register("Expand", lower=_lower_expand)
+@register("Expand", lower=_lower_expand, large_output=True, bounded_rule="expand")
 def _expand(node, ins):
     shape = const_ints(node, ins, 1, "the target shape")
     return [(ins[0].dtype, broadcast(ins[0].shape, shape, node=node))]
@@ -446,7 +460,7 @@ def _lower_tile(node, ctx):
     strided_copy(ctx.b, Y, X, shape, dst, src)
 
 
-@register("Tile", lower=_lower_tile)
+@register("Tile", lower=_lower_tile, large_output=True)
 def _tile(node, ins):
     reps = const_ints(node, ins, 1, "repeats")
     if len(reps) != len(ins[0].shape) or any(r < 0 for r in reps):
@@ -470,7 +484,7 @@ def _lower_range(node, ctx):
         ctx.b.store(Y, i, const(start, Y.dtype) + cast(i, Y.dtype) * const(delta, Y.dtype))
 
 
-@register("Range", lower=_lower_range)
+@register("Range", lower=_lower_range, large_output=True)
 def _range(node, ins):
     def get(pos, what):
         if ins[pos] is None or ins[pos].const is None:
@@ -539,7 +553,7 @@ def _lower_arg(node, ctx):
         b.store(Y, p * post + q, arg)
 
 
-@register(["ArgMax", "ArgMin"], lower=_lower_arg)
+@register(["ArgMax", "ArgMin"], lower=_lower_arg, bounded_rule="along_axis")
 def _arg(node, ins):
     _, shape = _arg_dims(node, ins[0])
     return [(dtypes.INT64, shape)]
@@ -587,7 +601,7 @@ def _lower_topk(node, ctx):
             b.assign(pi, bi)
 
 
-@register("TopK", lower=_lower_topk, accepts_epilogue=False)
+@register("TopK", lower=_lower_topk, accepts_epilogue=False, bounded_rule="along_axis")
 def _topk(node, ins):
     k = const_ints(node, ins, 1, "k")[0]
     _, shape = _topk_dims(node, ins[0], k)

@@ -201,7 +201,9 @@ def _lower(node, ctx):
             _count(ctx, p, r, C)
 
 
-@register("TfIdfVectorizer", lower=_lower,
+# (not folded by ONNX's reference, which takes weights[i] for output i where ONNX Runtime and the
+# spec take the i-th n-gram of the pool)
+@register("TfIdfVectorizer", lower=_lower, reference_fold=False,
           how="kernel: the pool as a trie of constant tables (int32/int64 tokens; pool_strings unsupported)")
 def _tfidf(node, ins):
     x = ins[0]

@@ -30,13 +30,11 @@ from typing import Callable, Optional
 from ..ir import dtypes
 from ..ir.bounded import Bound, fresh_count_name, refuse
 from ..ir.graph import Graph, Node, Value
-from ..ir.internal import COERCE_2D, CONCAT_ROWS, COPY, COUNT, DERIVED_COUNTS, RUN_TIME_AXES, RUN_TIME_CONCAT
+from ..ir.internal import COERCE_2D, CONCAT_ROWS, COUNT, DERIVED_COUNTS, RUN_TIME_AXES, RUN_TIME_CONCAT
 from ..ops import registry
 from ..ops.common import norm_axis, prod
 
 
-# ops whose output at a zero input is zero (their padding stays zero)
-_ZERO_KEEPING = {"Cast", "CastLike", "Identity", COPY, "Relu", "Neg", "Abs", "Sign", "Floor", "Ceil", "Round"}
 
 
 Rule = Callable[[Graph, Node, list, list], list]
@@ -57,11 +55,10 @@ def node_bounds(g: Graph, n: Node, bounds: dict[str, Bound]) -> list[Optional[Bo
     if shaped and (n.op_type != "Expand" or shaped != [1]):
         raise refuse(n, f"computes with {n.inputs[shaped[0]]!r}, the shape of a tensor whose size is known only at "
                         "run time (aotc's shapes are compile-time constants)")
-    rule = _RULES.get(n.op_type)
-    if rule is None and op is not None and op.pointwise is not None:
-        rule = _pointwise
-    if rule is None and op is not None and op.view:
-        rule = _view
+    kind = op.bounded_rule if op is not None else ""
+    if not kind and op is not None:
+        kind = "pointwise" if op.pointwise is not None else "view" if op.view else ""
+    rule = BOUNDED_RULES.get(kind)
     if rule is None:
         b = next((i, m) for i, m in zip(n.inputs, marks) if m)
         raise refuse(n, f"reads {b[0]!r}, whose dimension(s) {sorted(b[1].axes)} are known only at run time")
@@ -134,7 +131,8 @@ def _pointwise(g, n, ins, marks):
                                 "only at run time")
     if n.op_type in ("Div", "Mod") and marks[1] is not None and ins[1].dtype.kind in "iu":
         raise refuse(n, "divides integers by a tensor whose padding rows are zero")
-    keeps = n.op_type in _ZERO_KEEPING or (n.op_type in ("Max", "Min", "Sum", "Mean") and len(n.inputs) == 1)
+    keeps = registry.get(n.op_type).keeps_zero
+    keeps = keeps(n) if callable(keeps) else keeps
     zero = keeps and marks[0] is not None and marks[0].zero       # (unary ops)
     return [Bound(dict(axes), zero)] + [None] * (len(n.outputs) - 1)
 
@@ -288,22 +286,18 @@ def _size(g, n, ins, marks):
     raise refuse(n, f"asks for the size of {ins[0].name!r}, known only at run time")
 
 
-# reductions whose result is the same with zeros added to what they reduce: over a zero-padded
-# run-time axis they need no count
-_ZERO_BLIND = {"ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum"}
-
-
 def _along(n, ins, marks, reduced: set, keep: bool):
     """Ops that work along some axes of their first input (reductions, Softmax, ArgMax,
     TopK): the bounded axes must not be among them, except for a sum-like reduction of a
-    zero-padded input (_ZERO_BLIND); the others keep their place, or close up over the
+    zero-padded input (OpDef.zero_blind); the others keep their place, or close up over the
     reduced ones without keepdims."""
     m = marks[0]
+    blind = registry.get(n.op_type).zero_blind
     if any(marks[1:]):
         raise refuse(n, "takes an axis, k or another parameter from a tensor known only at run time")
     hit = sorted(set(m.axes) & reduced)
-    if hit and not (n.op_type in _ZERO_BLIND and m.zero):
-        why = "" if n.op_type not in _ZERO_BLIND else " (its padding is not zero)"
+    if hit and not (blind and m.zero):
+        why = " (its padding is not zero)" if blind else ""
         raise refuse(n, f"works along {ins[0].name!r}'s run-time dimension(s) {hit}{why}")
     axes = {a if keep else a - sum(r < a for r in reduced): c for a, c in m.axes.items() if a not in reduced}
     return [Bound(axes, False)] + [Bound(dict(axes), False) for _ in n.outputs[1:]]
@@ -368,22 +362,23 @@ def _expand(g, n, ins, marks):
     return [Bound(axes, zero)]
 
 
-_RULES: dict[str, Rule] = {
-    "Expand": _expand,
-    "Gemm": _gemm,
-    "Softmax": _one_axis, "LogSoftmax": _one_axis, "Hardmax": _one_axis,
-    "ArgMax": _one_axis, "ArgMin": _one_axis, "TopK": _one_axis,
-    **{op: _reduce for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
-                              "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
-    "Transpose": _transpose,
-    "Slice": _slice,
-    "Gather": _gather,
-    "GatherND": _gather_nd,
-    "Concat": _concat,
-    CONCAT_ROWS: _concat,
-    "MatMul": _matmul,
-    "Shape": _shape,
-    "Size": _size,
+# the rules an op's registry entry names (OpDef.bounded_rule; elementwise ops and views have
+# theirs without naming it): how its outputs follow inputs of run-time size
+BOUNDED_RULES: dict[str, Rule] = {
+    "pointwise": _pointwise,
+    "view": _view,
+    "transpose": _transpose,
+    "slice": _slice,
+    "gather": _gather,
+    "gather_nd": _gather_nd,
+    "concat": _concat,
+    "matmul": _matmul,
+    "gemm": _gemm,
+    "reduce": _reduce,
+    "along_axis": _one_axis,
+    "expand": _expand,
+    "shape": _shape,
+    "size": _size,
 }
 
 

@@ -410,7 +410,7 @@ def unroll_scan(g: Graph, n: Node) -> list[Node]:
     return nodes
 
 
-def expand(g: Graph, n: Node) -> list[Node] | None:
+def expand(g: Graph, n: Node, int8_gemm: bool = False) -> list[Node] | None:
     """The nodes control-flow node `n` becomes, once its inputs are inferred (sequence ops
     too: aotc/passes/sequences.py); None for any other node."""
     if n.op_type == LOOP_STEP:
@@ -436,7 +436,7 @@ def expand(g: Graph, n: Node) -> list[Node] | None:
     if n.op_type == "Compress":
         return compress(g, n)
     if n.op_type in decompose.DECOMPOSED:
-        return decompose.expand(g, n)
+        return decompose.expand(g, n, int8_gemm)
     return None
 
 

@@ -5,8 +5,8 @@ points (w's per output channel reshaped onto its first dim), then Conv:
 - aotc.ConvInteger (ops/quant.py: an integer Gemm of the 8-bit operands themselves, which a
   CPU schedule runs as an 8-bit GEMM) where w has no zero point (a constant zero), the
   convolution is not depthwise, and either the target has an 8-bit GEMM faster than its
-  float32 one (Graph.int8_gemm) and x is uint8 and w int8 (its operand kinds), or outputs
-  sum more than EXACT_FLOAT_TERMS products;
+  float32 one (`int8_gemm`, from the pass context: passes/manager.py) and x is uint8 and w
+  int8 (its operand kinds), or outputs sum more than EXACT_FLOAT_TERMS products;
 - else in float32 (the im2col GEMM) where every output sums few enough products for float32
   to hold every partial sum exactly (at most EXACT_FLOAT_TERMS, 258);
 - else in int32 by the direct loop nest.
@@ -65,7 +65,7 @@ class Nodes:
 EXACT_FLOAT_TERMS = (1 << 24) // (255 * 255)
 
 
-def _int32_conv(g: Graph, b: Nodes, x: str, xz: str, w: str, wz: str, bias: str, attrs: dict,
+def _int32_conv(g: Graph, b: Nodes, x: str, xz: str, w: str, wz: str, bias: str, attrs: dict, int8_gemm: bool,
                 out: str | None = None) -> str:
     """The int32 convolution of x and w less their zero points (plus an int32 bias), into
     `out` (a fresh name by default): an integer Gemm where the module's docstring says. Else, when
@@ -77,7 +77,7 @@ def _int32_conv(g: Graph, b: Nodes, x: str, xz: str, w: str, wz: str, bias: str,
     depthwise = wv.shape[1] == 1 and int(attrs.get("group", 1)) > 1
     wz_value = g.const(wz) if wz else None
     # (the target's fast 8-bit GEMM multiplies uint8 by int8)
-    fast = g.int8_gemm and xv.dtype == np.uint8 and wv.dtype == np.int8
+    fast = int8_gemm and xv.dtype == np.uint8 and wv.dtype == np.int8
     integer_gemm = fast or terms > EXACT_FLOAT_TERMS
     if integer_gemm and not depthwise and (not wz or (wz_value is not None and not np.any(wz_value))):
         # the 8-bit operands as they are: an integer Gemm (aotc.ConvInteger)
@@ -99,19 +99,21 @@ def _input(n: Node, k: int) -> str:
     return n.inputs[k] if len(n.inputs) > k else ""
 
 
-def expand(g: Graph, n: Node) -> list[Node]:
+def expand(g: Graph, n: Node, int8_gemm: bool = False) -> list[Node]:
+    """ConvInteger or QLinearConv n as the nodes the module's docstring says; `int8_gemm`: the
+    target's 8-bit GEMM outruns its float32 one."""
     ins = [g.values[i] if i else None for i in n.inputs]
     registry.get(n.op_type).infer(n, ins)          # its own checks of types and shapes first
     b = Nodes(g, n)
     conv_attrs = {k: v for k, v in n.attrs.items() if k in _CONV_ATTRS}
     if n.op_type == "ConvInteger":
         x, w, xz, wz = (_input(n, k) for k in range(4))
-        _int32_conv(g, b, x, xz, w, wz, "", conv_attrs, n.outputs[0])
+        _int32_conv(g, b, x, xz, w, wz, "", conv_attrs, int8_gemm, n.outputs[0])
         return b.nodes
     x, x_scale, xz, w, w_scale, wz, y_scale, yz = (_input(n, k) for k in range(8))
     rank = len(g.values[w].shape)
     per_channel = [1, -1] + [1] * (rank - 2)         # an output channel's value along dim 1 of y
-    acc = _int32_conv(g, b, x, xz, w, wz, _input(n, 8), conv_attrs)
+    acc = _int32_conv(g, b, x, xz, w, wz, _input(n, 8), conv_attrs, int8_gemm)
     requantize(g, b, acc, x_scale, w_scale, y_scale, yz, n.outputs[0], per_channel)
     return b.nodes
 

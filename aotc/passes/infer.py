@@ -12,35 +12,28 @@ import numpy as np
 from ..errors import AotcError, ShapeError, UnsupportedError
 from ..ir.bounded import Bound
 from ..ir.graph import Graph, Value
-from ..ir.internal import CARRY
 from ..ops import registry
 from ..ops.reference import evaluate
 from . import bounded, control, sequences
 from .normalize import normalize_nodes
 
-# Ops never folded even with constant inputs (they would only bloat the weights).
-_NO_FOLD = {"ConstantOfShape", "Expand", "Tile", "Range"}
-# Ops whose ONNX reference implementation differs from ONNX Runtime (whose reading aotc's
-# kernels follow), so never folded by it: MaxUnpool with an output_shape larger than the
-# inferred one (the reference pads the unpooled tensor; ONNX Runtime reads the indices as flat
-# positions in output_shape, as MaxPool makes them); TfIdfVectorizer (the reference takes
-# weights[i] for output i, ONNX Runtime and the spec for the i-th n-gram of the pool)
-_REFERENCE_DIFFERS = {"MaxUnpool", "TfIdfVectorizer"}
-# Nor the copies of a host loop's state (passes/control.py host_loop): constant going in, the
-# state changes with every iteration.
-_NOT_FOLDED = _REFERENCE_DIFFERS | {CARRY}
-# Nor are nodes that draw random numbers (registry.draws_random): RandomNormal has no inputs,
-# so all of them are constant, but its output is a fresh draw per run, not a constant.
+# Ops with a large output (OpDef.large_output) are folded only up to this many bytes of it.
+# Never folded: ops the reference computes otherwise than ONNX Runtime (OpDef.reference_fold),
+# and nodes that draw random numbers (registry.draws_random): RandomNormal has no inputs, so all
+# of them are constant, but its output is a fresh draw per run, not a constant.
 FOLD_LIMIT_BYTES = 1 << 20
 
 
-def infer_shapes(g: Graph, fold: bool = True) -> Graph:
+def infer_shapes(g: Graph, fold: bool = True, int8_gemm: bool = False) -> Graph:
+    """Every node's output types and shapes, folding what is constant (`fold`); control flow,
+    sequences and the ops built from others expanded as their inputs are known (`int8_gemm`:
+    the target's 8-bit GEMM outruns its float32 one, passes/decompose.py)."""
     kept = []
     bounds: dict[str, Bound] = {}       # values of run-time size so far (passes/bounded.py)
     work = deque(g.nodes)
     while work:
         n = work.popleft()
-        expanded = control.expand(g, n)
+        expanded = control.expand(g, n, int8_gemm)
         if expanded is not None:          # control flow: the nodes it unrolls to come next, in its place
             normalize_nodes(g, expanded)
             work.extendleft(reversed(expanded))
@@ -66,8 +59,8 @@ def infer_shapes(g: Graph, fold: bool = True) -> Graph:
                 bounds[o] = b
         all_const = all(v is None or v.const is not None for v in ins)
         results = op.fold(n, ins) if (fold and op.fold is not None and not run_time) else None
-        if results is None and fold and all_const and not run_time and n.op_type not in _NOT_FOLDED \
-                and not registry.draws_random(n, ins) and _worth_folding(n, ins, types):
+        if results is None and fold and all_const and not run_time and op.reference_fold \
+                and not registry.draws_random(n, ins) and _worth_folding(op, types):
             arrays = [v.const if v is not None else None for v in ins]
             try:
                 results = evaluate(n, arrays, types)
@@ -90,8 +83,8 @@ def infer_shapes(g: Graph, fold: bool = True) -> Graph:
     return g
 
 
-def _worth_folding(n, ins, types) -> bool:
-    if n.op_type in _NO_FOLD:
+def _worth_folding(op, types) -> bool:
+    if op.large_output:
         out_bytes = sum(int(np.prod(s)) * np.dtype(d).itemsize for d, s in types)
         return out_bytes <= FOLD_LIMIT_BYTES
     return True

@@ -1,60 +1,133 @@
-"""Pass manager: runs graph passes in order, verifying the graph after each one."""
+"""The graph passes, in order, each verified: the pass manager.
+
+A pass is a function of the graph and the context, `run(g, ctx) -> g`; `ctx` (PassContext)
+holds the target and what a pass finds for the stages after the graph passes (which nodes run
+under which condition, which are in which host loop). `pipeline()` lists every pass the
+compiler runs, target-dependent ones included; ir/verify.py checks the graph after each one
+(before shape inference, its structure only: the values have no types yet).
+
+Adding a pass: a function in a module of this package, and an entry at its place in
+`pipeline()`.
+"""
 from __future__ import annotations
 
 import time
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 from ..ir.graph import Graph
 from ..ir.verify import verify
 from . import bounded, simplify
-from .recurrent import prepack_recurrent_weights
 from .attention import fuse_attention
+from .branches import guard_nodes
 from .infer import infer_shapes
+from .loops import arrange
 from .normalize import normalize_opset
+from .qdq import int8_gemm, integer_qdq
+from .recurrent import prepack_recurrent_weights
+from .winograd import winograd_convs
 
-Pass = Callable[[Graph], Graph]
 
-# The standard pipeline. normalize + infer come first: every later pass sees static shapes.
-DEFAULT_PASSES: list[tuple[str, Pass]] = [
-    ("normalize_opset", normalize_opset),
-    ("infer_shapes", infer_shapes),
-    ("remove_identities", simplify.remove_identities),
-    ("eliminate_dead_code", simplify.eliminate_dead_code),
-    ("canonicalize_views", simplify.canonicalize_views),
-    # before cancel_transposes, which folds the Transpose of K it may add into the one making Kᵀ
-    ("fuse_attention", fuse_attention),
-    ("cancel_transposes", simplify.cancel_transposes),
-    # constant Gemm weights stored transposed are transposed first, so that a following
-    # per-channel Mul/Add (a decomposed BatchNormalization) folds into them too
-    ("canonicalize_gemm", simplify.canonicalize_gemm),
-    ("decompose_batchnorm", simplify.decompose_batchnorm),
-    ("fold_scale_shift", simplify.fold_scale_shift),
-    ("prepack_recurrent_weights", prepack_recurrent_weights),
-    ("fold_constants", simplify.fold_constants),
-    ("eliminate_common_subexpressions", simplify.eliminate_common_subexpressions),
-    ("canonicalize_views_again", simplify.canonicalize_views),
-    ("eliminate_dead_code_again", simplify.eliminate_dead_code),
-    ("materialize_outputs", simplify.materialize_outputs),
-    # last: which values of the final graph have a size known only at run time
-    ("bounded_dimensions", bounded.analyze),
-]
+@dataclass
+class PassContext:
+    """What a pass may know besides the graph. `target`: the target description (None where
+    passes run on their own, as in unit tests: then every target-dependent pass does nothing).
+    The analyses the later stages read: `conds`, id(node) -> the condition the node runs under
+    (passes/branches.py), and `loops`, id(node) -> the host loop it is in (passes/loops.py)."""
+    target: Optional[dict] = None
+    conds: dict = field(default_factory=dict)
+    loops: dict = field(default_factory=dict)
+
+    @property
+    def int8_gemm(self) -> bool:
+        """The target's 8-bit GEMM outruns its float32 one ([gemm] int8_tile): every quantized
+        convolution it can take becomes an integer Gemm (passes/decompose.py)."""
+        return self.target is not None and int8_gemm(self.target)
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    run: Callable[[Graph, PassContext], Graph]
+    typed: bool = True          # every value has its type after it (shape inference has run)
+
+
+def _plain(name: str, fn: Callable[[Graph], Graph]) -> Pass:
+    """A pass that needs nothing but the graph."""
+    return Pass(name, lambda g, ctx: fn(g))
+
+
+def _qdq(g: Graph, ctx: PassContext) -> Graph:
+    return integer_qdq(g, ctx.target) if ctx.target is not None else g
+
+
+def _winograd(g: Graph, ctx: PassContext) -> Graph:
+    return winograd_convs(g, ctx.target) if ctx.target is not None else g
+
+
+def _conditions(g: Graph, ctx: PassContext) -> Graph:
+    ctx.conds = guard_nodes(g)
+    return g
+
+
+def _loops(g: Graph, ctx: PassContext) -> Graph:
+    ctx.loops = arrange(g, ctx.conds)
+    return g
+
+
+def pipeline() -> list[Pass]:
+    """Every graph pass the compiler runs, in order."""
+    return [
+        # where the target has a fast 8-bit GEMM: a QDQ model's islands as integer operators,
+        # before folding (which would turn the weights' DequantizeLinear into floats)
+        Pass("integer_qdq", _qdq, typed=False),
+        Pass("normalize_opset", lambda g, ctx: normalize_opset(g), typed=False),
+        # every later pass sees static shapes
+        Pass("infer_shapes", lambda g, ctx: infer_shapes(g, int8_gemm=ctx.int8_gemm)),
+        _plain("remove_identities", simplify.remove_identities),
+        _plain("eliminate_dead_code", simplify.eliminate_dead_code),
+        _plain("canonicalize_views", simplify.canonicalize_views),
+        # before cancel_transposes, which folds the Transpose of K it may add into the one making Kᵀ
+        _plain("fuse_attention", fuse_attention),
+        _plain("cancel_transposes", simplify.cancel_transposes),
+        # constant Gemm weights stored transposed are transposed first, so that a following
+        # per-channel Mul/Add (a decomposed BatchNormalization) folds into them too
+        _plain("canonicalize_gemm", simplify.canonicalize_gemm),
+        _plain("decompose_batchnorm", simplify.decompose_batchnorm),
+        _plain("fold_scale_shift", simplify.fold_scale_shift),
+        _plain("prepack_recurrent_weights", prepack_recurrent_weights),
+        _plain("fold_constants", simplify.fold_constants),
+        _plain("eliminate_common_subexpressions", simplify.eliminate_common_subexpressions),
+        _plain("canonicalize_views_again", simplify.canonicalize_views),
+        _plain("eliminate_dead_code_again", simplify.eliminate_dead_code),
+        _plain("materialize_outputs", simplify.materialize_outputs),
+        # which values of the final graph have a size known only at run time
+        _plain("bounded_dimensions", bounded.analyze),
+        # 3 x 3 convolutions by Winograd where the target allows and the cost model says it pays
+        Pass("winograd_convs", _winograd),
+        # the nodes of Ifs' branches, which run only when taken; then the bodies of the loops
+        # the host runs, each in one piece
+        Pass("branch_conditions", _conditions),
+        Pass("host_loop_bodies", _loops),
+    ]
 
 
 class PassManager:
-    def __init__(self, passes: list[tuple[str, Pass]] | None = None, verify_each: bool = True):
-        self.passes = list(DEFAULT_PASSES if passes is None else passes)
+    def __init__(self, passes: list[Pass] | None = None, verify_each: bool = True):
+        self.passes = pipeline() if passes is None else list(passes)
         self.verify_each = verify_each
         self.timings: list[tuple[str, float, int]] = []
 
-    def run(self, g: Graph) -> Graph:
-        for name, p in self.passes:
+    def run(self, g: Graph, ctx: PassContext | None = None) -> Graph:
+        ctx = PassContext() if ctx is None else ctx
+        for p in self.passes:
             t0 = time.perf_counter()
-            g = p(g)
-            if self.verify_each and name not in ("normalize_opset",):
-                verify(g, name)
-            self.timings.append((name, time.perf_counter() - t0, len(g.nodes)))
+            g = p.run(g, ctx)
+            if self.verify_each:
+                verify(g, p.name, typed=p.typed)
+            self.timings.append((p.name, time.perf_counter() - t0, len(g.nodes)))
         return g
 
 
-def optimize(g: Graph, passes: list[tuple[str, Pass]] | None = None) -> Graph:
-    return PassManager(passes).run(g)
+def optimize(g: Graph, passes: list[Pass] | None = None, ctx: PassContext | None = None) -> Graph:
+    return PassManager(passes).run(g, ctx)
