@@ -1,8 +1,9 @@
 """Hashes of the generated sources (.c/.cl/.cu/.h, not the runtime headers copied in) of a fixed
-set of compiles: every zoo model at small size on c (1 and 2 threads), native (2 threads), opencl
-and cuda, and every ONNX backend node test case on c and cuda (its first data set's shapes; the
-constants tools/conformance.py binds where the case needs them). A compile that fails records
-its error's first line instead. Nothing is built or run: about 75 s on 2 cores.
+set of compiles: every zoo model at small size on c (1 and 2 threads), native (2 threads), opencl,
+cuda and option and eager-threshold variants of them (ZOO_RUNS), and every ONNX backend node test
+case on c (1 and 2 threads), cuda and an eager opencl (its first data set's shapes; the constants
+tools/conformance.py binds where the case needs them). A compile that fails records its error's
+first line instead. Nothing is built or run: about 3 minutes on 2 cores.
 
 A change meant to keep what aotc generates (a refactoring) keeps every hash; one that changes it
 on purpose says which hashes moved and why, and records the new ones (`make golden-update`).
@@ -20,14 +21,35 @@ import argparse
 import hashlib
 import json
 import multiprocessing as mp
+import os
 import re
 import sys
 import tempfile
 import warnings
 from pathlib import Path
 
-ZOO_RUNS = [("c", 1), ("c", 2), ("native", 2), ("opencl", 1), ("cuda", 1)]
-CASE_RUNS = [("c", 1), ("cuda", 1)]
+ZOO_RUNS = [("c", 1), ("c", 2), ("native", 2), ("opencl", 1), ("cuda", 1),
+            ("c,direct_conv", 2), ("native,winograd4", 1), ("cuda,tf32", 1), ("eager-threads", 2), ("eager-gpu", 1)]
+CASE_RUNS = [("c", 1), ("c", 2), ("cuda", 1), ("eager-gpu", 1)]
+# target files made here from the shipped ones, with every threshold at its most eager, so that
+# small models take the paths big ones do: every loop and GEMM on the thread pool (c); a
+# work-group for every spatial iteration, GEMMs in the smallest tiles and split along K (opencl)
+EAGER = {"eager-threads": ("c", {"min_parallel_work": 1, "min_parallel_gemm_macs": 1}),
+         "eager-gpu": ("opencl", {"group_min_work": 1, "min_groups": 4096, "split_min_k": 16})}
+
+
+def _eager_file(name: str, workdir) -> str:
+    import re
+    from aotc.paths import TARGETS_DIR
+    base, values = EAGER[name]
+    text = (TARGETS_DIR / f"{base}.toml").read_text().replace(f'name = "{base}"', f'name = "{name}"', 1)
+    for key, value in values.items():
+        text, n = re.subn(rf"^{key} = .*$", f"{key} = {value}", text, flags=re.M)
+        if not n:
+            text = text.replace("[gpu]\n", f"[gpu]\n{key} = {value}\n", 1)
+    path = Path(workdir) / f"{name}-{os.getpid()}.toml"     # (one per worker: they run at once)
+    path.write_text(text)
+    return str(path)
 SOURCE_SUFFIXES = (".c", ".cl", ".cu", ".h")
 
 
@@ -45,6 +67,8 @@ def _digest(out: Path) -> str:
 
 def _compile(path, target, threads, shapes, consts=None) -> str:
     from aotc.compiler import compile_model
+    if target in EAGER:
+        target = _eager_file(target, Path(path).parent)
     with tempfile.TemporaryDirectory() as d:
         try:
             out = compile_model(path, target=target, output_dir=Path(d) / "out", name="m", shapes=shapes,
