@@ -45,9 +45,10 @@ zoo-full: venv
 conformance: venv
 	$(BIN)/python -m tools.conformance --report docs/CONFORMANCE.md
 
-# Hashes of the sources aotc generates for the small zoo models (c, native, opencl, cuda) and every
-# ONNX node test case (c, cuda), against tools/golden_sources.json (about 75 s on 2 cores): a change
-# meant to keep the generated code keeps every hash; golden-update records the new ones.
+# Hashes of the sources aotc generates for the small zoo models and every ONNX node test case on
+# the targets and variants tools/golden.py lists, against tools/golden_sources.json (about 3
+# minutes on 2 cores): a change meant to keep the generated code keeps every hash; golden-update
+# records the new ones.
 golden: venv
 	$(BIN)/python -m tools.golden --check tools/golden_sources.json
 
