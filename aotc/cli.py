@@ -205,10 +205,6 @@ def check_cmd(
     report says so). Exit 0: parity; 1: mismatch; 2: cannot compile."""
     try:
         from .check.runner import junit_xml, run_check
-        from .targets import load_target
-        tf32 = load_target(target).get("numerics", {}).get("tf32", False)     # TF32 GEMMs: ~1e-3 relative
-        rtol = rtol if rtol is not None else (1e-2 if tf32 else 1e-4)
-        atol = atol if atol is not None else (1e-2 if tf32 else 1e-5)
         arrays = _load_arrays(input, "--input") or None
         res = run_check(model, target=target, inputs=arrays, rtol=rtol, atol=atol, shapes=_parse_shapes(shape),
                         consts=_load_arrays(const, "--const"), output_dir=keep, seed=seed, progress=_progress,
@@ -218,7 +214,7 @@ def check_cmd(
     except Exception as e:
         _fail(e)
         return
-    out.print(f"{model.name} on target {res.target} (rtol {rtol:g}, atol {atol:g})")
+    out.print(f"{model.name} on target {res.target} (rtol {res.rtol:g}, atol {res.atol:g})")
     out.print(f"  expected outputs from {res.reference}", markup=False)
     out.print(f"  {'output':24} {'shape':>18} {'max abs err':>12} {'max rel err':>12} {'max ULP':>10}  result")
     for o in res.outputs:

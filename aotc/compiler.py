@@ -28,7 +28,7 @@ from .passes.manager import PassContext, PassManager
 from .paths import RUNTIME_DIR
 from .program import Program
 from .program.ir import bounded_outputs
-from .targets import NATIVE, load_target
+from .targets import NATIVE, Target, load_target
 
 # The target when none is given: the best CPU target this machine runs.
 DEFAULT_TARGET = NATIVE
@@ -46,7 +46,7 @@ class Compiled:
     steps: list[KernelStep]
     plan: MemoryPlan
     program: Program
-    target: dict
+    target: Target
     threads: int
     opset: int
     node_count_before: int
@@ -74,7 +74,7 @@ def analyze(path, target: str = DEFAULT_TARGET, name: Optional[str] = None, shap
             threads: int | None = 0) -> Compiled:
     step = progress or (lambda s: nullcontext())
     tgt = load_target(target)
-    backend = get_backend(tgt["language"])
+    backend = get_backend(tgt.language)
     n_threads = resolve_threads(threads, backend)
     with step("reading model"):
         model = load_onnx(path)
@@ -90,11 +90,11 @@ def analyze(path, target: str = DEFAULT_TARGET, name: Optional[str] = None, shap
     with step("fusing and lowering kernels"):
         groups = form_groups(g, fuse=fuse, conds=ctx.conds, loops=ctx.loops)
         steps = lower_groups(g, groups)
-        steps, slices = elide_concats(g, groups, steps, align=int(tgt.get("alignment", 64)))
-    with step(f"scheduling for {tgt['name']}"):
+        steps, slices = elide_concats(g, groups, steps, align=tgt.alignment)
+    with step(f"scheduling for {tgt.name}"):
         backend.schedule(g, steps, tgt, n_threads)
     with step("planning memory"):
-        plan = plan_memory(g, groups, steps, align=int(tgt.get("alignment", 64)), threads=n_threads, slices=slices)
+        plan = plan_memory(g, groups, steps, align=tgt.alignment, threads=n_threads, slices=slices)
         mark_aliased(g, steps, plan)
     program = backend.program(g, steps, plan, tgt)
     program.bounded = bounded_outputs(g, plan)
@@ -114,7 +114,7 @@ def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathL
     if not re.match(r"^[a-z_][a-z0-9_]*$", prefix):
         raise AotcError(f"--name {name!r} is not usable as a C identifier prefix")
     c = analyze(path, target, prefix, shapes, consts, fuse, progress, threads)
-    backend = get_backend(c.target["language"])
+    backend = get_backend(c.target.language)
     step = progress or (lambda s: nullcontext())
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -149,9 +149,9 @@ def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathL
         "name": prefix,
         "model": Path(path).name,
         "model_sha256": model_sha256(path),
-        "target": c.target["name"],
-        "target_requested": c.target.get("requested", c.target["name"]),
-        "language": c.target["language"],
+        "target": c.target.name,
+        "target_requested": c.target.requested or c.target.name,
+        "language": c.target.language,
         "threads": c.threads,
         "library": lib.name,
         "header": f"{prefix}.h",

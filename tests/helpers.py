@@ -105,7 +105,7 @@ def target_with_switch_off(target: str, directory: Path, switch: str, suffix: st
     from aotc.targets import load_target
     src = Path(target) if target.endswith(".toml") else TARGETS_DIR / f"{target}.toml"
     text = src.read_text()
-    name = load_target(target)["name"]
+    name = load_target(target).name
     if f"{switch} = true" in text:
         text = text.replace(f"{switch} = true", f"{switch} = false")
     else:

@@ -258,7 +258,7 @@ def test_generated_sources_never_stop_the_process_or_print(name, tmp_path):
     bad = []
     for target in ["c", "native", "cuda", "opencl"]:
         c = analyze(path, target, name, e.shapes_for("small"))
-        backend = get_backend(c.target["language"])
+        backend = get_backend(c.target.language)
         for external in (False, True):
             files = backend.sources(name, c.graph, c.program, c.plan, external, c.target, c.threads)
             files[f"{name}.h"] = abi.emit_header(name, c.graph, c.plan, external, c.threads, c.target,

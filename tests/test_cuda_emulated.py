@@ -47,7 +47,7 @@ def emulated_build(sources: list[Path], lib: Path, target: dict, include_dirs: l
     (with AOTC_TEST_ON_GPU=1: the cuda backend's own nvcc build, for a real GPU)."""
     if ON_GPU:
         from aotc.codegen import get_backend
-        get_backend(target["language"]).build(sources, lib, target, include_dirs)
+        get_backend(target.language).build(sources, lib, target, include_dirs)
         return
     objs = []
     for src in sources:

@@ -12,7 +12,7 @@ from aotc.schedule.gemm_cpu import GemmTiles, pack_a, pack_b
 from aotc.targets import cpu_flags, load_target
 from tools.gemm_bench import GemmLib
 
-_NEEDS = {name: set(load_target(name).get("requires", [])) for name in ("c", "c-avx2", "c-avx512")}
+_NEEDS = {name: set(load_target(name).requires) for name in ("c", "c-avx2", "c-avx512")}
 
 
 @pytest.fixture(scope="module", params=["c", "c-avx2", "c-avx2/plain-tile", "c-avx512", "c-avx512/plain-tile"])

@@ -9,7 +9,8 @@ from dataclasses import replace
 
 from aotc.kernel.ir import (F32, PRIVATE, REDUCTION, SPATIAL, Assign, Barrier, Buffer, Builder, GemmDest, If, Loop,
                             Store, Var, binop, matrix, select, walk_stmts)
-from aotc.schedule.gpu import GpuParams, gemm_shape
+from aotc.schedule.gpu import gemm_shape
+from aotc.targets import GpuConfig
 from aotc.schedule.gpu_group import _coefficient, _combine, cooperate
 
 X = Buffer("x", F32, (64, 512), "in")
@@ -116,7 +117,7 @@ def test_reduction_forms_recognized():
 
 
 def test_gemm_launch_shapes():
-    p = GpuParams(tm=128, tn=128, tk=8, rm=8, rn=8, min_groups=128, split_min_k=256)
+    p = GpuConfig(tm=128, tn=128, tk=8, rm=8, rn=8, min_groups=128, split_min_k=256)
     A = Buffer("a", F32, (4096, 768), "in")
     B = Buffer("b", F32, (768, 3072), "in")
     C = Buffer("c", F32, (4096, 3072), "out")
@@ -131,7 +132,7 @@ def test_gemm_launch_shapes():
     assert (small.p.tm, small.p.rm, small.split, small.chunk) == (32, 2, 2, 384)
     batched = gemm_shape(gemm(128, 128, 64), p, ((Var("h"), 12),))
     assert batched.split == 1 and batched.depth == 12
-    assert gemm_shape(gemm(128, 768, 768), GpuParams()).split == 1     # min_groups 0: as configured
+    assert gemm_shape(gemm(128, 768, 768), GpuConfig()).split == 1     # min_groups 0: as configured
     # min_results 16: tiles stop at 4 x 4 results per work-item (64 x 64), K splits instead
     q = replace(p, min_results=16)
     ffn = gemm_shape(gemm(128, 3072, 768), q)                 # 2 x 48 groups -> K in 2
@@ -152,7 +153,7 @@ def test_gemm_launch_shapes():
     assert gemm_shape(gemm(960, 49, 160), t).p.tk == 32
     # the target file's own settings (targets/cuda.toml)
     from aotc.targets import load_target
-    cuda = GpuParams.of(load_target("cuda:sm_90"))
+    cuda = load_target("cuda:sm_90").gpu
     assert (cuda.min_results, cuda.floor_groups, cuda.small_tk) == (16, 64, 32)
 
 
@@ -246,7 +247,7 @@ def test_gemm_tiles_are_read_and_written_without_bank_conflicts():
     each bank with one word at most."""
     from aotc.kernel.ir import Decl, Kernel, walk_stmts
     from aotc.schedule.gpu import GemmShape, gemm_kernel
-    p = GpuParams(block=256, tm=128, tn=128, tk=8, rm=8, rn=8, warp=32)
+    p = GpuConfig(block=256, tm=128, tn=128, tk=8, rm=8, rn=8, warp=32)
     M, N, K = 512, 512, 512
     for a_rs, a_cs in ((K, 1), (1, M)):
         for b_rs, b_cs in ((N, 1), (1, K)):
@@ -274,7 +275,7 @@ def test_tensor_core_fragments_are_aligned_and_cover_the_tile():
     from aotc.kernel.ir import MMA_C, Decl, Kernel, Mma, walk_stmts
     from aotc.schedule.gpu import MMA_WARPS, GemmShape, mma_kernel, mma_shape
     for tile in (128, 64):
-        p = GpuParams(block=256, tm=tile, tn=tile, tk=16, rm=8, rn=8, warp=32)
+        p = GpuConfig(block=256, tm=tile, tn=tile, tk=16, rm=8, rn=8, warp=32)
         M, N, K = 300, 260, 200
         A, B = Buffer("a", F32, (M * K,), "in"), Buffer("b", F32, (K * N,), "in")
         C = Buffer("c", F32, (M, N), "out")
@@ -307,7 +308,7 @@ def test_tensor_core_fragments_are_aligned_and_cover_the_tile():
         assert sum(1 for s in mmas if s.op == "zero") == len({(s.frag.name, s.at.value) for s in mmas
                                                                 if s.frag.space == MMA_C})
     # a GEMM too small for the device: 64 x 64 tiles, then K split (never below whole fragments)
-    q = GpuParams(block=256, tm=128, tn=128, tk=8, rm=8, rn=8, min_groups=128, split_min_k=256, warp=32)
+    q = GpuConfig(block=256, tm=128, tn=128, tk=8, rm=8, rn=8, min_groups=128, split_min_k=256, warp=32)
     b = Builder()
     A, B = Buffer("a", F32, (128 * 768,), "in"), Buffer("b", F32, (768 * 768,), "in")
     C = Buffer("c", F32, (128, 768), "out")

@@ -16,7 +16,7 @@ from aotc.schedule.gemm_cpu import pack_a_int8, pack_b_int8
 from aotc.targets import cpu_flags, load_target
 from tools.gemm_bench import GemmLib
 
-_NEEDS = {name: set(load_target(name).get("requires", [])) for name in ("c", "c-avx2", "c-avx512")}
+_NEEDS = {name: set(load_target(name).requires) for name in ("c", "c-avx2", "c-avx512")}
 
 
 @pytest.fixture(scope="module", params=["c", "c-avx2", "c-avx512", "c-avx512/bw", "c-avx512/plain"])
@@ -33,7 +33,7 @@ def lib(request, tmp_path_factory):
 
 def test_each_tile_is_taken_where_it_is_built_and_the_cpu_has_it(lib):
     """(so that the tests below cover each on such a machine)"""
-    if lib.target["name"] != "c-avx512" or lib.variant == "plain":
+    if lib.target.name != "c-avx512" or lib.variant == "plain":
         want = "plain"
     elif lib.variant == "bw" or "avx512_vnni" not in cpu_flags():
         want = "avx512bw"

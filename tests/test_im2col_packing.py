@@ -16,7 +16,7 @@ from onnx import helper
 
 from aotc.api import compile as aotc_compile
 from aotc.kernel import ir
-from aotc.schedule.gemm_cpu import IM2COL_MAX_BUFFER, IM2COL_MIN_CHANNELS, IM2COL_MIN_ROWS, GemmTiles
+from aotc.schedule.gemm_cpu import GemmTiles
 from aotc.targets import load_target, native_target
 from tests.helpers import eager_threads_target, graph_model, rand, target_with_switch_off
 
@@ -89,13 +89,14 @@ def test_im2col_packing_matches_the_im2col_buffer_and_ort(target, threads, tmp_p
                             threads=threads)
 
     # the schedule took the direct B for every convolution whose GEMM keeps its orientation
-    # (a transposed one reads B as A: it keeps the buffer) and has IM2COL_MIN_CHANNELS input
-    # channels per group, IM2COL_MIN_ROWS output channels or a buffer over IM2COL_MAX_BUFFER
-    # bytes; its im2col loops are gone
-    tiles = GemmTiles.of(load_target(target))
+    # (a transposed one reads B as A: it keeps the buffer) and has the target's [gemm]
+    # im2col_min_channels input channels per group, im2col_min_rows output channels or a buffer
+    # over im2col_max_buffer bytes; its im2col loops are gone
+    t = load_target(target)
+    tiles = GemmTiles.of(t)
     plain = sum(not tiles.prefers_transposed(*_gemm_shape(*c)) and
-                (c[1][1] >= IM2COL_MIN_CHANNELS or _gemm_shape(*c)[0] >= IM2COL_MIN_ROWS or
-                 _gemm_shape(*c)[1] * _gemm_shape(*c)[2] * 4 > IM2COL_MAX_BUFFER) for c in CONVS)
+                (c[1][1] >= t.gemm.im2col_min_channels or _gemm_shape(*c)[0] >= t.gemm.im2col_min_rows or
+                 _gemm_shape(*c)[1] * _gemm_shape(*c)[2] * 4 > t.gemm.im2col_max_buffer) for c in CONVS)
     # (most of them, so that the comparison below covers the direct B: 13 of the 15 on
     # c-avx512's tiles, 12 on c-avx2's)
     assert plain >= 2 * len(CONVS) // 3

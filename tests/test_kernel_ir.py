@@ -164,19 +164,23 @@ def test_accumulators_widen_and_what_derives_from_them_follows():
 
 def test_per_thread_copies_start_on_their_own_cache_lines():
     """A per-thread scratch's copies are whole cache lines apart (no two threads write one
-    line), and the workspace holds them so."""
+    line: the target's [threads] cache_line), and the workspace holds them so."""
     import numpy as np
     from aotc.kernel.ir import F32, I64, Buffer
     from aotc.kernel.ir import scratch_bytes
-    row = Buffer("row", F32, (28,), "scratch", per_thread=True)
+    from aotc.targets import load_target
+    line = load_target("c").threads.cache_line
+    assert line == 64
+    row = Buffer("row", F32, (28,), "scratch", per_thread=True, line=line)
     assert row.thread_stride == 32 and scratch_bytes(row, 2) == 2 * 32 * 4
-    taps = Buffer("tap", I64, (3,), "scratch", per_thread=True)
+    taps = Buffer("tap", I64, (3,), "scratch", per_thread=True, line=line)
     assert taps.thread_stride == 8 and scratch_bytes(taps, 3) == 3 * 64
-    whole = Buffer("w", F32, (64,), "scratch", per_thread=True)
+    whole = Buffer("w", F32, (64,), "scratch", per_thread=True, line=line)
     assert whole.thread_stride == 64
     shared = Buffer("s", F32, (28,), "scratch")
     assert scratch_bytes(shared, 2) == 28 * 4
-    assert np.dtype(row.dtype).itemsize * row.thread_stride % Buffer.CACHE_LINE == 0
+    assert np.dtype(row.dtype).itemsize * row.thread_stride % line == 0
+    assert Buffer("wide", F32, (28,), "scratch", per_thread=True, line=128).thread_stride == 32
 
 
 # ----------------------------------------------------------------------------- the rewriter

@@ -13,7 +13,7 @@ import tomllib
 import pytest
 
 from aotc.paths import RUNTIME_DIR, TARGETS_DIR
-from aotc.targets import runs_here
+from aotc.targets import load_target, runs_here
 
 CC = shutil.which("cc")
 # the most ULP each may be off (measured over every 13th float: exp 0.93, tanh 1.35, erf 2.45
@@ -88,9 +88,7 @@ int main(void)
 def _targets() -> list[str]:
     out = []
     for name in ("c", "c-avx2", "c-avx512"):
-        with open(TARGETS_DIR / f"{name}.toml", "rb") as f:
-            t = tomllib.load(f)
-        if runs_here(t):
+        if runs_here(load_target(name)):
             out.append(name)
     return out
 

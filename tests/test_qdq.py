@@ -18,7 +18,7 @@ from aotc.targets import cpu_flags, load_target
 from tests.helpers import graph_model
 
 N = helper.make_node
-_AVX512 = not (set(load_target("c-avx512").get("requires", [])) - cpu_flags())
+_AVX512 = not (set(load_target("c-avx512").requires) - cpu_flags())
 needs_avx512 = pytest.mark.skipif(not _AVX512, reason="this CPU has no AVX-512 (c-avx512 holds the pass)")
 
 

@@ -75,7 +75,7 @@ def test_tile_epilogue_matches_the_stored_tile_and_ort(target, threads, tmp_path
     elif target == "native":
         target = native_target()
     else:
-        missing = set(load_target(target).get("requires", [])) - cpu_flags()
+        missing = set(load_target(target).requires) - cpu_flags()
         if missing:
             pytest.skip(f"this CPU lacks {', '.join(sorted(missing))} for target {target}")
     path, feeds = _model(tmp_path)
@@ -141,7 +141,7 @@ def test_integer_tile_epilogue_matches_the_stored_tile_and_ort(target, threads, 
     src = (tmp_path / "fused" / "integer.c").read_text()
     # (the 1x1 QLinearConv sums 64 products: an integer GEMM where the target's is the faster
     # one, else float32's, exact)
-    assert src.count(".tile = AOTC_WHOLE_ITILE(") == (4 if load_target(target)["gemm"].get("int8_tile") else 3)
+    assert src.count(".tile = AOTC_WHOLE_ITILE(") == (4 if load_target(target).gemm.int8_tile else 3)
     assert ".tile =" not in (tmp_path / "stored" / "integer.c").read_text()
     got, want = fused.run(feeds), stored.run(feeds)
     ref = ort.InferenceSession(onnx.load(str(path)).SerializeToString()).run(None, feeds)

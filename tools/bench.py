@@ -149,7 +149,7 @@ def bench_model(name: str, size: str, runs: int, warmup: int, workdir: Path, tar
     feeds = sample_inputs(g, seed=1)
     engines, memory = {}, {}
     if baseline is not None:
-        art = LegacyArtifact(compile_with_checkout(baseline, path, load_target(target)["name"],
+        art = LegacyArtifact(compile_with_checkout(baseline, path, load_target(target).name,
                                                    workdir / f"{name}_{size}_baseline", shapes))
         art.bind(feeds)
         engines["aotc before, 1 thread"] = art.run
@@ -225,7 +225,7 @@ def _openvino_version() -> str:
 
 
 def render(results: list[dict], runs: int, warmup: int, target: str, threads: list[int]) -> str:
-    tname = load_target(target)["name"]
+    tname = load_target(target).name
     L = [BEGIN, "",
          f"Machine: {_cpu_name()}, {os.cpu_count()} cores; target {target} ({tname}); onnxruntime {ort.__version__}; "
          f"medians of {runs} runs per engine (blocks of back-to-back runs, engines rotated over rounds) after "

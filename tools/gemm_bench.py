@@ -148,8 +148,8 @@ class GemmLib:
         src = workdir / f"gemm_{target}_{tag}.c"
         src.write_text(_SHIM)
         lib = workdir / f"libgemm_{target}_{tag}.so"
-        cmd = [self.target.get("cc", "cc"), *self.target["cflags"], "-Wno-unused-function",
-               *[f"-D{k}={v}" for k, v in macros.items()], f"-I{RUNTIME_DIR}", str(src), "-o", str(lib), *self.target["ldflags"]]
+        cmd = [self.target.cc, *self.target.cflags, "-Wno-unused-function",
+               *[f"-D{k}={v}" for k, v in macros.items()], f"-I{RUNTIME_DIR}", str(src), "-o", str(lib), *self.target.ldflags]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
             raise RuntimeError(f"building the GEMM library for {target} failed:\n{proc.stderr}")

@@ -43,7 +43,7 @@ import numpy as np
 def _tf32(target: str) -> bool:
     """Does the target run float32 GEMMs in TF32 (cuda,tf32)?"""
     from aotc.targets import load_target
-    return bool(load_target(target).get("numerics", {}).get("tf32", False))
+    return load_target(target).numerics.tf32
 
 
 # ----------------------------------------------------------------------------- building
@@ -335,10 +335,10 @@ def variant_target(base: str, name: str, settings: dict, directory: Path) -> str
     lines = src.read_text().splitlines()
     want = dict(settings)
     want[("", "name")] = f'"{name}"'
-    if "arch" in resolved:
-        want[("", "arch")] = "[" + ", ".join(f'"{x}"' for x in resolved["arch"]) + "]"
-    for opt, on in resolved.get("numerics", {}).items():
-        if on is True and ("numerics", opt) not in want:       # options the base name turned on
+    if resolved.arch:
+        want[("", "arch")] = "[" + ", ".join(f'"{x}"' for x in resolved.arch) + "]"
+    for opt in resolved.options:
+        if getattr(resolved.numerics, opt) and ("numerics", opt) not in want:       # options the base name turned on
             want[("numerics", opt)] = "true"
     table, out, done = "", [], set()
 
@@ -367,8 +367,9 @@ def variant_target(base: str, name: str, settings: dict, directory: Path) -> str
     got = load_target(str(path))
     for (tb, key), value in settings.items():
         expect = tomllib.loads(f"x = {value}")["x"]
-        if got.get(tb, {}).get(key) != expect:
-            raise SystemExit(f"variant {name}: {tb}.{key} did not take ({got.get(tb, {}).get(key)!r})")
+        value = getattr(getattr(got, tb), key) if tb else getattr(got, key)
+        if value != expect:
+            raise SystemExit(f"variant {name}: {tb}.{key} did not take ({value!r})")
     return str(path)
 
 

@@ -72,9 +72,9 @@ def main() -> None:
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     targets = {"aotc": a.target}
-    if "qdq_float" in load_target(a.target).get("options", {}):
+    if "qdq_float" in load_target(a.target).options:
         targets["aotc qdq_float"] = f"{a.target},qdq_float"
-    print(f"1 thread, target {load_target(a.target)['name']}; ms (medians of {a.runs} runs)")
+    print(f"1 thread, target {load_target(a.target).name}; ms (medians of {a.runs} runs)")
     for name in a.models.split(","):
         fp, q, feeds = quantized(name, a.workdir / name, rng)
         engines = {k: load(compile_model(q, target=t, output_dir=a.workdir / name / k.replace(" ", "_"), threads=1),

@@ -104,7 +104,7 @@ def main(argv=None) -> None:
         onnx.save(e.build(a.size), str(path))
         shapes = e.shapes_for(a.size)
     c = analyze(path, a.target, name, shapes)
-    if c.target["language"] != "cuda":
+    if c.target.language != "cuda":
         raise SystemExit(f"{a.target} is not a cuda target")
     backend = get_backend("cuda")
     for fn, text in backend.sources(name, c.graph, c.program, c.plan, True, c.target, c.threads).items():
@@ -115,7 +115,7 @@ def main(argv=None) -> None:
     for h in backend.runtime_headers(c.program):
         shutil.copyfile(RUNTIME_DIR / h, work / h)
     comments = {ln.kernel.name: ln.kernel.comment for ln in c.program.launches()}
-    stats = kernel_stats(work / f"{name}.cu", c.target["arch"][-1], cuobjdump)
+    stats = kernel_stats(work / f"{name}.cu", c.target.arch[-1], cuobjdump)
     cols = ["registers", "spill", "smem", "all"] + COUNTED
     print("| kernel | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 1) + "|")

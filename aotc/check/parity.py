@@ -18,6 +18,19 @@ import onnx
 
 from ..ir import dtypes
 from ..ir.graph import subgraphs
+from ..targets import Target
+
+
+# what `aotc check` compares float outputs with, where the caller gives no rtol / atol: a target
+# whose float32 GEMMs run on TF32 tensor cores (`,tf32`: inputs rounded to a 10-bit mantissa)
+# differs from float32 by about 1e-3 relative
+DEFAULT_TOLERANCES = (1e-4, 1e-5)
+TF32_TOLERANCES = (1e-2, 1e-2)
+
+
+def tolerances(target: Target) -> tuple[float, float]:
+    """(rtol, atol) for the target's float outputs, for the CLI and the Python API alike."""
+    return TF32_TOLERANCES if target.numerics.tf32 else DEFAULT_TOLERANCES
 
 
 @dataclass

@@ -16,9 +16,10 @@ from ..compiler import compile_model
 from ..errors import InputError
 from ..frontend import import_model, load_onnx
 from ..ir import dtypes
+from ..targets import load_target
 from .inputs import sample_inputs
 from .parity import (OutputReport, compare, known_divergences, model_op_types, quantization_steps, random_outputs,
-                     random_report)
+                     random_report, tolerances)
 
 
 @dataclass
@@ -230,9 +231,15 @@ def _check_input_names(model_path, inputs: Mapping, consts: Mapping) -> None:
 
 
 def run_check(model_path, target: str = "native", inputs: Optional[Mapping[str, np.ndarray]] = None,
-              rtol: float = 1e-4, atol: float = 1e-5, shapes: Optional[Mapping] = None,
+              rtol: Optional[float] = None, atol: Optional[float] = None, shapes: Optional[Mapping] = None,
               consts: Optional[Mapping] = None, output_dir=None, seed: int = 0, weights: str = "auto",
               progress=None, threads: int = 0, build=None) -> CheckResult:
+    """Compile the model for `target`, run it and the reference on the same inputs (seeded
+    random ones unless given) and compare every output. rtol / atol default to the target's
+    (parity.tolerances)."""
+    default_rtol, default_atol = tolerances(load_target(target))
+    rtol = default_rtol if rtol is None else rtol
+    atol = default_atol if atol is None else atol
     consts = dict(consts or {})
     shapes = dict(shapes or {})
     if inputs:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..program.ir import Program, build_device_program
 from ..schedule.gpu import schedule_gpu
+from ..targets import Target
 
 
 class GpuBackend:
@@ -15,10 +16,10 @@ class GpuBackend:
     def default_threads(self) -> int:
         return 1
 
-    def schedule(self, graph, steps, target: dict, threads: int) -> None:
+    def schedule(self, graph, steps, target: Target, threads: int) -> None:
         schedule_gpu(graph, steps, target)
 
-    def program(self, graph, steps, plan, target: dict) -> Program:
+    def program(self, graph, steps, plan, target: Target) -> Program:
         return build_device_program(steps, plan)
 
     def runtime_headers(self, program: Program) -> list[str]:

@@ -251,7 +251,8 @@ class Buffer:
 
     role: in | out | scratch (kernel-private memory the planner places) | local (declared
     inside the kernel, in `space`). `dtype` is how elements are stored, `compute` (when set)
-    the dtype they are computed in. `per_thread`: scratch with one copy per thread."""
+    the dtype they are computed in. `per_thread`: scratch with one copy per thread, each
+    starting on its own `line`-byte line (the target's cache line: [threads] cache_line)."""
     name: str
     dtype: np.dtype
     shape: tuple
@@ -259,6 +260,7 @@ class Buffer:
     space: str = GLOBAL   # global | local | private | constant
     compute: Optional[np.dtype] = None
     per_thread: bool = False
+    line: int = 0
 
     @property
     def value_dtype(self) -> np.dtype:
@@ -275,15 +277,13 @@ class Buffer:
     def nbytes(self) -> int:
         return self.size * np.dtype(self.dtype).itemsize
 
-    CACHE_LINE = 64
-
     @property
     def thread_stride(self) -> int:
         """Elements from one thread's copy of a per-thread buffer to the next: its size rounded
         up to whole cache lines, so that two threads never write one line (a 28-float row
         each, 112 bytes apart, would share lines and bounce them between the cores)."""
         item = np.dtype(self.dtype).itemsize
-        per_line = max(1, self.CACHE_LINE // item)
+        per_line = max(1, self.line // item)
         return -(-self.size // per_line) * per_line
 
     def strides(self) -> list[int]:
@@ -585,8 +585,9 @@ class Gemm(Stmt):
     value: Var = field(default_factory=lambda: Var("acc", F32))
     dest: Optional[GemmDest] = None
     result: Optional[Expr] = None
-    epilogue: list[Stmt] = field(default_factory=list)
+    # (statement lists are walked in field order: the row part before the part per element)
     row_epilogue: list[Stmt] = field(default_factory=list)
+    epilogue: list[Stmt] = field(default_factory=list)
     parallel: bool = False
     split: str = "none"       # how a parallel GEMM splits C among threads: rows | cols | none
     work: Optional[Buffer] = None

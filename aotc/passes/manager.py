@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..ir.graph import Graph
+from ..targets import Target
 from ..ir.verify import verify
 from . import bounded, simplify
 from .attention import fuse_attention
@@ -23,7 +24,7 @@ from .branches import guard_nodes
 from .infer import infer_shapes
 from .loops import arrange
 from .normalize import normalize_opset
-from .qdq import int8_gemm, integer_qdq
+from .qdq import integer_qdq
 from .recurrent import prepack_recurrent_weights
 from .winograd import winograd_convs
 
@@ -34,7 +35,7 @@ class PassContext:
     passes run on their own, as in unit tests: then every target-dependent pass does nothing).
     The analyses the later stages read: `conds`, id(node) -> the condition the node runs under
     (passes/branches.py), and `loops`, id(node) -> the host loop it is in (passes/loops.py)."""
-    target: Optional[dict] = None
+    target: Optional[Target] = None
     conds: dict = field(default_factory=dict)
     loops: dict = field(default_factory=dict)
 
@@ -42,7 +43,7 @@ class PassContext:
     def int8_gemm(self) -> bool:
         """The target's 8-bit GEMM outruns its float32 one ([gemm] int8_tile): every quantized
         convolution it can take becomes an integer Gemm (passes/decompose.py)."""
-        return self.target is not None and int8_gemm(self.target)
+        return self.target is not None and self.target.gemm.int8_tile
 
 
 @dataclass(frozen=True)

@@ -48,13 +48,9 @@ _8BIT = (np.dtype(np.uint8), np.dtype(np.int8))
 _BIAS_SCALE_RTOL = 1e-6
 
 
-def int8_gemm(tgt: dict) -> bool:
-    """Does the target have an 8-bit GEMM faster than its float32 one ([gemm] int8_tile)?"""
-    return bool(tgt.get("gemm", {}).get("int8_tile"))
-
-
-def enabled(tgt: dict) -> bool:
-    return int8_gemm(tgt) and not tgt.get("numerics", {}).get("qdq_float")
+def enabled(tgt) -> bool:
+    """The target's 8-bit GEMM outruns its float32 one ([gemm] int8_tile) and `,qdq_float` is off."""
+    return tgt.gemm.int8_tile and not tgt.numerics.qdq_float
 
 
 @dataclass
@@ -213,7 +209,7 @@ def _gemm(g: Graph, n: Node, prod: dict, cons: dict) -> list[Node] | None:
 _REWRITES = {"Conv": _conv, "MatMul": _matmul, "Gemm": _gemm}
 
 
-def integer_qdq(g: Graph, tgt: dict) -> Graph:
+def integer_qdq(g: Graph, tgt) -> Graph:
     """Each DequantizeLinear -> Conv / MatMul / Gemm -> QuantizeLinear island the module's
     docstring lists, as its integer operator, when the target opts in (enabled)."""
     if not enabled(tgt):

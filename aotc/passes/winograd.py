@@ -26,6 +26,7 @@ from ..ir.internal import WINOGRAD_CONV
 from ..ir.verify import verify
 from ..ops.nn import _conv_parts
 from ..ops.winograd import transform_weights
+from ..targets import Target
 from . import simplify
 
 TRANSFORM_COST = 10.0
@@ -53,21 +54,21 @@ def choose_tile(N: int, C: int, M: int, OH: int, OW: int, tiles=(2,)) -> int | N
     return m if cost * MIN_GAIN <= direct else None
 
 
-def allowed_tiles(target: dict) -> tuple[int, ...]:
+def allowed_tiles(target: Target) -> tuple[int, ...]:
     """The Winograd tile sizes the target's [numerics] allow: F(2x2) with `winograd`, F(4x4)
     too with `winograd4`; none with `direct_conv`."""
-    num = target.get("numerics", {})
-    if not num.get("winograd") or num.get("direct_conv"):
+    num = target.numerics
+    if not num.winograd or num.direct_conv:
         return ()
-    return (2, 4) if num.get("winograd4") else (2,)
+    return (2, 4) if num.winograd4 else (2,)
 
 
-def winograd_convs(g: Graph, target: dict) -> Graph:
+def winograd_convs(g: Graph, target: Target) -> Graph:
     """Every eligible Conv of g whose Winograd form pays, replaced by aotc.WinogradConv."""
     tiles = allowed_tiles(target)
     if not tiles:
         return g
-    block_bytes = int(target.get("winograd", {}).get("block_bytes", 0))
+    block_bytes = target.winograd.block_bytes
     changed = False
     nodes = []
     for n in g.nodes:

@@ -35,6 +35,7 @@ from ..kernel.ir import (F32, PARALLEL, REDUCTION, SERIAL, SPATIAL, VECTORIZED, 
                          walk_expr, walk_stmts)
 from ..kernel.integer_gemm import expand_integer_gemm
 from ..kernel.retype import widen_accumulators
+from ..targets import Target
 from .direct import drop_unused_scratch, read_im2col_directly
 from .gemm_cpu import ConstPacker, GemmTiles, choose_split, epilogue_in_tile, gemm_macs, packs_im2col, swap_orientation
 
@@ -45,34 +46,32 @@ UNKNOWN_TRIPS = 8
 CALL_COST = 16
 
 
-def schedule_cpu(graph, steps, target: dict, threads: int) -> None:
+def schedule_cpu(graph, steps, target: Target, threads: int) -> None:
     """Schedule every kernel of `steps` in place for `threads` threads."""
     tiles = GemmTiles.of(target)
     packer = ConstPacker(graph, tiles)
-    knobs = target.get("threads", {})
-    min_work = int(knobs.get("min_parallel_work", 32768))
-    min_gemm = int(knobs.get("min_parallel_gemm_macs", 262144))
-    acc = target.get("numerics", {}).get("accumulate_float32", "float64")
-    im2col = bool(target.get("gemm", {}).get("im2col_packing", True))
-    in_tile = bool(target.get("gemm", {}).get("tile_epilogue", True))
-    vec = target.get("vector", {})
-    run, run_stmts = int(vec.get("run", 0)), int(vec.get("run_max_statements", 0))
+    min_work = target.threads.min_parallel_work
+    min_gemm = target.threads.min_parallel_gemm_macs
+    line = target.threads.cache_line
+    acc = target.numerics.accumulate_float32 or "float64"
+    im2col, in_tile = target.gemm.im2col_packing, target.gemm.tile_epilogue
+    run, run_stmts = target.vector.run, target.vector.run_max_statements
     for st in steps:
         k = st.kernel
         # (a GEMM computed transposed reads B as its A: that one keeps the im2col buffer)
-        k.body = read_im2col_directly(k.body, lambda g: im2col and packs_im2col(g) and
+        k.body = read_im2col_directly(k.body, lambda g: im2col and packs_im2col(g, target.gemm) and
                                       not tiles.prefers_transposed(g.M, g.N, g.K))
-        k.body = _Gemms(st, packer, tiles, threads, min_gemm, in_tile).stmts(k.body)
+        k.body = _Gemms(st, packer, tiles, threads, min_gemm, in_tile, line).stmts(k.body)
         drop_unused_scratch(k)
         if threads > 1:
-            k.body = _parallelize(k.body, min_work, threads)
-            _private_per_thread(k)
+            k.body = _parallelize(k.body, min_work, threads, line)
+            _private_per_thread(k, line)
         if run > 1:
             k.body = _vector_runs(k.body, run, run_stmts, st.kernel.fresh)
         k.body = _vectorize(k.body)
         k.body = widen_accumulators(k.body, F32, acc)
         work = [g for g in walk_stmts(k.body) if isinstance(g, Gemm) and g.work is not None]
-        _share_work_buffer(st, work, threads)
+        _share_work_buffer(st, work, threads, line)
         st.drop_unused_params()
 
 
@@ -81,9 +80,10 @@ class _Gemms(Rewriter):
     """Every Gemm of a kernel scheduled (_schedule_gemm, _schedule_integer_gemm), knowing the
     loops around it."""
 
-    def __init__(self, st, packer: ConstPacker, tiles: GemmTiles, threads: int, min_gemm: int, in_tile: bool):
+    def __init__(self, st, packer: ConstPacker, tiles: GemmTiles, threads: int, min_gemm: int, in_tile: bool,
+                 line: int):
         self.st, self.packer, self.tiles, self.threads = st, packer, tiles, threads
-        self.min_gemm, self.in_tile = min_gemm, in_tile
+        self.min_gemm, self.in_tile, self.line = min_gemm, in_tile, line
         self.loops: list[Loop] = []
 
     def visit_Loop(self, s: Loop) -> Loop:
@@ -94,7 +94,8 @@ class _Gemms(Rewriter):
             self.loops.pop()
 
     def visit_Gemm(self, s: Gemm):
-        args = (list(self.loops), self.st, self.packer, self.tiles, self.threads, self.min_gemm, self.in_tile)
+        args = (list(self.loops), self.st, self.packer, self.tiles, self.threads, self.min_gemm, self.in_tile,
+                self.line)
         if s.integer:
             return _schedule_integer_gemm(s, *args, _c_dead(s, self.st))
         return _schedule_gemm(s, *args)
@@ -115,7 +116,7 @@ def _c_dead(g: Gemm, st) -> bool:
 
 
 def _schedule_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int, min_gemm: int,
-                   in_tile: bool) -> Gemm:
+                   in_tile: bool, line: int) -> Gemm:
     if tiles.prefers_transposed(g.M, g.N, g.K):
         g = swap_orientation(g)
     pa = packer.pack(st, g, "a", loops)
@@ -125,21 +126,22 @@ def _schedule_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, th
         pb = packer.pack(st, g, "b", loops)
         if pb is not None:
             g = replace(g, b=pb)
-    g = _on_threads(g, tiles, threads, min_gemm, tiles.work_floats(g.M, g.N, g.K, g.a.packed, g.b.packed))
+    g = _on_threads(g, tiles, threads, min_gemm, tiles.work_floats(g.M, g.N, g.K, g.a.packed, g.b.packed), line)
     return replace(g, tile_epilogue=in_tile and epilogue_in_tile(g, tiles))
 
 
-def _on_threads(g: Gemm, tiles: GemmTiles, threads: int, min_gemm: int, work_floats: int) -> Gemm:
+def _on_threads(g: Gemm, tiles: GemmTiles, threads: int, min_gemm: int, work_floats: int, line: int) -> Gemm:
     """g split among the threads where it is big enough (`[threads] min_parallel_gemm_macs`),
     with its packing scratch of work_floats (one per thread when split)."""
     parallel = threads > 1 and gemm_macs(g) >= min_gemm
     split = choose_split(g, tiles, threads) if parallel else "none"
-    work = Buffer("gemm_work", F32, (work_floats,), "scratch", per_thread=split != "none") if work_floats else None
+    work = Buffer("gemm_work", F32, (work_floats,), "scratch", per_thread=split != "none", line=line) \
+        if work_floats else None
     return replace(g, parallel=split != "none", split=split, work=work)
 
 
 def _schedule_integer_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int,
-                           min_gemm: int, in_tile: bool, c_dead: bool) -> list[Stmt]:
+                           min_gemm: int, in_tile: bool, line: int, c_dead: bool) -> list[Stmt]:
     """An integer Gemm: the 8-bit GEMM of runtime/aotc_igemm.h where one operand is uint8 and
     strided and the other a constant int8 with no zero point (a quantized model's weights), the
     constant packed here in quads; the uint8 operand's zero point z comes off in the epilogue:
@@ -159,7 +161,7 @@ def _schedule_integer_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmT
             if sums is not None:
                 g = _less_zero_point(g, z, sums, st.kernel.fresh)
             work_bytes = tiles.int8_work_bytes(g.M, g.N, g.K, g.a.packed, g.b.packed)
-            g = _on_threads(g, tiles, threads, min_gemm, -(-work_bytes // 4))   # (the scratch is floats)
+            g = _on_threads(g, tiles, threads, min_gemm, -(-work_bytes // 4), line)   # (the scratch is floats)
             return [replace(g, tile_epilogue=in_tile and epilogue_in_tile(g, tiles, c_dead))]
     return expand_integer_gemm(g, st.kernel.fresh)
 
@@ -188,14 +190,14 @@ def _less_zero_point(g: Gemm, z: Expr, sums: Expr, fresh) -> Gemm:
     return replace(g, value=raw, epilogue=[fix] + epilogue)
 
 
-def _share_work_buffer(st, gemms: list[Gemm], threads: int) -> None:
+def _share_work_buffer(st, gemms: list[Gemm], threads: int, line: int) -> None:
     """One packing scratch per kernel, as large as its largest GEMM needs (per thread when any
     GEMM of the kernel is split), shared by its GEMMs, which run one after the other."""
     if not gemms:
         return
     size = max(g.work.size for g in gemms)
     per_thread = any(g.work.per_thread for g in gemms)
-    buf = Buffer(st.kernel.fresh("gemm_work"), F32, (size,), "scratch", per_thread=per_thread)
+    buf = Buffer(st.kernel.fresh("gemm_work"), F32, (size,), "scratch", per_thread=per_thread, line=line)
     mapping = {g.work: buf for g in gemms}
 
     class Share(Rewriter):
@@ -268,23 +270,23 @@ def _upper(e, bounds: dict):
 NESTED_WORK_FACTOR = 4
 
 
-def _parallelize(stmts: list[Stmt], min_work: int, threads: int) -> list[Stmt]:
+def _parallelize(stmts: list[Stmt], min_work: int, threads: int, line: int) -> list[Stmt]:
     """Mark the outermost spatial loops worth a hand-off to the pool as parallel. A loop holding
     GEMMs qualifies when it has at least `threads` iterations (attention heads, an RNN's
     directions): its GEMMs then run whole on the thread that runs the iteration, which beats
     splitting each of them."""
-    return _Parallelize(min_work, threads).stmts(stmts)
+    return _Parallelize(min_work, threads, line).stmts(stmts)
 
 
 class _Parallelize(Rewriter):
-    def __init__(self, min_work: int, threads: int):
-        self.min_work, self.threads = min_work, threads
+    def __init__(self, min_work: int, threads: int, line: int):
+        self.min_work, self.threads, self.line = min_work, threads, line
         self.nested = False          # inside an ordered loop or one with private scratch
 
     def visit_Loop(self, s: Loop) -> Loop:
         need = self.min_work * (NESTED_WORK_FACTOR if self.nested else 1)
         if _can_parallelize(s, self.threads) and work_estimate([s]) >= need:
-            return replace(s, kind=PARALLEL, body=_serial_inside(s.body))
+            return replace(s, kind=PARALLEL, body=_serial_inside(s.body, self.line))
         outer = self.nested
         self.nested = outer or s.role != SPATIAL or bool(s.private)
         try:
@@ -309,12 +311,12 @@ def _can_parallelize(lp: Loop, threads: int) -> bool:
     return True
 
 
-def _private_per_thread(k) -> None:
+def _private_per_thread(k, line: int) -> None:
     """The private scratch of a parallel loop (Loop.private: each iteration fills it and uses it
     alone, e.g. an attention head's scores) gets one copy per thread: the task a thread runs
     uses its own (codegen/c/printer.py)."""
     names = {n for s in walk_stmts(k.body) if isinstance(s, Loop) and s.kind == PARALLEL for n in s.private}
-    mapping = {b: replace(b, per_thread=True) for b in k.scratch if b.name in names and not b.per_thread}
+    mapping = {b: replace(b, per_thread=True, line=line) for b in k.scratch if b.name in names and not b.per_thread}
     if mapping:
         k.scratch = [mapping.get(b, b) for b in k.scratch]
         k.body = replace_buffers(k.body, mapping)
@@ -324,13 +326,16 @@ class _SerialInside(Rewriter):
     """Inside a parallel loop everything runs on the iteration's thread: GEMMs are not split,
     and their packing scratch is per thread."""
 
+    def __init__(self, line: int):
+        self.line = line
+
     def visit_Gemm(self, s: Gemm) -> Gemm:
-        work = replace(s.work, per_thread=True) if s.work is not None else None
+        work = replace(s.work, per_thread=True, line=self.line) if s.work is not None else None
         return replace(s, parallel=False, split="none", work=work)
 
 
-def _serial_inside(stmts: list[Stmt]) -> list[Stmt]:
-    return _SerialInside().stmts(stmts)
+def _serial_inside(stmts: list[Stmt], line: int) -> list[Stmt]:
+    return _SerialInside(line).stmts(stmts)
 
 
 # ----------------------------------------------------------------------------- vector runs

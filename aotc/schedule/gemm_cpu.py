@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import AotcError
 from ..kernel.ir import (Assign, Decl, Expr, Gemm, Load, Loop, Matrix, Stmt, Store, children, const, evaluate,
                          expr_vars, walk_expr)
+from ..targets import GemmConfig, Target
 
 @dataclass(frozen=True)
 class GemmTiles:
@@ -37,20 +38,17 @@ class GemmTiles:
     _FIELDS = ("mr", "nr", "kc", "mc", "nc", "prefetch")     # (the C macros)
 
     @classmethod
-    def of(cls, target: dict) -> "GemmTiles":
-        t = target.get("gemm")
-        name = target.get("name", "?")
-        if not isinstance(t, dict):
-            raise AotcError(f"target {name!r} has no [gemm] table (mr, nr, kc, mc, nc, prefetch)",
-                            "add one to its file under targets/")
-        try:
-            tiles = cls(*(int(t[k]) for k in cls._FIELDS[:5]), int(t.get("prefetch", 0)),
-                        int(t.get("transpose_cost", cls.transpose_cost)))
-        except KeyError as e:
-            raise AotcError(f"target {name!r}: gemm.{e.args[0]} is missing") from None
+    def of(cls, target: Target) -> "GemmTiles":
+        t = target.gemm
+        missing = [k for k in cls._FIELDS[:5] if not getattr(t, k)]
+        if missing:
+            raise AotcError(f"target {target.name!r}: its [gemm] table lacks {', '.join(missing)}",
+                            "a CPU target's file gives the GEMM's tiles (mr, nr, kc, mc, nc, prefetch)")
+        tiles = cls(t.mr, t.nr, t.kc, t.mc, t.nc, t.prefetch, t.transpose_cost)
         if min(tiles.mr, tiles.nr, tiles.kc, tiles.mc, tiles.nc) < 1 or tiles.prefetch < 0 \
                 or tiles.mc % tiles.mr or tiles.nc % tiles.nr:
-            raise AotcError(f"target {name!r}: gemm tiles {t} must be positive, mc a multiple of mr "
+            raise AotcError(f"target {target.name!r}: gemm tiles {cls._FIELDS} = "
+                            f"{tuple(getattr(tiles, k) for k in cls._FIELDS)} must be positive, mc a multiple of mr "
                             "and nc a multiple of nr")
         return tiles
 
@@ -193,30 +191,22 @@ def pack_b(b: np.ndarray, tiles: GemmTiles) -> np.ndarray:
 
 
 
-# The GEMM packs an im2col B from the convolution's input (aotc_sgemm_pack_b_im2col) when
-#   * each tap's plan, made once per panel, serves at least IM2COL_MIN_CHANNELS input
-#     channels, or
-#   * every packed element feeds at least IM2COL_MIN_ROWS rows of the product (the packing is
-#     then small beside the GEMM), or
-#   * the im2col buffer would exceed IM2COL_MAX_BUFFER bytes (its passes then run at memory
-#     speed, and reading the input directly is no slower while the workspace shrinks).
-# Otherwise making the plans costs more than the buffer's passes. Measured: LeNet-5's 1- and
-# 6-channel 5x5 convolutions (6 and 16 rows, buffers of 0.08 and 0.06 MiB) 0.69x read
-# directly; YOLO's and MobileNetV2's 3-channel stems (16 and 32 rows, 10.5 and 1.3 MiB
-# buffers) 1.00x and 0.99x, YOLO's workspace 4.41 -> 3.47 MiB; ResNet-50's 3-channel 7x7 stem
-# (64 rows) 4.6 -> 4.3 ms.
-IM2COL_MIN_CHANNELS = 8
-IM2COL_MIN_ROWS = 64
-IM2COL_MAX_BUFFER = 1 << 20
 
 
-def packs_im2col(g: Gemm) -> bool:
-    """Should g read its B from the convolution's input (g.b.direct) rather than its im2col buffer?"""
+def packs_im2col(g: Gemm, gemm: GemmConfig) -> bool:
+    """Should g read its B from the convolution's input (g.b.direct) rather than its im2col buffer?
+    It packs an im2col B from the input (aotc_sgemm_pack_b_im2col) when each tap's plan, made
+    once per panel, serves at least `im2col_min_channels` input channels, or every packed
+    element feeds at least `im2col_min_rows` rows of the product (the packing is then small
+    beside the GEMM), or the im2col buffer would exceed `im2col_max_buffer` bytes (its passes
+    then run at memory speed, and reading the input directly is no slower while the workspace
+    shrinks): the target's [gemm] values, whose measurements targets/c.toml gives. Otherwise
+    making the plans costs more than the buffer's passes."""
     d = g.b.direct
     if d is None:
         return False
-    return g.K >= IM2COL_MIN_CHANNELS * d.window.kernel[0] * d.window.kernel[1] or g.M >= IM2COL_MIN_ROWS \
-        or g.K * g.N * 4 > IM2COL_MAX_BUFFER
+    return g.K >= gemm.im2col_min_channels * d.window.kernel[0] * d.window.kernel[1] or g.M >= gemm.im2col_min_rows \
+        or g.K * g.N * 4 > gemm.im2col_max_buffer
 
 
 def gemm_macs(g: Gemm) -> int:

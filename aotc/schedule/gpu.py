@@ -23,12 +23,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from ..errors import AotcError
 from ..kernel.ir import (BOUND, F32, I64, LOCAL, MMA_A, MMA_B, MMA_C, MMA_K, MMA_M, MMA_N, PRIVATE, REDUCTION, SPATIAL,
                          UNROLLED, Assign, Barrier, BufPtr, Buffer, Builder, Comment, Const, Decl, Expr, Gemm, GemmDest,
                          GpuIndex, Kernel, Load, Loop, Matrix, Mma, Rewriter, Stmt, Store, Var, binop, const,
                          free_variables, select, walk_stmts)
 from ..kernel.integer_gemm import expand_integer_gemms
 from ..kernel.retype import widen_accumulators
+from ..targets import GpuConfig, Target
 from .direct import drop_unused_scratch, read_im2col_directly
 from .gpu_group import cooperate
 
@@ -48,46 +50,14 @@ class DeviceLoop:
     body: list = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class GpuParams:
-    block: int = 256              # work-items per group of an elementwise launch
-    tm: int = 64                  # GEMM tile: rows of C per work-group
-    tn: int = 64                  # columns of C per work-group
-    tk: int = 16                  # K step staged in local memory
-    rm: int = 4                   # rows of C per work-item
-    rn: int = 4                   # columns of C per work-item
-    host_loop_max: int = 4096     # an ordered loop with launches inside runs on the host up to this many times
-    min_groups: int = 0           # a GEMM launch with fewer groups gets smaller tiles, then split K (0: never)
-    split_min_k: int = 256        # the least K a split GEMM's chunk takes
-    group_min_work: int = 256     # loop iterations per spatial iteration from which a work-group shares them
-    min_items: int = 0            # a launch of fewer work-items leaves the device idle: groups share from 32
-    warp: int = 0                 # work-items that run in lockstep on banked local memory (CUDA: 32); 0: none
-    shuffle: int = 0              # 1: a warp's work-items exchange registers (reductions combine by shuffles)
-    gemv_rows: int = 0            # a GEMM of at most this many rows: one work-item per result, no tiles
-    min_results: int = 4          # halved tiles keep at least this many results per work-item (rm * rn)
-    floor_groups: int = 0         # ... unless even split along K the launch has fewer groups: then 2 x 2
-    small_tk: int = 0             # the K step of halved tiles (0: tk)
-
-    @classmethod
-    def of(cls, target: dict) -> "GpuParams":
-        t = target.get("gpu", {})
-        p = cls(**{k: int(v) for k, v in t.items() if k in cls.__dataclass_fields__})
-        if p.tm % p.rm or p.tn % p.rn or (p.tm * p.tk) % p.threads() or (p.tn * p.tk) % p.threads():
-            raise ValueError(f"target {target.get('name')!r}: [gpu] tiles {t} do not divide evenly")
-        if p.shuffle and not p.warp:
-            raise ValueError(f"target {target.get('name')!r}: [gpu] shuffle needs the warp width (warp = 32)")
-        return p
-
-    def threads(self) -> int:
-        return (self.tm // self.rm) * (self.tn // self.rn)
-
-
-def schedule_gpu(graph, steps, target: dict) -> None:
+def schedule_gpu(graph, steps, target: Target) -> None:
     """Give every step a `device` program (a list of DeviceLaunch / DeviceLoop)."""
-    params = GpuParams.of(target)
-    acc = target.get("numerics", {}).get("accumulate_float32", "float32")
-    tf32 = bool(target.get("numerics", {}).get("tf32", False))
-    im2col = bool(target.get("gemm", {}).get("im2col_packing", True))
+    params = target.gpu
+    if params is None:
+        raise AotcError(f"target {target.name!r} has no [gpu] table", "a GPU target's file gives its tiles")
+    acc = target.numerics.accumulate_float32 or "float32"
+    tf32 = target.numerics.tf32
+    im2col = target.gemm.im2col_packing
     for t, st in enumerate(steps):
         k = st.kernel
         k.body = expand_integer_gemms(k.body, k.fresh)      # 8-bit products: plain loops here
@@ -193,7 +163,6 @@ def _rebase(stmts: list[Stmt], old: Buffer, new: Buffer, offset: Expr) -> list[S
     return _Rebase(old, new, offset).stmts(stmts)
 
 
-MAX_GRID_Z = 65535           # CUDA's limit on grid axis 2 (OpenCL's is larger)
 
 
 def _const_extent(lp: Loop) -> int | None:
@@ -211,7 +180,7 @@ def _has_spatial_loop(stmts) -> bool:
 
 
 class _Former:
-    def __init__(self, kernel: Kernel, index: int, params: GpuParams, groups: bool = True, tf32: bool = False):
+    def __init__(self, kernel: Kernel, index: int, params: GpuConfig, groups: bool = True, tf32: bool = False):
         self.k, self.index, self.p = kernel, index, params
         self.groups, self.tf32 = groups, tf32
         self.shuffle_warp = params.warp if params.shuffle else 0
@@ -437,7 +406,7 @@ class _Former:
         depth = 1
         for lp in nest:
             depth *= _const_extent(lp)
-        if depth > MAX_GRID_Z:
+        if depth > self.p.max_grid_z:
             return None
         return tuple((lp.var, _const_extent(lp)) for lp in nest), body[0]
 
@@ -447,7 +416,7 @@ class GemmShape:
     """How one GEMM launch is cut: the tile (a copy of the target's, or halved for a small
     product), `batch` spatial loops over independent products on grid axis 2, or `split` K
     chunks of `chunk` on grid axis 2 whose partial products a second launch sums."""
-    p: GpuParams
+    p: GpuConfig
     batch: tuple = ()             # ((Var, extent), ...) outermost first
     split: int = 1
     chunk: int = 0
@@ -460,7 +429,7 @@ class GemmShape:
         return n
 
 
-def gemm_shape(g: Gemm, p: GpuParams, batch: tuple = ()) -> GemmShape:
+def gemm_shape(g: Gemm, p: GpuConfig, batch: tuple = ()) -> GemmShape:
     """The target's tile, halved while the launch would have fewer than `min_groups` groups (a
     small product leaves most of the device idle) down to `min_results` results per work-item,
     then K split while it still would. A product that even so has fewer than `floor_groups`
@@ -502,7 +471,7 @@ def gemm_shape(g: Gemm, p: GpuParams, batch: tuple = ()) -> GemmShape:
 BANKS = 32                   # local-memory banks, 4 bytes wide (NVIDIA's shared memory)
 
 
-def tile_pad(p: "GpuParams") -> int:
+def tile_pad(p: "GpuConfig") -> int:
     """Words added to each row of a staged GEMM tile, on a device with warps, so that a warp
     storing a tile walked along K (tk consecutive K, 32/tk rows or columns) hits 32 banks, and
     rows stay 16-byte aligned for 128-bit reads."""
@@ -686,7 +655,7 @@ MMA_WARPS = (4, 2)           # a TF32 GEMM work-group's warps, down and across i
 MMA_TK = 16                  # K staged per step (two tensor-core steps)
 
 
-def mma_shape(g: Gemm, p: GpuParams, batch: tuple = ()) -> GemmShape:
+def mma_shape(g: Gemm, p: GpuConfig, batch: tuple = ()) -> GemmShape:
     """The tile of a TF32 tensor-core GEMM: 128 x 128 (64 x 64 where the target's tiles are
     smaller), halved down to 64 x 64 while the launch would have fewer than min_groups groups,
     then K split as for `gemm_shape`."""
@@ -844,4 +813,4 @@ def device_launches(ops) -> list[DeviceLaunch]:
     return out
 
 
-__all__ = ["schedule_gpu", "gemm_kernel", "GpuParams", "DeviceLaunch", "DeviceLoop", "device_launches", "replace"]
+__all__ = ["schedule_gpu", "gemm_kernel", "DeviceLaunch", "DeviceLoop", "device_launches", "replace"]
