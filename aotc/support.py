@@ -57,7 +57,7 @@ def _other_domains() -> list[str]:
             if key not in newest or s.since_version > newest[key].since_version:
                 newest[key] = s
     from .frontend.rewrite import all_builders
-    rewritten = set(all_builders())
+    rewritten = set(all_builders()) & set(newest)
     expanded = {k for k, s in newest.items() if s.has_function or s.has_context_dependent_function}
     L = ["", "## Other domains", "",
          f"{len(expanded | rewritten)} of {len(newest)} operators of the other ONNX domains compile, when the model "
@@ -73,6 +73,30 @@ def _other_domains() -> list[str]:
             L.append(f"| {domain} | {name} | yes | its ONNX function body |")
         else:
             L.append(f"| {domain} | {name} | - | |")
+    return L + _contrib()
+
+
+def _contrib() -> list[str]:
+    """ONNX Runtime's contrib operators (domain com.microsoft, and the few it registers in the
+    default domain) that its tools write: each with its rewrite (frontend/contrib.py), or none."""
+    from .frontend.contrib import CONTRIB_BUILDERS, CONTRIB_HOW, CONTRIB_OPERATORS, CONTRIB_REFUSED
+    domains = {}
+    for dom, name in CONTRIB_BUILDERS:
+        domains.setdefault(name, dom or "ai.onnx")
+    done = [n for n in CONTRIB_OPERATORS if n in domains]
+    L = ["", "## ONNX Runtime's contrib operators", "",
+         f"{len(done)} of the {len(CONTRIB_OPERATORS)} contrib operators ONNX Runtime's tools write (its transformers "
+         "optimizer, quantizers and", "onnxruntime-genai's model builder) compile, rewritten into ai.onnx operators "
+         "when the model is read", "(aotc/frontend/contrib.py; the specification is ONNX Runtime's "
+         "docs/ContribOperators.md, its CPU kernels the reference).",
+         "LayerNormalization in the default domain is ONNX Runtime's opset-1 one only in models of opsets below 17.",
+         "", "| domain | operator | status | how it compiles | refused (by name, with the node) |",
+         "|---|---|---|---|---|"]
+    for n in CONTRIB_OPERATORS:
+        if n in domains:
+            L.append(f"| {domains[n]} | {n} | yes | {CONTRIB_HOW[n]} | {CONTRIB_REFUSED.get(n, '')} |")
+        else:
+            L.append(f"| com.microsoft | {n} | - | | |")
     return L
 
 

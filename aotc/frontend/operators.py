@@ -28,6 +28,14 @@ _OP_HINTS = {
 }
 
 
+# what to do about an unsupported operator of a whole domain
+_DOMAIN_HINTS = {
+    "com.microsoft": "com.microsoft operators are ONNX Runtime's own (contrib operators): aotc compiles those "
+                     "listed in docs/ONNX_SUPPORT.md's contrib section; the model before ONNX Runtime's "
+                     "optimizer or quantizer rewrote it may compile where this one does not",
+}
+
+
 def check_supported(g: Graph, nodes=None) -> None:
     """Refuse g (or these nodes of it) when any node's operator is not one aotc compiles."""
     bad, hints = [], []
@@ -35,7 +43,7 @@ def check_supported(g: Graph, nodes=None) -> None:
         if not is_supported(n):
             dom = n.domain or "ai.onnx"
             bad.append(f"{n.op_type} (domain {dom}, opset {node_opset(g, n)}) in node {n.name!r}")
-            hint = _OP_HINTS.get((dom, n.op_type))
+            hint = _OP_HINTS.get((dom, n.op_type)) or _DOMAIN_HINTS.get(dom)
             if hint and hint not in hints:
                 hints.append(hint)
     if bad:

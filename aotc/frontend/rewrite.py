@@ -1,6 +1,7 @@
 """Nodes of other domains rewritten into ai.onnx nodes when the model is read, so that they
 compile as those do: ai.onnx.ml's operators (ml.py, ml_trees.py), ai.onnx.preview.training's
-optimizer steps and BatchNormalization in training mode (training.py). Each rewriting module
+optimizer steps and BatchNormalization in training mode (training.py), ONNX Runtime's contrib
+operators (contrib.py). Each rewriting module
 gives a table of builders, (domain, op type) -> builder(Emit, attributes) (frontend/emit.py
 writes the nodes); `all_builders` joins them, and adding a rewritten operator is one builder in
 one of those tables.
@@ -15,6 +16,8 @@ import onnx
 from onnx import helper
 
 from ..errors import ModelError, UnsupportedError
+from ..ir.graph import OPSET_ATTR
+from .contrib import CONTRIB_BUILDERS, CONTRIB_ONLY_WHEN
 from .emit import EMIT_OPSET, Deferred, Emit, attrs_of
 from .ml import BUILDERS, ML
 from .ml_trees import TREE_BUILDERS
@@ -27,20 +30,26 @@ def all_builders() -> dict:
     """(domain, op type) -> its builder (Emit, attributes), for every rewritten operator."""
     return {**{(ML, k): v for k, v in {**BUILDERS, **TREE_BUILDERS}.items()},
             **{(TRAINING, k): v for k, v in TRAINING_BUILDERS.items()},
-            ("", "BatchNormalization"): batchnorm_training}
+            ("", "BatchNormalization"): batchnorm_training, **CONTRIB_BUILDERS}
 
 
-# (domain, op type) -> which of its nodes are rewritten (all, where not listed)
-_ONLY_WHEN = {("", "BatchNormalization"): lambda a: int(a.get("training_mode", 0)) == 1}
+# (domain, op type) -> which of its nodes are rewritten (all, where not listed), from the node's
+# attributes and the model's ai.onnx opset
+_ONLY_WHEN = {("", "BatchNormalization"): lambda a, opset: int(a.get("training_mode", 0)) == 1,
+              **CONTRIB_ONLY_WHEN}
 
 
 def _key(n: onnx.NodeProto) -> tuple:
     return ("" if n.domain == "ai.onnx" else n.domain, n.op_type)
 
 
-def _rewritten(n: onnx.NodeProto, builders: dict) -> bool:
+def _rewritten(n: onnx.NodeProto, builders: dict, opset: int) -> bool:
     k = _key(n)
-    return k in builders and (k not in _ONLY_WHEN or _ONLY_WHEN[k](attrs_of(n)))
+    return k in builders and (k not in _ONLY_WHEN or _ONLY_WHEN[k](attrs_of(n), opset))
+
+
+def _model_opset(model: onnx.ModelProto) -> int:
+    return max((int(i.version) for i in model.opset_import if i.domain in ("", "ai.onnx")), default=EMIT_OPSET)
 
 
 def _declare_outputs(g: onnx.GraphProto, e: Emit) -> None:
@@ -54,11 +63,12 @@ def _declare_outputs(g: onnx.GraphProto, e: Emit) -> None:
     known = [i for i in dict.fromkeys(e.node.input) if i and i in e.types]
     if not wanted:
         return
+    newest = max([EMIT_OPSET] + [a.i for n in e.nodes for a in n.attribute if a.name == OPSET_ATTR])
     sub = helper.make_graph(e.nodes, "emitted", [helper.make_value_info(i, e.types[i]) for i in known],
                             [helper.make_empty_tensor_value_info(o) for o in wanted])
     try:
         inferred = shape_inference.infer_shapes(helper.make_model(sub, opset_imports=[
-            helper.make_opsetid("", EMIT_OPSET)]), strict_mode=False)
+            helper.make_opsetid("", newest)]), strict_mode=False)
     except Exception:       # (then the later rounds do without these types)
         return
     found = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)
@@ -71,7 +81,8 @@ def expand_rewrites(model: onnx.ModelProto) -> onnx.ModelProto:
     ai.onnx.preview.training, BatchNormalization in training mode) replaced by ai.onnx nodes;
     the model itself when it has none."""
     builders = all_builders()
-    if not any(_rewritten(n, builders) for g in all_graphs(model.graph) for n in g.node):
+    opset = _model_opset(model)
+    if not any(_rewritten(n, builders, opset) for g in all_graphs(model.graph) for n in g.node):
         return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -85,7 +96,7 @@ def expand_rewrites(model: onnx.ModelProto) -> onnx.ModelProto:
         for g in all_graphs(out.graph):
             nodes = []
             for n in g.node:
-                if _rewritten(n, builders):
+                if _rewritten(n, builders, opset):
                     e = Emit(n, types)
                     try:
                         builders[_key(n)](e, attrs_of(n))

@@ -41,6 +41,10 @@ MIN_OPSET = 7
 MAX_RANK = 32
 MAX_BYTES = (1 << 63) - 1
 DEFAULT_DOMAINS = ("", "ai.onnx")
+# operators ONNX Runtime registers in the default domain at opsets before ONNX defined them
+# (its LayerNormalization-1): such a node is ONNX Runtime's operator, rewritten when the model is
+# read (frontend/contrib.py), not a model written against the wrong opset
+ORT_EARLIER = {"LayerNormalization"}
 
 # element type -> bytes per element in raw_data (None: packed, see _PACKED_BITS; 0: strings)
 _ITEMSIZE = {
@@ -241,7 +245,7 @@ def _schema(n: onnx.NodeProto, opset: int, label: str = ""):
     except Exception:
         pass
     first = next((v for v in range(opset + 1, defs.onnx_opset_version() + 1) if defs.has(n.op_type, v, "")), None)
-    if first is None:                       # no such operator at all
+    if first is None or n.op_type in ORT_EARLIER:       # no such operator at all, or ONNX Runtime's own
         return None
     raise ModelError(f"{label or n.op_type} uses {n.op_type}, which ai.onnx opset {opset} does not have "
                      f"(it appears in opset {first})", f"re-export the model with opset {first} or newer")
