@@ -377,7 +377,8 @@ def _key_mask(e: Emit, mask: str, B: int, S: int, T: int, fill: float) -> str | 
     keys = _ints(e, np.arange(T).reshape(1, T))
     if len(shp) == 1 and shp[0] in (B, 2 * B):
         m = e.op("Cast", [mask], to=TensorProto.INT64)
-        end = e.unsqueeze(e.op("Slice", [m, _ints(e, [0]), _ints(e, [B]), _ints(e, [0])]), 1)      # (B, 1)
+        ends = m if shp[0] == B else e.op("Slice", [m, _ints(e, [0]), _ints(e, [B]), _ints(e, [0])])
+        end = e.unsqueeze(ends, 1)      # (B, 1)
         hidden = e.op("GreaterOrEqual", [keys, end])
         if shp[0] == 2 * B:           # exclusive ends, then inclusive starts (left padding)
             start = e.unsqueeze(e.op("Slice", [m, _ints(e, [B]), _ints(e, [2 * B]), _ints(e, [0])]), 1)
@@ -451,11 +452,18 @@ def _attention(e: Emit, a: dict):
         raise ShapeError(f"{e.label}: weights {wsh} do not split into Q, K, V of {sizes} for {N} heads")
     if past is not None and len(set(sizes)) != 1:
         raise ShapeError(f"{e.label}: with a past, Q, K and V must have one hidden size (qkv_hidden_sizes {sizes})")
-    qkv = e.op("MatMul", [x, w])
-    if bias is not None:
-        qkv = e.op("Add", [qkv, bias])
-    q, k, v = e.name("q"), e.name("k"), e.name("v")
-    e.nodes.append(helper.make_node("Split", [qkv, _ints(e, sizes)], [q, k, v], axis=-1, **{OPSET_ATTR: EMIT_OPSET}))
+    # one MatMul (+ bias) per part, of the weights' columns: constant weights' Slices fold, so
+    # each product lands where the attention reads it (no Split copying a packed product)
+    starts = [0, sizes[0], sizes[0] + sizes[1]]
+    q, k, v = [], [], []
+    parts = []
+    for s0, n in zip(starts, sizes):
+        cols = (_ints(e, [s0]), _ints(e, [s0 + n]), _ints(e, [1]))
+        p = e.op("MatMul", [x, e.op("Slice", [w, *cols])])
+        if bias is not None:
+            p = e.op("Add", [p, e.op("Slice", [bias, cols[0], cols[1], _ints(e, [0])])])
+        parts.append(p)
+    q, k, v = parts
     P, past_k, past_v = 0, None, None
     if past is not None:
         psh = _known(e, past, "past")
@@ -613,6 +621,20 @@ def _rotary(e: Emit, a: dict):
     _at(e, 23, "RotaryEmbedding", [x, cos, sin, pos], out=e.node.output[0], **kw)
 
 
+def _after_inputs(build):
+    """The builder, run only once every input's shape is known: the nodes it writes then have
+    their outputs' types declared (rewrite._declare_outputs), which the model's own shape
+    inference would lose on the nodes marked with a newer opset than the model's, and the
+    contrib nodes after it (a whole encoder of them) get their ranks."""
+    def run(e: Emit, a: dict):
+        for i in e.node.input:
+            if i:
+                _shape(e, i)
+        return build(e, a)
+    run.__doc__ = build.__doc__
+    return run
+
+
 CONTRIB_BUILDERS = {
     (MS, "Gelu"): _gelu, (MS, "BiasGelu"): _bias_gelu, (MS, "FastGelu"): _fast_gelu,
     (MS, "QuickGelu"): _quick_gelu, (MS, "BiasAdd"): _bias_add, (MS, "BiasSplitGelu"): _bias_split_gelu,
@@ -625,10 +647,12 @@ CONTRIB_BUILDERS = {
     (MS, "GroupNorm"): _group_norm,
     (MS, "Attention"): _attention, (MS, "MultiHeadAttention"): _mha, (MS, "RotaryEmbedding"): _rotary,
 }
+CONTRIB_BUILDERS = {k: _after_inputs(b) for k, b in CONTRIB_BUILDERS.items()}
 
 # (domain, op type) -> which of its nodes are rewritten, from (attributes, the model's ai.onnx
-# opset): ONNX Runtime's LayerNormalization-1 only where ONNX's own (opset 17) is not in force
-CONTRIB_ONLY_WHEN = {("", "LayerNormalization"): lambda a, opset: opset < 17}
+# opset): ONNX Runtime's LayerNormalization-1 only where ONNX's own (opset 17) is not in force,
+# neither in the model nor in the node's mark (one a rewrite wrote)
+CONTRIB_ONLY_WHEN = {("", "LayerNormalization"): lambda a, opset: int(a.get(OPSET_ATTR, opset)) < 17}
 
 # the contrib operators ONNX Runtime's tools write (issue 29's list), each with how it compiles:
 # docs/ONNX_SUPPORT.md's contrib section (aotc/support.py) lists them all, those without a
