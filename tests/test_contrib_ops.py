@@ -15,7 +15,7 @@ MS = "com.microsoft"
 
 
 def contrib_model(op: str, inputs: dict, inits: dict | None = None, order: list | None = None, n_out: int = 1,
-                  outs: list | None = None, domain: str = MS, opset: int = 17, **attrs) -> onnx.ModelProto:
+                  outs: list | None = None, domain: str = MS, onnx_opset: int = 17, **attrs) -> onnx.ModelProto:
     """One contrib node: `inputs` are graph inputs, `inits` initializers; the node reads `order`
     (names, "" for an absent optional input) or inputs then initializers."""
     order = order if order is not None else list(inputs) + list(inits or {})
@@ -25,7 +25,7 @@ def contrib_model(op: str, inputs: dict, inits: dict | None = None, order: list 
                           [helper.make_tensor_value_info(k, NP2ONNX[v.dtype], v.shape) for k, v in inputs.items()],
                           [helper.make_empty_tensor_value_info(o) for o in outs if o],
                           [numpy_helper.from_array(v, k) for k, v in (inits or {}).items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", onnx_opset), helper.make_opsetid(MS, 1)])
     m.ir_version = 8
     return m
 
@@ -109,7 +109,7 @@ def test_layer_normalization_1_in_an_opset_14_model(tmp_path):
     writes into an opset-14 model), with its mean and inverse deviation outputs."""
     x = rand(2, 3, 16, seed=1)
     check(contrib_model("LayerNormalization", {"x": x}, {"s": rand(16, seed=2), "b": rand(16, seed=3)}, domain="",
-                        opset=14, outs=["y", "mean", "inv"], epsilon=1e-5), tmp_path, {"x": x})
+                        onnx_opset=14, outs=["y", "mean", "inv"], epsilon=1e-5), tmp_path, {"x": x})
 
 
 @pytest.mark.parametrize("segments,mask,pos_ids", [(True, True, False), (False, False, False), (True, False, True)])

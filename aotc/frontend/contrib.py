@@ -35,6 +35,7 @@ from onnx import TensorProto, helper
 
 from ..errors import ModelError, ShapeError
 from ..ir.graph import OPSET_ATTR
+from .contrib_quant import QUANT_BUILDERS, QUANT_HOW, QUANT_REFUSED
 from .emit import EMIT_OPSET, Emit, Deferred, text
 
 MS = "com.microsoft"
@@ -622,14 +623,14 @@ def _rotary(e: Emit, a: dict):
 
 
 def _after_inputs(build):
-    """The builder, run only once every input's shape is known: the nodes it writes then have
+    """The builder, run only once every input's type is known: the nodes it writes then have
     their outputs' types declared (rewrite._declare_outputs), which the model's own shape
     inference would lose on the nodes marked with a newer opset than the model's, and the
     contrib nodes after it (a whole encoder of them) get their ranks."""
     def run(e: Emit, a: dict):
         for i in e.node.input:
-            if i:
-                _shape(e, i)
+            if i and not e.elem_type(i):
+                raise Deferred(i)
         return build(e, a)
     run.__doc__ = build.__doc__
     return run
@@ -647,7 +648,7 @@ CONTRIB_BUILDERS = {
     (MS, "GroupNorm"): _group_norm,
     (MS, "Attention"): _attention, (MS, "MultiHeadAttention"): _mha, (MS, "RotaryEmbedding"): _rotary,
 }
-CONTRIB_BUILDERS = {k: _after_inputs(b) for k, b in CONTRIB_BUILDERS.items()}
+CONTRIB_BUILDERS = {k: _after_inputs(b) for k, b in {**CONTRIB_BUILDERS, **QUANT_BUILDERS}.items()}
 
 # (domain, op type) -> which of its nodes are rewritten, from (attributes, the model's ai.onnx
 # opset): ONNX Runtime's LayerNormalization-1 only where ONNX's own (opset 17) is not in force,
@@ -668,6 +669,7 @@ CONTRIB_HOW = {
     "Attention": "MatMul, Split, Attention (opset 23: one kernel), the mask as a float mask",
     "MultiHeadAttention": "Attention (opset 23), the mask as a float mask",
     "RotaryEmbedding": "RotaryEmbedding (opset 23)",
+    **QUANT_HOW,
 }
 CONTRIB_OPERATORS = sorted(set(CONTRIB_HOW) | {
     "MatMulNBits", "GatherBlockQuantized", "GroupQueryAttention", "QLinearAdd", "QLinearMul", "QLinearConcat",
@@ -687,4 +689,5 @@ CONTRIB_REFUSED = {
     "SkipSimplifiedLayerNormalization": "the mean output (there is none)",
     "SimplifiedLayerNormalization": "stash_type other than 1; inv_std_var with an axis other than -1",
     "EmbedLayerNormalization": "mask_index_type 0 with a mask_index output",
+    **QUANT_REFUSED,
 }
