@@ -184,3 +184,37 @@ def test_optimized_model_compiles_to_no_more_kernels(name, exported):
     la, lb = [s.group.label for s in a.steps], [s.group.label for s in b.steps]
     assert len(lb) <= len(la), (la, lb)
     assert sum("Attention" in x for x in lb) == sum("Attention" in x for x in la) == 2
+
+
+def _quantize_dynamic(src: Path, dst: Path, weights: str) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8 if weights == "int8" else QuantType.QUInt8,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+
+
+@pytest.mark.parametrize("weights", ["int8", "uint8"])
+def test_quantize_dynamic_encoders_match_onnx_runtime(weights, exported, tmp_path):
+    """quantize_dynamic on the optimized encoder writes QAttention and QEmbedLayerNormalization;
+    on the plain one MatMulInteger chains, which ONNX Runtime's own graph optimizer (saved with
+    optimized_model_filepath) fuses into DynamicQuantizeMatMul, MatMulIntegerToFloat and
+    FusedMatMul. The activations' run-time quantization must round as ONNX Runtime's does for
+    the outputs to agree this closely."""
+    import onnxruntime as ort
+    plain, opt = exported["classic_bert"]
+    q_opt, q_plain, q_fused = tmp_path / "q_opt.onnx", tmp_path / "q_plain.onnx", tmp_path / "q_fused.onnx"
+    _quantize_dynamic(opt, q_opt, weights)
+    _quantize_dynamic(plain, q_plain, weights)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(q_fused)
+    ort.InferenceSession(str(q_plain), so, providers=["CPUExecutionProvider"])
+    for path, want in ((q_opt, {"QAttention", "QEmbedLayerNormalization"}),
+                       (q_fused, {"DynamicQuantizeMatMul", "MatMulIntegerToFloat", "FusedMatMul"})):
+        written = {n.op_type for n in onnx.load(str(path)).graph.node if n.domain == "com.microsoft"}
+        assert want <= written, (path.name, sorted(written))
+        feeds = _inputs("bert", 3)
+        res = run_check(path, inputs=feeds, output_dir=tmp_path / f"out_{path.stem}", rtol=1e-4, atol=1e-5)
+        assert res.outputs and all(o.passed for o in res.outputs), \
+            [(o.name, o.max_abs_err, o.max_rel_err) for o in res.outputs]

@@ -223,8 +223,11 @@ def _layer_norm_1(e: Emit, a: dict):
 
 def _embed_layer_norm(e: Emit, a: dict):
     _reject_attrs(e, a, {"epsilon", "mask_index_type"})
-    ids, seg_ids, words, pos_table, seg_table, gamma, beta = (_in(e, k) for k in range(7))
-    mask, pos_ids = _in(e, 7), _in(e, 8)
+    embed_core(e, a, *(_in(e, k) for k in range(9)))
+
+
+def embed_core(e: Emit, a: dict, ids, seg_ids, words, pos_table, seg_table, gamma, beta, mask, pos_ids):
+    """EmbedLayerNormalization (and QEmbedLayerNormalization, on its dequantized tables)."""
     eps = float(a.get("epsilon", 1e-12))
     if ids is None or words is None or pos_table is None or gamma is None or beta is None:
         raise ModelError(f"{e.label}: input_ids, word_embedding, position_embedding, gamma and beta are required")
@@ -432,39 +435,46 @@ def _attention23(e: Emit, q: str, k: str, v: str, mask: str | None, past_k: str 
     e.nodes.append(helper.make_node("Attention", ins, outs, **kw, **{OPSET_ATTR: 23}))
 
 
+_ATTENTION_ATTRS = {"do_rotary", "mask_filter_value", "num_heads", "past_present_share_buffer", "qkv_hidden_sizes",
+                    "rotary_embedding_dim", "scale", "unidirectional"}
+
+
 def _attention(e: Emit, a: dict):
-    _reject_attrs(e, a, {"do_rotary", "mask_filter_value", "num_heads", "past_present_share_buffer",
-                         "qkv_hidden_sizes", "rotary_embedding_dim", "scale", "unidirectional"})
+    _reject_attrs(e, a, _ATTENTION_ATTRS)
+    x, w = e.node.input[:2]
+    bias = _in(e, 2)
+
+    def project(part_cols):
+        p = e.op("MatMul", [x, e.op("Slice", [w, *part_cols])])
+        if bias is not None:
+            p = e.op("Add", [p, e.op("Slice", [bias, part_cols[0], part_cols[1], _ints(e, [0])])])
+        return p
+    attention_core(e, a, x, _known(e, w, "weights"), project, mask=_in(e, 3), past=_in(e, 4),
+                   attn_bias=_in(e, 5), past_len=_in(e, 6))
+
+
+def attention_core(e: Emit, a: dict, x: str, wsh: tuple, project, mask, past, attn_bias, past_len):
+    """Attention and QAttention after their input projection: `project(cols)` gives the product
+    of x with the weights' columns cols (Slice starts, ends, axes: one MatMul per part, so that a
+    constant weight's Slice folds and each product lands where the attention reads it, no Split
+    copying a packed product); then ONNX's Attention with ORT's masks."""
     if int(a.get("do_rotary", 0)):
         e.refuse("do_rotary=1 (rotary embedding inside Attention)")
     if int(a.get("past_present_share_buffer", 0)):
         e.refuse("past_present_share_buffer=1 (a past of max_sequence_length with past_sequence_length)")
-    if _in(e, 6):
+    if past_len:
         e.refuse("input past_sequence_length")
     if "num_heads" not in a:
         raise ModelError(f"{e.label}: attribute num_heads is required")
     N = int(a["num_heads"])
-    x, w = e.node.input[:2]
-    bias, mask, past, attn_bias = _in(e, 2), _in(e, 3), _in(e, 4), _in(e, 5)
     B, S, _ = _known(e, x, "input")
-    wsh = _known(e, w, "weights")
     sizes = [int(v) for v in a.get("qkv_hidden_sizes", [])] or [wsh[1] // 3] * 3
-    if len(sizes) != 3 or sum(sizes) != wsh[1] or sizes[0] != sizes[1] or any(s % N for s in sizes):
+    if len(wsh) != 2 or len(sizes) != 3 or sum(sizes) != wsh[1] or sizes[0] != sizes[1] or any(s % N for s in sizes):
         raise ShapeError(f"{e.label}: weights {wsh} do not split into Q, K, V of {sizes} for {N} heads")
     if past is not None and len(set(sizes)) != 1:
         raise ShapeError(f"{e.label}: with a past, Q, K and V must have one hidden size (qkv_hidden_sizes {sizes})")
-    # one MatMul (+ bias) per part, of the weights' columns: constant weights' Slices fold, so
-    # each product lands where the attention reads it (no Split copying a packed product)
     starts = [0, sizes[0], sizes[0] + sizes[1]]
-    q, k, v = [], [], []
-    parts = []
-    for s0, n in zip(starts, sizes):
-        cols = (_ints(e, [s0]), _ints(e, [s0 + n]), _ints(e, [1]))
-        p = e.op("MatMul", [x, e.op("Slice", [w, *cols])])
-        if bias is not None:
-            p = e.op("Add", [p, e.op("Slice", [bias, cols[0], cols[1], _ints(e, [0])])])
-        parts.append(p)
-    q, k, v = parts
+    q, k, v = (project((_ints(e, [s0]), _ints(e, [s0 + n]), _ints(e, [1]))) for s0, n in zip(starts, sizes))
     P, past_k, past_v = 0, None, None
     if past is not None:
         psh = _known(e, past, "past")
@@ -623,14 +633,14 @@ def _rotary(e: Emit, a: dict):
 
 
 def _after_inputs(build):
-    """The builder, run only once every input's type is known: the nodes it writes then have
+    """The builder, run only once every input's shape is known: the nodes it writes then have
     their outputs' types declared (rewrite._declare_outputs), which the model's own shape
     inference would lose on the nodes marked with a newer opset than the model's, and the
     contrib nodes after it (a whole encoder of them) get their ranks."""
     def run(e: Emit, a: dict):
         for i in e.node.input:
-            if i and not e.elem_type(i):
-                raise Deferred(i)
+            if i:
+                _shape(e, i)
         return build(e, a)
     run.__doc__ = build.__doc__
     return run
@@ -675,7 +685,7 @@ CONTRIB_OPERATORS = sorted(set(CONTRIB_HOW) | {
     "MatMulNBits", "GatherBlockQuantized", "GroupQueryAttention", "QLinearAdd", "QLinearMul", "QLinearConcat",
     "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "QLinearWhere", "QLinearAveragePool",
     "QLinearGlobalAveragePool", "QGemm", "QAttention", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
-    "DynamicQuantizeLSTM"})
+    "DynamicQuantizeLSTM", "QEmbedLayerNormalization"})
 
 # what the rewrites refuse, by operator, for docs/ONNX_SUPPORT.md
 CONTRIB_REFUSED = {

@@ -12,6 +12,10 @@ kernels compute: frontend/contrib.py's companion, joined into its table.
                                      precision), the row's sum, y = round(e * floor(1 / y_scale) / sum) + zp,
                                      saturated
     QGemm                            MatMulInteger (+ the int32 C), times alpha sa sb (/ y_scale), requantized
+    QAttention                       per part, MatMulInteger * (input_scale weight_scale) + bias; then as Attention
+    QEmbedLayerNormalization         its tables dequantized (folded at compile time), then as EmbedLayerNormalization
+    DynamicQuantizeMatMul            DynamicQuantizeLinear of A, then as MatMulIntegerToFloat
+    MatMulIntegerToFloat             MatMulInteger * (a_scale b_scale) (+ bias)
 
 The scales are the model's (constants in what the quantizers write; then their ratios fold at
 compile time, in float32 as ORT computes them).
@@ -246,6 +250,81 @@ def _qgemm(e: Emit, a: dict):
         _saturate(e, v, zy, e.elem_type(zy), e.node.output[0])
 
 
+def _q_attention(e: Emit, a: dict):
+    from .contrib import _ATTENTION_ATTRS, _known, _reject_attrs, attention_core
+    _reject_attrs(e, a, _ATTENTION_ATTRS)
+    x, w, bias, sx, sw, mask, zx, zw, past = (_in(e, k) for k in range(9))
+    if x is None or w is None or bias is None or sx is None or sw is None:
+        raise ModelError(f"{e.label}: input, weight, bias, input_scale and weight_scale are required")
+    _qtype(e, x)
+    tw = _qtype(e, w)
+    wsh = _known(e, w, "weight")
+
+    def part(v, cols):
+        """The part's columns of a scale or zero point given per tensor or per column (expanded
+        to every column first: a constant one folds)."""
+        full = e.op("Expand", [v, e.const(np.array([wsh[1]], np.int64))])
+        return e.op("Slice", [full, cols[0], cols[1], e.const(np.array([0], np.int64))])
+
+    def project(cols):
+        wq = e.op("Slice", [w, *cols])
+        acc = e.op("MatMulInteger", [x, wq, zx or e.const(np.zeros((), _np(_qtype(e, x))))]
+                   + [part(zw, cols) if zw else e.const(np.zeros((), _np(tw)))])
+        scale = e.op("Mul", [sx, part(sw, cols)])
+        return e.op("Add", [e.op("Mul", [e.op("Cast", [acc], to=TensorProto.FLOAT), scale]),
+                            e.op("Slice", [bias, cols[0], cols[1], e.const(np.array([0], np.int64))])])
+    attention_core(e, a, x, wsh, project, mask=mask, past=past, attn_bias=None, past_len=None)
+
+
+def _q_embed_layer_norm(e: Emit, a: dict):
+    from .contrib import _reject_attrs, embed_core
+    _reject_attrs(e, a, {"epsilon"})
+    ins = [_in(e, k) for k in range(18)]
+    ids, seg_ids, mask = ins[0], ins[1], ins[7]
+    tables = []
+    for q, s_, z in ((2, 8, 13), (3, 9, 14), (4, 10, 15), (5, 11, 16), (6, 12, 17)):
+        if ins[q] is None:
+            tables.append(None)
+            continue
+        if ins[s_] is None:
+            raise ModelError(f"{e.label}: input {q} has no scale (input {s_})")
+        tables.append(_dq(e, ins[q], ins[s_], ins[z]))
+    words, pos, segs, gamma, beta = tables
+    embed_core(e, a, ids, seg_ids, words, pos, segs, gamma, beta, mask, None)
+
+
+def _dynamic_quantize_matmul(e: Emit, a: dict):
+    if a:
+        raise ModelError(f"{e.label}: attribute(s) {', '.join(sorted(a))} are not defined for it")
+    A, B, sb, zb, bias = (_in(e, k) for k in range(5))
+    tb = _qtype(e, B)
+    aq, sa, za = (e.name(n) for n in ("a_q", "a_scale", "a_zp"))
+    from onnx import helper
+    from ..ir.graph import OPSET_ATTR
+    from .emit import EMIT_OPSET
+    e.nodes.append(helper.make_node("DynamicQuantizeLinear", [A], [aq, sa, za], **{OPSET_ATTR: EMIT_OPSET}))
+    _integer_to_float(e, aq, B, sa, sb, za, zb or e.const(np.zeros((), _np(tb))), bias)
+
+
+def _matmul_integer_to_float(e: Emit, a: dict):
+    if a:
+        raise ModelError(f"{e.label}: attribute(s) {', '.join(sorted(a))} are not defined for it")
+    A, B, sa, sb, za, zb, bias = (_in(e, k) for k in range(7))
+    ta, tb = _qtype(e, A), _qtype(e, B)
+    _integer_to_float(e, A, B, sa, sb, za or e.const(np.zeros((), _np(ta))), zb or e.const(np.zeros((), _np(tb))),
+                      bias)
+
+
+def _integer_to_float(e: Emit, A, B, sa, sb, za, zb, bias):
+    """(A - za)(B - zb) * (sa * sb) (+ bias): ORT's multiplier a_scale * b_scale, per column where
+    b_scale is."""
+    acc = e.op("MatMulInteger", [A, B, za, zb])
+    y = e.op("Mul", [e.op("Cast", [acc], to=TensorProto.FLOAT), e.op("Mul", [sa, sb])])
+    if bias:
+        y = e.op("Add", [y, bias])
+    e.op("Identity", [y], out=e.node.output[0])
+
+
 def _np(t: int):
     return np.uint8 if t == TensorProto.UINT8 else np.int8
 
@@ -257,6 +336,8 @@ QUANT_BUILDERS = {
     (MS, "QLinearConcat"): _qlinear_concat, (MS, "QLinearWhere"): _qlinear_where,
     (MS, "QLinearAveragePool"): _qlinear_average_pool, (MS, "QLinearGlobalAveragePool"): _qlinear_global_average_pool,
     (MS, "QLinearSoftmax"): _qlinear_softmax, (MS, "QGemm"): _qgemm,
+    (MS, "QAttention"): _q_attention, (MS, "QEmbedLayerNormalization"): _q_embed_layer_norm,
+    (MS, "DynamicQuantizeMatMul"): _dynamic_quantize_matmul, (MS, "MatMulIntegerToFloat"): _matmul_integer_to_float,
 }
 
 QUANT_HOW = {
@@ -270,8 +351,13 @@ QUANT_HOW = {
     "QLinearGlobalAveragePool": "DequantizeLinear, GlobalAveragePool, QuantizeLinear",
     "QLinearSoftmax": "ORT's exp table (Gather), ReduceMax, ReduceSum, Round",
     "QGemm": "MatMulInteger, Add, Mul, Round, Clip",
+    "QAttention": "MatMulInteger per Q / K / V, Mul, Add, then as Attention",
+    "QEmbedLayerNormalization": "DequantizeLinear of the tables, then as EmbedLayerNormalization",
+    "DynamicQuantizeMatMul": "DynamicQuantizeLinear, MatMulInteger, Mul, Add",
+    "MatMulIntegerToFloat": "MatMulInteger, Mul, Add",
 }
 
 QUANT_REFUSED = {
     "QGemm": "y_scale without y_zero_point (or the reverse)",
+    "QAttention": "as Attention's",
 }

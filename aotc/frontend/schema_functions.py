@@ -44,6 +44,7 @@ def value_types(model: onnx.ModelProto) -> dict:
         for t in g.initializer:
             tp = onnx.TypeProto()
             tp.tensor_type.elem_type = t.data_type
+            tp.tensor_type.shape.SetInParent()      # (a scalar's shape: known, no dims)
             for d in t.dims:
                 tp.tensor_type.shape.dim.add().dim_value = d
             types[t.name] = tp
