@@ -35,6 +35,7 @@ from onnx import TensorProto, helper
 
 from ..errors import ModelError, ShapeError
 from ..ir.graph import OPSET_ATTR
+from .contrib_nbits import NBITS_BUILDERS, NBITS_HOW, NBITS_REFUSED
 from .contrib_quant import QUANT_BUILDERS, QUANT_HOW, QUANT_REFUSED
 from .emit import EMIT_OPSET, Emit, Deferred, text
 
@@ -638,6 +639,9 @@ def _after_inputs(build):
     inference would lose on the nodes marked with a newer opset than the model's, and the
     contrib nodes after it (a whole encoder of them) get their ranks."""
     def run(e: Emit, a: dict):
+        if not e.node.name:
+            # (the quantizers leave nodes unnamed: the emitted values' names would collide)
+            e.node.name = f"{e.node.op_type}_{e.node.output[0]}"
         for i in e.node.input:
             if i:
                 _shape(e, i)
@@ -658,7 +662,8 @@ CONTRIB_BUILDERS = {
     (MS, "GroupNorm"): _group_norm,
     (MS, "Attention"): _attention, (MS, "MultiHeadAttention"): _mha, (MS, "RotaryEmbedding"): _rotary,
 }
-CONTRIB_BUILDERS = {k: _after_inputs(b) for k, b in {**CONTRIB_BUILDERS, **QUANT_BUILDERS}.items()}
+CONTRIB_BUILDERS = {k: _after_inputs(b) for k, b in {**CONTRIB_BUILDERS, **QUANT_BUILDERS,
+                                                                   **NBITS_BUILDERS}.items()}
 
 # (domain, op type) -> which of its nodes are rewritten, from (attributes, the model's ai.onnx
 # opset): ONNX Runtime's LayerNormalization-1 only where ONNX's own (opset 17) is not in force,
@@ -679,7 +684,7 @@ CONTRIB_HOW = {
     "Attention": "MatMul, Split, Attention (opset 23: one kernel), the mask as a float mask",
     "MultiHeadAttention": "Attention (opset 23), the mask as a float mask",
     "RotaryEmbedding": "RotaryEmbedding (opset 23)",
-    **QUANT_HOW,
+    **QUANT_HOW, **NBITS_HOW,
 }
 CONTRIB_OPERATORS = sorted(set(CONTRIB_HOW) | {
     "MatMulNBits", "GatherBlockQuantized", "GroupQueryAttention", "QLinearAdd", "QLinearMul", "QLinearConcat",
@@ -699,5 +704,5 @@ CONTRIB_REFUSED = {
     "SkipSimplifiedLayerNormalization": "the mean output (there is none)",
     "SimplifiedLayerNormalization": "stash_type other than 1; inv_std_var with an axis other than -1",
     "EmbedLayerNormalization": "mask_index_type 0 with a mask_index output",
-    **QUANT_REFUSED,
+    **QUANT_REFUSED, **NBITS_REFUSED,
 }

@@ -1,0 +1,160 @@
+"""ONNX Runtime's block-quantized weights (aotc/frontend/contrib_nbits.py): MatMulNBits and
+GatherBlockQuantized as its MatMulNBits quantizer writes them (4 and 8 bits, symmetric and not,
+block sizes that do and do not divide K), and hand-built nodes for the inputs and attributes the
+quantizer does not write (2 bits, float zero points, g_idx, bias, accuracy_level, packed uint8
+tables), each against ONNX Runtime on random inputs."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from aotc.check.runner import run_check
+from tests.test_contrib_ops import contrib_model, run_aotc
+
+K, N = 80, 24
+
+
+def _model(rng) -> onnx.ModelProto:
+    """An embedding Gather and two MatMuls (K = 80, not a multiple of 32)."""
+    emb = rng.standard_normal((50, K)).astype(np.float32)
+    w1, w2 = rng.standard_normal((K, N)).astype(np.float32), rng.standard_normal((N, 16)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Gather", ["emb", "ids"], ["e"]), helper.make_node("MatMul", ["e", "w1"], ["h"]),
+                           helper.make_node("Relu", ["h"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"])], "g",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 16])],
+                          [numpy_helper.from_array(v, n) for n, v in (("emb", emb), ("w1", w1), ("w2", w2))])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+
+
+@pytest.mark.parametrize("bits,symmetric,block", [(4, True, 32), (4, False, 16), (8, True, 16), (8, False, 32)])
+def test_matmul_nbits_quantizer_output_matches_onnx_runtime(bits, symmetric, block, tmp_path):
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+    q = MatMulNBitsQuantizer(_model(np.random.default_rng(bits + block)), algo_config=DefaultWeightOnlyQuantConfig(
+        block_size=block, is_symmetric=symmetric, bits=bits, op_types_to_quantize=("MatMul", "Gather"),
+        quant_axes=(("Gather", 1),)))
+    q.process()
+    path = tmp_path / "q.onnx"
+    q.model.save_model_to_file(str(path))
+    ops = [n.op_type for n in onnx.load(str(path)).graph.node]
+    assert ops.count("MatMulNBits") == 2 and ("GatherBlockQuantized" in ops) == (bits == 4), ops
+    for seed in (1, 2):
+        ids = np.random.default_rng(seed).integers(0, 50, (2, 5)).astype(np.int64)
+        res = run_check(path, inputs={"ids": ids}, output_dir=tmp_path / f"out{seed}", rtol=1e-5, atol=1e-5)
+        assert res.outputs and all(o.passed for o in res.outputs), [(o.max_abs_err, o.max_rel_err) for o in res.outputs]
+
+
+def _pack(vals: np.ndarray, bits: int) -> np.ndarray:
+    """Values of `bits` bits along the last axis -> bytes, low bits first."""
+    per = 8 // bits
+    v = vals.astype(np.uint8).reshape(*vals.shape[:-1], -1, per)
+    return sum((v[..., i] << (i * bits)) for i in range(per)).astype(np.uint8)
+
+
+def _nbits_inputs(rng, bits, block, float_zp=False, zp=True):
+    kb = -(-K // block)
+    q = rng.integers(0, 1 << bits, (N, kb * block))
+    q[:, K:] = 0
+    B = _pack(q, bits).reshape(N, kb, block * bits // 8)
+    scales = rng.uniform(0.01, 0.1, (N, kb)).astype(np.float32)
+    inits = {"B": B, "scales": scales.reshape(-1)}
+    if zp:
+        if float_zp:
+            inits["zp"] = rng.uniform(0, (1 << bits) - 1, (N, kb)).astype(np.float32).reshape(-1)
+        else:
+            z = rng.integers(0, 1 << bits, (N, kb))
+            per = 8 // bits
+            z = np.pad(z, ((0, 0), (0, -(-kb // per) * per - kb)))
+            inits["zp"] = _pack(z, bits).reshape(-1)
+    return inits
+
+
+@pytest.mark.parametrize("bits,block,extra", [
+    (2, 16, {}), (4, 32, {"bias": True}), (4, 16, {"g_idx": True, "no_zp": True}), (4, 32, {"float_zp": True}),
+    (4, 16, {"g_idx": True, "float_zp": True}),
+    (8, 32, {"accuracy_level": 1}), (4, 16, {"no_zp": True, "bias": True})])
+def test_matmul_nbits_inputs_and_attributes(bits, block, extra, tmp_path):
+    rng = np.random.default_rng(bits * 7 + block)
+    inits = _nbits_inputs(rng, bits, block, extra.get("float_zp", False), not extra.get("no_zp"))
+    order = ["a", "B", "scales", "zp" if "zp" in inits else "", "", ""]
+    if extra.get("g_idx"):
+        # act-order groups: a permutation of the blocks' columns
+        inits["g_idx"] = (rng.permutation(K) // block).astype(np.int32)
+        order[4] = "g_idx"
+    if extra.get("bias"):
+        inits["bias"] = rng.standard_normal(N).astype(np.float32)
+        order[5] = "bias"
+    while not order[-1]:
+        order.pop()
+    a = rng.standard_normal((3, K)).astype(np.float32)
+    m = contrib_model("MatMulNBits", {"a": a}, inits, order=order, K=K, N=N, bits=bits, block_size=block,
+                      accuracy_level=extra.get("accuracy_level", 0))
+    got, = run_aotc(m, tmp_path, {"a": a})
+    want, = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})
+    assert np.abs(want).max() > 1
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_matmul_nbits_refuses_g_idx_with_packed_zero_points(tmp_path):
+    """ONNX Runtime 1.32's CPU kernel ignores packed zero points when g_idx is given (it gives
+    what zero points of 8 give): refused by name rather than computed either way."""
+    from aotc.errors import UnsupportedError
+    rng = np.random.default_rng(3)
+    inits = {**_nbits_inputs(rng, 4, 16), "g_idx": (np.arange(K) // 16).astype(np.int32)}
+    a = rng.standard_normal((3, K)).astype(np.float32)
+    m = contrib_model("MatMulNBits", {"a": a}, inits, order=["a", "B", "scales", "zp", "g_idx"], K=K, N=N, bits=4,
+                      block_size=16)
+    with pytest.raises(UnsupportedError, match="g_idx with packed uint8 zero_points"):
+        run_aotc(m, tmp_path, {"a": a})
+
+
+@pytest.mark.parametrize("form,gather_axis,zp", [("uint8", 0, False), ("uint8", 0, True), ("uint4", 1, True),
+                                                 ("int4", 0, False)])
+def test_gather_block_quantized(form, gather_axis, zp, tmp_path):
+    """ORT's uint8 form (two 4-bit values a byte along the last axis, zero point 8 by default)
+    and 4-bit typed tables (zero point 0 by default), gathered along either axis."""
+    rng = np.random.default_rng(5 + gather_axis)
+    rows, cols, block = 6, 64, 16
+    lo = -8 if form == "int4" else 0
+    q = rng.integers(lo, lo + 16, (rows, cols))
+    zq = rng.integers(lo, lo + 16, (rows, cols // block))
+    if form == "uint8":
+        data, zps = _pack(q, 4), _pack(zq, 4)
+    else:
+        code = TensorProto.UINT4 if form == "uint4" else TensorProto.INT4
+        data = helper.make_tensor("data", code, q.shape, q.reshape(-1).tolist())
+        zps = helper.make_tensor("zp", code, zq.shape, zq.reshape(-1).tolist())
+    inits = {"data": data, "scales": rng.uniform(0.01, 0.1, (rows, cols // block)).astype(np.float32)}
+    order = ["data", "ids", "scales"]
+    if zp:
+        inits["zp"] = zps
+        order.append("zp")
+    ids = rng.integers(0, rows if gather_axis == 0 else cols, (3, 2)).astype(np.int64)
+    m = contrib_model("GatherBlockQuantized", {"ids": ids}, {k: v for k, v in inits.items()
+                                                            if isinstance(v, np.ndarray)},
+                      order=order, gather_axis=gather_axis, quantize_axis=1, block_size=block, bits=4, onnx_opset=21)
+    m.graph.initializer.extend(v for v in inits.values() if isinstance(v, onnx.TensorProto))
+    got, = run_aotc(m, tmp_path, {"ids": ids})
+    want, = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})
+    assert np.abs(want).max() > 0.1
+    np.testing.assert_array_equal(got, want)
+
+
+def test_matmul_nbits_accuracy_level_4_stays_exact(tmp_path):
+    """At accuracy_level 4 ONNX Runtime quantizes the activations to int8 blocks (MLAS); aotc
+    computes the exact dequantize-then-float product at every level: its level-4 output is ORT's
+    level-0 output, and ORT's level-4 one differs from it by that activation rounding only (here
+    0.05 on outputs of magnitude 12)."""
+    rng = np.random.default_rng(1)
+    inits = _nbits_inputs(rng, 4, 32)
+    a = rng.standard_normal((3, K)).astype(np.float32)
+    runs = {}
+    for level in (0, 4):
+        m = contrib_model("MatMulNBits", {"a": a}, inits, order=["a", "B", "scales", "zp"], K=K, N=N, bits=4,
+                          block_size=32, accuracy_level=level)
+        runs[level] = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    got, = run_aotc(m, tmp_path, {"a": a})
+    np.testing.assert_allclose(got, runs[0], rtol=1e-5, atol=1e-4)
+    assert np.abs(got - runs[4]).max() < 0.01 * np.abs(runs[0]).max()
