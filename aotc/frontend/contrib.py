@@ -594,6 +594,121 @@ def _mha(e: Emit, a: dict):
         _reshape(e, e.op("Transpose", [y4], perm=[0, 2, 1, 3]), [B, S, Dv], out=y)
 
 
+_GQA_ATTRS = {"num_heads", "kv_num_heads", "scale", "softcap", "do_rotary", "rotary_interleaved",
+              "local_window_size", "smooth_softmax", "qk_output"}
+
+
+def _gqa(e: Emit, a: dict):
+    """GroupQueryAttention, with fixed shapes: the new keys and values are written into the
+    present buffers at each batch entry's past length (TensorScatter), and every query sees the
+    keys up to its own position (past + i), within the entry's total length (seqlens_k + 1) and
+    the local window. Both read at run time, as ONNX Runtime does: a prompt (S equal to
+    total_sequence_length) has no past; otherwise past = seqlens_k + 1 - S. The present length
+    is the past buffer's (ONNX Runtime's shared max-length buffer), or past + S where the
+    model's declared present_key says so (a past that grows each step)."""
+    _reject_attrs(e, a, _GQA_ATTRS)
+    for k in ("num_heads", "kv_num_heads"):
+        if k not in a:
+            raise ModelError(f"{e.label}: attribute {k} is required")
+    N, KV = int(a["num_heads"]), int(a["kv_num_heads"])
+    if N % KV:
+        raise ShapeError(f"{e.label}: num_heads {N} is not a multiple of kv_num_heads {KV}")
+    if int(a.get("smooth_softmax", 0)):
+        e.refuse("smooth_softmax=1")
+    if int(a.get("qk_output", 0)):
+        e.refuse(f"qk_output={int(a['qk_output'])}")
+    q, k, v, past_k, past_v, seqlens, total, cos, sin = (_in(e, i) for i in range(9))
+    pos_ids, attn_bias = _in(e, 9), _in(e, 10)
+    if _in(e, 11):
+        e.refuse("input head_sink")
+    if _out(e, 3):
+        e.refuse("output output_qk")
+    if seqlens is None or total is None:
+        raise ModelError(f"{e.label}: seqlens_k and total_sequence_length are required")
+    B, S, D = _known(e, q, "query")
+    if k is None:                              # packed QKV: (B, S, (N + 2 KV) H)
+        if v is not None:
+            raise ModelError(f"{e.label}: a packed query takes no value")
+        if D % (N + 2 * KV):
+            raise ShapeError(f"{e.label}: packed query hidden {D} is not (num_heads + 2 kv_num_heads) * head")
+        H = D // (N + 2 * KV)
+        q, k, v = (e.op("Slice", [q, _ints(e, [s0]), _ints(e, [s1]), _ints(e, [2])])
+                   for s0, s1 in ((0, N * H), (N * H, (N + KV) * H), ((N + KV) * H, (N + 2 * KV) * H)))
+    else:
+        if D % N:
+            raise ShapeError(f"{e.label}: query hidden {D} is not a multiple of {N} heads")
+        H = D // N
+        if v is None or _known(e, k, "key") != (B, S, KV * H) or _known(e, v, "value") != (B, S, KV * H):
+            raise ShapeError(f"{e.label}: key and value must be (batch, seq, kv_num_heads * head) = {(B, S, KV * H)}")
+
+    def heads(x, n):                         # (B, S, n H) -> (B, n, S, H)
+        return e.op("Transpose", [_reshape(e, x, [B, S, n, H])], perm=[0, 2, 1, 3])
+    q4, k4, v4 = heads(q, N), heads(k, KV), heads(v, KV)
+    # per batch entry: total length, past length (0 for a prompt), the queries' positions
+    total_b = e.op("Add", [e.op("Cast", [seqlens], to=TensorProto.INT64), _ints(e, 1)])             # (B,)
+    tot = e.op("Cast", [_reshape(e, total, [1]), ], to=TensorProto.INT64)
+    prompt = e.op("Equal", [tot, _ints(e, [S])])
+    past_b = e.op("Where", [prompt, _ints(e, [0]), e.op("Sub", [total_b, _ints(e, S)])])              # (B,)
+    qpos = e.op("Add", [e.unsqueeze(past_b, 1), _ints(e, np.arange(S).reshape(1, S))])              # (B, S)
+    if int(a.get("do_rotary", 0)):
+        if cos is None or sin is None:
+            raise ModelError(f"{e.label}: do_rotary needs cos_cache and sin_cache")
+        rot = 2 * _known(e, cos, "cos_cache")[1]
+        p = e.op("Cast", [pos_ids], to=TensorProto.INT64) if pos_ids else qpos
+        kw = {"interleaved": int(a.get("rotary_interleaved", 0)), "rotary_embedding_dim": rot}
+        q4 = _at(e, 23, "RotaryEmbedding", [q4, cos, sin, p], **kw)
+        k4 = _at(e, 23, "RotaryEmbedding", [k4, cos, sin, p], **kw)
+    elif pos_ids:
+        raise ModelError(f"{e.label}: position_ids without do_rotary")
+    # the present buffers
+    pk_out, pv_out = _out(e, 1), _out(e, 2)
+    if (past_k is None) != (past_v is None):
+        raise ModelError(f"{e.label}: past_key and past_value must be given together")
+    if past_k is None:
+        L = S
+        present_k, present_v = k4, v4
+    else:
+        psh = _known(e, past_k, "past_key")
+        if len(psh) != 4 or psh[:2] != (B, KV) or psh[3] != H:
+            raise ShapeError(f"{e.label}: past_key {psh} is not (batch, {KV}, length, {H})")
+        L = psh[2]
+        try:
+            declared = _shape(e, pk_out) if pk_out else None
+        except Deferred:
+            declared = None
+        grow = declared is not None and len(declared) == 4 and declared[2] == L + S
+        if grow:
+            L += S
+        def buffer(past):
+            if grow:
+                past = e.op("Pad", [past, _ints(e, [0, 0, 0, 0, 0, 0, S, 0])])
+            return past
+        present_k = _at(e, 24, "TensorScatter", [buffer(past_k), k4, past_b], axis=2)
+        present_v = _at(e, 24, "TensorScatter", [buffer(past_v), v4, past_b], axis=2)
+    for src, out in ((present_k, pk_out), (present_v, pv_out)):
+        if out:
+            e.op("Identity", [src], out=out)
+    # which keys each query sees: j <= its position, j < the entry's total, within the window
+    keys = _ints(e, np.arange(L).reshape(1, 1, L))
+    qp = e.unsqueeze(qpos, 2)                                                                     # (B, S, 1)
+    ok = e.op("And", [e.op("LessOrEqual", [keys, qp]),
+                      e.op("Less", [keys, _reshape(e, total_b, [B, 1, 1])])])
+    window = int(a.get("local_window_size", -1))
+    if window > 0:
+        ok = e.op("And", [ok, e.op("Greater", [keys, e.op("Sub", [qp, _ints(e, window)])])])
+    mask = e.op("Where", [e.unsqueeze(ok, 1), _floats(e, 0.0), _floats(e, float("-inf"))])         # (B, 1, S, L)
+    if attn_bias:
+        mask = e.op("Add", [mask, attn_bias])
+    y4 = e.name("y4")
+    kw = {"q_num_heads": N, "kv_num_heads": KV}
+    if a.get("scale") is not None and float(a["scale"]) != 0.0:
+        kw["scale"] = float(a["scale"])
+    if float(a.get("softcap", 0.0)):
+        kw["softcap"] = float(a["softcap"])
+    e.nodes.append(helper.make_node("Attention", [q4, present_k, present_v, mask], [y4], **kw, **{OPSET_ATTR: 23}))
+    _reshape(e, e.op("Transpose", [y4], perm=[0, 2, 1, 3]), [B, S, N * H], out=e.node.output[0])
+
+
 def _rotary(e: Emit, a: dict):
     _reject_attrs(e, a, {"interleaved", "is_packed_batching", "num_heads", "rotary_embedding_dim", "scale"})
     if int(a.get("is_packed_batching", 0)):
@@ -661,6 +776,7 @@ CONTRIB_BUILDERS = {
     (MS, "FusedMatMul"): _fused_matmul, (MS, "FusedGemm"): _fused_gemm, (MS, "FusedConv"): _fused_conv,
     (MS, "GroupNorm"): _group_norm,
     (MS, "Attention"): _attention, (MS, "MultiHeadAttention"): _mha, (MS, "RotaryEmbedding"): _rotary,
+    (MS, "GroupQueryAttention"): _gqa,
 }
 CONTRIB_BUILDERS = {k: _after_inputs(b) for k, b in {**CONTRIB_BUILDERS, **QUANT_BUILDERS,
                                                                    **NBITS_BUILDERS}.items()}
@@ -684,6 +800,8 @@ CONTRIB_HOW = {
     "Attention": "MatMul, Split, Attention (opset 23: one kernel), the mask as a float mask",
     "MultiHeadAttention": "Attention (opset 23), the mask as a float mask",
     "RotaryEmbedding": "RotaryEmbedding (opset 23)",
+    "GroupQueryAttention": "TensorScatter into the present buffers, RotaryEmbedding, Attention (opset 23), "
+                           "the masks from seqlens_k at run time",
     **QUANT_HOW, **NBITS_HOW,
 }
 CONTRIB_OPERATORS = sorted(set(CONTRIB_HOW) | {
@@ -698,6 +816,7 @@ CONTRIB_REFUSED = {
                  "(Megatron) mask_index",
     "MultiHeadAttention": "past_sequence_length, cache_indirection, the qk output, bias with packed or 4-D key/value",
     "RotaryEmbedding": "is_packed_batching, scale other than 1",
+    "GroupQueryAttention": "smooth_softmax, head_sink, qk_output / output_qk",
     "FusedGemm": "activation_gamma; activations other than Relu, Tanh, Sigmoid, LeakyRelu, HardSigmoid, Elu, "
                  "ThresholdedRelu, Softplus, Softsign, Clip",
     "FusedConv": "activations other than those of FusedGemm",
