@@ -40,10 +40,9 @@ def test_matmul_nbits_quantizer_output_matches_onnx_runtime(bits, symmetric, blo
     q.model.save_model_to_file(str(path))
     ops = [n.op_type for n in onnx.load(str(path)).graph.node]
     assert ops.count("MatMulNBits") == 2 and ("GatherBlockQuantized" in ops) == (bits == 4), ops
-    for seed in (1, 2):
-        ids = np.random.default_rng(seed).integers(0, 50, (2, 5)).astype(np.int64)
-        res = run_check(path, inputs={"ids": ids}, output_dir=tmp_path / f"out{seed}", rtol=1e-5, atol=1e-5)
-        assert res.outputs and all(o.passed for o in res.outputs), [(o.max_abs_err, o.max_rel_err) for o in res.outputs]
+    ids = np.random.default_rng(1).integers(0, 50, (2, 5)).astype(np.int64)
+    res = run_check(path, inputs={"ids": ids}, output_dir=tmp_path / "out", rtol=1e-5, atol=1e-5)
+    assert res.outputs and all(o.passed for o in res.outputs), [(o.max_abs_err, o.max_rel_err) for o in res.outputs]
 
 
 def _pack(vals: np.ndarray, bits: int) -> np.ndarray:

@@ -189,8 +189,6 @@ def test_quantize_static_qoperator_cnn(activations, tmp_path):
     ops = {n.op_type for n in onnx.load(str(quant)).graph.node if n.domain == "com.microsoft"}
     assert {"QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat", "QLinearAveragePool",
             "QLinearGlobalAveragePool", "QGemm", "QLinearSoftmax"} <= ops, ops
-    for seed in (20, 21):
-        x = np.random.default_rng(seed).standard_normal((1, 3, 16, 16)).astype(np.float32)
-        res = run_check(quant, inputs={"x": x}, output_dir=tmp_path / f"out{seed}", rtol=1e-6, atol=1e-7)
-        assert res.outputs and all(o.passed for o in res.outputs), \
-            [(o.name, o.max_abs_err, o.max_rel_err) for o in res.outputs]
+    x = np.random.default_rng(20).standard_normal((1, 3, 16, 16)).astype(np.float32)   # (not a calibration input)
+    res = run_check(quant, inputs={"x": x}, output_dir=tmp_path / "out", rtol=1e-6, atol=1e-7)
+    assert res.outputs and all(o.passed for o in res.outputs), [(o.name, o.max_abs_err, o.max_rel_err) for o in res.outputs]
