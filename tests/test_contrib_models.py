@@ -216,3 +216,23 @@ def test_quantize_dynamic_encoders_match_onnx_runtime(weights, exported, tmp_pat
         res = run_check(path, inputs=feeds, output_dir=tmp_path / f"out_{path.stem}", rtol=1e-4, atol=1e-5)
         assert res.outputs and all(o.passed for o in res.outputs), \
             [(o.name, o.max_abs_err, o.max_rel_err) for o in res.outputs]
+
+
+def test_dynamic_axes_export_compiles_with_bound_shapes(tmp_path):
+    """An export with dynamic batch and sequence axes (as users export): the contrib rewrites
+    need those dimensions when the model is read, which the user's --shape bindings give
+    (run_check binds them from its inputs)."""
+    torch.manual_seed(0)
+    feeds = _inputs("bert", 4)
+    plain, opt = tmp_path / "dyn.onnx", tmp_path / "dyn_opt.onnx"
+    axes = {n: {0: "batch", 1: "seq"} for n in feeds}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(ClassicBert(layers=1).eval(), tuple(torch.from_numpy(v) for v in feeds.values()), str(plain),
+                          input_names=list(feeds), output_names=["y"], opset_version=14, dynamo=False,
+                          dynamic_axes=axes)
+        optimizer.optimize_model(str(plain), model_type="bert", num_heads=HEADS, hidden_size=HID,
+                                 opt_level=0).save_model_to_file(str(opt))
+    assert "Attention" in {n.op_type for n in onnx.load(str(opt)).graph.node}
+    res = run_check(opt, inputs=feeds, output_dir=tmp_path / "out")
+    assert res.outputs and all(o.passed for o in res.outputs), [(o.max_abs_err, o.max_rel_err) for o in res.outputs]

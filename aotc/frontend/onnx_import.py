@@ -197,7 +197,7 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
         raise ShapeError(f"shapes must map input names to sequences of integers, not {shapes!r}") from None
     consts = dict(consts or {})
     opset = validate_model(model)
-    expanded = expand_schema_functions(expand_rewrites(model))
+    expanded = expand_schema_functions(expand_rewrites(model, shapes))
     if expanded is not model:
         model = expanded
         opset = validate_model(model)       # the bodies' nodes, against the model's opset

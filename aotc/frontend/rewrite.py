@@ -76,16 +76,37 @@ def _declare_outputs(g: onnx.GraphProto, e: Emit) -> None:
     g.value_info.extend(found[o] for o in wanted if o in found)
 
 
-def expand_rewrites(model: onnx.ModelProto) -> onnx.ModelProto:
+def _bind_input_shapes(g: onnx.GraphProto, shapes) -> None:
+    """The user's --shape dims on the graph inputs' declarations (of the rewriting copy), so that
+    builders needing a dimension (the contrib attentions' batch and sequence) see them."""
+    for vi in g.input:
+        dims = shapes.get(vi.name)
+        if dims is None or not vi.type.HasField("tensor_type"):
+            continue
+        shape = vi.type.tensor_type.shape
+        if not shape.dim and not vi.type.tensor_type.HasField("shape"):
+            for d in dims:
+                shape.dim.add().dim_value = int(d)
+        elif len(shape.dim) == len(dims):
+            # only the symbolic dims: a fixed one the user contradicts is import_model's error
+            for dim, d in zip(shape.dim, dims):
+                if not dim.HasField("dim_value"):
+                    dim.dim_value = int(d)
+
+
+def expand_rewrites(model: onnx.ModelProto, shapes=None) -> onnx.ModelProto:
     """The model with its nodes that all_builders() knows (ai.onnx.ml, the optimizer steps of
-    ai.onnx.preview.training, BatchNormalization in training mode) replaced by ai.onnx nodes;
-    the model itself when it has none."""
+    ai.onnx.preview.training, BatchNormalization in training mode, ONNX Runtime's contrib
+    operators) replaced by ai.onnx nodes; the model itself when it has none. `shapes` (input
+    name -> dims) are the user's bindings of symbolic input dimensions."""
     builders = all_builders()
     opset = _model_opset(model)
     if not any(_rewritten(n, builders, opset) for g in all_graphs(model.graph) for n in g.node):
         return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
+    if shapes:
+        _bind_input_shapes(out.graph, shapes)
     if not any(i.domain in ("", "ai.onnx") for i in model.opset_import):
         # an ML-only model: its default-domain nodes are all ours
         out.opset_import.append(helper.make_opsetid("", EMIT_OPSET))
