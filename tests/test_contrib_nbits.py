@@ -21,8 +21,9 @@ def _model(rng) -> onnx.ModelProto:
     """An embedding Gather and two MatMuls (K = 80, not a multiple of 32)."""
     emb = rng.standard_normal((50, K)).astype(np.float32)
     w1, w2 = rng.standard_normal((K, N)).astype(np.float32), rng.standard_normal((N, 16)).astype(np.float32)
-    g = helper.make_graph([helper.make_node("Gather", ["emb", "ids"], ["e"]), helper.make_node("MatMul", ["e", "w1"], ["h"]),
-                           helper.make_node("Relu", ["h"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"])], "g",
+    nodes = [helper.make_node("Gather", ["emb", "ids"], ["e"]), helper.make_node("MatMul", ["e", "w1"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "g",
                           [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 5])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 16])],
                           [numpy_helper.from_array(v, n) for n, v in (("emb", emb), ("w1", w1), ("w2", w2))])
@@ -153,7 +154,8 @@ def test_matmul_nbits_accuracy_level_4_stays_exact(tmp_path):
     for level in (0, 4):
         m = contrib_model("MatMulNBits", {"a": a}, inits, order=["a", "B", "scales", "zp"], K=K, N=N, bits=4,
                           block_size=32, accuracy_level=level)
-        runs[level] = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        runs[level] = sess.run(None, {"a": a})[0]
     got, = run_aotc(m, tmp_path, {"a": a})
     np.testing.assert_allclose(got, runs[0], rtol=1e-5, atol=1e-4)
     assert np.abs(got - runs[4]).max() < 0.01 * np.abs(runs[0]).max()

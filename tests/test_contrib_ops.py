@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from aotc.errors import UnsupportedError
 from tests.helpers import NP2ONNX, assert_parity, rand

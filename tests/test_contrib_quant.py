@@ -13,7 +13,6 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from tests.test_contrib_ops import contrib_model, run_aotc
 
@@ -151,7 +150,8 @@ class _CNN:
         class Net(nn.Module):
             def __init__(self):
                 super().__init__()
-                self.c1, self.c2, self.c3 = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 1)
+                self.c1, self.c2 = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
+                self.c3 = nn.Conv2d(8, 8, 1)
                 self.fc = nn.Linear(16, 10)
 
             def forward(self, x):
@@ -191,4 +191,5 @@ def test_quantize_static_qoperator_cnn(activations, tmp_path):
             "QLinearGlobalAveragePool", "QGemm", "QLinearSoftmax"} <= ops, ops
     x = np.random.default_rng(20).standard_normal((1, 3, 16, 16)).astype(np.float32)   # (not a calibration input)
     res = run_check(quant, inputs={"x": x}, output_dir=tmp_path / "out", rtol=1e-6, atol=1e-7)
-    assert res.outputs and all(o.passed for o in res.outputs), [(o.name, o.max_abs_err, o.max_rel_err) for o in res.outputs]
+    assert res.outputs and all(o.passed for o in res.outputs), \
+        [(o.name, o.max_abs_err, o.max_rel_err) for o in res.outputs]

@@ -97,7 +97,8 @@ def _reject_attrs(e: Emit, a: dict, known: set) -> None:
     """Attributes the operator's schema does not define are an error, not silently ignored."""
     extra = sorted(set(a) - known)
     if extra:
-        raise ModelError(f"{e.label}: attribute(s) {', '.join(extra)} are not defined for com.microsoft.{e.node.op_type}")
+        raise ModelError(f"{e.label}: attribute(s) {', '.join(extra)} are not defined for "
+                         f"{e.node.domain or 'ai.onnx'}.{e.node.op_type}")
 
 
 def _reject_outputs(e: Emit, start: int, what: str) -> None:

@@ -231,7 +231,8 @@ def _qgemm(e: Emit, a: dict):
         e.refuse("y_scale without y_zero_point or the reverse (ONNX Runtime's kernel reads them as a pair)")
     if C is not None and e.elem_type(C) != TensorProto.INT32:
         raise ModelError(f"{e.label}: C must be int32 (the bias in the product's scale)")
-    ta, tb = _qtype(e, A), _qtype(e, B)
+    ta = _qtype(e, A)
+    _qtype(e, B)
     if int(a.get("transA", 0)):
         A = e.op("Transpose", [A], perm=[1, 0])
     if int(a.get("transB", 0)):
