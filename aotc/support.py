@@ -80,8 +80,12 @@ def _contrib() -> list[str]:
     """ONNX Runtime's contrib operators (domain com.microsoft, and the few it registers in the
     default domain) that its tools write: each with its rewrite (frontend/contrib.py), or none."""
     from .frontend.contrib import CONTRIB_BUILDERS, CONTRIB_HOW, CONTRIB_OPERATORS, CONTRIB_REFUSED
+    from .frontend.contrib_nbits import NBITS_BUILDERS, NBITS_HOW, NBITS_REFUSED
+    from .frontend.contrib_quant import QUANT_BUILDERS, QUANT_HOW, QUANT_REFUSED
+    how = {**CONTRIB_HOW, **QUANT_HOW, **NBITS_HOW}
+    refused = {**CONTRIB_REFUSED, **QUANT_REFUSED, **NBITS_REFUSED}
     domains = {}
-    for dom, name in CONTRIB_BUILDERS:
+    for dom, name in {**CONTRIB_BUILDERS, **QUANT_BUILDERS, **NBITS_BUILDERS}:
         domains.setdefault(name, dom or "ai.onnx")
     done = [n for n in CONTRIB_OPERATORS if n in domains]
     L = ["", "## ONNX Runtime's contrib operators", "",
@@ -94,7 +98,7 @@ def _contrib() -> list[str]:
          "|---|---|---|---|---|"]
     for n in CONTRIB_OPERATORS:
         if n in domains:
-            L.append(f"| {domains[n]} | {n} | yes | {CONTRIB_HOW[n]} | {CONTRIB_REFUSED.get(n, '')} |")
+            L.append(f"| {domains[n]} | {n} | yes | {how[n]} | {refused.get(n, '')} |")
         else:
             L.append(f"| com.microsoft | {n} | - | | |")
     return L

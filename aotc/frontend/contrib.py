@@ -34,9 +34,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from ..errors import ModelError, ShapeError
-from ..ir.graph import OPSET_ATTR
-from .contrib_nbits import NBITS_BUILDERS, NBITS_HOW, NBITS_REFUSED
-from .contrib_quant import QUANT_BUILDERS, QUANT_HOW, QUANT_REFUSED
+from ..ir.internal import OPSET_ATTR
 from .emit import EMIT_OPSET, Emit, Deferred, text
 
 MS = "com.microsoft"
@@ -749,7 +747,7 @@ def _rotary(e: Emit, a: dict):
     _at(e, 23, "RotaryEmbedding", [x, cos, sin, pos], out=e.node.output[0], **kw)
 
 
-def _after_inputs(build):
+def after_inputs(build):
     """The builder, run only once every input's shape is known: the nodes it writes then have
     their outputs' types declared (rewrite._declare_outputs), which the model's own shape
     inference would lose on the nodes marked with a newer opset than the model's, and the
@@ -779,17 +777,17 @@ CONTRIB_BUILDERS = {
     (MS, "Attention"): _attention, (MS, "MultiHeadAttention"): _mha, (MS, "RotaryEmbedding"): _rotary,
     (MS, "GroupQueryAttention"): _gqa,
 }
-CONTRIB_BUILDERS = {k: _after_inputs(b) for k, b in {**CONTRIB_BUILDERS, **QUANT_BUILDERS,
-                                                                   **NBITS_BUILDERS}.items()}
+CONTRIB_BUILDERS = {k: after_inputs(b) for k, b in CONTRIB_BUILDERS.items()}
 
 # (domain, op type) -> which of its nodes are rewritten, from (attributes, the model's ai.onnx
 # opset): ONNX Runtime's LayerNormalization-1 only where ONNX's own (opset 17) is not in force,
 # neither in the model nor in the node's mark (one a rewrite wrote)
 CONTRIB_ONLY_WHEN = {("", "LayerNormalization"): lambda a, opset: int(a.get(OPSET_ATTR, opset)) < 17}
 
-# the contrib operators ONNX Runtime's tools write (issue 29's list), each with how it compiles:
-# docs/ONNX_SUPPORT.md's contrib section (aotc/support.py) lists them all, those without a
-# builder as not compiled
+# the contrib operators ONNX Runtime's transformers optimizer writes, each with how it compiles
+# (contrib_quant.py and contrib_nbits.py have their own tables): docs/ONNX_SUPPORT.md's contrib
+# section (aotc/support.py) lists every operator of CONTRIB_OPERATORS, those without a builder
+# as not compiled
 CONTRIB_HOW = {
     "Gelu": "Gelu (opset 20)", "BiasGelu": "Add, Gelu", "FastGelu": "Add, Gelu (tanh)",
     "QuickGelu": "x * Sigmoid(alpha x)", "BiasAdd": "Adds", "BiasSplitGelu": "Add, Slices, Gelu, Mul",
@@ -803,7 +801,6 @@ CONTRIB_HOW = {
     "RotaryEmbedding": "RotaryEmbedding (opset 23)",
     "GroupQueryAttention": "TensorScatter into the present buffers, RotaryEmbedding, Attention (opset 23), "
                            "the masks from seqlens_k at run time",
-    **QUANT_HOW, **NBITS_HOW,
 }
 CONTRIB_OPERATORS = sorted(set(CONTRIB_HOW) | {
     "MatMulNBits", "GatherBlockQuantized", "GroupQueryAttention", "QLinearAdd", "QLinearMul", "QLinearConcat",
@@ -824,5 +821,4 @@ CONTRIB_REFUSED = {
     "SkipSimplifiedLayerNormalization": "the mean output (there is none)",
     "SimplifiedLayerNormalization": "stash_type other than 1; inv_std_var with an axis other than -1",
     "EmbedLayerNormalization": "mask_index_type 0 with a mask_index output",
-    **QUANT_REFUSED, **NBITS_REFUSED,
 }

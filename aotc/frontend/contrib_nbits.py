@@ -19,6 +19,7 @@ import numpy as np
 from onnx import TensorProto
 
 from ..errors import ModelError, ShapeError
+from .contrib import _at, _known, _reject_attrs, after_inputs
 from .emit import Emit
 
 MS = "com.microsoft"
@@ -47,7 +48,6 @@ def _unpack(e: Emit, packed: str, bits: int, per_byte_shape: list) -> str:
 
 
 def _matmul_nbits(e: Emit, a: dict):
-    from .contrib import _known, _reject_attrs
     _reject_attrs(e, a, {"K", "N", "bits", "block_size", "accuracy_level"})
     for req in ("K", "N", "block_size"):
         if req not in a:
@@ -123,7 +123,6 @@ def _blocks_along(e: Emit, v: str, shape: list, axis: int, bs: int) -> str:
 
 
 def _gather_block_quantized(e: Emit, a: dict):
-    from .contrib import _at, _known, _reject_attrs
     _reject_attrs(e, a, {"gather_axis", "quantize_axis", "block_size", "bits"})
     data, idx, scales, zps = (_in(e, k) for k in range(4))
     if data is None or idx is None or scales is None:
@@ -177,7 +176,8 @@ def _gather_block_quantized(e: Emit, a: dict):
     e.op("Gather", [w, idx], out=e.node.output[0], axis=ga)
 
 
-NBITS_BUILDERS = {(MS, "MatMulNBits"): _matmul_nbits, (MS, "GatherBlockQuantized"): _gather_block_quantized}
+NBITS_BUILDERS = {(MS, "MatMulNBits"): after_inputs(_matmul_nbits),
+                  (MS, "GatherBlockQuantized"): after_inputs(_gather_block_quantized)}
 NBITS_HOW = {"MatMulNBits": "weights unpacked and dequantized in the graph (folded: float32 weights), MatMul",
              "GatherBlockQuantized": "the table unpacked and dequantized in the graph (folded), Gather"}
 NBITS_REFUSED = {"MatMulNBits": "bits other than 2, 4, 8; g_idx with packed uint8 zero_points (ORT's CPU kernel "

@@ -23,10 +23,12 @@ compile time, in float32 as ORT computes them).
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from ..errors import ModelError, ShapeError
-from .emit import Emit
+from ..ir.internal import OPSET_ATTR
+from .contrib import _ATTENTION_ATTRS, _known, _reject_attrs, after_inputs, attention_core, embed_core
+from .emit import EMIT_OPSET, Emit
 
 MS = "com.microsoft"
 
@@ -195,7 +197,6 @@ def _qlinear_softmax(e: Emit, a: dict):
     opset = int(a["opset"])
     x, sx, zx, sy, zy = (_in(e, k) for k in range(5))
     t = _qtype(e, x)
-    from .contrib import _known
     shape = _known(e, x, "X")
     r = len(shape)
     axis = int(a.get("axis", 1 if opset < 13 else -1))
@@ -252,7 +253,6 @@ def _qgemm(e: Emit, a: dict):
 
 
 def _q_attention(e: Emit, a: dict):
-    from .contrib import _ATTENTION_ATTRS, _known, _reject_attrs, attention_core
     _reject_attrs(e, a, _ATTENTION_ATTRS)
     x, w, bias, sx, sw, mask, zx, zw, past = (_in(e, k) for k in range(9))
     if x is None or w is None or bias is None or sx is None or sw is None:
@@ -278,7 +278,6 @@ def _q_attention(e: Emit, a: dict):
 
 
 def _q_embed_layer_norm(e: Emit, a: dict):
-    from .contrib import _reject_attrs, embed_core
     _reject_attrs(e, a, {"epsilon"})
     ins = [_in(e, k) for k in range(18)]
     ids, seg_ids, mask = ins[0], ins[1], ins[7]
@@ -300,9 +299,6 @@ def _dynamic_quantize_matmul(e: Emit, a: dict):
     A, B, sb, zb, bias = (_in(e, k) for k in range(5))
     tb = _qtype(e, B)
     aq, sa, za = (e.name(n) for n in ("a_q", "a_scale", "a_zp"))
-    from onnx import helper
-    from ..ir.graph import OPSET_ATTR
-    from .emit import EMIT_OPSET
     e.nodes.append(helper.make_node("DynamicQuantizeLinear", [A], [aq, sa, za], **{OPSET_ATTR: EMIT_OPSET}))
     _integer_to_float(e, aq, B, sa, sb, za, zb or e.const(np.zeros((), _np(tb))), bias)
 
@@ -330,7 +326,7 @@ def _np(t: int):
     return np.uint8 if t == TensorProto.UINT8 else np.int8
 
 
-QUANT_BUILDERS = {
+QUANT_BUILDERS = {k: after_inputs(b) for k, b in {
     (MS, "QLinearAdd"): _qlinear_binary, (MS, "QLinearMul"): _qlinear_binary,
     (MS, "QLinearSigmoid"): _qlinear_unary("Sigmoid", {}),
     (MS, "QLinearLeakyRelu"): _qlinear_unary("LeakyRelu", {"alpha": 0.01}),
@@ -339,7 +335,7 @@ QUANT_BUILDERS = {
     (MS, "QLinearSoftmax"): _qlinear_softmax, (MS, "QGemm"): _qgemm,
     (MS, "QAttention"): _q_attention, (MS, "QEmbedLayerNormalization"): _q_embed_layer_norm,
     (MS, "DynamicQuantizeMatMul"): _dynamic_quantize_matmul, (MS, "MatMulIntegerToFloat"): _matmul_integer_to_float,
-}
+}.items()}
 
 QUANT_HOW = {
     "QLinearAdd": "Casts, Sub, Mul, Add, Round, Clip (MLAS's formula)",

@@ -1,7 +1,7 @@
 """Nodes of other domains rewritten into ai.onnx nodes when the model is read, so that they
 compile as those do: ai.onnx.ml's operators (ml.py, ml_trees.py), ai.onnx.preview.training's
 optimizer steps and BatchNormalization in training mode (training.py), ONNX Runtime's contrib
-operators (contrib.py). Each rewriting module
+operators (contrib.py, contrib_quant.py, contrib_nbits.py). Each rewriting module
 gives a table of builders, (domain, op type) -> builder(Emit, attributes) (frontend/emit.py
 writes the nodes); `all_builders` joins them, and adding a rewritten operator is one builder in
 one of those tables.
@@ -16,8 +16,10 @@ import onnx
 from onnx import helper
 
 from ..errors import ModelError, UnsupportedError
-from ..ir.graph import OPSET_ATTR
+from ..ir.internal import OPSET_ATTR
 from .contrib import CONTRIB_BUILDERS, CONTRIB_ONLY_WHEN
+from .contrib_nbits import NBITS_BUILDERS
+from .contrib_quant import QUANT_BUILDERS
 from .emit import EMIT_OPSET, Deferred, Emit, attrs_of
 from .ml import BUILDERS, ML
 from .ml_trees import TREE_BUILDERS
@@ -30,7 +32,8 @@ def all_builders() -> dict:
     """(domain, op type) -> its builder (Emit, attributes), for every rewritten operator."""
     return {**{(ML, k): v for k, v in {**BUILDERS, **TREE_BUILDERS}.items()},
             **{(TRAINING, k): v for k, v in TRAINING_BUILDERS.items()},
-            ("", "BatchNormalization"): batchnorm_training, **CONTRIB_BUILDERS}
+            ("", "BatchNormalization"): batchnorm_training, **CONTRIB_BUILDERS, **QUANT_BUILDERS,
+            **NBITS_BUILDERS}
 
 
 # (domain, op type) -> which of its nodes are rewritten (all, where not listed), from the node's
