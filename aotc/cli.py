@@ -5,6 +5,7 @@ import json
 import sys
 import traceback
 from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
 from typing import List, Optional
 
@@ -17,16 +18,21 @@ from .errors import AotcError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="aotc: ahead-of-time compiler from ONNX models to shared libraries (C, OpenCL, CUDA).")
-_TARGET_HELP = ("Target: native (the best CPU target this machine runs: c-avx512, c-avx2 or c), c (portable "
-                "C99), c-avx2, c-avx512, opencl (OpenCL C kernels + C host code), cuda (CUDA kernels + host "
-                "code built by nvcc for sm_80 and sm_90; cuda:sm_90 for one architecture; cuda,tf32 or "
-                "cuda:sm_90,tf32 to run float32 GEMMs on tensor cores in TF32, which changes numerics), or the "
-                "path of a target .toml file (see targets/). CPU targets take ,direct_conv (3x3 convolutions "
-                "summed directly, not by Winograd F(2x2)) or ,winograd4 (also Winograd F(4x4) on large planes: "
-                "faster, float32 errors 10-25x a direct sum's); c-avx512 also takes ,qdq_float (a QDQ model's "
-                "Conv/MatMul/Gemm computed in float32 as written, not as the 8-bit integer operators they "
-                "stand for).")
+# What targets there are and the options each takes are in targets/*.toml: `aotc targets` lists them.
+_TARGET_HELP = ("Target: native (the default: the best CPU target of this machine), c, c-avx2, c-avx512, "
+                "opencl, cuda, with its :arch and ,options, or a target .toml file. `aotc targets` lists them.")
 _THREADS_HELP = "Most threads the artifact runs on; 0 = every core of this machine."
+_SHAPE = "NAME=DIMS"
+_FILE = "NAME=FILE"
+
+
+class Weights(str, Enum):
+    """Where the artifact keeps its weights (--weights)."""
+    auto = "auto"
+    embed = "embed"
+    external = "external"
+
+
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 _state = {"verbose": False}
@@ -46,13 +52,46 @@ def main_options(
     _state["verbose"] = verbose
 
 
+def _reflowed(f):
+    """Typer's rich help keeps the line breaks of a docstring's paragraphs after the first, which
+    then break mid-sentence on a terminal of any other width: join each paragraph's lines, so
+    that the help wraps at the terminal's width."""
+    import inspect
+    f.__doc__ = "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(f.__doc__).split("\n\n"))
+    return f
+
+
+def _on_terminal() -> bool:
+    """A person watching: stdout and stderr are both terminals (not a pipe, a file or a test)."""
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
 @contextmanager
-def _progress(message: str):
-    if sys.stderr.isatty():
-        with err.status(f"{message}..."):
-            yield
-    else:
-        yield
+def _stages():
+    """The `progress` callback of compile_model, run_check, inspect_model and bench_model: on a
+    terminal, the stages as they go on stderr (the one running with a spinner and its seconds,
+    the ones done with theirs; the kernel count is in the stage names), erased when the command
+    is done; None (nothing shown) when stdout or stderr is not a terminal."""
+    if not _on_terminal():
+        yield None
+        return
+    from rich.progress import Progress, ProgressColumn, SpinnerColumn, TextColumn
+    from rich.text import Text
+
+    class Seconds(ProgressColumn):
+        def render(self, task):
+            return Text(f"{(task.finished_time if task.finished else task.elapsed) or 0:5.1f} s", style="yellow")
+
+    with Progress(SpinnerColumn(finished_text="[green]done[/]"), TextColumn("{task.description}"), Seconds(),
+                  console=err, transient=True) as bar:
+        @contextmanager
+        def stage(message: str):
+            task = bar.add_task(message, total=1)
+            try:
+                yield
+            finally:
+                bar.update(task, completed=1)
+        yield stage
 
 
 def _fail(e: BaseException) -> None:
@@ -123,26 +162,30 @@ def _bfloat16_restored(a: np.ndarray) -> np.ndarray:
     return a.view(dtypes.BFLOAT16) if a.dtype == np.dtype("V2") else a
 
 
-@app.command("compile")
+@app.command("compile", short_help="Compile an ONNX model into a shared library, its header and sources.")
+@_reflowed
 def compile_cmd(
     model: Path = typer.Argument(..., help="The .onnx file."),
     target: str = typer.Option("native", "--target", "-t", help=_TARGET_HELP),
-    output: Path = typer.Option(..., "--output", "-o", help="Directory to write the artifact into."),
-    threads: int = typer.Option(0, "--threads", help=_THREADS_HELP + " The workspace holds per-thread "
+    output: Path = typer.Option(..., "--output", "-o", metavar="DIR", help="Directory to write the artifact into."),
+    threads: int = typer.Option(0, "--threads", min=0, help=_THREADS_HELP + " The workspace holds per-thread "
                                 "scratch for this many; an instance can be asked for fewer at run time."),
     name: Optional[str] = typer.Option(None, "--name", help="C prefix for every symbol (default: file name)."),
-    shape: List[str] = typer.Option([], "--shape", help="Fix an input's shape: NAME=1x3x224x224. Repeatable."),
-    const: List[str] = typer.Option([], "--const", help="Bind an input to a constant: NAME=file.npy. Repeatable."),
-    weights: str = typer.Option("auto", "--weights", help="embed (static const C data), external "
-                                "(NAME.weights file), or auto (external above 8 MiB)."),
+    shape: List[str] = typer.Option([], "--shape", metavar=_SHAPE,
+                                    help="Fix an input's shape: x=1x3x224x224. Repeatable."),
+    const: List[str] = typer.Option([], "--const", metavar=_FILE,
+                                    help="Bind an input to a constant from a .npy file. Repeatable."),
+    weights: Weights = typer.Option(Weights.auto, "--weights", help="embed (static const C data), external "
+                                    "(NAME.weights file), or auto (external above 8 MiB)."),
     no_fuse: bool = typer.Option(False, "--no-fuse", help="One kernel per node (for debugging)."),
 ):
     """Compile MODEL into DIR: lib<name>.so, <name>.h, the C sources and manifest.json."""
     try:
         from .compiler import compile_model
-        d = compile_model(model, target=target, output_dir=output, name=name, shapes=_parse_shapes(shape),
-                          consts=_load_arrays(const, "--const"), weights=weights, fuse=not no_fuse,
-                          progress=_progress, threads=threads)
+        with _stages() as progress:
+            d = compile_model(model, target=target, output_dir=output, name=name, shapes=_parse_shapes(shape),
+                              consts=_load_arrays(const, "--const"), weights=weights.value, fuse=not no_fuse,
+                              progress=progress, threads=threads)
         m = json.loads((d / "manifest.json").read_text())
         out.print(f"wrote {d}/{m['library']} (target {m['target']}, {len(m['kernels'])} kernels, up to "
                   f"{m['threads']} thread(s), workspace {m['workspace_bytes']} bytes, "
@@ -153,15 +196,19 @@ def compile_cmd(
         _fail(e)
 
 
-@app.command("run")
+@app.command("run", short_help="Run a compiled artifact on inputs from .npy / .npz files.")
+@_reflowed
 def run_cmd(
     artifact: Path = typer.Argument(..., help="Directory written by `aotc compile`."),
-    input: List[str] = typer.Option([], "--input", "-i", help="NAME=file.npy, or a .npz with every input."),
-    output_dir: Path = typer.Option(Path("."), "--output-dir", help="Where to write <output>.npy files."),
-    threads: int = typer.Option(0, "--threads", help="Threads to run on; 0 = every core, up to what the "
+    input: List[str] = typer.Option([], "--input", "-i", metavar=_FILE,
+                                    help="An input from a .npy file, or a .npz with every input. Repeatable."),
+    output_dir: Path = typer.Option(Path("."), "--output-dir", metavar="DIR",
+                                    help="Where to write <output>.npy files."),
+    threads: int = typer.Option(0, "--threads", min=0, help="Threads to run on; 0 = every core, up to what the "
                                 "artifact was compiled for."),
 ):
-    """Run a compiled artifact on inputs from .npy/.npz files; writes one .npy per output.
+    """Run a compiled artifact on inputs from .npy / .npz files; writes one .npy per output.
+
     bfloat16, float8 and int4 / int2 arrays are ml_dtypes ones, which np.save writes as raw
     elements ('<V2', '<V1'): such inputs are read as the type the model takes, and
     np.load(out).view(ml_dtypes.float8_e4m3fn) (say) reads an output."""
@@ -183,32 +230,37 @@ def run_cmd(
         _fail(e)
 
 
-@app.command("check")
+@app.command("check", short_help="Compile a model and compare its outputs with ONNX Runtime's.")
+@_reflowed
 def check_cmd(
     model: Path = typer.Argument(..., help="The .onnx file."),
     target: str = typer.Option("native", "--target", "-t", help=_TARGET_HELP),
-    threads: int = typer.Option(0, "--threads", help=_THREADS_HELP),
-    input: List[str] = typer.Option([], "--input", "-i", help="NAME=file.npy (default: seeded random inputs)."),
-    shape: List[str] = typer.Option([], "--shape", help="NAME=1x3x224x224, as for compile."),
-    const: List[str] = typer.Option([], "--const", help="NAME=file.npy, as for compile."),
-    rtol: Optional[float] = typer.Option(None, "--rtol", help="Relative tolerance for float outputs "
+    threads: int = typer.Option(0, "--threads", min=0, help=_THREADS_HELP),
+    input: List[str] = typer.Option([], "--input", "-i", metavar=_FILE,
+                                    help="An input from a .npy file (default: seeded random inputs)."),
+    shape: List[str] = typer.Option([], "--shape", metavar=_SHAPE, help="As for compile."),
+    const: List[str] = typer.Option([], "--const", metavar=_FILE, help="As for compile."),
+    rtol: Optional[float] = typer.Option(None, "--rtol", min=0, help="Relative tolerance for float outputs "
                                          "(default 1e-4; 1e-2 on a target with tf32)."),
-    atol: Optional[float] = typer.Option(None, "--atol", help="Absolute tolerance for float outputs "
+    atol: Optional[float] = typer.Option(None, "--atol", min=0, help="Absolute tolerance for float outputs "
                                          "(default 1e-5; 1e-2 on a target with tf32)."),
     seed: int = typer.Option(0, "--seed", help="Seed for the random inputs."),
-    report: Optional[Path] = typer.Option(None, "--report", help="Write a JSON report here."),
-    junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here."),
-    keep: Optional[Path] = typer.Option(None, "--keep", help="Keep the compiled artifact in this directory."),
+    report: Optional[Path] = typer.Option(None, "--report", metavar="FILE", help="Write a JSON report here."),
+    junit: Optional[Path] = typer.Option(None, "--junit", metavar="FILE", help="Write a JUnit XML report here."),
+    keep: Optional[Path] = typer.Option(None, "--keep", metavar="DIR",
+                                        help="Keep the compiled artifact in this directory."),
 ):
-    """Compile MODEL, run it and ONNX Runtime on the same inputs, compare every output (where ONNX
-    Runtime has no kernel for an op, the ONNX reference implementation runs instead, and the
-    report says so). Exit 0: parity; 1: mismatch; 2: cannot compile."""
+    """Compile MODEL, run it and ONNX Runtime on the same inputs, and compare every output.
+
+    Where ONNX Runtime has no kernel for an op, the ONNX reference implementation runs instead,
+    and the report says so. Exit 0: parity; 1: mismatch; 2: cannot compile."""
     try:
         from .check.runner import junit_xml, run_check
         arrays = _load_arrays(input, "--input") or None
-        res = run_check(model, target=target, inputs=arrays, rtol=rtol, atol=atol, shapes=_parse_shapes(shape),
-                        consts=_load_arrays(const, "--const"), output_dir=keep, seed=seed, progress=_progress,
-                        threads=threads)
+        with _stages() as progress:
+            res = run_check(model, target=target, inputs=arrays, rtol=rtol, atol=atol, shapes=_parse_shapes(shape),
+                            consts=_load_arrays(const, "--const"), output_dir=keep, seed=seed, progress=progress,
+                            threads=threads)
     except typer.Exit:
         raise
     except Exception as e:
@@ -233,20 +285,22 @@ def check_cmd(
     raise typer.Exit(0 if res.passed else 1)
 
 
-@app.command("inspect")
+@app.command("inspect", short_help="What aotc makes of a model: fusion groups, kernels, memory plan.")
+@_reflowed
 def inspect_cmd(
     model: Path = typer.Argument(..., help="The .onnx file."),
     target: str = typer.Option("native", "--target", "-t", help=_TARGET_HELP),
-    shape: List[str] = typer.Option([], "--shape", help="NAME=1x3x224x224, as for compile."),
-    const: List[str] = typer.Option([], "--const", help="NAME=file.npy, as for compile."),
+    shape: List[str] = typer.Option([], "--shape", metavar=_SHAPE, help="As for compile."),
+    const: List[str] = typer.Option([], "--const", metavar=_FILE, help="As for compile."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
 ):
-    """Op histogram, unsupported ops, node and kernel counts after optimization, fusion
-    groups and the memory plan (arena, sum of intermediates, lower bound)."""
+    """Op histogram, unsupported ops, node and kernel counts after optimization, fusion groups
+    and the memory plan (arena, sum of intermediates, lower bound)."""
     try:
         from .inspection import inspect_model
-        info = inspect_model(model, target, _parse_shapes(shape), _load_arrays(const, "--const"),
-                             progress=_progress)
+        with _stages() as progress:
+            info = inspect_model(model, target, _parse_shapes(shape), _load_arrays(const, "--const"),
+                                 progress=progress)
     except typer.Exit:
         raise
     except Exception as e:
@@ -259,6 +313,123 @@ def inspect_cmd(
     out.print(format_text(info), markup=False)
     if info["unsupported"]:
         raise typer.Exit(2)
+
+
+@app.command("targets", short_help="List the targets and the options each takes.")
+@_reflowed
+def targets_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text.")):
+    """The targets --target takes, from their files (targets/*.toml): what each generates, the
+    architectures (:arch) and options (,option) it takes, whether this machine runs its code and
+    has its compiler. A target's name takes them as cuda:sm_90,tf32 or native,winograd4."""
+    try:
+        rows = _targets()
+    except Exception as e:
+        _fail(e)
+        return
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    from rich.table import Table
+    table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
+    table.add_column(no_wrap=True)
+    table.add_column(no_wrap=True)
+    table.add_column()
+    for r in rows:
+        table.add_row(r["name"], "", r["description"] + (f" ({r['note']})" if r["note"] else ""))
+        if r["arch"]:
+            table.add_row("", ":" + ", :".join(r["arch"]), "one of its architectures (default: all)")
+        for opt, text in r["options"].items():
+            table.add_row("", "," + opt, text)
+    out.print(table)
+    out.print(f"\nOr the path of a target .toml file of your own, written like these ({_targets_dir()}).",
+              markup=False)
+
+
+def _targets_dir() -> str:
+    from .paths import TARGETS_DIR
+    return str(TARGETS_DIR)
+
+
+def _targets() -> list[dict]:
+    """Each target file's name, description, architectures and options, and whether this machine
+    runs its code (the ISA it requires) and has its compiler; native first, as what it picks."""
+    import shutil
+    from .targets import available, load_target, native_target, runs_here
+    rows = [{"name": "native", "description": f"the best CPU target this machine runs: {native_target()} here",
+             "arch": [], "options": {}, "runs_here": True, "compiler": None, "note": ""}]
+    for name in available():
+        if name == "native":
+            continue
+        t = load_target(name)
+        runs, cc = runs_here(t), t.cc
+        notes = [] if runs else [f"this CPU lacks {', '.join(t.requires)}"]
+        if not shutil.which(cc):
+            notes.append(f"{cc} is not installed here")
+        rows.append({"name": name, "description": t.description, "arch": list(t.arch),
+                     "options": {k: " ".join(v.split()) for k, v in t.options.items()},
+                     "runs_here": runs, "compiler": cc, "note": "; ".join(notes)})
+    return rows
+
+
+@app.command("bench", short_help="Time a model's artifact against ONNX Runtime on the same inputs.")
+@_reflowed
+def bench_cmd(
+    model: Path = typer.Argument(..., help="The .onnx file."),
+    target: str = typer.Option("native", "--target", "-t", help="A CPU target (default native: the best one of "
+                               "this machine), with its ,options, or a target .toml file. `aotc targets` lists them."),
+    threads: str = typer.Option("1", "--threads", metavar="N[,N...]",
+                                help="Thread counts to time at, each for aotc and ONNX Runtime: 1,2 (say)."),
+    shape: List[str] = typer.Option([], "--shape", metavar=_SHAPE, help="As for compile."),
+    const: List[str] = typer.Option([], "--const", metavar=_FILE, help="As for compile."),
+    input: List[str] = typer.Option([], "--input", "-i", metavar=_FILE,
+                                    help="An input from a .npy file (default: seeded random inputs)."),
+    runs: int = typer.Option(30, "--runs", min=1, help="Timed runs of each engine at each thread count."),
+    warmup: int = typer.Option(5, "--warmup", min=0, help="Untimed runs of each engine first."),
+    rounds: int = typer.Option(5, "--rounds", min=1, help="Rounds over the engines, which share out the runs."),
+    seed: int = typer.Option(0, "--seed", help="Seed for the random inputs."),
+    as_json: Optional[Path] = typer.Option(None, "--json", metavar="FILE",
+                                           help="Also write the medians and every run's time here."),
+):
+    """Time MODEL compiled by aotc against ONNX Runtime, on the same inputs, at each thread count.
+
+    Each engine runs --warmup times, then --rounds rounds in which every engine in turn runs its
+    share of --runs back to back, after a pause and an untimed run; the engines alternate from
+    round to round, so that a shared machine's slow spells hit all alike. Prints each engine's
+    median and aotc/ORT, ONNX Runtime's median over aotc's (above 1: aotc is faster)."""
+    try:
+        from .bench import bench_model
+        counts = _thread_counts(threads)
+        with _stages() as progress:
+            r = bench_model(model, target=target, threads=counts, shapes=_parse_shapes(shape),
+                            consts=_load_arrays(const, "--const"), inputs=_load_arrays(input, "--input") or None,
+                            runs=runs, warmup=warmup, rounds=rounds, seed=seed, progress=progress)
+    except typer.Exit:
+        raise
+    except Exception as e:
+        _fail(e)
+        return
+    n = len(r["samples_ms"][f"aotc, {counts[0]}"])
+    out.print(f"{model.name} on target {r['target']}: medians of {n} runs per engine after {warmup} warm-up "
+              f"runs, engines alternating over {rounds} rounds (ms)", markup=False)
+    out.print(f"  {'threads':>7} {'aotc':>10} {'ORT':>10} {'aotc/ORT':>9}")
+    for t in counts:
+        a, o = r["median_ms"][f"aotc, {t}"], r["median_ms"][f"ORT, {t}"]
+        out.print(f"  {t:>7} {a:>10.3f} {o:>10.3f} {r['ort_over_aotc'][t]:>9.2f}")
+    out.print("aotc/ORT: ONNX Runtime's median over aotc's (above 1: aotc is faster). Largest difference "
+              f"between their outputs: {max(r['max_abs_diff'].values()):.3g}.")
+    if as_json:
+        as_json.write_text(json.dumps({**r, **{k: {str(t): v for t, v in r[k].items()}
+                                              for k in ("ort_over_aotc", "max_abs_diff")}}, indent=2) + "\n")
+
+
+def _thread_counts(text: str) -> list[int]:
+    try:
+        counts = [int(t) for t in text.split(",")]
+    except ValueError:
+        raise AotcError(f"--threads {text!r} is not a list of thread counts", "example: --threads 1,2") from None
+    if not counts or any(t < 1 for t in counts):
+        raise AotcError(f"--threads {text!r}: thread counts must be 1 or more", "example: --threads 1,2")
+    return list(dict.fromkeys(counts))
 
 
 def main():

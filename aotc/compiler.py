@@ -91,7 +91,7 @@ def analyze(path, target: str = DEFAULT_TARGET, name: Optional[str] = None, shap
         groups = form_groups(g, fuse=fuse, conds=ctx.conds, loops=ctx.loops)
         steps = lower_groups(g, groups)
         steps, slices = elide_concats(g, groups, steps, align=tgt.alignment)
-    with step(f"scheduling for {tgt.name}"):
+    with step(f"scheduling {len(steps)} kernels for {tgt.name}"):
         backend.schedule(g, steps, tgt, n_threads)
     with step("planning memory"):
         plan = plan_memory(g, groups, steps, align=tgt.alignment, threads=n_threads, slices=slices)
@@ -141,7 +141,7 @@ def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathL
         if (out / f"{prefix}_weights.c").exists() and external:
             (out / f"{prefix}_weights.c").unlink()
     lib = out / f"lib{prefix}.so"
-    with step("compiling"):
+    with step(f"compiling {sum(1 for _ in c.program.launches())} kernels with {c.target.get('cc', 'cc')}"):
         srcs = [out / f for f in sorted(files) if f.endswith((".c", ".cu"))]
         (build or backend.build)(srcs, lib, c.target, [out])
     manifest = {

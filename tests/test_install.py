@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata as md
+import json
 import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tomllib
 from pathlib import Path
 
@@ -162,3 +162,5 @@ def test_wheel_installs_and_compiles_outside_the_checkout(tmp_path):
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
     checked = run(aotc, "check", "mlp.onnx", "--shape", "x=2x16", "--seed", "7")
     assert "PASS" in checked and "from ONNX Runtime" in checked, checked
+    listed = {t["name"] for t in json.loads(run(aotc, "targets", "--json"))}
+    assert listed == {p.stem for p in (ROOT / "targets").glob("*.toml")} | {"native"}

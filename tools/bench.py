@@ -30,13 +30,13 @@ import re
 import statistics
 import subprocess
 import sys
-import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
+from aotc.bench import BoundInstance, ort_session, time_engines
 from aotc.check.inputs import sample_inputs
 from aotc.compiler import compile_model
 from aotc.frontend import import_model, load_onnx
@@ -46,8 +46,6 @@ from models.build import save
 from models.zoo import ZOO
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
-# Before an engine's block of runs: the previous engine's pool threads stop spinning first.
-SETTLE_S = 0.2
 
 
 class LegacyArtifact:
@@ -99,33 +97,6 @@ class LegacyArtifact:
             raise RuntimeError(f"baseline artifact failed with status {status}")
 
 
-class BoundInstance:
-    """A model instance (create / invoke) with its inputs and outputs bound once, so a timed run
-    is the invoke call and nothing else (as for LegacyArtifact)."""
-
-    def __init__(self, directory: Path, feeds: dict, threads: int = 0):
-        from aotc.build.loader import Library
-        self.lib = Library(directory)
-        self.inst = self.lib.create(threads=threads)
-        ffi, p = self.lib.ffi, self.lib.prefix
-        self.cin, self.cout = ffi.new(f"{p}_inputs *"), ffi.new(f"{p}_outputs *")
-        self._keep = []
-        for name, field, dt, shape in self.lib.inputs:
-            a = np.ascontiguousarray(feeds[name])
-            self._keep.append(a)
-            setattr(self.cin, field, ffi.from_buffer(a))
-        for name, field, dt, shape in self.lib.outputs:
-            o = np.empty(shape, dt)
-            self._keep.append(o)
-            setattr(self.cout, field, ffi.from_buffer(o))
-        self.invoke = self.lib._fn("invoke")
-
-    def run(self) -> None:
-        status = self.invoke(self.inst, self.cin, self.cout)
-        if status:
-            raise RuntimeError(f"invoke failed with status {status}: {self.lib.error(status)}")
-
-
 def compile_with_checkout(checkout: Path, model: Path, target: str, out: Path, shapes: dict) -> Path:
     """Compile with another checkout's aotc (its own modules, this interpreter)."""
     args = [sys.executable, "-c", "import sys; from aotc.cli import main; sys.argv[0] = 'aotc'; main()",
@@ -162,30 +133,12 @@ def bench_model(name: str, size: str, runs: int, warmup: int, workdir: Path, tar
         out = compile_model(path, target="opencl", output_dir=workdir / f"{name}_{size}_opencl", shapes=shapes)
         engines["aotc opencl"] = BoundInstance(out, feeds).run
     for t in threads:
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = t
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 3
-        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        sess = ort_session(path, t)
         engines[f"ORT, {t} thread{'s' if t > 1 else ''}"] = (lambda s=sess: s.run(None, feeds))
     if openvino:
         for t in threads:
             engines[f"OV, {t} thread{'s' if t > 1 else ''}"] = openvino_runner(path, feeds, t)
-    for fn in engines.values():
-        for _ in range(warmup):
-            fn()
-    samples = {k: [] for k in engines}
-    per_round = max(1, -(-runs // rounds))
-    for r in range(rounds):
-        order = list(engines.items())
-        order = order[r % len(order):] + order[:r % len(order)]      # who goes first changes too
-        for k, fn in order:
-            time.sleep(SETTLE_S)
-            fn()
-            for _ in range(per_round):
-                t0 = time.perf_counter()
-                fn()
-                samples[k].append(time.perf_counter() - t0)
+    samples = time_engines(engines, runs, warmup, rounds)     # the method of aotc/bench.py's docstring
     med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
     return {"model": name, "size": size, "median_ms": med, "memory": memory}
 

@@ -1,0 +1,150 @@
+"""aotc against ONNX Runtime on one model, the method of `make bench` (tools/bench.py), in the package
+so that an installed aotc has it (`aotc bench`).
+
+Every engine runs on the same inputs: aotc compiled for each thread count and run with it, ONNX
+Runtime with as many intra-op threads (one inter-op thread). Each engine first runs `warmup`
+times; then come `rounds` rounds, in each of which every engine in turn runs its share of `runs`
+timed runs back to back (as a serving loop would) after a pause and one untimed run. Engines
+alternate round by round, the first one changing too, so that slow drifts of a shared machine
+hit all alike; one engine's runs are not interleaved with another's, whose thread pool would
+still be spinning on the same cores (ONNX Runtime's and aotc's both spin for a while after a
+run). Reported: each engine's median, and ONNX Runtime's median over aotc's.
+"""
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from .errors import AotcError
+
+# Before an engine's block of runs: the previous engine's pool threads stop spinning first.
+SETTLE_S = 0.2
+
+
+class BoundInstance:
+    """A model instance (create / invoke) with its inputs and outputs bound once, so a timed run
+    is the invoke call and nothing else."""
+
+    def __init__(self, directory: Path, feeds: Mapping[str, np.ndarray], threads: int = 0):
+        from .build.loader import Library
+        self.lib = Library(directory)
+        self.inst = self.lib.create(threads=threads)
+        ffi, p = self.lib.ffi, self.lib.prefix
+        self.cin, self.cout = ffi.new(f"{p}_inputs *"), ffi.new(f"{p}_outputs *")
+        self._keep = []
+        for name, field, dt, shape in self.lib.inputs:
+            a = np.ascontiguousarray(feeds[name])
+            self._keep.append(a)
+            setattr(self.cin, field, ffi.from_buffer(a))
+        self.outputs = []
+        for name, field, dt, shape in self.lib.outputs:
+            o = np.empty(shape, dt)
+            self.outputs.append(o)
+            setattr(self.cout, field, ffi.from_buffer(o))
+        self.invoke = self.lib._fn("invoke")
+
+    def run(self) -> None:
+        status = self.invoke(self.inst, self.cin, self.cout)
+        if status:
+            raise RuntimeError(f"invoke failed with status {status}: {self.lib.error(status)}")
+
+
+def time_engines(engines: Mapping[str, Callable[[], object]], runs: int, warmup: int, rounds: int,
+                 settle_s: float = SETTLE_S) -> dict[str, list[float]]:
+    """Seconds of each timed run of each engine, by the method in this module's docstring: every
+    engine gets ceil(runs / rounds) timed runs a round."""
+    for fn in engines.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in engines}
+    per_round = max(1, -(-runs // rounds))
+    for r in range(rounds):
+        order = list(engines.items())
+        order = order[r % len(order):] + order[:r % len(order)]      # who goes first changes too
+        for k, fn in order:
+            time.sleep(settle_s)
+            fn()
+            for _ in range(per_round):
+                t0 = time.perf_counter()
+                fn()
+                samples[k].append(time.perf_counter() - t0)
+    return samples
+
+
+def ort_session(path, threads: int):
+    """ONNX Runtime's CPU session with `threads` intra-op threads and one inter-op thread."""
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def bench_model(path, target: str = "native", threads: Sequence[int] = (1,), shapes: Optional[Mapping] = None,
+                consts: Optional[Mapping] = None, inputs: Optional[Mapping[str, np.ndarray]] = None,
+                runs: int = 30, warmup: int = 5, rounds: int = 5, seed: int = 0, progress=None) -> dict:
+    """Time aotc and ONNX Runtime on the model at `path`, at each thread count, on `inputs` (or
+    seeded random ones, as `aotc check` draws them). Returns the medians in milliseconds by
+    engine, ONNX Runtime's median over aotc's by thread count, every sample, and the largest
+    difference between aotc's outputs and ONNX Runtime's (by thread count)."""
+    from .check.inputs import sample_inputs
+    from .compiler import compile_model
+    from .frontend import import_model, load_onnx
+    if not threads or any(t < 1 for t in threads):
+        raise AotcError(f"--threads {','.join(map(str, threads))}: thread counts must be 1 or more",
+                        "example: --threads 1,2")
+    if runs < 1 or warmup < 0 or rounds < 1:
+        raise AotcError("--runs and --rounds must be 1 or more, --warmup 0 or more")
+    step = progress or (lambda s: nullcontext())
+    shapes, consts = dict(shapes or {}), dict(consts or {})
+    for k, v in (inputs or {}).items():
+        shapes.setdefault(k, tuple(np.asarray(v).shape))
+    g = import_model(load_onnx(path), "bench", shapes, consts)
+    feeds = dict(inputs) if inputs else sample_inputs(g, seed)
+    missing = [k for k in g.inputs if k not in feeds]
+    if missing:
+        raise AotcError(f"no --input given for {', '.join(map(repr, missing))}",
+                        "give every input with --input (or none, to draw seeded random inputs)")
+    from .targets import load_target
+    if load_target(target)["language"] != "c":
+        raise AotcError(f"aotc bench times CPU targets; {target!r} is not one",
+                        "pick a CPU target (native, c, c-avx2, c-avx512): `aotc targets` lists them")
+    engines, target_name, diff = {}, None, {}
+    with tempfile.TemporaryDirectory(prefix="aotc-bench-") as work:
+        keep = []
+        for t in threads:
+            out = compile_model(path, target=target, output_dir=Path(work) / f"t{t}", shapes=shapes, consts=consts,
+                                progress=progress, threads=t)
+            inst = BoundInstance(out, feeds, threads=t)
+            target_name = inst.lib.manifest["target"]
+            keep.append(inst)
+            engines[f"aotc, {t}"] = inst.run
+        ort_feeds = {**{k: np.asarray(v) for k, v in feeds.items()}, **{k: np.asarray(v) for k, v in consts.items()}}
+        for t in threads:
+            try:
+                sess = ort_session(path, t)
+                sess.run(None, ort_feeds)
+            except Exception as e:
+                raise AotcError(f"ONNX Runtime cannot run {Path(path).name}: {str(e).splitlines()[0]}",
+                                "aotc bench needs ONNX Runtime to run the model too") from None
+            engines[f"ORT, {t}"] = (lambda s=sess: s.run(None, ort_feeds))
+        with step(f"timing {len(engines)} engines: {rounds} rounds, {runs} runs each"):
+            samples = time_engines(engines, runs, warmup, rounds)
+        # what was timed computes the model: the outputs of aotc's last run against ONNX Runtime's
+        ref = engines[f"ORT, {threads[0]}"]()
+        for t, inst in zip(threads, keep):
+            diff[t] = max((float(np.max(np.abs(a.astype(np.float64) - np.asarray(b, np.float64)))) if a.size else 0.0
+                           for a, b in zip(inst.outputs, ref)), default=0.0)
+    med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
+    return {"model": str(path), "target": target_name, "threads": list(threads), "runs": runs, "warmup": warmup,
+            "rounds": rounds, "median_ms": med,
+            "ort_over_aotc": {t: med[f"ORT, {t}"] / med[f"aotc, {t}"] for t in threads},
+            "max_abs_diff": diff,
+            "samples_ms": {k: [s * 1e3 for s in v] for k, v in samples.items()}}
