@@ -1,7 +1,9 @@
 """Python API: compile a model, load an artifact, run it."""
 from __future__ import annotations
 
+import json
 import os
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
@@ -50,17 +52,41 @@ class CompiledModel:
         return f"CompiledModel({str(self.directory)!r}, inputs={self.input_names}, outputs={self.output_names})"
 
 
+def build_artifact(model: Union[str, os.PathLike], target: str = "native", output_dir: Union[str, os.PathLike] = "out",
+                   name: Optional[str] = None, shapes: Optional[Mapping[str, Sequence[int]]] = None,
+                   consts: Optional[Mapping[str, np.ndarray]] = None, weights: str = "auto", fuse: bool = True,
+                   threads: int = 0, static: bool = False, progress=None) -> Path:
+    """What `aotc compile` and `compile` write: the artifact compile_model makes (header, sources,
+    lib<name>.so, manifest.json) and the build files for C users beside it (<name>.pc,
+    <name>Config.cmake; with `static`, lib<name>.a and <name>-static.pc too:
+    aotc/build/package.py). Returns the artifact directory."""
+    from .build.package import STATIC_LANGUAGES, write_build_files
+    from .compiler import compile_model
+    from .errors import AotcError
+    from .targets import load_target
+    if static and load_target(target)["language"] not in STATIC_LANGUAGES:
+        raise AotcError(f"--static: target {target!r} builds a shared library only",
+                        "static libraries are built for the c and opencl targets")
+    out = compile_model(model, target=target, output_dir=output_dir, name=name, shapes=shapes, consts=consts,
+                        weights=weights, fuse=fuse, progress=progress, threads=threads)
+    manifest = json.loads((out / "manifest.json").read_text())
+    step = progress or (lambda s: nullcontext())
+    with step(f"writing build files{' and lib' + manifest['name'] + '.a' if static else ''}"):
+        write_build_files(out, manifest, load_target(target), static)
+    return out
+
+
 def compile(model: Union[str, os.PathLike], target: str = "native", output_dir: Union[str, os.PathLike] = "out",
             name: Optional[str] = None, shapes: Optional[Mapping[str, Sequence[int]]] = None,
             consts: Optional[Mapping[str, np.ndarray]] = None, weights: str = "auto",
-            threads: int = 0) -> CompiledModel:
-    """Compile an ONNX file into `output_dir` (header, sources, lib<name>.so, manifest.json)
-    and load it. `target`: native (the best CPU target of this machine), c, c-avx2, c-avx512...;
-    `shapes` fixes symbolic input dims; `consts` binds inputs to constants; `threads`: the most
-    threads the artifact runs on (0: all cores of this machine)."""
-    from .compiler import compile_model
-    out = compile_model(model, target=target, output_dir=output_dir, name=name, shapes=shapes,
-                        consts=consts, weights=weights, threads=threads)
+            threads: int = 0, static: bool = False) -> CompiledModel:
+    """Compile an ONNX file into `output_dir` (header, sources, lib<name>.so, manifest.json, the
+    pkg-config and CMake files) and load it. `target`: native (the best CPU target of this
+    machine), c, c-avx2, c-avx512...; `shapes` fixes symbolic input dims; `consts` binds inputs
+    to constants; `threads`: the most threads the artifact runs on (0: all cores of this
+    machine); `static`: also lib<name>.a, for C programs that link it in."""
+    out = build_artifact(model, target=target, output_dir=output_dir, name=name, shapes=shapes, consts=consts,
+                         weights=weights, threads=threads, static=static)
     return CompiledModel(out, threads=threads)
 
 

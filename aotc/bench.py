@@ -113,7 +113,7 @@ def bench_model(path, target: str = "native", threads: Sequence[int] = (1,), sha
         raise AotcError(f"no --input given for {', '.join(map(repr, missing))}",
                         "give every input with --input (or none, to draw seeded random inputs)")
     from .targets import load_target
-    if load_target(target)["language"] != "c":
+    if load_target(target).language != "c":
         raise AotcError(f"aotc bench times CPU targets; {target!r} is not one",
                         "pick a CPU target (native, c, c-avx2, c-avx512): `aotc targets` lists them")
     engines, target_name, diff = {}, None, {}

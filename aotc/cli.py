@@ -178,18 +178,22 @@ def compile_cmd(
     weights: Weights = typer.Option(Weights.auto, "--weights", help="embed (static const C data), external "
                                     "(NAME.weights file), or auto (external above 8 MiB)."),
     no_fuse: bool = typer.Option(False, "--no-fuse", help="One kernel per node (for debugging)."),
+    static: bool = typer.Option(False, "--static", help="Also build lib<name>.a, for C programs that link the "
+                                "model in (c and opencl targets)."),
 ):
-    """Compile MODEL into DIR: lib<name>.so, <name>.h, the C sources and manifest.json."""
+    """Compile MODEL into DIR: lib<name>.so, <name>.h, the sources, manifest.json, and for C
+    builds <name>.pc (pkg-config) and <name>Config.cmake (CMake's find_package)."""
     try:
-        from .compiler import compile_model
+        from .api import build_artifact
         with _stages() as progress:
-            d = compile_model(model, target=target, output_dir=output, name=name, shapes=_parse_shapes(shape),
-                              consts=_load_arrays(const, "--const"), weights=weights.value, fuse=not no_fuse,
-                              progress=progress, threads=threads)
+            d = build_artifact(model, target=target, output_dir=output, name=name, shapes=_parse_shapes(shape),
+                               consts=_load_arrays(const, "--const"), weights=weights.value, fuse=not no_fuse,
+                               threads=threads, static=static, progress=progress)
         m = json.loads((d / "manifest.json").read_text())
         out.print(f"wrote {d}/{m['library']} (target {m['target']}, {len(m['kernels'])} kernels, up to "
                   f"{m['threads']} thread(s), workspace {m['workspace_bytes']} bytes, "
-                  f"weights {m['weights']['bytes']} bytes {m['weights']['mode']})")
+                  f"weights {m['weights']['bytes']} bytes {m['weights']['mode']})"
+                  + (f" and {d}/lib{m['name']}.a" if static else ""))
     except typer.Exit:
         raise
     except Exception as e:

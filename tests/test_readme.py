@@ -1,7 +1,9 @@
 """The README's examples run as written: the quickstart's commands, the Python API example, and
-the complete C program, which compiles against a real artifact and prints ORT's answer."""
+the complete C program, built against a real artifact by each of the README's ways (cc,
+pkg-config, CMake; shared and static), printing ONNX Runtime's answer."""
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -9,31 +11,92 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from aotc.compiler import compile_model
 from models.zoo import ZOO
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_readme_c_example(tmp_path):
-    text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```c\n(.*?)```", text, re.S)
-    program = next(b for b in blocks if "int main" in b)
-    model = tmp_path / "mlp.onnx"
-    onnx.save(ZOO["mlp"].build("small"), str(model))
-    out = compile_model(model, output_dir=tmp_path / "out", name="mlp", shapes={"x": (1, 64)})
-    (tmp_path / "app.c").write_text(program)
-    exe = tmp_path / "app"
-    subprocess.run(["cc", "-std=c99", "-Wall", "-Werror", f"-I{out}", str(tmp_path / "app.c"), f"-L{out}", "-lmlp",
-                    f"-Wl,-rpath,{out}", "-o", str(exe)], check=True)
+def _run_c_program(exe: Path) -> np.ndarray:
     printed = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
-    got = np.array([float(v) for v in printed], dtype=np.float32)
-    x = (np.arange(64, dtype=np.float32) / 64.0).reshape(1, 64)
-    ref = ort.InferenceSession(str(model)).run(None, {"x": x})[0].reshape(-1)
-    assert got.shape == ref.shape
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    return np.array([float(v) for v in printed], dtype=np.float32)
+
+
+def _needs_libmlp_so(exe: Path) -> bool:
+    dynamic = subprocess.run(["readelf", "-d", str(exe)], check=True, capture_output=True, text=True).stdout
+    return "[libmlp.so]" in dynamic
+
+
+class CExample:
+    """The README's C API section: its program, its build commands and CMake project, and the
+    artifact its `aotc compile` line makes, in a directory of their own."""
+
+    def __init__(self, where: Path):
+        section = _section((ROOT / "README.md").read_text(), "C API")
+        self.program = next(b for b in re.findall(r"```c\n(.*?)```", section, re.S) if "int main" in b)
+        self.commands = [ln for ln in re.findall(r"```sh\n(.*?)```", section, re.S)[0].splitlines() if ln.strip()]
+        self.cmakelists = re.findall(r"```cmake\n(.*?)```", section, re.S)[0]
+        self.dir = where
+        model = where / "mlp.onnx"
+        onnx.save(ZOO["mlp"].build("small"), str(model))
+        (where / "app.c").write_text(self.program)
+        self.sh(re.search(r"`(aotc compile [^`]*)`", section).group(1))
+        x = (np.arange(64, dtype=np.float32) / 64.0).reshape(1, 64)
+        self.expected = ort.InferenceSession(str(model)).run(None, {"x": x})[0].reshape(-1)
+
+    def sh(self, line: str, cwd: Path | None = None) -> None:
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+               "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
+        p = subprocess.run(["bash", "-c", line], cwd=cwd or self.dir, env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert p.returncode == 0, f"{line}\n{p.stdout}\n{p.stderr}"
+
+    def check(self, exe: Path, static: bool) -> None:
+        """The program prints ONNX Runtime's logits; a static build does not load libmlp.so."""
+        printed = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
+        np.testing.assert_allclose(np.array([float(v) for v in printed], np.float32), self.expected,
+                                   rtol=1e-4, atol=1e-5)
+        dynamic = subprocess.run(["readelf", "-d", str(exe)], check=True, capture_output=True, text=True).stdout
+        assert ("[libmlp.so]" in dynamic) != static, dynamic
+
+
+@pytest.fixture(scope="module")
+def c_example(tmp_path_factory):
+    return CExample(tmp_path_factory.mktemp("readme_c"))
+
+
+def test_readme_c_example_with_cc(c_example):
+    """The program and the plain cc command: it prints ONNX Runtime's answer."""
+    line, = [ln for ln in c_example.commands if "pkg-config" not in ln]
+    c_example.sh(line + " -Wall -Werror")
+    c_example.check(c_example.dir / "app", static=False)
+
+
+@pytest.mark.skipif(shutil.which("pkg-config") is None, reason="pkg-config is not installed (.ci/run installs it)")
+def test_readme_c_example_with_pkg_config(c_example):
+    """Both pkg-config lines: out/mlp.pc links libmlp.so, out/mlp-static.pc libmlp.a."""
+    lines = [ln for ln in c_example.commands if "pkg-config" in ln]
+    assert len(lines) == 2 and "mlp-static" in lines[1]
+    for line in lines:
+        exe = c_example.dir / "app"
+        exe.unlink(missing_ok=True)
+        c_example.sh(line + " -Wall -Werror")
+        c_example.check(exe, static="mlp-static" in line)
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not installed (.ci/run installs it)")
+@pytest.mark.parametrize("lib", ["mlp::mlp", "mlp::mlp_static"])
+def test_readme_c_example_with_cmake(c_example, lib, tmp_path):
+    """The CMake project as written (find_package(mlp) from out/mlpConfig.cmake), linking the
+    shared library and, as its comment says, the static one."""
+    assert "target_link_libraries(app PRIVATE mlp::mlp)" in c_example.cmakelists
+    (tmp_path / "app.c").write_text(c_example.program)
+    (tmp_path / "CMakeLists.txt").write_text(c_example.cmakelists.replace("PRIVATE mlp::mlp)", f"PRIVATE {lib})"))
+    c_example.sh(f"cmake -S . -B build -Dmlp_DIR={c_example.dir / 'out'} > /dev/null && cmake --build build > /dev/null",
+                 cwd=tmp_path)
+    c_example.check(tmp_path / "build" / "app", static=lib.endswith("_static"))
 
 
 def _section(text: str, heading: str) -> str:
