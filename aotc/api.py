@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
@@ -52,42 +53,67 @@ class CompiledModel:
         return f"CompiledModel({str(self.directory)!r}, inputs={self.input_names}, outputs={self.output_names})"
 
 
+@dataclass
+class Built:
+    """An artifact directory written by build_artifact, and whether it came from the compile cache."""
+    directory: Path
+    cached: bool
+
+
 def build_artifact(model: Union[str, os.PathLike], target: str = "native", output_dir: Union[str, os.PathLike] = "out",
                    name: Optional[str] = None, shapes: Optional[Mapping[str, Sequence[int]]] = None,
                    consts: Optional[Mapping[str, np.ndarray]] = None, weights: str = "auto", fuse: bool = True,
-                   threads: int = 0, static: bool = False, progress=None) -> Path:
+                   threads: int = 0, static: bool = False, cache: bool = False, progress=None) -> Built:
     """What `aotc compile` and `compile` write: the artifact compile_model makes (header, sources,
     lib<name>.so, manifest.json) and the build files for C users beside it (<name>.pc,
     <name>Config.cmake; with `static`, lib<name>.a and <name>-static.pc too:
-    aotc/build/package.py). Returns the artifact directory."""
+    aotc/build/package.py). With `cache`, an artifact compiled before from the same model,
+    options, target, compilers and aotc is copied from the compile cache (aotc/cache.py)
+    instead, and a new one is stored there."""
     from .build.package import STATIC_LANGUAGES, write_build_files
     from .compiler import compile_model
     from .errors import AotcError
     from .targets import load_target
-    if static and load_target(target)["language"] not in STATIC_LANGUAGES:
+    tgt = load_target(target)
+    if static and tgt["language"] not in STATIC_LANGUAGES:
         raise AotcError(f"--static: target {target!r} builds a shared library only",
                         "static libraries are built for the c and opencl targets")
+    step = progress or (lambda s: nullcontext())
+    key = None
+    if cache:
+        from . import cache as compile_cache
+        from .codegen import get_backend
+        from .compiler import resolve_threads
+        with step("looking in the compile cache"):
+            key = compile_cache.compute_key(model, tgt, resolve_threads(threads, get_backend(tgt["language"])),
+                                            name, shapes, consts, weights, fuse, static)
+            if key and compile_cache.restore(key, Path(output_dir)) is not None:
+                return Built(Path(output_dir), cached=True)
     out = compile_model(model, target=target, output_dir=output_dir, name=name, shapes=shapes, consts=consts,
                         weights=weights, fuse=fuse, progress=progress, threads=threads)
     manifest = json.loads((out / "manifest.json").read_text())
-    step = progress or (lambda s: nullcontext())
     with step(f"writing build files{' and lib' + manifest['name'] + '.a' if static else ''}"):
-        write_build_files(out, manifest, load_target(target), static)
-    return out
+        files = write_build_files(out, manifest, tgt, static)
+    if key:
+        with step("storing in the compile cache"):
+            compile_cache.store(key, out, compile_cache.artifact_files(out, manifest, files), manifest["name"])
+    return Built(out, cached=False)
 
 
 def compile(model: Union[str, os.PathLike], target: str = "native", output_dir: Union[str, os.PathLike] = "out",
             name: Optional[str] = None, shapes: Optional[Mapping[str, Sequence[int]]] = None,
             consts: Optional[Mapping[str, np.ndarray]] = None, weights: str = "auto",
-            threads: int = 0, static: bool = False) -> CompiledModel:
+            threads: int = 0, static: bool = False, cache: bool = False) -> CompiledModel:
     """Compile an ONNX file into `output_dir` (header, sources, lib<name>.so, manifest.json, the
     pkg-config and CMake files) and load it. `target`: native (the best CPU target of this
     machine), c, c-avx2, c-avx512...; `shapes` fixes symbolic input dims; `consts` binds inputs
     to constants; `threads`: the most threads the artifact runs on (0: all cores of this
-    machine); `static`: also lib<name>.a, for C programs that link it in."""
-    out = build_artifact(model, target=target, output_dir=output_dir, name=name, shapes=shapes, consts=consts,
-                         weights=weights, threads=threads, static=static)
-    return CompiledModel(out, threads=threads)
+    machine); `static`: also lib<name>.a, for C programs that link it in; `cache`: use the
+    compile cache, as `aotc compile` does (off here, since a process may patch aotc in ways
+    the cache's key cannot see)."""
+    built = build_artifact(model, target=target, output_dir=output_dir, name=name, shapes=shapes, consts=consts,
+                           weights=weights, threads=threads, static=static, cache=cache)
+    return CompiledModel(built.directory, threads=threads)
 
 
 def load(directory: Union[str, os.PathLike], threads: int = 0, profile: bool = False) -> CompiledModel:

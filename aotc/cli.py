@@ -180,20 +180,24 @@ def compile_cmd(
     no_fuse: bool = typer.Option(False, "--no-fuse", help="One kernel per node (for debugging)."),
     static: bool = typer.Option(False, "--static", help="Also build lib<name>.a, for C programs that link the "
                                 "model in (c and opencl targets)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Compile afresh: neither copy the artifact from the "
+                                  "compile cache nor store it there ($XDG_CACHE_HOME/aotc)."),
 ):
     """Compile MODEL into DIR: lib<name>.so, <name>.h, the sources, manifest.json, and for C
     builds <name>.pc (pkg-config) and <name>Config.cmake (CMake's find_package)."""
     try:
         from .api import build_artifact
         with _stages() as progress:
-            d = build_artifact(model, target=target, output_dir=output, name=name, shapes=_parse_shapes(shape),
-                               consts=_load_arrays(const, "--const"), weights=weights.value, fuse=not no_fuse,
-                               threads=threads, static=static, progress=progress)
+            built = build_artifact(model, target=target, output_dir=output, name=name, shapes=_parse_shapes(shape),
+                                   consts=_load_arrays(const, "--const"), weights=weights.value, fuse=not no_fuse,
+                                   threads=threads, static=static, cache=not no_cache, progress=progress)
+        d = built.directory
         m = json.loads((d / "manifest.json").read_text())
         out.print(f"wrote {d}/{m['library']} (target {m['target']}, {len(m['kernels'])} kernels, up to "
                   f"{m['threads']} thread(s), workspace {m['workspace_bytes']} bytes, "
                   f"weights {m['weights']['bytes']} bytes {m['weights']['mode']})"
-                  + (f" and {d}/lib{m['name']}.a" if static else ""))
+                  + (f" and {d}/lib{m['name']}.a" if static else "")
+                  + (", from the compile cache" if built.cached else ""))
     except typer.Exit:
         raise
     except Exception as e:

@@ -92,7 +92,7 @@ def test_bench_refuses_bad_choices(mlp, args, fragment):
 
 
 def test_compile_shows_its_stages_on_a_terminal_only(mlp, tmp_path):
-    rc, text = on_terminal("compile", mlp, "--target", "c", "-o", tmp_path / "tty", "--shape", "x=1x64")
+    rc, text = on_terminal("compile", mlp, "--target", "c", "-o", tmp_path / "tty", "--shape", "x=1x64", "--no-cache")
     assert rc == 0, text
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
     manifest = json.loads((tmp_path / "tty" / "manifest.json").read_text())
