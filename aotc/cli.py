@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 import traceback
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from enum import Enum
 from pathlib import Path
 from typing import List, Optional
@@ -182,6 +182,8 @@ def compile_cmd(
                                 "model in (c and opencl targets)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Compile afresh: neither copy the artifact from the "
                                   "compile cache nor store it there ($XDG_CACHE_HOME/aotc)."),
+    report: Optional[Path] = typer.Option(None, "--report", metavar="FILE", help="Also write the HTML page of "
+                                          "`aotc report` (without kernel times) here."),
 ):
     """Compile MODEL into DIR: lib<name>.so, <name>.h, the sources, manifest.json, and for C
     builds <name>.pc (pkg-config) and <name>Config.cmake (CMake's find_package)."""
@@ -198,6 +200,13 @@ def compile_cmd(
                   f"weights {m['weights']['bytes']} bytes {m['weights']['mode']})"
                   + (f" and {d}/lib{m['name']}.a" if static else "")
                   + (", from the compile cache" if built.cached else ""))
+        if report:
+            from . import report as html_report
+            with _stages() as progress:
+                data = html_report.collect(model, target, _parse_shapes(shape), _load_arrays(const, "--const"),
+                                           threads, not no_fuse, progress)
+            html_report.write(data, report)
+            out.print(f"wrote {report}")
     except typer.Exit:
         raise
     except Exception as e:
@@ -321,6 +330,54 @@ def inspect_cmd(
     out.print(format_text(info), markup=False)
     if info["unsupported"]:
         raise typer.Exit(2)
+
+
+@app.command("report", short_help="Write an HTML page of what aotc makes of a model: kernels, graph, memory.")
+@_reflowed
+def report_cmd(
+    model: Path = typer.Argument(..., help="The .onnx file, or an artifact directory written by `aotc compile`."),
+    output: Path = typer.Option(..., "--output", "-o", metavar="FILE", help="The HTML file to write."),
+    target: str = typer.Option("native", "--target", "-t", help=_TARGET_HELP),
+    threads: int = typer.Option(0, "--threads", min=0, help=_THREADS_HELP),
+    shape: List[str] = typer.Option([], "--shape", metavar=_SHAPE, help="As for compile."),
+    const: List[str] = typer.Option([], "--const", metavar=_FILE, help="As for compile."),
+    profile: bool = typer.Option(False, "--profile", help="Also run the artifact (compiled for it, or the "
+                                 "directory's) on random inputs and time every kernel."),
+    runs: int = typer.Option(20, "--runs", min=1, help="Timed runs for --profile."),
+    model_file: Optional[Path] = typer.Option(None, "--model", metavar="FILE", help="For an artifact directory: "
+                                              "the model it was compiled from (default: the file its manifest "
+                                              "names, in it or beside it)."),
+    as_json: Optional[Path] = typer.Option(None, "--json", metavar="FILE", help="Also write the page's data here."),
+):
+    """Write one self-contained HTML page (no network) of what aotc makes of MODEL: the kernels
+    (the fusion groups) with their estimated FLOPs and bytes and, with --profile, their measured
+    times; the graph after optimization; the memory plan drawn as buffers over kernel order and
+    arena offset, with the lower bound marked; and the operators before and after the passes.
+
+    Given an artifact directory, the page is of that artifact: the target, threads and shapes it
+    was compiled with, its own kernel times; the graph and the memory plan need its model."""
+    try:
+        from . import report as html_report
+        with _stages() as progress:
+            if model.is_dir():
+                data = html_report.collect_artifact(model, model_file, progress=progress)
+                if profile:
+                    with (progress or (lambda s: nullcontext()))(f"timing {len(data['kernels'])} kernels"):
+                        html_report.profile(model, data, runs=runs)
+            else:
+                shapes, consts = _parse_shapes(shape), _load_arrays(const, "--const")
+                data = html_report.collect(model, target, shapes, consts, threads, progress=progress)
+                if profile:
+                    html_report.profile_model(model, data, target, shapes, consts, threads, runs, progress)
+        html_report.write(data, output, as_json)
+    except typer.Exit:
+        raise
+    except Exception as e:
+        _fail(e)
+        return
+    ks = data["kernels"]
+    out.print(f"wrote {output} ({len(ks)} kernels, {len(data['memory']['buffers'])} buffers drawn"
+              + (f", {data['profile']['total_ms']:.3f} ms a run in kernels" if data["profile"] else "") + ")")
 
 
 @app.command("targets", short_help="List the targets and the options each takes.")

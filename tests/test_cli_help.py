@@ -19,7 +19,7 @@ from aotc.paths import TARGETS_DIR
 from aotc.targets import native_target
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = ["compile", "run", "check", "inspect", "targets", "bench"]
+COMMANDS = ["compile", "run", "check", "inspect", "report", "targets", "bench"]
 WIDTH = 80
 
 
@@ -108,7 +108,7 @@ def test_help_reads_well_at_80_columns(command):
 
 def test_target_help_points_at_aotc_targets():
     """The --target help is a sentence that points at `aotc targets`, not the targets' list again."""
-    for command in ["compile", "check", "inspect", "bench"]:
+    for command in ["compile", "check", "inspect", "report", "bench"]:
         text = _words(aotc(command, "--help").stdout)
         assert "`aotc targets` lists them" in text, command
         assert "winograd4" not in text and "qdq_float" not in text, command

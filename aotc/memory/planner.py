@@ -45,6 +45,8 @@ class MemoryPlan:
     alignment: int
     inplace: list[tuple[str, str]] = field(default_factory=list)   # (output, reused input)
     slices: dict[str, tuple[str, int]] = field(default_factory=dict)  # value -> (its Concat's output, byte offset)
+    # the arena's buffers as placed: (storage set or scratch id, offset, bytes, first step, last step)
+    buffers: list[tuple[str, int, int, int, int]] = field(default_factory=list)
 
     def summary(self) -> dict:
         return {
@@ -304,6 +306,7 @@ def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: i
         alignment=align,
         inplace=reused,
         slices=dict(slices),
+        buffers=[(iv.key, offsets[iv.key], iv.size, iv.first, iv.last) for iv in intervals],
     )
 
 
