@@ -75,7 +75,7 @@ def build_artifact(model: Union[str, os.PathLike], target: str = "native", outpu
     from .errors import AotcError
     from .targets import load_target
     tgt = load_target(target)
-    if static and tgt["language"] not in STATIC_LANGUAGES:
+    if static and tgt.language not in STATIC_LANGUAGES:
         raise AotcError(f"--static: target {target!r} builds a shared library only",
                         "static libraries are built for the c and opencl targets")
     step = progress or (lambda s: nullcontext())
@@ -85,7 +85,7 @@ def build_artifact(model: Union[str, os.PathLike], target: str = "native", outpu
         from .codegen import get_backend
         from .compiler import resolve_threads
         with step("looking in the compile cache"):
-            key = compile_cache.compute_key(model, tgt, resolve_threads(threads, get_backend(tgt["language"])),
+            key = compile_cache.compute_key(model, tgt, resolve_threads(threads, get_backend(tgt.language)),
                                             name, shapes, consts, weights, fuse, static)
             if key and compile_cache.restore(key, Path(output_dir)) is not None:
                 return Built(Path(output_dir), cached=True)

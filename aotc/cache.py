@@ -23,13 +23,15 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import asdict
 from functools import lru_cache
 from pathlib import Path
 from typing import Mapping, Optional
 
 import numpy as np
 
-from . import __version__
+from .targets import Target
+from .version import __version__
 
 ENTRY = "aotc-cache-entry.json"
 DIGESTS = "file-digests.json"
@@ -164,7 +166,7 @@ def _tool(name: str):
     return [real, st.st_size, st.st_mtime_ns]
 
 
-def compute_key(model, target: dict, threads: int, name: str, shapes: Optional[Mapping],
+def compute_key(model, target: Target, threads: int, name: str, shapes: Optional[Mapping],
                 consts: Optional[Mapping], weights: str, fuse: bool, static: bool) -> Optional[str]:
     """The cache key of an artifact, or None where the model cannot be read (compiling it says
     why). `target` is the loaded target, `threads` resolved."""
@@ -189,7 +191,7 @@ def compute_key(model, target: dict, threads: int, name: str, shapes: Optional[M
         return None
 
 
-def _hash(model: Path, sha: str, data: list, target: dict, threads: int, name, shapes, consts, weights, fuse,
+def _hash(model: Path, sha: str, data: list, target: Target, threads: int, name, shapes, consts, weights, fuse,
           static) -> str:
     material = {
         "aotc": [__version__, package_digest()],
@@ -198,10 +200,10 @@ def _hash(model: Path, sha: str, data: list, target: dict, threads: int, name, s
         "consts": {k: [np.asarray(v).dtype.str, list(np.asarray(v).shape),
                        hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()]
                    for k, v in sorted((consts or {}).items())},
-        "target": target,
+        "target": asdict(target),
         "threads": threads,
         "options": {"name": name, "weights": weights, "fuse": fuse, "static": static},
-        "tools": [_tool(target.get("cc", "cc"))] + ([_tool("ar")] if static else []),
+        "tools": [_tool(target.cc)] + ([_tool("ar")] if static else []),
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
 

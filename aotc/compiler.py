@@ -141,7 +141,7 @@ def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathL
         if (out / f"{prefix}_weights.c").exists() and external:
             (out / f"{prefix}_weights.c").unlink()
     lib = out / f"lib{prefix}.so"
-    with step(f"compiling {sum(1 for _ in c.program.launches())} kernels with {c.target.get('cc', 'cc')}"):
+    with step(f"compiling {sum(1 for _ in c.program.launches())} kernels with {c.target.cc}"):
         srcs = [out / f for f in sorted(files) if f.endswith((".c", ".cu"))]
         (build or backend.build)(srcs, lib, c.target, [out])
     manifest = {

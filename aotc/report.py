@@ -21,7 +21,7 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from . import __version__
+from .version import __version__
 from .errors import AotcError
 
 GEMM_LIKE = {"MatMul", "MatMulInteger", "QLinearMatMul", "Gemm"}
@@ -111,7 +111,7 @@ def collect(model, target: str = "native", shapes: Optional[Mapping] = None, con
     return {
         "title": Path(model).name,
         "model": str(model),
-        "target": c.target["name"],
+        "target": c.target.name,
         "threads": c.threads,
         "aotc": __version__,
         "opset": c.opset,

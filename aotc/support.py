@@ -92,7 +92,7 @@ def _contrib() -> list[str]:
          f"{len(done)} of the {len(CONTRIB_OPERATORS)} contrib operators ONNX Runtime's tools write (its transformers "
          "optimizer, quantizers and", "onnxruntime-genai's model builder) compile, rewritten into ai.onnx operators "
          "when the model is read", "(aotc/frontend/contrib.py; the specification is ONNX Runtime's "
-         "docs/ContribOperators.md, its CPU kernels the reference).",
+         "ContribOperators.md, its CPU kernels the reference).",
          "LayerNormalization in the default domain is ONNX Runtime's opset-1 one only in models of opsets below 17.",
          "", "| domain | operator | status | how it compiles | refused (by name, with the node) |",
          "|---|---|---|---|---|"]

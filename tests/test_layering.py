@@ -19,7 +19,7 @@ C_SYNTAX = re.compile(r"#include|\bfor \((int|long)|__global\b|__kernel\b|__shar
 # aotc's packages and top-level modules, bottom layer first: a module may import from its own
 # layer and the layers before it, never from a later one. (ir holds the graph IR, kernel the
 # kernel IR that ops lower into; build, the toolchain and the loader, is below codegen, whose
-# backends call it; check compiles and runs through the API.)
+# backends call it; check compiles and runs through the API; the compile cache serves api.)
 LAYERS = [
     ("errors", "paths", "version"),
     ("ir",),
@@ -35,10 +35,10 @@ LAYERS = [
     ("program",),
     ("build",),
     ("codegen",),
-    ("compiler",),
+    ("compiler", "cache"),
     ("api",),
     ("check",),
-    ("inspection", "support", "cli", "__init__"),
+    ("inspection", "report", "bench", "support", "cli", "__init__"),
 ]
 
 

@@ -19,20 +19,21 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .. import __version__
 from ..errors import AotcError, BuildError
+from ..targets import Target
+from ..version import __version__
 
 # the languages whose artifacts are C compiled by the target's cc: they can be archived
 STATIC_LANGUAGES = ("c", "opencl")
 
 
-def static_library(out: Path, manifest: dict, target: dict) -> Path:
+def static_library(out: Path, manifest: dict, target: Target) -> Path:
     """Compile the artifact's C sources again as objects (the target's compiler and flags) and
     archive them into out/lib<name>.a. C-hosted targets only (c, c-avx2, c-avx512, opencl)."""
     if manifest["language"] not in STATIC_LANGUAGES:
         raise AotcError(f"--static: target {manifest['target']!r} builds a shared library only",
                         "static libraries are built for the c and opencl targets")
-    cc = target.get("cc", "cc")
+    cc = target.cc
     ar = shutil.which("ar")
     if shutil.which(cc) is None or ar is None:
         raise BuildError(f"--static needs {cc!r} and 'ar'", "install gcc (or clang) and binutils")
@@ -41,7 +42,7 @@ def static_library(out: Path, manifest: dict, target: dict) -> Path:
         objects = []
         for src in (s for s in manifest["sources"] if s.endswith(".c")):
             obj = Path(tmp) / (Path(src).stem + ".o")
-            _run([cc, *target.get("cflags", []), f"-I{out}", "-c", str(out / src), "-o", str(obj)])
+            _run([cc, *target.cflags, f"-I{out}", "-c", str(out / src), "-o", str(obj)])
             objects.append(str(obj))
         lib.unlink(missing_ok=True)
         _run([ar, "rcs", str(lib), *objects])
@@ -56,13 +57,13 @@ def _run(cmd: list[str]) -> None:
                          "this is a bug in aotc: please report it with the model")
 
 
-def link_flags(target: dict) -> list[str]:
+def link_flags(target: Target) -> list[str]:
     """What a program linking the static library links besides it: the target's ldflags for the
     shared library, less -shared."""
-    return [f for f in target.get("ldflags", []) if f != "-shared"]
+    return [f for f in target.ldflags if f != "-shared"]
 
 
-def pkg_config(manifest: dict, target: dict, static: bool) -> str:
+def pkg_config(manifest: dict, target: Target, static: bool) -> str:
     """<name>.pc (the shared library) or, with `static`, <name>-static.pc (lib<name>.a)."""
     name = manifest["name"]
     libs = (f"${{libdir}}/lib{name}.a {' '.join(link_flags(target))}" if static
@@ -82,7 +83,7 @@ def pkg_config(manifest: dict, target: dict, static: bool) -> str:
     ])
 
 
-def cmake_config(manifest: dict, target: dict) -> str:
+def cmake_config(manifest: dict, target: Target) -> str:
     """<name>Config.cmake: the imported targets <name>::<name> (the shared library) and, where
     the artifact has lib<name>.a, <name>::<name>_static."""
     name = manifest["name"]
@@ -124,7 +125,7 @@ def cmake_config(manifest: dict, target: dict) -> str:
     return "\n".join(lines)
 
 
-def write_build_files(out: Path, manifest: dict, target: dict, static: bool) -> list[str]:
+def write_build_files(out: Path, manifest: dict, target: Target, static: bool) -> list[str]:
     """The pkg-config file(s) and the CMake config into the artifact directory `out`, and with
     `static` the static library; without it, a static library and its .pc left there by an
     earlier compile are removed (they would not match the new shared library). Returns the files
