@@ -38,7 +38,7 @@ OPS_BUG = "aotc/ops: the operator's inference does not check this (see the modul
 
 
 def test_conv_transpose_zero_stride(tmp_path):
-    """strides=[1, 1, 0]: ZeroDivisionError in ops/nn.py _tap_range; strides=[0, 1] compiles."""
+    """strides=[1, 1, 0]: ZeroDivisionError in ops/window.py tap_range; strides=[0, 1] compiles."""
     x, w = _vi("x", [1, 1, 3, 3]), _vi("w", [1, 1, 2, 2])
     refuses(_model(N("ConvTranspose", ["x", "w"], ["y"], strides=[1, 1, 0]), [x, w], tmp_path))
 
@@ -49,7 +49,7 @@ def test_conv_transpose_zero_stride_compiles_silently(tmp_path):
 
 
 def test_conv_transpose_pads_of_the_wrong_length(tmp_path):
-    """pads=[1, 1] on a 2-D ConvTranspose (4 needed): IndexError in ops/nn.py _lower_convt."""
+    """pads=[1, 1] on a 2-D ConvTranspose (4 needed): IndexError in ops/conv.py _lower_convt."""
     x, w = _vi("x", [1, 1, 3, 3]), _vi("w", [1, 1, 2, 2])
     refuses(_model(N("ConvTranspose", ["x", "w"], ["y"], pads=[1, 1]), [x, w], tmp_path))
 

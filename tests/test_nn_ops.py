@@ -1,4 +1,5 @@
-"""CNN operators (aotc/ops/nn.py) against ONNX Runtime on random inputs."""
+"""CNN operators (aotc/ops/conv.py, conv_direct.py, pool.py, pad.py, resize.py, normalization.py) against
+ONNX Runtime on random inputs."""
 import numpy as np
 import pytest
 from onnx import helper
@@ -60,21 +61,21 @@ def test_conv2d_variants(case, tmp_path):
 ], ids=["3x3", "5x5_asym_s2_mult2", "3x7_dil"])
 def test_depthwise_one_pass_matches_the_row_by_row_nest(case, tmp_path, monkeypatch):
     """The depthwise fast path (rows every kernel row reaches summed in one pass,
-    ops/nn.py _depthwise_one_pass) against ONNX Runtime, and against the same model built with
+    ops/conv_direct.py _depthwise_one_pass) against ONNX Runtime, and against the same model built with
     it off (DEPTHWISE_ONE_PASS_TAPS = 0: every row as the other direct convolutions). (Small
     planes at stride 1 take the padded plane instead: off here, tested below.)"""
     import re
     from aotc.api import compile as aotc_compile
-    from aotc.ops import nn
-    monkeypatch.setattr(nn, "PADDED_PLANE_MAX", 0)
-    monkeypatch.setattr(nn, "STRIDED_PLANE_MAX", 0)
+    from aotc.ops import conv_direct
+    monkeypatch.setattr(conv_direct, "PADDED_PLANE_MAX", 0)
+    monkeypatch.setattr(conv_direct, "STRIDED_PLANE_MAX", 0)
     xs, ws, attrs = case
     x = rand(*xs, seed=5)
     m = single_op_model("Conv", {"x": x}, inits={"w": rand(*ws, seed=6), "b": rand(ws[0], seed=7)}, **attrs)
     (tmp_path / "fast").mkdir()
     assert_parity(m, tmp_path / "fast", {"x": x})
     fast = aotc_compile(tmp_path / "fast" / "model.onnx", output_dir=tmp_path / "fast" / "again", threads=1)
-    monkeypatch.setattr(nn, "DEPTHWISE_ONE_PASS_TAPS", 0)
+    monkeypatch.setattr(conv_direct, "DEPTHWISE_ONE_PASS_TAPS", 0)
     slow = aotc_compile(tmp_path / "fast" / "model.onnx", output_dir=tmp_path / "slow", threads=1)
     src_fast = (tmp_path / "fast" / "again" / "model.c").read_text()
     src_slow = (tmp_path / "slow" / "model.c").read_text()
@@ -102,11 +103,11 @@ def test_depthwise_one_pass_matches_the_row_by_row_nest(case, tmp_path, monkeypa
         "5x5_s2", "5x5_s2_odd_asym_batch2", "5x5_s2x1_asym_mult2", "3x7_dil_s1x2", "4x4_s3x2_dil_no_pads", "s2_pads_end_only"])
 def test_depthwise_padded_plane_matches_the_other_paths(case, tmp_path, monkeypatch):
     """Small depthwise planes go through a zero-padded copy (split by phase when strided) and
-    one flat stencil loop (ops/nn.py _depthwise_padded): against ONNX Runtime at 1 and 2 threads (the planes
+    one flat stencil loop (ops/conv_direct.py _depthwise_padded): against ONNX Runtime at 1 and 2 threads (the planes
     are per-thread scratch), and against the same model built without it (the one-pass and
     row-by-row paths)."""
     from aotc.api import compile as aotc_compile
-    from aotc.ops import nn
+    from aotc.ops import conv_direct
     xs, ws, attrs = case
     x = rand(*xs, seed=8)
     m = single_op_model("Conv", {"x": x}, inits={"w": rand(*ws, seed=9), "b": rand(ws[0], seed=10)}, **attrs)
@@ -116,8 +117,8 @@ def test_depthwise_padded_plane_matches_the_other_paths(case, tmp_path, monkeypa
     padded = aotc_compile(path, output_dir=tmp_path / "p2", target=eager_threads_target(tmp_path), threads=2)
     src = (tmp_path / "p2" / "model.c").read_text()
     assert "padded" in src and "wide" in src, "the padded plane was not taken"
-    monkeypatch.setattr(nn, "PADDED_PLANE_MAX", 0)
-    monkeypatch.setattr(nn, "STRIDED_PLANE_MAX", 0)
+    monkeypatch.setattr(conv_direct, "PADDED_PLANE_MAX", 0)
+    monkeypatch.setattr(conv_direct, "STRIDED_PLANE_MAX", 0)
     other = aotc_compile(path, output_dir=tmp_path / "other", threads=1)
     assert "wide" not in (tmp_path / "other" / "model.c").read_text()
     np.testing.assert_allclose(padded.run({"x": x})[0], other.run({"x": x})[0], rtol=1e-5, atol=1e-5)
@@ -223,12 +224,12 @@ def test_maxpool_indices_and_1d(tmp_path):
     ((1, 2, 5, 6, 19), dict(kernel_shape=[2, 3, 3], strides=[1, 2, 1], pads=[1, 0, 1, 0, 1, 1])),
 ], ids=["resnet_stem", "yolo_sppf", "mixed_ceil", "1d", "3d"])
 def test_maxpool_by_rows_matches_position_by_position(xs, attrs, tmp_path, monkeypatch):
-    """MaxPool's interior columns a row at a time (ops/nn.py POOL_BY_ROWS) against ONNX
+    """MaxPool's interior columns a row at a time (ops/pool.py POOL_BY_ROWS) against ONNX
     Runtime, and bit for bit against the position-by-position nest on inputs with NaNs,
     infinities and ties, at 1 and 2 threads."""
     import re
     from aotc.api import compile as aotc_compile
-    from aotc.ops import nn
+    from aotc.ops import pool
     x = rand(*xs, seed=11)
     (tmp_path / "rows").mkdir()
     assert_parity(single_op_model("MaxPool", {"x": x}, **attrs), tmp_path / "rows", {"x": x})
@@ -241,7 +242,7 @@ def test_maxpool_by_rows_matches_position_by_position(xs, attrs, tmp_path, monke
     rows = aotc_compile(path, output_dir=tmp_path / "r2", target=eager_threads_target(tmp_path), threads=2)
     # the interior rows start from the lowest value stored into the output row
     assert re.search(r"\w+\[[^\]]*\bp\] = \(-INFINITY\);", (tmp_path / "r2" / "model.c").read_text())
-    monkeypatch.setattr(nn, "POOL_BY_ROWS", False)
+    monkeypatch.setattr(pool, "POOL_BY_ROWS", False)
     each = aotc_compile(path, output_dir=tmp_path / "each", threads=1)
     a, b = rows.run({"x": odd})[0], each.run({"x": odd})[0]
     np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
@@ -354,10 +355,10 @@ def test_resize_cubic(ct, a, exclude, tmp_path):
 ], ids=["2d_up", "last_axis_only", "2d_down", "3d"])
 def test_resize_linear_by_rows_matches_the_elementwise_form(case, tmp_path, monkeypatch):
     """Linear Resize axis after axis (a row scratch per output row, the last axis from a tap
-    table: ops/nn.py _resize_linear_by_rows) against ONNX Runtime, and against the element-wise
+    table: ops/resize.py _resize_linear_by_rows) against ONNX Runtime, and against the element-wise
     form (RESIZE_BY_ROWS = False), built with 2 threads (the row scratch per thread)."""
     from aotc.api import compile as aotc_compile
-    from aotc.ops import nn
+    from aotc.ops import resize
     shape, scales, ct = case
     x = rand(*shape, seed=21)
     m = graph_model([helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear",
@@ -367,7 +368,7 @@ def test_resize_linear_by_rows_matches_the_elementwise_form(case, tmp_path, monk
     assert_parity(m, tmp_path / "rows", {"x": x})
     rows = aotc_compile(tmp_path / "rows" / "model.onnx", output_dir=tmp_path / "rows" / "t2", threads=2)
     assert "row[tap[" in (tmp_path / "rows" / "t2" / "model.c").read_text()
-    monkeypatch.setattr(nn, "RESIZE_BY_ROWS", False)
+    monkeypatch.setattr(resize, "RESIZE_BY_ROWS", False)
     elementwise = aotc_compile(tmp_path / "rows" / "model.onnx", output_dir=tmp_path / "elementwise", threads=2)
     assert "row[tap[" not in (tmp_path / "elementwise" / "model.c").read_text()
     np.testing.assert_allclose(rows.run({"x": x})[0], elementwise.run({"x": x})[0], rtol=1e-5, atol=1e-6)

@@ -48,3 +48,8 @@ def const_ints(node: Node, ins: list[Value | None], pos: int, what: str) -> list
         raise ShapeError(f"{node.op_type} node {node.name!r}: {what} must be known at compile time",
                          "bind the input that feeds it with --const, or fix input shapes with --shape")
     return ints(ins[pos].const)
+
+
+def shape_error(node: Node, msg: str) -> ShapeError:
+    """A ShapeError naming the node."""
+    return ShapeError(f"{node.op_type} node {node.name!r}: {msg}")

@@ -22,8 +22,8 @@ from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..kernel.ir import (I64, REDUCTION, SPATIAL, GemmDest, Load, binop, call, cast, const, matrix, maximum,
                          minimum, select)
-from .nn import _conv_parts
 from .registry import register
+from .window import conv_parts
 
 _FLOATS = (dtypes.FLOAT32, dtypes.FLOAT64)
 
@@ -40,7 +40,7 @@ def _spec(node, ins):
     for v, what in ((w, "W"), (off, "offset"), (bias, "B"), (mask, "mask")):
         if v is not None and v.dtype != x.dtype:
             raise ShapeError(f"{name}: {what} is {v.dtype}, X is {x.dtype}")
-    group, win = _conv_parts(node, x.shape, w.shape)
+    group, win = conv_parts(node, x.shape, w.shape)
     N, C = int(x.shape[0]), int(x.shape[1])
     M = int(w.shape[0])
     og = int(node.attr("offset_group", 1))

@@ -1,13 +1,15 @@
-"""Normalizations beyond LayerNormalization (reduce.py) and the N-C-spatial ones (nn.py):
-RMSNormalization, GroupNormalization, MeanVarianceNormalization, LpNormalization.
+"""Normalizations: RMSNormalization, GroupNormalization, MeanVarianceNormalization,
+LpNormalization (LayerNormalization is reduce.py's), and at the end the N-C-spatial ones that
+survive the graph passes: BatchNormalization with run-time statistics, InstanceNormalization,
+LRN.
 
 Statistics accumulate in the schedule's accumulator type (widened for float32 as the target
 says), the variance as the mean of squared deviations from the mean (two passes)."""
 from __future__ import annotations
 
 from ..errors import ShapeError, UnsupportedError
-from ..kernel.ir import REDUCTION, SPATIAL, Load, binop, call, cast, const, select
-from .common import norm_axis, prod
+from ..kernel.ir import REDUCTION, SPATIAL, Load, binop, call, cast, const, maximum, minimum, select
+from .common import norm_axis, prod, shape_error
 from .registry import register
 from .tensor import _bstrides, contiguous_strides
 
@@ -200,3 +202,96 @@ def _lower_lpn(node, ctx):
 
 
 register("LpNormalization", lower=_lower_lpn)(_lpn_infer)
+
+
+# ----------------------------------------------------------------------------- N-C-spatial normalizations
+def _bn_infer(node, ins):
+    if int(node.attr("training_mode", 0)) or len([o for o in node.outputs if o]) > 1:
+        raise UnsupportedError([f"BatchNormalization node {node.name!r} in training mode"])
+    x = ins[0]
+    if len(x.shape) < 2:
+        raise shape_error(node, f"input {x.shape} has no channel dim")
+    for v in ins[1:5]:
+        if v is None or tuple(v.shape) != (x.shape[1],):
+            raise shape_error(node, f"scale/bias/mean/var must all be ({x.shape[1]},)")
+    return [(x.dtype, x.shape)]
+
+
+def _lower_bn(node, ctx):
+    X, sc, bi, mean, var = ctx.ins[:5]
+    Y = ctx.outs[0]
+    eps = float(node.attr("epsilon", 1e-5))
+    N, C = X.shape[:2]
+    SL = prod(X.shape[2:])
+    b = ctx.b
+    dt = X.dtype
+    with b.loops([N, C], ["n", "c"], role=SPATIAL) as (n, c):
+        s = b.local("s", sc[c] / call("sqrt", var[c] + const(eps, dt)))
+        t = b.local("t", bi[c] - mean[c] * s)
+        with b.loop(SL, "p", role=SPATIAL) as p:
+            at = (n * C + c) * SL + p
+            b.store(Y, at, X[at] * s + t)
+
+
+register("BatchNormalization", lower=_lower_bn)(_bn_infer)
+
+
+def _in_infer(node, ins):
+    x = ins[0]
+    if len(x.shape) < 3:
+        raise shape_error(node, f"input {x.shape} must be N-C-spatial")
+    return [(x.dtype, x.shape)]
+
+
+def _lower_instnorm(node, ctx):
+    X, sc, bi = ctx.ins[:3]
+    Y = ctx.outs[0]
+    eps = float(node.attr("epsilon", 1e-5))
+    N, C = X.shape[:2]
+    SL = prod(X.shape[2:])
+    b = ctx.b
+    dt = X.dtype
+    with b.loops([N, C], ["n", "c"], role=SPATIAL) as (n, c):
+        base = (n * C + c) * SL
+        acc = b.accumulator("sum", const(0.0, dt))
+        with b.loop(SL, "p", role=REDUCTION) as p:
+            b.assign(acc, acc + X[base + p])
+        mean = b.local("mean", acc / const(float(SL), dt))
+        sq = b.accumulator("sq", const(0.0, dt))
+        with b.loop(SL, "p", role=REDUCTION) as p:
+            d = b.local("d", X[base + p] - mean)
+            b.assign(sq, sq + d * d)
+        s = b.local("s", sc[c] / call("sqrt", sq / const(float(SL), dt) + const(eps, dt)))
+        t = b.local("t", bi[c] - mean * s)
+        with b.loop(SL, "p", role=SPATIAL) as p:
+            b.store(Y, base + p, X[base + p] * s + t)
+
+
+register("InstanceNormalization", lower=_lower_instnorm)(_in_infer)
+
+
+def _lower_lrn(node, ctx):
+    X, Y = ctx.ins[0], ctx.outs[0]
+    size = int(node.attr("size"))
+    alpha, beta, bias = (float(node.attr(k, d)) for k, d in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
+    N, C = X.shape[:2]
+    SL = prod(X.shape[2:])
+    lo_off, hi_off = (size - 1) // 2, -(-(size - 1) // 2)
+    b = ctx.b
+    dt = X.dtype
+    with b.loops([N, C], ["n", "c"], role=SPATIAL) as (n, c):
+        lo = b.local("lo", maximum(const(0), c - lo_off))
+        hi = b.local("hi", minimum(const(C), c + (hi_off + 1)))
+        with b.loop(SL, "p", role=SPATIAL) as p:
+            acc = b.accumulator("acc", const(0, dt))
+            with b.loop(hi, "j", role=REDUCTION, start=lo) as j:
+                v = X[(n * C + j) * SL + p]
+                b.assign(acc, acc + v * v)
+            at = (n * C + c) * SL + p
+            den = call("pow", const(bias, dt) + const(alpha / size, dt) * acc, const(beta, dt))
+            b.store(Y, at, X[at] / den)
+
+
+register("LRN", lower=_lower_lrn)(_in_infer)
+
+

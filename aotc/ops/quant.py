@@ -22,9 +22,10 @@ from ..ir import dtypes
 from ..ir.internal import CONV_INTEGER, NARROW_ATTR
 from ..kernel.ir import F32, REDUCTION, SPATIAL, Builder, Expr, GemmDest, Load, binop, call, cast, const, matrix, select
 from .common import broadcast, norm_axis, prod
+from .conv import conv_gemms
 from .narrow import FORMATS, round_to_small_float, rounded
-from .nn import _conv_gemms, _conv_parts
 from .registry import register
+from .window import conv_parts
 
 I32 = np.dtype(np.int32)
 _QTYPES = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.uint16), np.dtype(np.int16))
@@ -484,7 +485,7 @@ def _conv_int_infer(node, ins):
     _check_int8(node, x, w, xz, wz)
     _same_dtype(node, xz, x, "x_zero_point")
     _same_dtype(node, wz, w, "w_zero_point")
-    _, win = _conv_parts(node, x.shape, w.shape)
+    _, win = conv_parts(node, x.shape, w.shape)
     _scalar_only(node, xz, "x_zero_point")
     _per_channel(node, wz, w.shape[0], "w_zero_point")
     return [(I32, (x.shape[0], w.shape[0], *win.out))]
@@ -504,7 +505,7 @@ def _qlconv_infer(node, ins):
     _check_int8(node, x, w, xz, wz, yz)
     _same_dtype(node, xz, x, "x_zero_point")
     _same_dtype(node, wz, w, "w_zero_point")
-    _, win = _conv_parts(node, x.shape, w.shape)
+    _, win = conv_parts(node, x.shape, w.shape)
     M = w.shape[0]
     for s, what in ((xs, "x_scale"), (ws, "w_scale"), (ys, "y_scale")):
         if s.dtype != dtypes.FLOAT32:
@@ -535,7 +536,7 @@ def _conv_i8_infer(node, ins):
     _check_int8(node, x, w, xz)
     _same_dtype(node, xz, x, "x_zero_point")
     _scalar_only(node, xz, "x_zero_point")
-    group, win = _conv_parts(node, x.shape, w.shape)
+    group, win = conv_parts(node, x.shape, w.shape)
     if x.shape[1] // group == 1 and group > 1:
         raise UnsupportedError([f"{_name(node)}: a depthwise convolution (decomposed otherwise)"])
     if len(ins) > 3 and ins[3] is not None and (ins[3].dtype != I32 or tuple(ins[3].shape) != (w.shape[0],)):
@@ -546,9 +547,9 @@ def _conv_i8_infer(node, ins):
 def _lower_conv_i8(node, ctx):
     X, W, XZ = ctx.ins[:3]
     Bias = ctx.ins[3] if len(ctx.ins) > 3 else None
-    group, win = _conv_parts(node, X.shape, W.shape)
+    group, win = conv_parts(node, X.shape, W.shape)
     ctx.b.comment(f"integer convolution: {'1x1' if prod(win.kernel) == 1 else 'im2col'} + an integer GEMM per group")
-    _conv_gemms(ctx, X, W, Bias, ctx.outs[0], group, win, x_zero=cast(Load(XZ, const(0)), I32))
+    conv_gemms(ctx, X, W, Bias, ctx.outs[0], group, win, x_zero=cast(Load(XZ, const(0)), I32))
 
 
 register(CONV_INTEGER, lower=_lower_conv_i8, how="an integer Gemm (8-bit operands, int32 sums)")(_conv_i8_infer)

@@ -1,5 +1,5 @@
 """Random operators: RandomNormal, RandomUniform, RandomNormalLike, RandomUniformLike,
-Bernoulli and Multinomial; Dropout in training mode (ops/nn.py) draws through `Stream` too.
+Bernoulli and Multinomial; Dropout in training mode (at the end) draws through `Stream` too.
 
 The generator is counter-based, so that every element is a function of its own index and the
 values never depend on how a schedule splits the loops among threads or work-items. It is
@@ -362,3 +362,90 @@ def _lower_multinomial(node, ctx):
 
 register("Multinomial", lower=_lower_multinomial, random=_draws,
          how="kernel: inverse CDF of exp(x - max) per row, from the random ops' stream")(_infer_multinomial)
+
+
+# ----------------------------------------------------------------------------- Dropout
+def _dropout_training(node, ins) -> bool:
+    """Is the Dropout in training mode (its training_mode input, a constant, true)?"""
+    t = ins[2] if len(ins) > 2 else None
+    if t is None:
+        return False
+    if t.const is None:
+        raise UnsupportedError([f"Dropout node {node.name!r} with training_mode known only at run time (bind it "
+                                "with --const)"])
+    return bool(np.asarray(t.const).reshape(-1)[0])
+
+
+def _dropout_ratio(node, ins) -> Optional[float]:
+    """The ratio when it is known at compile time (0.5 without the input), checked; None when
+    it is a run-time input."""
+    r = ins[1] if len(ins) > 1 else None
+    if r is None:
+        return 0.5
+    if r.dtype.kind != "f" or r.size != 1:
+        raise ShapeError(f"Dropout node {node.name!r}: ratio must be a float scalar, not "
+                         f"{dtypes.name(r.dtype)}{list(r.shape)}")
+    if r.const is None:
+        return None
+    ratio = float(np.asarray(r.const).reshape(-1)[0])
+    if not 0.0 <= ratio < 1.0:
+        raise ShapeError(f"Dropout node {node.name!r}: ratio {ratio:g} must be in [0, 1)")
+    return ratio
+
+
+def _dropout_infer(node, ins):
+    x = ins[0]
+    if _dropout_training(node, ins):
+        if x.dtype.kind != "f":
+            raise ShapeError(f"Dropout node {node.name!r}: data is {dtypes.name(x.dtype)}, not a float type")
+        _dropout_ratio(node, ins)
+        seed_of(node)
+    return [(x.dtype, x.shape), (dtypes.BOOL, x.shape)]
+
+
+def _dropout_draws(node, ins) -> bool:
+    """Training mode with a ratio that is not a constant 0 draws random numbers."""
+    try:
+        return _dropout_training(node, ins) and _dropout_ratio(node, ins) != 0.0
+    except UnsupportedError:
+        return True          # (the node is refused by inference anyway)
+
+
+def _lower_dropout(node, ctx):
+    """Inference Dropout is the identity (the remove_identities pass drops it unless its mask
+    is used): copy the input, mask = all true. Training mode (ops/random.py's stream) keeps an
+    element where a uniform value in [0, 1) is >= ratio and scales it by 1 / (1 - ratio):
+    x * (kept ? scale : 0), so that a dropped NaN stays NaN as in ONNX's x * mask * scale;
+    a ratio of 0 keeps everything (no draw)."""
+    X, Y = ctx.ins[0], ctx.outs[0]
+    mask = ctx.outs[1] if len(ctx.outs) > 1 else None
+    b = ctx.b
+    ins = [ctx.value(i) for i in range(len(node.inputs))]
+    if _dropout_training(node, ins) and _dropout_ratio(node, ins) != 0.0:
+        dt = X.value_dtype
+        ratio = _dropout_ratio(node, ins)
+        stream = Stream(ctx, node)
+        if ratio is None:
+            r = b.local("ratio", cast(Load(ctx.ins[1], const(0)), dt))
+            scale = b.local("scale", const(1.0, dt) / (const(1.0, dt) - r))
+            b.comment("training: keep an element where u >= ratio (a run-time input, unchecked), scaled by "
+                      "1 / (1 - ratio)")
+        else:
+            r, scale = const(ratio, dt), const(1.0 / (1.0 - ratio), dt)
+            b.comment(f"training: keep an element where u >= {ratio:g}, scaled by 1 / (1 - {ratio:g})")
+        with b.loop(X.size, "p", role=SPATIAL) as p:
+            keep = b.local("keep", unit(b, stream.word(b, p), dt) >= r)
+            if Y is not None:
+                b.store(Y, p, X[p] * select(keep, scale, const(0.0, dt)))
+            if mask is not None:
+                b.store(mask, p, keep)
+        return
+    with b.loop(X.size, "p", role=SPATIAL) as p:
+        if Y is not None:
+            b.store(Y, p, X[p])
+        if mask is not None:
+            b.store(mask, p, const(True))
+
+
+register("Dropout", lower=_lower_dropout, random=_dropout_draws,
+         how="kernel; in training mode (a constant training_mode) ops/random.py's stream")(_dropout_infer)

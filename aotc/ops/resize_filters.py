@@ -4,7 +4,7 @@ When a linear or cubic Resize shrinks an axis (scale < 1), each output is a weig
 window of inputs 1/scale times wider than the interpolation kernel's: the kernel (the triangle
 1 - |d| of linear mode, Keys' cubic of cubic mode) is stretched by 1/scale and its weights are
 renormalized to sum to 1, so that the output is a low-passed, not an aliased, sample. An axis
-that grows or keeps its length is resized as without the attribute (ops/nn.py).
+that grows or keeps its length is resized as without the attribute (ops/resize.py).
 
 The numbers are ONNX Runtime's (its Pillow-derived antialias path), in float32 and in its order,
 for output index o of an axis of input length L, output length O and scale s < 1:

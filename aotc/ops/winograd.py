@@ -40,8 +40,8 @@ import numpy as np
 from ..ir import dtypes
 from ..ir.internal import WINOGRAD_CONV
 from ..kernel.ir import F32, SPATIAL, GemmDest, binop, const, matrix
-from .nn import _IfElse
 from .registry import register
+from .window import IfElse
 
 # (Bᵀ, G, Aᵀ) of F(m x m, 3 x 3) by output tile size m, exact rationals
 TRANSFORMS = {
@@ -167,7 +167,7 @@ def _lower(node, ctx):
             src = (n * C + c) * (H * W)
             with b.loop(rows_in, "r", role=SPATIAL) as r:
                 y = b.local("y", blk * (R * m) - pt + r)
-                with _IfElse(b, binop("&&", y >= 0, y < H)) as (inside, outside):
+                with IfElse(b, binop("&&", y >= 0, y < H)) as (inside, outside):
                     with inside:
                         zeros(0, pl, r * Wp)
                         with b.loop(W, "x", role=SPATIAL) as x:
@@ -221,7 +221,7 @@ def _lower(node, ctx):
                 if OH % m == 0:
                     tile_row(th, m)
                 else:                       # the image's last row of tiles is partial
-                    with _IfElse(b, (blk * R + th) * m + m <= OH) as (whole, partial):
+                    with IfElse(b, (blk * R + th) * m + m <= OH) as (whole, partial):
                         with whole:
                             tile_row(th, m)
                         with partial:

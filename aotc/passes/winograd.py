@@ -24,7 +24,7 @@ from ..ir import dtypes
 from ..ir.graph import Graph, Node
 from ..ir.internal import WINOGRAD_CONV
 from ..ir.verify import verify
-from ..ops.nn import _conv_parts
+from ..ops.window import conv_parts
 from ..ops.winograd import transform_weights
 from ..targets import Target
 from . import simplify
@@ -89,7 +89,7 @@ def _rewrite(g: Graph, n: Node, tiles, block_bytes: int) -> Node:
     x, w = g.values[n.inputs[0]], g.const(n.inputs[1])
     if w is None or x.dtype != dtypes.FLOAT32 or len(x.shape) != 4 or w.shape[2:] != (3, 3):
         return n
-    group, win = _conv_parts(n, x.shape, w.shape)
+    group, win = conv_parts(n, x.shape, w.shape)
     if group != 1 or win.strides != [1, 1] or win.dilations != [1, 1]:
         return n
     N, C = x.shape[:2]

@@ -1,0 +1,273 @@
+"""Convolutions as loop nests: depthwise ones, and any of another dtype than float32.
+
+  * depthwise (one input channel per group) on a small plane: the plane copied into a
+    zero-padded scratch (split by row and column phase when strided, so that every tap reads
+    contiguous elements), then every output as one flat stencil over it (full vectors, no
+    edge cases), its valid columns copied out.
+  * other depthwise ones: a direct loop nest, one output row at a time,
+    the innermost loop over output columns with start/end computed so that no index is
+    ever out of range (no padded copy, no branch in the inner loop); the columns every tap of
+    a kernel row reaches take all those taps in one pass, the edge columns tap by tap. In
+    2-D, with a small kernel, the rows every kernel row reaches are one pass summing all taps
+    from the bias (each output element written once).
+"""
+from __future__ import annotations
+
+
+
+from ..kernel.ir import REDUCTION, SPATIAL, Expr, const
+from .common import prod
+from .window import UNROLL_TAPS, Window, dot, each_tap, inside_input, plus, row_major_strides, span_loop, tap_range
+
+
+DEPTHWISE_ONE_PASS_TAPS = 49
+
+
+def conv_direct(ctx, X, W, Bias, Y, win: Window, group: int):
+    """Loop nest: for each output row, accumulate every (input channel, tap) into it; a
+    depthwise 2-D convolution on a small plane goes through a zero-padded copy of it
+    (`_depthwise_padded`), on a larger one computes the rows every kernel row reaches in one
+    pass (`_depthwise_one_pass`)."""
+    b = ctx.b
+    M, O = W.shape[0], list(Y.shape[2:])
+    planes = _padded_planes(ctx, X, win, group)
+    with b.loops([X.shape[0], M], ["n", "m"], role=SPATIAL, private=planes or ()) as (n, m):
+        if planes:
+            _depthwise_padded(ctx, X, W, Bias, Y, win, group, n, m, *planes)
+        elif not _depthwise_one_pass(ctx, X, W, Bias, Y, win, group, n, m):
+            with b.loops(O[:-1], [f"o{i}" for i in range(len(O) - 1)], role=SPATIAL) as oo:
+                _direct_row(ctx, X, W, Bias, Y, win, group, n, m, oo)
+
+
+# a depthwise 2-D convolution whose zero-padded input plane and wide output take at most this
+# many elements together goes through them (`_depthwise_padded`). Measured (1 thread, the
+# native CPU target), at stride 1: 14 x 14 planes with 5 x 5 kernels 2.2x faster, 28 x 28
+# with 3 x 3 1.15x; 56 x 56 with 3 x 3 (6,614 elements; a 4% edge) 1.27x slower, as the copy
+# costs more than the edges it saves
+PADDED_PLANE_MAX = 2048
+# ... and at stride 2 or more, where the other paths load every tap with a stride and the
+# phase planes load each input element so once, in the copy: that pays for itself from
+# STRIDED_MIN_TAPS taps on. Measured (1 thread, native CPU target, one Conv + Relu):
+# 5 x 5 at stride 2 1.5-2.1x faster on 14 x 14 to 112 x 112 planes, 7 x 7 1.9-2.5x; 3 x 3
+# 0.62-0.89x (the one-pass nest's three strided loads a row cost less than the copy)
+STRIDED_PLANE_MAX = 1 << 16
+STRIDED_MIN_TAPS = 16
+
+
+def _plane_geometry(X, win: Window):
+    """(Hp, Wp, Hq, Wq, tail) of `_depthwise_padded`: the zero-padded plane, one phase plane of
+    it, and the elements the last taps read past the last phase plane."""
+    (H, Wd), (sh, sw), (_, KW), (_, dw) = list(X.shape[2:]), win.strides, win.kernel, win.dilations
+    Hp, Wp = H + win.pads_begin[0] + win.pads_end[0], Wd + win.pads_begin[1] + win.pads_end[1]
+    return Hp, Wp, -(-Hp // sh), -(-Wp // sw), (KW - 1) * dw // sw
+
+
+def _padded_planes(ctx, X, win: Window, group: int):
+    """(padded input planes, wide output plane) scratch for `_depthwise_padded`, or None where
+    that does not apply: not a 2-D depthwise convolution with at most DEPTHWISE_ONE_PASS_TAPS
+    taps, at stride 1 without padding (nothing to gain), strided with fewer than
+    STRIDED_MIN_TAPS taps, or planes over PADDED_PLANE_MAX (STRIDED_PLANE_MAX when strided)
+    elements."""
+    S = list(X.shape[2:])
+    strided = any(s != 1 for s in win.strides)
+    if len(S) != 2 or X.shape[1] // group != 1 or prod(win.kernel) > DEPTHWISE_ONE_PASS_TAPS \
+            or not (strided or any(win.pads_begin + win.pads_end)):
+        return None
+    Hp, Wp, Hq, Wq, tail = _plane_geometry(X, win)
+    padded, wide = prod(win.strides) * Hq * Wq + tail, win.out[0] * Wq
+    if padded + wide > (STRIDED_PLANE_MAX if strided else PADDED_PLANE_MAX) \
+            or (strided and prod(win.kernel) < STRIDED_MIN_TAPS):
+        return None
+    return ctx.scratch((padded,), X.dtype, "padded"), ctx.scratch((wide,), X.dtype, "wide")
+
+
+def _depthwise_padded(ctx, X, W, Bias, Y, win: Window, group: int, n, m, padded, wide) -> None:
+    """Plane (n, m) of a depthwise 2-D convolution through a zero-padded copy of its input, in
+    which every tap is one shift.
+
+    At stride 1 the copy is the plane Hp x Wp, and output (oh, ow) is the sum over taps of
+    padded[(oh + kh*dh) * Wp + ow + kw*dw]: as a function of j = oh * Wp + ow, a 1-D stencil
+    padded[j + kh*dh*Wp + kw*dw], computed over every j < OH * Wp in one flat loop (full
+    vectors, no edge cases: the j with ow >= OW are wasted, and read at most (KW-1)*dw zeros
+    past the plane), then the OW valid columns of each row copied out.
+
+    At stride (sh, sw) the copy is split by row and column phase: phase plane (a, c), of
+    Hq x Wq = ceil(Hp/sh) x ceil(Wp/sw), holds padded rows a, a + sh, ... and columns c, c + sw,
+    ...; tap (kh, kw) of output (oh, ow) reads padded row oh*sh + kh*dh, which is row
+    oh + (kh*dh) // sh of phase (kh*dh) % sh (columns alike), so with j = oh * Wq + ow the
+    stencil is again 1-D over contiguous elements: phase[(kh*dh) % sh][(kw*dw) % sw]
+    [j + ((kh*dh) // sh) * Wq + (kw*dw) // sw]. The input is read with a stride once, in the
+    copy, instead of once per tap. Stride 1 is the one-phase case."""
+    b = ctx.b
+    C, (H, Wd), (OH, OW) = X.shape[1], list(X.shape[2:]), list(Y.shape[2:])
+    (KH, KW), (dh, dw), (ph, pw), (sh, sw) = win.kernel, win.dilations, win.pads_begin, win.strides
+    Hp, Wp, Hq, Wq, _ = _plane_geometry(X, win)
+    M = W.shape[0]
+    x_plane = (n * C + m / (M // group)) * (H * Wd)
+    zero = const(0, X.dtype)
+    unit = sh == sw == 1
+    if unit:
+        # the padding only: rows above and below the input (and the tail the last taps read);
+        # the columns right of each row (and left of the next) are zeroed as the row is copied
+        for start, end in ((0, ph * Wp + pw), ((ph + H) * Wp - win.pads_end[1], padded.size)):
+            if end > start:
+                with b.loop(const(end), "e", role=SPATIAL, start=const(start)) as e:
+                    b.store(padded, e, zero)
+    else:
+        with b.loop(const(padded.size), "e", role=SPATIAL) as e:
+            b.store(padded, e, zero)
+    def plane(a: int, c: int) -> int:
+        return (a * sw + c) * (Hq * Wq)
+
+    # input row r is padded row r + ph: row (r + ph) // sh of the phase planes (r + ph) % sh;
+    # phase plane (a, c) holds the input rows r0, r0 + sh, ... from its row i0 on, and the
+    # input columns q0, q0 + sw, ... from its column t0 on
+    for a in range(sh):
+        i0 = -(-(ph - a) // sh)
+        r0, rows = i0 * sh + a - ph, -(-(H + ph - a) // sh) - i0
+        for c in range(sw):
+            t0 = -(-(pw - c) // sw)
+            q0, cols = t0 * sw + c - pw, -(-(Wd + pw - c) // sw) - t0
+            if rows <= 0 or cols <= 0:
+                continue
+            base = plane(a, c) + i0 * Wq + t0
+            with b.loop(const(rows), "r", role=SPATIAL) as r:
+                with b.loop(const(cols), "p", role=SPATIAL) as q:
+                    b.store(padded, base + r * Wq + q, X[x_plane + (r * sh + r0) * Wd + q * sw + q0])
+                if unit and (pw or win.pads_end[1]):
+                    with b.loop(const(pw + win.pads_end[1]), "e", role=SPATIAL) as e:
+                        b.store(padded, base + r * Wq + Wd + e, zero)
+    ws = [[b.local("w", W[m * (KH * KW) + k0 * KW + k1]) for k1 in range(KW)] for k0 in range(KH)]
+    # (an iteration writes only its own element, from values the loop does not write: a
+    # schedule may run one twice, so that OH * Wq outputs take whole vectors: Loop.rerun)
+    with b.loop(const(OH * Wq), "j", role=SPATIAL, rerun=True) as j:
+        acc: Expr = Bias[m] if Bias is not None else zero
+        for k0 in range(KH):
+            for k1 in range(KW):
+                (qh, ah), (qw, aw) = divmod(k0 * dh, sh), divmod(k1 * dw, sw)
+                acc = acc + ws[k0][k1] * padded[j + (plane(ah, aw) + qh * Wq + qw)]
+        b.store(wide, j, acc)
+    y_plane = (n * M + m) * (OH * OW)
+    with b.loop(OH, "o0", role=SPATIAL) as o:
+        with b.loop(OW, "p", role=SPATIAL) as q:
+            b.store(Y, y_plane + o * OW + q, wide[o * Wq + q])
+
+
+def _direct_row(ctx, X, W, Bias, Y, win: Window, group: int, n, m, oo):
+    """Output row (n, m, oo...): the bias, then every (input channel, outer taps) added to it,
+    the row test hoisted above the last dim."""
+    b = ctx.b
+    C, S = X.shape[1], list(X.shape[2:])
+    M, O = W.shape[0], list(Y.shape[2:])
+    Cg, Mg = C // group, M // group
+    r = len(S)
+    SL, OL, OLast = prod(S), prod(O), O[-1]
+    xst, ost, kst = row_major_strides(S), row_major_strides(O), row_major_strides(win.kernel)
+    s_l, d_l, pb_l = win.strides[-1], win.dilations[-1], win.pads_begin[-1]
+    cin0 = (m / Mg) * Cg if group > 1 else const(0)
+    dst = (n * M + m) * OL + dot(oo, ost[:-1])
+    with b.loop(OLast, "p", role=SPATIAL) as p:
+        b.store(Y, dst + p, Bias[m] if Bias is not None else const(0, Y.dtype))
+    with b.loops([Cg, *win.kernel[:-1]], ["c"] + [f"k{i}" for i in range(r - 1)], role=REDUCTION) as idx:
+        c, ko = idx[0], idx[1:]
+        pos = [o * win.strides[i] - win.pads_begin[i] + ko[i] * win.dilations[i] for i, o in enumerate(oo)]
+        inside = inside_input(pos, S, win)
+        src_row = (n * C + cin0 + c) * SL + dot(pos, xst[:-1])
+
+        def weight(k_l):
+            return b.local("w", W[(m * Cg + c) * prod(win.kernel) + dot(list(ko) + [k_l], kst)])
+
+        def tap(k_l, lo, hi, w=None):
+            lp = span_loop(b, lo, hi)
+            if lp is None:
+                return
+            w = w if w is not None else weight(k_l)
+            with lp as q:
+                b.store(Y, dst + q, Y[dst + q] + w * X[plus(src_row, k_l * d_l - pb_l) + q * s_l])
+
+        def taps():
+            if win.kernel[-1] > UNROLL_TAPS:
+                each_tap(b, win, S[-1], OLast, tap)
+                return
+            # the positions every tap reaches take them all in one pass over the row
+            # (in tap order, as the per-tap passes add them); the edges tap by tap
+            ranges = [tap_range(k, s_l, d_l, pb_l, S[-1], OLast) for k in range(win.kernel[-1])]
+            lo_all, hi_all = max(lo for lo, _ in ranges), min(hi for _, hi in ranges)
+            if hi_all - lo_all < 2 or len(ranges) == 1:
+                each_tap(b, win, S[-1], OLast, tap)
+                return
+            ws = [weight(const(k)) for k in range(len(ranges))]
+            with b.loop(const(hi_all), "p", role=SPATIAL, start=const(lo_all)) as q:
+                acc: Expr = Y[dst + q]
+                for k, w in enumerate(ws):
+                    acc = acc + w * X[plus(src_row, const(k * d_l - pb_l)) + q * s_l]
+                b.store(Y, dst + q, acc)
+            for k, (lo, hi) in enumerate(ranges):
+                tap(const(k), const(lo), const(min(hi, lo_all)), ws[k])
+                tap(const(k), const(max(lo, hi_all)), const(hi), ws[k])
+
+        if inside is None:
+            taps()
+        else:
+            with b.if_(inside):
+                taps()
+
+
+def _depthwise_one_pass(ctx, X, W, Bias, Y, win: Window, group: int, n, m) -> bool:
+    """Plane (n, m) of a 2-D convolution with one input channel per group and a small kernel:
+    the output rows every kernel row reaches, and in them the columns every tap reaches, are
+    each one sum of all taps from the bias, written once (the per-row way reads and writes an
+    output row once per kernel row); the other rows as _direct_row, the other columns tap by
+    tap. False (nothing emitted) for any other convolution."""
+    C, S, O = X.shape[1], list(X.shape[2:]), list(Y.shape[2:])
+    if len(S) != 2 or C // group != 1 or prod(win.kernel) > DEPTHWISE_ONE_PASS_TAPS \
+            or max(win.kernel) > UNROLL_TAPS:
+        return False
+    (H, Wd), (OH, OW), (KH, KW) = S, O, win.kernel
+    (sh, sw), (dh, dw), (ph, pw) = win.strides, win.dilations, win.pads_begin
+    rows = [tap_range(k, sh, dh, ph, H, OH) for k in range(KH)]
+    cols = [tap_range(k, sw, dw, pw, Wd, OW) for k in range(KW)]
+    top, bottom = max(lo for lo, _ in rows), min(hi for _, hi in rows)
+    left, right = max(lo for lo, _ in cols), min(hi for _, hi in cols)
+    if bottom - top < 1 or right - left < 2:
+        return False
+    b = ctx.b
+    M = W.shape[0]
+    x_plane = (n * C + m / (M // group)) * (H * Wd)
+    y_plane = (n * M + m) * (OH * OW)
+    bias = Bias[m] if Bias is not None else const(0, Y.dtype)
+
+    def edge_rows(start: int, end: int):
+        lp = span_loop(b, const(start), const(end), "o0")
+        if lp is not None:
+            with lp as o:
+                _direct_row(ctx, X, W, Bias, Y, win, group, n, m, [o])
+
+    edge_rows(0, top)
+    ws = [[b.local("w", W[m * (KH * KW) + k0 * KW + k1]) for k1 in range(KW)] for k0 in range(KH)]
+    with b.loop(const(bottom), "o0", role=SPATIAL, start=const(top)) as o:
+        dst = y_plane + o * OW
+        src = [x_plane + plus(o * sh, const(k0 * dh - ph)) * Wd for k0 in range(KH)]
+        with b.loop(const(right), "p", role=SPATIAL, start=const(left)) as q:
+            acc: Expr = bias
+            for k0 in range(KH):
+                for k1 in range(KW):
+                    acc = acc + ws[k0][k1] * X[plus(src[k0], const(k1 * dw - pw)) + q * sw]
+            b.store(Y, dst + q, acc)
+        # the columns some tap misses: the bias, then each tap where it reaches
+        for start, end in ((0, left), (right, OW)):
+            lp = span_loop(b, const(start), const(end))
+            if lp is None:
+                continue
+            with lp as q:
+                b.store(Y, dst + q, bias)
+            for k0 in range(KH):
+                for k1, (lo, hi) in enumerate(cols):
+                    lp = span_loop(b, const(max(lo, start)), const(min(hi, end)))
+                    if lp is not None:
+                        with lp as q:
+                            b.store(Y, dst + q, Y[dst + q] + ws[k0][k1] * X[plus(src[k0], const(k1 * dw - pw)) + q * sw])
+    edge_rows(bottom, OH)
+    return True
+
+
