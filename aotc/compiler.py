@@ -69,9 +69,12 @@ def resolve_threads(threads: int | None, backend) -> int:
     return threads or backend.default_threads()
 
 
-def analyze(path, target: str = DEFAULT_TARGET, name: Optional[str] = None, shapes: Mapping | None = None,
-            consts: Mapping | None = None, fuse: bool = True, progress: Optional[Progress] = None,
-            threads: int | None = 0) -> Compiled:
+def compile_program(path, target: str = DEFAULT_TARGET, name: Optional[str] = None, shapes: Mapping | None = None,
+                    consts: Mapping | None = None, fuse: bool = True, progress: Optional[Progress] = None,
+                    threads: int | None = 0) -> Compiled:
+    """The model at `path` through every stage but the printers and the build: imported, its
+    graph passes run, fused, lowered, scheduled for the target, its memory planned and its host
+    program made (what `inspect` and `report` show; compile_model prints and builds it)."""
     step = progress or (lambda s: nullcontext())
     tgt = load_target(target)
     backend = get_backend(tgt.language)
@@ -113,7 +116,7 @@ def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathL
     prefix = c_ident(name).lower() if name else default_name(path)
     if not re.match(r"^[a-z_][a-z0-9_]*$", prefix):
         raise AotcError(f"--name {name!r} is not usable as a C identifier prefix")
-    c = analyze(path, target, prefix, shapes, consts, fuse, progress, threads)
+    c = compile_program(path, target, prefix, shapes, consts, fuse, progress, threads)
     backend = get_backend(c.target.language)
     step = progress or (lambda s: nullcontext())
     out = Path(output_dir)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .codegen.abi import ports
-from .compiler import analyze, default_name
+from .compiler import compile_program, default_name
 from .frontend.operators import is_supported, node_opset
 from .frontend import import_model, load_onnx
 
@@ -21,7 +21,7 @@ def inspect_model(path, target: str = "native", shapes=None, consts=None, progre
     }
     if info["unsupported"]:
         return info
-    c = analyze(path, target, None, shapes, consts, progress=progress)
+    c = compile_program(path, target, None, shapes, consts, progress=progress)
     info.update({
         "nodes_after": len(c.graph.nodes),
         "op_histogram_after": c.graph.op_histogram(),

@@ -80,10 +80,10 @@ def collect(model, target: str = "native", shapes: Optional[Mapping] = None, con
             threads: int = 0, fuse: bool = True, progress=None) -> dict:
     """Everything the page shows of `model` compiled for `target`, JSON-ready."""
     from .codegen.abi import ports
-    from .compiler import analyze
+    from .compiler import compile_program
     from .frontend import import_model, load_onnx
     before = import_model(load_onnx(model), "report", shapes, consts)
-    c = analyze(model, target, None, shapes, consts, fuse, progress, threads)
+    c = compile_program(model, target, None, shapes, consts, fuse, progress, threads)
     g = c.graph
     made = _producers(c)
     graph_inputs = set(g.inputs)

@@ -5,7 +5,7 @@ exporter, a truncated download or a hostile file would (a payload shorter than i
 negative or huge dimension, an attribute of another type or an absurd value, a dangling or
 missing input, an op swapped for another, an opset out of range, external data pointing
 out of the model's folder...) and serializes it again; raw byte flips are mixed in too.
-Each mutated model goes through `aotc.compiler.analyze` (import, passes, fusion, lowering,
+Each mutated model goes through `aotc.compiler.compile_program` (import, passes, fusion, lowering,
 memory planning: everything but the C compiler) in this process, under a time limit; with
 --full, every 10th goes through `compile_model` (the C compiler too), and when it compiles,
 it runs on seeded inputs against ONNX Runtime (in a child process, since ORT aborts on some
@@ -573,7 +573,7 @@ class Workspace:
 def run_case(data: bytes, ws: Workspace, shapes: dict | None = None, full: bool = False,
              seconds: int = CASE_SECONDS) -> Outcome:
     """Compile one model from bytes: analyze (or compile_model when `full`) and classify."""
-    from aotc.compiler import analyze, compile_model
+    from aotc.compiler import compile_program, compile_model
     from aotc.errors import AotcError, BuildError, UnsupportedError
 
     ws.path.write_bytes(data)
@@ -586,7 +586,7 @@ def run_case(data: bytes, ws: Workspace, shapes: dict | None = None, full: bool 
                 art = compile_model(ws.path, output_dir=ws.root / "out", shapes=shapes or None)
                 out = _compare_with_onnx_runtime(ws, art, shapes)
             else:
-                analyze(ws.path, shapes=shapes or None)
+                compile_program(ws.path, shapes=shapes or None)
                 out = Outcome("compiled")
     except _Timeout:
         out = Outcome("hang", f"no answer within {seconds}s")

@@ -24,7 +24,7 @@ from onnx import helper
 
 import aotc
 from aotc.codegen import abi, get_backend
-from aotc.compiler import analyze
+from aotc.compiler import compile_program
 from aotc.errors import ArtifactError
 from aotc.paths import RUNTIME_DIR
 from models.zoo import ZOO
@@ -257,7 +257,7 @@ def test_generated_sources_never_stop_the_process_or_print(name, tmp_path):
     onnx.save(e.build("small"), str(path))
     bad = []
     for target in ["c", "native", "cuda", "opencl"]:
-        c = analyze(path, target, name, e.shapes_for("small"))
+        c = compile_program(path, target, name, e.shapes_for("small"))
         backend = get_backend(c.target.language)
         for external in (False, True):
             files = backend.sources(name, c.graph, c.program, c.plan, external, c.target, c.threads)

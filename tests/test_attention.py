@@ -13,7 +13,7 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 from aotc.api import load
-from aotc.compiler import analyze, compile_model
+from aotc.compiler import compile_program, compile_model
 from tests.helpers import NP2ONNX, assert_parity, eager_cuda_target, eager_gpu_target, eager_threads_target
 from tests.test_cuda_emulated import emulated_build
 from tests.test_opencl import _opencl_missing
@@ -198,7 +198,7 @@ def exported_attention(B=2, S=6, H=3, D=4, split=True, merge=True, scale_op="Div
 def _kernels(model, tmp_path, target="c"):
     path = tmp_path / "pattern.onnx"
     onnx.save(model, str(path))
-    c = analyze(path, target=target, threads=1)
+    c = compile_program(path, target=target, threads=1)
     return [st.group.label for st in c.steps]
 
 
@@ -252,7 +252,8 @@ def test_zoo_transformers_attention_is_fused(tmp_path):
         e = ZOO[name]
         path = tmp_path / f"{name}.onnx"
         onnx.save(e.build("small"), str(path))
-        labels = [st.group.label for st in analyze(path, target="c", shapes=e.shapes_for("small"), threads=1).steps]
+        c = compile_program(path, target="c", shapes=e.shapes_for("small"), threads=1)
+        labels = [st.group.label for st in c.steps]
         assert labels.count("Attention") == layers and "Softmax" not in labels, (name, labels)
         assert labels.count("Transpose") == (1 if name == "vit" else 0), (name, labels)
 

@@ -21,7 +21,7 @@ import onnx
 import pytest
 
 from aotc.check.runner import run_check
-from aotc.compiler import analyze
+from aotc.compiler import compile_program
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -178,7 +178,7 @@ def test_optimized_model_compiles_to_no_more_kernels(name, exported):
     kernel (as the exporter's chain becomes), a LayerNormalization one (fewer than the
     exporter's decomposed mean / variance chain), the bias and skip Adds epilogues."""
     plain, opt = exported[name]
-    a, b = analyze(plain), analyze(opt)
+    a, b = compile_program(plain), compile_program(opt)
     la, lb = [s.group.label for s in a.steps], [s.group.label for s in b.steps]
     assert len(lb) <= len(la), (la, lb)
     assert sum("Attention" in x for x in lb) == sum("Attention" in x for x in la) == 2

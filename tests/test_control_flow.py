@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
-from aotc.compiler import analyze, compile_model
+from aotc.compiler import compile_program, compile_model
 from aotc.errors import UnsupportedError
 from tests.helpers import assert_parity, rand, run_onnx_node_case
 
@@ -57,7 +57,7 @@ def test_if_on_a_shape_takes_either_branch(rows, tmp_path):
     assert_parity(_shape_if(), tmp_path, {"x": x})
     path = tmp_path / "m.onnx"
     onnx.save(_shape_if(), str(path))
-    c = analyze(path, target="c", threads=1, shapes={"x": (rows, 3)})
+    c = compile_program(path, target="c", threads=1, shapes={"x": (rows, 3)})
     assert not any(n.op_type == "If" for n in c.graph.nodes)
 
 

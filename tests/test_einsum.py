@@ -8,7 +8,7 @@ import pytest
 from onnx import helper
 
 import aotc.ops.einsum as einsum_op
-from aotc.compiler import analyze, compile_model
+from aotc.compiler import compile_program, compile_model
 from aotc.errors import ShapeError, UnsupportedError
 from aotc.kernel.ir import Gemm, walk_stmts
 from tests.helpers import assert_parity, graph_model, rand
@@ -64,7 +64,7 @@ def _model(eq, feeds, opset=12):
 def _gemms(model, tmp_path) -> int:
     path = tmp_path / "g.onnx"
     onnx.save(model, str(path))
-    return sum(isinstance(s, Gemm) for st in analyze(path, target="c", threads=1).steps
+    return sum(isinstance(s, Gemm) for st in compile_program(path, target="c", threads=1).steps
                for s in walk_stmts(st.kernel.body))
 
 
@@ -107,7 +107,7 @@ def test_gemm_with_fused_epilogue_and_constant_operand(tmp_path):
     assert_parity(m, tmp_path, {"x": x, "r": r})
     path = tmp_path / "g.onnx"
     onnx.save(m, str(path))
-    c = analyze(path, target="c", threads=1)
+    c = compile_program(path, target="c", threads=1)
     gemms = [s for st in c.steps for s in walk_stmts(st.kernel.body) if isinstance(s, Gemm)]
     assert len(c.steps) == 1 and len(gemms) == 1 and gemms[0].epilogue
 

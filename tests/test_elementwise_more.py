@@ -93,7 +93,7 @@ def test_swiglu_against_numpy(alpha, tmp_path):
 def test_swiglu_fuses_with_its_neighbours(tmp_path):
     """A gate and a value projection's outputs through SwiGLU then an Add: one elementwise kernel."""
     import onnx
-    from aotc.compiler import analyze
+    from aotc.compiler import compile_program
     a, b, r = rand(3, 16, seed=7), rand(3, 16, seed=8), rand(3, 16, seed=9)
     nodes = [helper.make_node("Neg", ["a"], ["na"]), helper.make_node("SwiGLU", ["na", "b"], ["s"]),
              helper.make_node("Add", ["s", "r"], ["y"])]
@@ -101,7 +101,7 @@ def test_swiglu_fuses_with_its_neighbours(tmp_path):
     assert_parity(m, tmp_path, {"a": a, "b": b, "r": r})
     path = tmp_path / "f.onnx"
     onnx.save(m, str(path))
-    assert len(analyze(path, target="c", threads=1).steps) == 1
+    assert len(compile_program(path, target="c", threads=1).steps) == 1
 
 
 @pytest.mark.parametrize("shapes, dtype, err, msg", [

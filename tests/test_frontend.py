@@ -321,8 +321,8 @@ def test_const_binding_folds_the_input_away(tmp_path):
     assert res.outputs[0].shape == [4, 3]
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert [i["name"] for i in manifest["inputs"]] == ["x"]
-    from aotc.compiler import analyze
-    c = analyze(tmp_path / "model.onnx", consts=consts)
+    from aotc.compiler import compile_program
+    c = compile_program(tmp_path / "model.onnx", consts=consts)
     assert [n.op_type for n in c.graph.nodes] == ["Mul", "Reshape"]
     np.testing.assert_allclose(c.graph.const(c.graph.nodes[0].inputs[1]), consts["scale"] * 2)
 

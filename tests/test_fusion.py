@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from aotc.compiler import analyze
+from aotc.compiler import compile_program
 from aotc.kernel.ir import Gemm, Load, Loop, Store, evaluate, stmt_exprs, walk_expr, walk_stmts
 from aotc.kernel.space import IndexSpace
 from models.zoo import ZOO
@@ -24,7 +24,7 @@ N = helper.make_node
 def _analyze(model, tmp_path, **kw):
     path = tmp_path / "model.onnx"
     onnx.save(model, str(path))
-    return analyze(path, **kw)
+    return compile_program(path, **kw)
 
 
 def _kernels(c) -> list[str]:

@@ -60,18 +60,18 @@ def test_the_harness_catches_what_it_looks_for(tmp_path, monkeypatch):
 
     def boom(*a, **k):
         raise KeyError("boom")
-    monkeypatch.setattr(aotc.compiler, "analyze", boom)
+    monkeypatch.setattr(aotc.compiler, "compile_program", boom)
     assert fz.run_case(data, ws).kind == "crash"
 
     def spin(*a, **k):
         while True:
             pass
-    monkeypatch.setattr(aotc.compiler, "analyze", spin)
+    monkeypatch.setattr(aotc.compiler, "compile_program", spin)
     assert fz.run_case(data, ws, seconds=1).kind == "hang"
 
     def peek(*a, **k):
         open(tmp_path / fz.CANARY, "rb").close()
-    monkeypatch.setattr(aotc.compiler, "analyze", peek)
+    monkeypatch.setattr(aotc.compiler, "compile_program", peek)
     assert fz.run_case(data, ws).kind == "escape"
 
 

@@ -9,9 +9,9 @@ from dataclasses import replace
 
 from aotc.kernel.ir import (F32, PRIVATE, REDUCTION, SPATIAL, Assign, Barrier, Buffer, Builder, GemmDest, If, Loop,
                             Store, Var, binop, matrix, select, walk_stmts)
-from aotc.schedule.gpu import gemm_shape
+from aotc.schedule.gpu_gemm import gemm_shape
 from aotc.targets import GpuConfig
-from aotc.schedule.gpu_group import _coefficient, _combine, cooperate
+from aotc.schedule.gpu_group import _coefficient, _combine, work_group_form
 
 X = Buffer("x", F32, (64, 512), "in")
 Y = Buffer("y", F32, (64, 512), "out")
@@ -50,7 +50,7 @@ def test_rows_become_work_groups_with_tree_reductions():
     b = Builder()
     row = Var("p")
     _row_body(b, row)
-    stmts, T, lid = cooperate(b.body, _fresh(), 256, 256)
+    stmts, T, lid = work_group_form(b.body, _fresh(), 256, 256)
     assert T == 256
     loops = [s for s in walk_stmts(stmts) if isinstance(s, Loop)]
     # all three loops split across the group, each work-item starting at its own index
@@ -65,8 +65,8 @@ def test_small_work_keeps_one_work_item_per_iteration():
     b = Builder()
     with b.loop(9, "k", role=SPATIAL) as k:
         b.store(Y, k, X[k])
-    assert cooperate(b.body, _fresh(), 256, 256) is None
-    assert cooperate(b.body, _fresh(), 256, 8) is not None
+    assert work_group_form(b.body, _fresh(), 256, 256) is None
+    assert work_group_form(b.body, _fresh(), 256, 8) is not None
 
 
 def test_unowned_accesses_get_barriers_and_unsafe_bodies_are_refused():
@@ -76,7 +76,7 @@ def test_unowned_accesses_get_barriers_and_unsafe_bodies_are_refused():
         b.store(Y, k * 2, X[k])
     with b.loop(256, "k", role=SPATIAL) as k:
         b.store(Y, k * 2 + 1, Y[k])
-    stmts, _, _ = cooperate(b.body, _fresh(), 256, 1)
+    stmts, _, _ = work_group_form(b.body, _fresh(), 256, 1)
     assert any(isinstance(s, Barrier) and s.scope == "global" for s in stmts)
     # a uniform read of a buffer the group writes, or a private array stored in a shared
     # loop, cannot be shared
@@ -84,12 +84,12 @@ def test_unowned_accesses_get_barriers_and_unsafe_bodies_are_refused():
     with b.loop(256, "k", role=SPATIAL) as k:
         b.store(Y, k, X[k])
     b.local("first", Y[0])
-    assert cooperate(b.body, _fresh(), 256, 1) is None
+    assert work_group_form(b.body, _fresh(), 256, 1) is None
     priv = Buffer("tmp", F32, (4,), "local", PRIVATE)
     b = Builder()
     with b.loop(256, "k", role=SPATIAL) as k:
         b.store(priv, k % 4, X[k])
-    assert cooperate(b.body, _fresh(), 256, 1) is None
+    assert work_group_form(b.body, _fresh(), 256, 1) is None
 
 
 def test_a_lone_store_runs_in_work_item_zero():
@@ -98,7 +98,7 @@ def test_a_lone_store_runs_in_work_item_zero():
     with b.loop(512, "k", role=REDUCTION) as k:
         b.assign(s, s + X[k])
     b.store(Y, 0, s)
-    stmts, _, lid = cooperate(b.body, _fresh(), 256, 1)
+    stmts, _, lid = work_group_form(b.body, _fresh(), 256, 1)
     guarded = [s for s in stmts if isinstance(s, If) and any(isinstance(x, Store) and x.buf is Y for x in s.then)]
     assert len(guarded) == 1 and lid.name in repr(guarded[0].cond)
 
@@ -246,7 +246,7 @@ def test_gemm_tiles_are_read_and_written_without_bank_conflicts():
     the stores, for each operand layout (K as the unit stride of A, of B, or of neither), hit
     each bank with one word at most."""
     from aotc.kernel.ir import Decl, Kernel, walk_stmts
-    from aotc.schedule.gpu import GemmShape, gemm_kernel
+    from aotc.schedule.gpu_gemm import GemmShape, gemm_kernel
     p = GpuConfig(block=256, tm=128, tn=128, tk=8, rm=8, rn=8, warp=32)
     M, N, K = 512, 512, 512
     for a_rs, a_cs in ((K, 1), (1, M)):
@@ -273,7 +273,7 @@ def test_tensor_core_fragments_are_aligned_and_cover_the_tile():
     accumulators together cover the work-group's tile once, and the shape keeps fragments whole
     (tiles halved to 64 x 64 at least, then K split)."""
     from aotc.kernel.ir import MMA_C, Decl, Kernel, Mma, walk_stmts
-    from aotc.schedule.gpu import MMA_WARPS, GemmShape, mma_kernel, mma_shape
+    from aotc.schedule.gpu_gemm import MMA_WARPS, GemmShape, mma_kernel, mma_shape
     for tile in (128, 64):
         p = GpuConfig(block=256, tm=tile, tn=tile, tk=16, rm=8, rn=8, warp=32)
         M, N, K = 300, 260, 200

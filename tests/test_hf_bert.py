@@ -8,7 +8,7 @@ import pytest
 from onnx import helper
 
 from aotc.check.runner import run_check
-from aotc.compiler import analyze
+from aotc.compiler import compile_program
 from aotc.ops.reference import evaluate
 from aotc.ir.graph import Node
 from tests.helpers import assert_parity, graph_model, rand
@@ -60,7 +60,7 @@ def test_constant_gather_elements_like_the_bert_export(tmp_path):
                      N("Add", ["we", "te"], ["y"])], {"ids": ids}, ["y"],
                     {"buf": buf, "pos": pos, "table": table, "words": words}, opset=18)
     assert_parity(m, tmp_path, {"ids": ids})
-    c = analyze(tmp_path / "model.onnx")
+    c = compile_program(tmp_path / "model.onnx")
     assert "GatherElements" not in [n.op_type for n in c.graph.nodes]
 
 
@@ -77,5 +77,6 @@ def test_hf_bert_dynamo_export_compiles_and_matches_onnx_runtime(tmp_path):
             [(o.name, o.max_abs_err, o.max_rel_err) for o in res.outputs]
     # the exporter's attention (MatMul, Mul by the scale, Add of the mask, Softmax, MatMul, with
     # the head Transposes) is one Attention kernel per layer (passes/attention.py)
-    labels = [st.group.label for st in analyze(path, shapes={"input_ids": (1, seq), "attention_mask": (1, seq)}).steps]
+    c = compile_program(path, shapes={"input_ids": (1, seq), "attention_mask": (1, seq)})
+    labels = [st.group.label for st in c.steps]
     assert labels.count("Attention") == 2 and "Softmax" not in labels and "Transpose" not in labels, labels

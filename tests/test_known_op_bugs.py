@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from aotc.compiler import analyze
+from aotc.compiler import compile_program
 from aotc.errors import AotcError
 
 N = helper.make_node
@@ -31,7 +31,7 @@ def _model(node, inputs, tmp_path):
 
 def refuses(path):
     with pytest.raises(AotcError):
-        analyze(path)
+        compile_program(path)
 
 
 OPS_BUG = "aotc/ops: the operator's inference does not check this (see the module docstring)"

@@ -387,7 +387,7 @@ def test_mutated_attribute_tables_compile_or_are_refused(tmp_path):
     import copy
     import random
 
-    from aotc.compiler import analyze
+    from aotc.compiler import compile_program
     from aotc.errors import AotcError
     rng = np.random.default_rng(0)
     cols, weights = random_forest(rng, 3, 4, 2, 4)
@@ -422,7 +422,7 @@ def test_mutated_attribute_tables_compile_or_are_refused(tmp_path):
         path = tmp_path / f"m{k}.onnx"
         onnx.save(ml_model([node], {"x": np.zeros((3, 4), np.float32)}, list(node.output)), str(path))
         try:
-            analyze(path, target="c", threads=1)
+            compile_program(path, target="c", threads=1)
             outcomes["compiled"] += 1
         except AotcError:
             outcomes["refused"] += 1

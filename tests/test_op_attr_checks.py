@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from aotc.compiler import analyze
+from aotc.compiler import compile_program
 from aotc.errors import ShapeError
 from tests.helpers import assert_parity, rand, single_op_model
 
@@ -64,7 +64,7 @@ def test_broken_rule_is_a_one_line_shape_error(case, tmp_path):
     m.ir_version = 8
     onnx.save(m, str(tmp_path / "m.onnx"))
     with pytest.raises(ShapeError) as e:
-        analyze(tmp_path / "m.onnx")
+        compile_program(tmp_path / "m.onnx")
     msg = str(e.value)
     assert "\n" not in msg and op in msg and "'n0'" in msg and words in msg, msg
 

@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from aotc.compiler import analyze
+from aotc.compiler import compile_program
 from aotc.memory.liveness import Interval, peak_live_bytes
 from aotc.memory.planner import Location, first_fit, plan_offsets
 from aotc.memory.validator import PlanError, validate
@@ -65,7 +65,7 @@ def arena_value_buffers(plan) -> set[tuple[str, int]]:
 def compile_info(model, tmp_path, shapes=None):
     path = tmp_path / "model.onnx"
     onnx.save(model, str(path))
-    return analyze(path, shapes=shapes)
+    return compile_program(path, shapes=shapes)
 
 
 def independent_check(c) -> None:
@@ -399,7 +399,7 @@ def test_random_graphs_unfused_exercise_inplace(tmp_path):
         d.mkdir()
         path = d / "m.onnx"
         onnx.save(m, str(path))
-        c = analyze(path, fuse=False)
+        c = compile_program(path, fuse=False)
         independent_check(c)
         reuses += len(c.plan.inplace)
         got = CompiledModel(compile_model(path, output_dir=d / "out", fuse=False)).run({"x": x})
@@ -482,7 +482,7 @@ def test_concat_inputs_are_computed_into_their_slices(tmp_path):
                        threads=2)
     # unfused, each elementwise node is a kernel of its own that may write over an input dying
     # in it: Neg over a1 would overwrite c1's first slice before c1's Conv reads it
-    loose = analyze(tmp_path / "model.onnx", fuse=False)
+    loose = compile_program(tmp_path / "model.onnx", fuse=False)
     assert "a1" in loose.plan.slices and not any(i == "a1" for _, i in loose.plan.inplace)
     independent_check(loose)
     unfused = load(compile_model(tmp_path / "model.onnx", output_dir=tmp_path / "loose", fuse=False))

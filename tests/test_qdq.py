@@ -13,7 +13,7 @@ import pytest
 from onnx import helper
 
 from aotc.api import compile as aotc_compile
-from aotc.compiler import analyze
+from aotc.compiler import compile_program
 from aotc.targets import cpu_flags, load_target
 from tests.helpers import graph_model
 
@@ -123,7 +123,7 @@ MODELS = {
 
 
 def _ops(path, target):
-    return {n.op_type for n in analyze(path, target=target).graph.nodes}
+    return {n.op_type for n in compile_program(path, target=target).graph.nodes}
 
 
 def _run(model, feeds, tmp_path, target):

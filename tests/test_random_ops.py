@@ -25,7 +25,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from aotc.api import load
-from aotc.compiler import analyze, compile_model
+from aotc.compiler import compile_program, compile_model
 from aotc.errors import ModelError, ShapeError, UnsupportedError
 from tests.helpers import eager_gpu_target, eager_threads_target
 from tests.test_opencl import _opencl_missing
@@ -349,7 +349,7 @@ def test_random_nodes_are_never_folded_and_only_seeded_twins_merge(tmp_path):
              numpy_helper.from_array(np.array(0.5, np.float32), "ratio"),
              numpy_helper.from_array(np.array(True), "training")]
     path = _save(_graph(nodes, outputs=outputs, inits=inits), tmp_path)
-    c = analyze(path, target="c")
+    c = compile_program(path, target="c")
     ops = [n.op_type for n in c.graph.nodes]
     assert ops.count("RandomUniform") == 3        # the seeded twins merged, the unseeded ones not
     assert "Bernoulli" in ops and "RandomNormalLike" in ops and "Dropout" in ops
@@ -508,7 +508,7 @@ def test_onnx_node_case(name, tmp_path):
 
 # ------------------------------------------------------------------ what aotc refuses
 def _refused(tmp_path, node, inputs=(), inits=()):
-    return analyze(_save(_graph([node], inputs, inits=inits), tmp_path), target="c")
+    return compile_program(_save(_graph([node], inputs, inits=inits), tmp_path), target="c")
 
 
 @pytest.mark.parametrize("node, error, match", [

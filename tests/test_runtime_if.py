@@ -17,7 +17,7 @@ from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
 from aotc.api import load
-from aotc.compiler import analyze, compile_model
+from aotc.compiler import compile_program, compile_model
 from aotc.errors import UnsupportedError
 from aotc.inspection import format_text, inspect_model
 from aotc.passes.branches import ALWAYS, NEVER, both, either
@@ -101,7 +101,7 @@ def test_only_the_branches_kernels_are_guarded(tmp_path):
     """The Ifs' branch kernels run under the condition, the rest always; the generated C says so."""
     path = tmp_path / "m.onnx"
     onnx.save(sign_if(), str(path))
-    c = analyze(path, target="c", threads=1)
+    c = compile_program(path, target="c", threads=1)
     guarded = {ln.kernel.name: ln.guard for ln in c.program.launches()}
     labels = {ln.kernel.name: ln.kernel.comment for ln in c.program.launches()}
     assert sum(g is not None for g in guarded.values()) == 4, labels

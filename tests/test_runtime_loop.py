@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
-from aotc.compiler import analyze, compile_model
+from aotc.compiler import compile_program, compile_model
 from aotc.errors import UnsupportedError
 from aotc.inspection import format_text, inspect_model
 from aotc.program.ir import HostWhile
@@ -96,7 +96,7 @@ def test_aotc_check_draws_trip_counts_that_go_round(tmp_path):
 def test_the_host_loop_is_one_while_around_the_body(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(halving_loop(), str(path))
-    c = analyze(path, target="c", threads=1)
+    c = compile_program(path, target="c", threads=1)
     loops = [op for op in c.program.body if isinstance(op, HostWhile)]
     assert len(loops) == 1
     inside = [ln.kernel.comment for ln in loops[0].body]
@@ -134,9 +134,9 @@ def test_constant_trip_count_with_a_run_time_condition(kind, tmp_path):
         assert_parity(count_loop(True), d, feeds, target=target, threads=threads, build=build)
     path = tmp_path / "m.onnx"
     onnx.save(count_loop(True), str(path))
-    assert any(isinstance(op, HostWhile) for op in analyze(path, target="c", threads=1).program.body)
+    assert any(isinstance(op, HostWhile) for op in compile_program(path, target="c", threads=1).program.body)
     onnx.save(count_loop(False), str(path))        # the condition folds: unrolled, no host loop
-    assert not any(isinstance(op, HostWhile) for op in analyze(path, target="c", threads=1).program.body)
+    assert not any(isinstance(op, HostWhile) for op in compile_program(path, target="c", threads=1).program.body)
 
 
 def test_iterations_beyond_the_unrolling_limit_run_in_the_host(tmp_path, monkeypatch):
@@ -146,7 +146,7 @@ def test_iterations_beyond_the_unrolling_limit_run_in_the_host(tmp_path, monkeyp
     feeds = {"x": rng.random(4).astype(np.float32), "bound": np.array(1e9, np.float32)}
     assert_parity(count_loop(False), tmp_path, feeds)
     path = tmp_path / "model.onnx"           # (where assert_parity saved it)
-    assert any(isinstance(op, HostWhile) for op in analyze(path, target="c", threads=1).program.body)
+    assert any(isinstance(op, HostWhile) for op in compile_program(path, target="c", threads=1).program.body)
 
 
 def nested_loops():

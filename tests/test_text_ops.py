@@ -18,7 +18,7 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 from aotc.api import compile as aotc_compile
-from aotc.compiler import analyze
+from aotc.compiler import compile_program
 from aotc.errors import ModelError, ShapeError, UnsupportedError
 from tests.helpers import (NP2ONNX, eager_gpu_target, eager_threads_target, onnx_node_cases_of,
                            run_onnx_node_case)
@@ -199,7 +199,7 @@ def _analyze(tmp_path, elem=TensorProto.INT64, dims=(6,), **attrs):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, str(tmp_path / "m.onnx"))
-    return analyze(tmp_path / "m.onnx", target="c")
+    return compile_program(tmp_path / "m.onnx", target="c")
 
 
 def test_the_valid_attributes_of_the_refusal_cases_compile(tmp_path):

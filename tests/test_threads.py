@@ -13,7 +13,7 @@ import pytest
 from onnx import helper
 
 from aotc.api import compile as aotc_compile, load
-from aotc.compiler import analyze
+from aotc.compiler import compile_program
 from aotc.errors import ArtifactError
 from aotc.kernel.ir import PARALLEL, Gemm, Loop, walk_stmts
 from models.zoo import ZOO
@@ -39,7 +39,7 @@ def test_zoo_with_everything_parallel(name, threads, eager_target, tmp_path):
     e = ZOO[name]
     path = tmp_path / f"{name}.onnx"
     onnx.save(e.build("small"), str(path))
-    c = analyze(path, target=eager_target, shapes=e.shapes_for("small"), threads=threads)
+    c = compile_program(path, target=eager_target, shapes=e.shapes_for("small"), threads=threads)
     loops, gemms = _parallel_parts(c)
     assert loops > 0 and gemms > 0, "the eager target should parallelize"
     from aotc.check.runner import run_check
@@ -97,7 +97,7 @@ def test_small_models_stay_on_one_thread(tmp_path):
         e = ZOO[name]
         path = tmp_path / f"{name}.onnx"
         onnx.save(e.build(size), str(path))
-        c = analyze(path, target="c", shapes=e.shapes_for(size), threads=2)
+        c = compile_program(path, target="c", shapes=e.shapes_for(size), threads=2)
         loops, gemms = _parallel_parts(c)
         assert (loops + gemms > 0) == expect, f"{name}: {loops} parallel loops, {gemms} split GEMMs"
 
@@ -116,7 +116,7 @@ def test_a_gemm_streaming_a_huge_operand_splits_it(tmp_path, monkeypatch):
     onnx.save(m, str(path))
 
     def split():
-        c = analyze(path, target="c", threads=2)
+        c = compile_program(path, target="c", threads=2)
         return [s.split for st in c.steps for s in walk_stmts(st.kernel.body) if isinstance(s, Gemm)]
     assert split() == ["rows"]
     (tmp_path / "rows").mkdir()

@@ -13,7 +13,7 @@ from onnx import helper
 from typer.testing import CliRunner
 
 from aotc import cli
-from aotc.compiler import analyze
+from aotc.compiler import compile_program
 from aotc.errors import AotcError, ShapeError
 from aotc.frontend import import_model, load_onnx
 from models.zoo import ZOO
@@ -31,7 +31,7 @@ def run_cli(*args):
 def test_malformed_model_is_refused_with_its_message(case, tmp_path):
     path = case.build(tmp_path / "m")
     with pytest.raises(AotcError) as info:
-        analyze(path)
+        compile_program(path)
     assert type(info.value).__name__ == case.error
     assert case.message in info.value.message, info.value.message
     assert "\n" not in info.value.message
@@ -65,11 +65,11 @@ def test_every_small_zoo_model_passes_validation():
 def test_hint_says_what_to_do(tmp_path):
     case = {c.id: c for c in CASES}["opset_1000"]
     with pytest.raises(AotcError) as info:
-        analyze(case.build(tmp_path))
+        compile_program(case.build(tmp_path))
     assert re.fullmatch(r"re-export the model with opset \d+ or older", info.value.hint)
     case = {c.id: c for c in CASES}["short_raw_data"]
     with pytest.raises(AotcError) as info:
-        analyze(case.build(tmp_path / "b"))
+        compile_program(case.build(tmp_path / "b"))
     assert "truncated" in info.value.hint
 
 
@@ -109,7 +109,7 @@ def test_zero_size_dimensions_compile_or_are_refused_cleanly(op, tmp_path):
     m.ir_version = 8
     onnx.save(m, str(tmp_path / "m.onnx"))
     try:
-        c = analyze(tmp_path / "m.onnx")
+        c = compile_program(tmp_path / "m.onnx")
     except AotcError:
         return
     assert c.graph.values[c.graph.outputs[0]].shape == (0, 8)

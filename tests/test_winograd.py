@@ -12,7 +12,7 @@ import pytest
 from onnx import helper
 
 from aotc.api import load
-from aotc.compiler import analyze, compile_model
+from aotc.compiler import compile_program, compile_model
 from aotc.ops.winograd import TRANSFORMS, transform_weights
 from aotc.passes.winograd import allowed_tiles, block_rows, choose_tile
 from aotc.targets import load_target
@@ -65,7 +65,7 @@ def _conv_net(C, M, H, W, pads=(1, 1, 1, 1), N=1, bias=True, tail="relu", seed=0
 
 
 def _winograd_tiles(path, target) -> list[int]:
-    g = analyze(path, target).graph
+    g = compile_program(path, target).graph
     return [n.attrs["tile"] for n in g.nodes if n.op_type == "aotc.WinogradConv"]
 
 
@@ -240,7 +240,7 @@ def test_blocks_of_tile_rows_match_the_direct_convolution(tmp_path, monkeypatch,
     model, feeds = _conv_net(24, 40, 15, 21, N=2, tail="residual")
     path = tmp_path / "m.onnx"
     onnx.save(model, str(path))
-    (node,) = [n for n in analyze(path, str(target)).graph.nodes if n.op_type == "aotc.WinogradConv"]
+    (node,) = [n for n in compile_program(path, str(target)).graph.nodes if n.op_type == "aotc.WinogradConv"]
     assert node.attrs["block_rows"] == rows                   # of 8 rows of 2 x 2 tiles
     got = {}
     for t in (str(target), "c,direct_conv"):

@@ -26,7 +26,7 @@ from pathlib import Path
 import onnx
 
 from aotc.codegen import get_backend
-from aotc.compiler import analyze
+from aotc.compiler import compile_program
 
 COUNTED = ["FFMA", "HMMA", "LDS", "LDS.64", "LDS.128", "STS", "LDG", "STG", "SHFL", "BAR"]
 
@@ -103,7 +103,7 @@ def main(argv=None) -> None:
         path = work / f"{name}.onnx"
         onnx.save(e.build(a.size), str(path))
         shapes = e.shapes_for(a.size)
-    c = analyze(path, a.target, name, shapes)
+    c = compile_program(path, a.target, name, shapes)
     if c.target.language != "cuda":
         raise SystemExit(f"{a.target} is not a cuda target")
     backend = get_backend("cuda")

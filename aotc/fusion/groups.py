@@ -43,9 +43,9 @@ class Group:
 
 def form_groups(g: Graph, fuse: bool = True, conds: Optional[dict] = None, loops: Optional[dict] = None
                 ) -> list[Group]:
-    """The groups of g's nodes, in order. `conds` (passes/branches.py guard_nodes): id(node) ->
-    the condition it runs under; `loops` (passes/loops.py arrange): id(node) -> the host loop
-    it is in. A node joins only a group of the same condition and loop."""
+    """The groups of g's nodes, in order. `conds` (passes/branches.py node_conditions):
+    id(node) -> the condition it runs under; `loops` (passes/loops.py order_loop_bodies):
+    id(node) -> the host loop it is in. A node joins only a group of the same condition and loop."""
     conds, loops = conds or {}, loops or {}
 
     def guard(node: Node) -> Optional[frozenset]:

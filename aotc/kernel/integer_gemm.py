@@ -10,7 +10,7 @@ from __future__ import annotations
 from .ir import I32, REDUCTION, SPATIAL, Assign, Decl, Gemm, Load, Loop, Rewriter, Stmt, Store, Var, cast, const
 
 
-def expand_integer_gemm(g: Gemm, fresh) -> list[Stmt]:
+def expand_integer_gemm(gm: Gemm, fresh) -> list[Stmt]:
     """g as loops; `fresh(hint)` names the new variables."""
     k, acc = Var(fresh("k")), Var(fresh("sum"), I32)
 
@@ -18,17 +18,17 @@ def expand_integer_gemm(g: Gemm, fresh) -> list[Stmt]:
         v = cast(m.element(r, c), I32)
         return v - zero if zero is not None else v
 
-    term = operand(g.a, g.i, k, g.a_zero) * operand(g.b, k, g.j, g.b_zero)
-    at = g.c.at(g.i, g.j)
-    total = Load(g.c.buf, at) + acc if g.accumulate else acc
-    if g.epilogue:
-        finish = [Decl(g.value, total)] + g.epilogue
+    term = operand(gm.a, gm.i, k, gm.a_zero) * operand(gm.b, k, gm.j, gm.b_zero)
+    at = gm.c.at(gm.i, gm.j)
+    total = Load(gm.c.buf, at) + acc if gm.accumulate else acc
+    if gm.epilogue:
+        finish = [Decl(gm.value, total)] + gm.epilogue
     else:
-        finish = [Store(g.c.buf, at, total)]
+        finish = [Store(gm.c.buf, at, total)]
     element = [Decl(acc, const(0, I32), accumulator=True, pinned=True),
-               Loop(k, const(g.K), [Assign(acc, acc + term)], role=REDUCTION)] + finish
-    columns = Loop(g.j, const(g.N), element, role=SPATIAL)
-    return [Loop(g.i, const(g.M), g.row_epilogue + [columns], role=SPATIAL)]
+               Loop(k, const(gm.K), [Assign(acc, acc + term)], role=REDUCTION)] + finish
+    columns = Loop(gm.j, const(gm.N), element, role=SPATIAL)
+    return [Loop(gm.i, const(gm.M), gm.row_epilogue + [columns], role=SPATIAL)]
 
 
 class _Expand(Rewriter):

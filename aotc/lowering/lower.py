@@ -21,10 +21,13 @@ from ..passes.branches import guard_values
 
 @dataclass
 class KernelStep:
-    """A kernel and the graph values its parameters are bound to."""
+    """A kernel and the graph values its parameters are bound to; on a GPU target, after the
+    schedule, also its device program: the launches (schedule/gpu.py DeviceLaunch) and host
+    loops (DeviceLoop) that run it, which the host program binds to the memory plan."""
     kernel: Kernel
     group: Group
     binds: dict[str, str]                    # kernel param name -> graph value name
+    device: Optional[list] = None            # the GPU schedule's launches and host loops
 
     @property
     def scratch(self) -> list[Buffer]:

@@ -86,7 +86,7 @@ def run_conditions(g: Graph) -> dict[int, Condition]:
     return conds
 
 
-def guard_nodes(g: Graph) -> dict[int, Condition]:
+def node_conditions(g: Graph) -> dict[int, Condition]:
     """run_conditions, or {} when every node runs always (no If decided at run time)."""
     conds = run_conditions(g)
     return {} if all(c == ALWAYS for c in conds.values()) else conds

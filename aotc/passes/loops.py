@@ -7,8 +7,8 @@ it (`end` True). Its body is what the graph passes left of the nodes that read t
 that the end reads: a node of the body that reads only values from outside the loop was moved
 out (computed once, before the loop) by nothing more than this definition. Loops nest.
 
-`arrange` reorders g.nodes so that each loop is [begin Carry, body, end Carry] and every node
-comes after the values it reads and the If conditions it runs under (passes/branches.py), and
+`order_loop_bodies` reorders g.nodes so that each loop is [begin Carry, body, end Carry] and
+every node comes after the values it reads and the If conditions it runs under (passes/branches.py), and
 returns, for every node inside a loop, the innermost loop's name (a loop's begin Carry runs
 once, before it: it is in the loop around it, if any). Fusion keeps loops apart; the host
 program repeats each loop's kernels while the loop's flag holds; the memory plan keeps what a
@@ -30,7 +30,7 @@ from .branches import guard_values
 @dataclass
 class HostLoopRegion:
     name: str
-    begin: int                                 # node indices in g.nodes (before arrange)
+    begin: int                                 # node indices in g.nodes (before order_loop_bodies)
     end: int
     members: set = field(default_factory=set)  # every node index of the loop, begin and end included
     parent: Optional[str] = None
@@ -82,7 +82,7 @@ def loop_regions(g: Graph) -> dict[str, HostLoopRegion]:
     return regions
 
 
-def arrange(g: Graph, conds: dict) -> dict[int, str]:
+def order_loop_bodies(g: Graph, conds: dict) -> dict[int, str]:
     """Reorder g.nodes: each host loop in one piece, begin first and end last; every node after
     what it reads and the conditions it runs under (`conds`: passes/branches.py). Returns
     id(node) -> its innermost loop's name, for the nodes inside loops."""

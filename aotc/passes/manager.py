@@ -20,9 +20,9 @@ from ..targets import Target
 from ..ir.verify import verify
 from . import bounded, simplify
 from .attention import fuse_attention
-from .branches import guard_nodes
+from .branches import node_conditions
 from .infer import infer_shapes
-from .loops import arrange
+from .loops import order_loop_bodies
 from .normalize import normalize_opset
 from .qdq import integer_qdq
 from .recurrent import prepack_recurrent_weights
@@ -67,12 +67,12 @@ def _winograd(g: Graph, ctx: PassContext) -> Graph:
 
 
 def _conditions(g: Graph, ctx: PassContext) -> Graph:
-    ctx.conds = guard_nodes(g)
+    ctx.conds = node_conditions(g)
     return g
 
 
 def _loops(g: Graph, ctx: PassContext) -> Graph:
-    ctx.loops = arrange(g, ctx.conds)
+    ctx.loops = order_loop_bodies(g, ctx.conds)
     return g
 
 

@@ -101,69 +101,69 @@ class _Gemms(Rewriter):
         return _schedule_gemm(s, *args)
 
 
-def _c_dead(g: Gemm, st) -> bool:
+def _c_dead(gm: Gemm, st) -> bool:
     """Does nothing read g's C after g but its own epilogue? C must be the kernel's own memory
     (a scratch, or a value made and used only here): a kernel parameter bound to a graph value
     is one that something outside reads (lowering stores only those), directly or through a
     view. And no statement of this kernel outside g may load it."""
-    if g.c.buf.name in st.binds:
+    if gm.c.buf.name in st.binds:
         return False
-    own = {id(t) for t in walk_stmts([g] + g.row_epilogue + g.epilogue)}
+    own = {id(t) for t in walk_stmts([gm] + gm.row_epilogue + gm.epilogue)}
     # (a store counts too: stmt_exprs gives it as a load of what it overwrites)
-    return not any(isinstance(x, (Load, BufPtr)) and x.buf is g.c.buf
+    return not any(isinstance(x, (Load, BufPtr)) and x.buf is gm.c.buf
                    for s in walk_stmts(st.kernel.body) if id(s) not in own
                    for e in stmt_exprs(s) for x in walk_expr(e))
 
 
-def _schedule_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int, min_gemm: int,
+def _schedule_gemm(gm: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int, min_gemm: int,
                    in_tile: bool, line: int) -> Gemm:
-    if tiles.prefers_transposed(g.M, g.N, g.K):
-        g = swap_orientation(g)
-    pa = packer.pack(st, g, "a", loops)
+    if tiles.prefers_transposed(gm.M, gm.N, gm.K):
+        gm = swap_orientation(gm)
+    pa = packer.pack(st, gm, "a", loops)
     if pa is not None:
-        g = replace(g, a=pa)
+        gm = replace(gm, a=pa)
     else:
-        pb = packer.pack(st, g, "b", loops)
+        pb = packer.pack(st, gm, "b", loops)
         if pb is not None:
-            g = replace(g, b=pb)
-    g = _on_threads(g, tiles, threads, min_gemm, tiles.work_floats(g.M, g.N, g.K, g.a.packed, g.b.packed), line)
-    return replace(g, tile_epilogue=in_tile and epilogue_in_tile(g, tiles))
+            gm = replace(gm, b=pb)
+    gm = _on_threads(gm, tiles, threads, min_gemm, tiles.work_floats(gm.M, gm.N, gm.K, gm.a.packed, gm.b.packed), line)
+    return replace(gm, tile_epilogue=in_tile and epilogue_in_tile(gm, tiles))
 
 
-def _on_threads(g: Gemm, tiles: GemmTiles, threads: int, min_gemm: int, work_floats: int, line: int) -> Gemm:
+def _on_threads(gm: Gemm, tiles: GemmTiles, threads: int, min_gemm: int, work_floats: int, line: int) -> Gemm:
     """g split among the threads where it is big enough (`[threads] min_parallel_gemm_macs`),
     with its packing scratch of work_floats (one per thread when split)."""
-    parallel = threads > 1 and gemm_macs(g) >= min_gemm
-    split = choose_split(g, tiles, threads) if parallel else "none"
+    parallel = threads > 1 and gemm_macs(gm) >= min_gemm
+    split = choose_split(gm, tiles, threads) if parallel else "none"
     work = Buffer("gemm_work", F32, (work_floats,), "scratch", per_thread=split != "none", line=line) \
         if work_floats else None
-    return replace(g, parallel=split != "none", split=split, work=work)
+    return replace(gm, parallel=split != "none", split=split, work=work)
 
 
-def _schedule_integer_gemm(g: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int,
+def _schedule_integer_gemm(gm: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int,
                            min_gemm: int, in_tile: bool, line: int, c_dead: bool) -> list[Stmt]:
     """An integer Gemm: the 8-bit GEMM of runtime/aotc_igemm.h where one operand is uint8 and
     strided and the other a constant int8 with no zero point (a quantized model's weights), the
     constant packed here in quads; the uint8 operand's zero point z comes off in the epilogue:
     sum (u - z) s = sum u s - z sum s, the sums over k of the constant computed here too.
     Otherwise (two run-time operands, a zero point on the int8 one) the plain loops."""
-    kinds = {w: getattr(g, w).buf.value_dtype for w in "ab"}
+    kinds = {w: getattr(gm, w).buf.value_dtype for w in "ab"}
     signed = [w for w in "ab" if kinds[w] == np.int8]
     unsigned = [w for w in "ab" if kinds[w] == np.uint8]
-    zero = {"a": _known(g.a_zero, st, packer.graph), "b": _known(g.b_zero, st, packer.graph)}
+    zero = {"a": _known(gm.a_zero, st, packer.graph), "b": _known(gm.b_zero, st, packer.graph)}
     if len(signed) == 1 and len(unsigned) == 1 and _is_zero(zero[signed[0]]) \
-            and getattr(g, unsigned[0]).layout == "strided":
+            and getattr(gm, unsigned[0]).layout == "strided":
         z = zero[unsigned[0]]
-        found = packer.pack_int8(st, g, signed[0], loops, sums=not _is_zero(z))
+        found = packer.pack_int8(st, gm, signed[0], loops, sums=not _is_zero(z))
         if found is not None:
             packed, sums = found
-            g = replace(g, **{signed[0]: packed}, a_zero=None, b_zero=None)
+            gm = replace(gm, **{signed[0]: packed}, a_zero=None, b_zero=None)
             if sums is not None:
-                g = _less_zero_point(g, z, sums, st.kernel.fresh)
-            work_bytes = tiles.int8_work_bytes(g.M, g.N, g.K, g.a.packed, g.b.packed)
-            g = _on_threads(g, tiles, threads, min_gemm, -(-work_bytes // 4), line)   # (the scratch is floats)
-            return [replace(g, tile_epilogue=in_tile and epilogue_in_tile(g, tiles, c_dead))]
-    return expand_integer_gemm(g, st.kernel.fresh)
+                gm = _less_zero_point(gm, z, sums, st.kernel.fresh)
+            work_bytes = tiles.int8_work_bytes(gm.M, gm.N, gm.K, gm.a.packed, gm.b.packed)
+            gm = _on_threads(gm, tiles, threads, min_gemm, -(-work_bytes // 4), line)   # (the scratch is floats)
+            return [replace(gm, tile_epilogue=in_tile and epilogue_in_tile(gm, tiles, c_dead))]
+    return expand_integer_gemm(gm, st.kernel.fresh)
 
 
 def _is_zero(z) -> bool:
@@ -181,13 +181,13 @@ def _known(z: Expr | None, st, graph) -> Expr | None:
     return z
 
 
-def _less_zero_point(g: Gemm, z: Expr, sums: Expr, fresh) -> Gemm:
+def _less_zero_point(gm: Gemm, z: Expr, sums: Expr, fresh) -> Gemm:
     """g computing sum u s (the raw 8-bit products), its epilogue first taking off z * sums
     (the zero point of the uint8 operand times the int8 one's sums over k)."""
-    raw = Var(fresh("sum"), g.value.dtype)
-    fix = Decl(g.value, BinOp("-", raw, BinOp("*", z, sums, z.dtype), raw.dtype))
-    epilogue = g.epilogue or [Store(g.c.buf, g.c.at(g.i, g.j), g.value)]
-    return replace(g, value=raw, epilogue=[fix] + epilogue)
+    raw = Var(fresh("sum"), gm.value.dtype)
+    fix = Decl(gm.value, BinOp("-", raw, BinOp("*", z, sums, z.dtype), raw.dtype))
+    epilogue = gm.epilogue or [Store(gm.c.buf, gm.c.at(gm.i, gm.j), gm.value)]
+    return replace(gm, value=raw, epilogue=[fix] + epilogue)
 
 
 def _share_work_buffer(st, gemms: list[Gemm], threads: int, line: int) -> None:

@@ -193,7 +193,7 @@ def pack_b(b: np.ndarray, tiles: GemmTiles) -> np.ndarray:
 
 
 
-def packs_im2col(g: Gemm, gemm: GemmConfig) -> bool:
+def packs_im2col(gm: Gemm, gemm: GemmConfig) -> bool:
     """Should g read its B from the convolution's input (g.b.direct) rather than its im2col buffer?
     It packs an im2col B from the input (aotc_sgemm_pack_b_im2col) when each tap's plan, made
     once per panel, serves at least `im2col_min_channels` input channels, or every packed
@@ -202,24 +202,24 @@ def packs_im2col(g: Gemm, gemm: GemmConfig) -> bool:
     then run at memory speed, and reading the input directly is no slower while the workspace
     shrinks): the target's [gemm] values, whose measurements targets/c.toml gives. Otherwise
     making the plans costs more than the buffer's passes."""
-    d = g.b.direct
+    d = gm.b.direct
     if d is None:
         return False
-    return g.K >= gemm.im2col_min_channels * d.window.kernel[0] * d.window.kernel[1] or g.M >= gemm.im2col_min_rows \
-        or g.K * g.N * 4 > gemm.im2col_max_buffer
+    return gm.K >= gemm.im2col_min_channels * d.window.kernel[0] * d.window.kernel[1] or gm.M >= gemm.im2col_min_rows \
+        or gm.K * gm.N * 4 > gemm.im2col_max_buffer
 
 
-def gemm_macs(g: Gemm) -> int:
-    return g.M * g.N * max(g.K, 1)
+def gemm_macs(gm: Gemm) -> int:
+    return gm.M * gm.N * max(gm.K, 1)
 
 
-def swap_orientation(g: Gemm) -> Gemm:
+def swap_orientation(gm: Gemm) -> Gemm:
     """Cᵀ = Bᵀ.Aᵀ: the same product with the roles of rows and columns exchanged. The
     epilogue keeps its variables (the new rows walk the old j), so it is unchanged, except that
     its per-row part now depends on the inner index and joins the element part."""
-    dest = replace(g.dest, rows=g.dest.cols, cols=g.dest.rows) if g.dest is not None else None
-    return replace(g, M=g.N, N=g.M, a=g.b.transposed(), b=g.a.transposed(), c=g.c.transposed(),
-                   i=g.j, j=g.i, dest=dest, epilogue=g.row_epilogue + g.epilogue, row_epilogue=[])
+    dest = replace(gm.dest, rows=gm.dest.cols, cols=gm.dest.rows) if gm.dest is not None else None
+    return replace(gm, M=gm.N, N=gm.M, a=gm.b.transposed(), b=gm.a.transposed(), c=gm.c.transposed(),
+                   i=gm.j, j=gm.i, dest=dest, epilogue=gm.row_epilogue + gm.epilogue, row_epilogue=[])
 
 
 class ConstPacker:
@@ -229,10 +229,10 @@ class ConstPacker:
         self.graph, self.tiles = graph, tiles
         self._made: dict = {}
 
-    def pack(self, step, g: Gemm, which: str, loops: list[Loop]) -> Matrix | None:
+    def pack(self, step, gm: Gemm, which: str, loops: list[Loop]) -> Matrix | None:
         """The operand `which` ('a' or 'b') of g packed, or None when it is not a constant (or
         its offset depends on something other than the enclosing loops' indices)."""
-        found = self._instances(step, g, which, loops)
+        found = self._instances(step, gm, which, loops)
         if found is None:
             return None
         src, key, index, instances = found
@@ -245,12 +245,12 @@ class ConstPacker:
         size = self.graph.values[name].size // len(key[-1])
         return Matrix(step.param_for(self.graph.values[name]), index * size, 0, 0, f"panels_{which}")
 
-    def pack_int8(self, step, g: Gemm, which: str, loops: list[Loop], sums: bool) -> tuple[Matrix, Expr | None] | None:
+    def pack_int8(self, step, gm: Gemm, which: str, loops: list[Loop], sums: bool) -> tuple[Matrix, Expr | None] | None:
         """The int8 operand `which` of an integer Gemm packed in quads for runtime/aotc_igemm.h,
         and (when `sums`) its sums over k as an int32 expression of the other index (g.i for
         'a', g.j for 'b'), which the uint8 operand's zero point multiplies; None where `pack`
         gives None."""
-        found = self._instances(step, g, which, loops)
+        found = self._instances(step, gm, which, loops)
         if found is None:
             return None
         src, key, index, instances = found
@@ -271,14 +271,14 @@ class ConstPacker:
             name = self.graph.add_const(np.ascontiguousarray(totals.reshape(-1)), f"{src}_sums_{which}")
             self._made[("sums",) + key] = name
         totals = self.graph.values[name]
-        return matrix, Load(step.param_for(totals), index * (totals.size // n) + (g.i if which == "a" else g.j))
+        return matrix, Load(step.param_for(totals), index * (totals.size // n) + (gm.i if which == "a" else gm.j))
 
-    def _instances(self, step, g: Gemm, which: str, loops: list[Loop]):
+    def _instances(self, step, gm: Gemm, which: str, loops: list[Loop]):
         """(source constant, cache key, instance number expression, instances(dtype) -> the
         matrices [instances, rows, cols]) of the constant operand `which`, one instance per
         combination of the enclosing loops' indices its offset reads; None where it is not a
         constant or its offset reads other variables."""
-        m: Matrix = getattr(g, which)
+        m: Matrix = getattr(gm, which)
         if m.packed or m.buf.role != "in":
             return None
         src = step.binds.get(m.buf.name)
@@ -290,7 +290,7 @@ class ConstPacker:
         if any(n not in ranges or not _constant_range(ranges[n]) for n in names):
             return None
         extents = [int(ranges[n].extent.value) for n in names]
-        rows, cols = (g.M, g.K) if which == "a" else (g.K, g.N)
+        rows, cols = (gm.M, gm.K) if which == "a" else (gm.K, gm.N)
         offsets = [int(evaluate(m.offset, dict(zip(names, combo))))
                    for combo in itertools.product(*[range(e) for e in extents])]
         key = (src, which, rows, cols, m.rs, m.cs, tuple(offsets))
@@ -328,14 +328,14 @@ def enclosing_loops(stmts: list[Stmt], target: Stmt, stack=None) -> list[Loop] |
 STREAMED_BYTES = 32 << 20
 
 
-def choose_split(g: Gemm, tiles: GemmTiles, threads: int) -> str:
+def choose_split(gm: Gemm, tiles: GemmTiles, threads: int) -> str:
     """How threads share C: whole row panels or whole column panels, whichever costs least:
     the slowest thread's multiply-adds plus what it packs (every thread packs its own part of
     the operand it splits, and all of the other operand when that one is not packed) plus,
     when the operand it does not split is larger than the last-level cache, reading all of it
     from memory (a language model's head: 64 rows of A times a 768 x 50257 B, where every
     thread streaming the whole of B made two threads 1.64x as fast as one, not 2x)."""
-    M, N, K = g.M, g.N, max(g.K, 1)
+    M, N, K = gm.M, gm.N, max(gm.K, 1)
     pack_weight = 16          # one packed float costs about this many multiply-adds (measured loosely)
     stream_weight = 8         # one float read from memory costs about this many (loosely: ~10 GB/s a core)
     row_panels, col_panels = -(-M // tiles.mr), -(-N // tiles.nr)
@@ -347,12 +347,12 @@ def choose_split(g: Gemm, tiles: GemmTiles, threads: int) -> str:
         if split == "rows":
             share = -(-row_panels // threads) * tiles.mr
             work = share * N * K
-            packing = (share * K if not g.a.packed else 0) + (K * N if not g.b.packed else 0)
+            packing = (share * K if not gm.a.packed else 0) + (K * N if not gm.b.packed else 0)
             traffic = streamed(K, N)
         else:
             share = -(-col_panels // threads) * tiles.nr
             work = M * share * K
-            packing = (share * K if not g.b.packed else 0) + (M * K if not g.a.packed else 0)
+            packing = (share * K if not gm.b.packed else 0) + (M * K if not gm.a.packed else 0)
             traffic = streamed(M, K)
         return work + pack_weight * packing + stream_weight * traffic
 
@@ -360,7 +360,7 @@ def choose_split(g: Gemm, tiles: GemmTiles, threads: int) -> str:
     return min(options, key=cost) if options else "none"
 
 
-def epilogue_in_tile(g: Gemm, tiles: GemmTiles, c_dead: bool = False) -> bool:
+def epilogue_in_tile(gm: Gemm, tiles: GemmTiles, c_dead: bool = False) -> bool:
     """Can g's whole micro-tiles run its epilogue on their sums, before storing them
     (Gemm.tile_epilogue)? The tile then applies it to one vector of sums at a time, whose lanes
     are consecutive columns of C (or rows, for a product computed transposed, where the runtime
@@ -375,30 +375,31 @@ def epilogue_in_tile(g: Gemm, tiles: GemmTiles, c_dead: bool = False) -> bool:
         (c_dead) nothing reads C after the GEMM but its epilogue (an integer GEMM's int32 sums,
         requantized into another buffer), so that what whole tiles leave in it is never read.
     An integer GEMM's tile has rows only: its C needs contiguous columns."""
-    stmts = g.row_epilogue + g.epilogue
-    if not g.epilogue or g.M < tiles.mr or g.N < tiles.nr or 1 not in (g.c.cs, g.c.rs) or g.c.layout != "strided" \
-            or not all(isinstance(s, (Store, Decl, Assign)) for s in stmts) or (g.integer and g.c.cs != 1):
+    stmts = gm.row_epilogue + gm.epilogue
+    if not gm.epilogue or gm.M < tiles.mr or gm.N < tiles.nr or 1 not in (gm.c.cs, gm.c.rs) \
+            or gm.c.layout != "strided" \
+            or not all(isinstance(s, (Store, Decl, Assign)) for s in stmts) or (gm.integer and gm.c.cs != 1):
         return False
     for s in stmts:
         exprs = [s.index, s.value] if isinstance(s, Store) else [s.init if isinstance(s, Decl) else s.value]
-        if any(isinstance(x, Load) and x.buf is g.c.buf for e in exprs for x in walk_expr(e)):
+        if any(isinstance(x, Load) and x.buf is gm.c.buf for e in exprs for x in walk_expr(e)):
             return False
-    return c_dead or _stores_c_everywhere(g, stmts)
+    return c_dead or _stores_c_everywhere(gm, stmts)
 
 
-def _stores_c_everywhere(g: Gemm, stmts: list) -> bool:
+def _stores_c_everywhere(gm: Gemm, stmts: list) -> bool:
     """Does the epilogue store to C at C(i, j) for every (i, j)? Its index expressions are
     compared with C's at sample points: the corners and a few inner elements, other variables
     (enclosing loops' indices) at small values."""
-    stores = [s for s in stmts if isinstance(s, Store) and s.buf is g.c.buf]
+    stores = [s for s in stmts if isinstance(s, Store) and s.buf is gm.c.buf]
     if not stores or any(isinstance(s, Assign) and s.var.dtype.kind in "iu" for s in stmts):
         return False
-    samples = {(0, 0), (g.M - 1, g.N - 1), (g.M // 2, g.N // 3), (min(1, g.M - 1), g.N - 1), (g.M - 1, 0)}
-    exprs = [g.c.offset] + [s.index for s in stores] + [s.init for s in stmts if isinstance(s, Decl)]
+    samples = {(0, 0), (gm.M - 1, gm.N - 1), (gm.M // 2, gm.N // 3), (min(1, gm.M - 1), gm.N - 1), (gm.M - 1, 0)}
+    exprs = [gm.c.offset] + [s.index for s in stores] + [s.init for s in stmts if isinstance(s, Decl)]
     outer = {v for e in exprs for v in expr_vars(e)} - {s.var.name for s in stmts if isinstance(s, Decl)}
     for i, j in samples:
         env = {name: 3 for name in outer}
-        env.update({g.i.name: i, g.j.name: j})
+        env.update({gm.i.name: i, gm.j.name: j})
         try:
             for s in stmts:
                 if isinstance(s, Decl) and s.var.dtype.kind in "iu":
@@ -406,7 +407,7 @@ def _stores_c_everywhere(g: Gemm, stmts: list) -> bool:
                         env[s.var.name] = evaluate(s.init, env)
                     except (KeyError, ValueError, ZeroDivisionError):
                         pass        # a value (read from memory), not an index: no store's index then uses it
-            want = evaluate(g.c.at(g.i, g.j), env)
+            want = evaluate(gm.c.at(gm.i, gm.j), env)
             if not any(evaluate(s.index, env) == want for s in stores):
                 return False
         except (KeyError, ValueError, ZeroDivisionError):

@@ -473,7 +473,7 @@ class _Emitter:
         return out
 
 
-def cooperate(body: list[Stmt], fresh, max_threads: int = 256, min_work: int = 256, warp: int = 0):
+def work_group_form(body: list[Stmt], fresh, max_threads: int = 256, min_work: int = 256, warp: int = 0):
     """(statements for a work-group of T work-items, T, the local-index Var they use) for a
     group body, or None when one work-item per iteration is the better (or only safe) launch:
     the body cannot be shared safely, or it shares fewer than `min_work` loop iterations.
