@@ -1,5 +1,9 @@
 """Kernel IR: what a kernel computes, and (after the schedule step) how it runs.
 
+(One module of about 1,000 lines on purpose: the node types, the traversal that reads their
+fields (Rewriter, walk_stmts) and the Builder ops write with are one vocabulary; every user
+imports all three from here.)
+
 A Kernel is one generated function per fusion group. It reads and writes Buffers through
 typed scalar expressions, in loop nests, and calls typed micro-kernel statements (`Gemm`).
 
