@@ -13,7 +13,8 @@ AOTC = Path(__file__).resolve().parent.parent / "aotc"
 TARGET_WORDS = re.compile(r"\b(GemmTiles|avx2?|avx512|sse[0-9]?|neon|cuda|opencl|pack_a|pack_b|AOTC_GEMM_\w+)\b",
                           re.I)
 C_SYNTAX = re.compile(r"#include|\bfor \((int|long)|__global\b|__kernel\b|__shared__|__syncthreads|\bexpf\(|"
-                      r"get_global_id\(|\bstatic (void|int) \w+\(|\w+\[[^]]*\] = .*;$")
+                      r"get_global_id\(|\bstatic (void|int) \w+\(|\w+\[[^]]*\] = .*;$|[\"']\s*(if|while) \(|"
+                      r"\{pad\}(if|while) ")
 
 
 # aotc's packages and top-level modules, bottom layer first: a module may import from its own

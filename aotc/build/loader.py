@@ -13,10 +13,16 @@ import numpy as np
 
 from ..errors import ArtifactError, InputError, RunError
 from ..ir import dtypes
+from .status import STATUS
+
+AOTC_OK = STATUS["AOTC_OK"]
+AOTC_ERR_BAD_OPTION = STATUS["AOTC_ERR_BAD_OPTION"]
+AOTC_ERR_NO_DEVICE = STATUS["AOTC_ERR_NO_DEVICE"]
+AOTC_ERR_DEVICE_MISMATCH = STATUS["AOTC_ERR_DEVICE_MISMATCH"]
+AOTC_ERR_WEIGHTS_FILE = STATUS["AOTC_ERR_WEIGHTS_FILE"]            # missing, unreadable, of the wrong size
+AOTC_ERR_WEIGHTS_CHECKSUM = STATUS["AOTC_ERR_WEIGHTS_CHECKSUM"]    # the right size, not the compiled CRC-32
 
 # runtime/aotc_runtime.h: create() refused the external weights file
-AOTC_ERR_WEIGHTS_FILE = 5         # missing, unreadable, shorter or longer than compiled
-AOTC_ERR_WEIGHTS_CHECKSUM = 15    # the right size, but its CRC-32 is not the compiled one
 
 
 class Library:
@@ -82,15 +88,15 @@ class Library:
         out = self.ffi.new(f"{self.prefix}_model **")
         path = self.ffi.new("char[]", self.weights_path.encode()) if self.weights_path else self.ffi.NULL
         status = self._fn("create_with_options")(path, opts, out)
-        if status != 0:
+        if status != AOTC_OK:
             hint = None
-            if status == 6:         # AOTC_ERR_BAD_OPTION
+            if status == AOTC_ERR_BAD_OPTION:
                 hint = (f"this artifact was compiled for at most {self.manifest.get('threads', 1)} threads"
                         if threads > 1 else "check the device options")
-            elif status in (10, 13) and self.manifest.get("language") == "cuda":
+            elif status in (AOTC_ERR_NO_DEVICE, AOTC_ERR_DEVICE_MISMATCH) and self.manifest.get("language") == "cuda":
                 hint = ("it needs an NVIDIA GPU of compute capability 8.0 or newer and a driver for CUDA 13 "
                         f"(compiled for {self.manifest.get('target')}); cuda artifacts compile anywhere nvcc is")
-            elif status == 10:
+            elif status == AOTC_ERR_NO_DEVICE:
                 hint = "no OpenCL device was found: install a driver (make opencl-deps installs PoCL)"
             elif status in (AOTC_ERR_WEIGHTS_FILE, AOTC_ERR_WEIGHTS_CHECKSUM) and self.weights_path:
                 raise ArtifactError(f"{self.prefix}_create failed with status {status}: {self.weights_problem(status)}",
@@ -145,7 +151,7 @@ class Library:
             outs.append(o)
             setattr(cout, field, ffi.from_buffer(o))
         status = self._fn("invoke")(instance, cin, cout)
-        if status != 0:
+        if status != AOTC_OK:
             where = self._fn("failure")(instance)
             at = f" in kernel {ffi.string(where).decode()}" if where != ffi.NULL else ""
             raise RunError(f"{p} failed{at}: {self.error(status)} (status {status})")

@@ -16,6 +16,7 @@ from ...schedule.gemm_cpu import GemmTiles
 from ...targets import Target
 from ..abi import Port, ports
 from ..abi import bounded_epilogue, ctype
+from ..host import host_statements
 from ..weights_check import read_weights_call
 from .printer import CPrinter, uses_pool
 
@@ -128,7 +129,7 @@ def _execute(prefix: str, program: Program, in_fields: dict, out_fields: dict, e
             return f"{'ws' if slot.kind == 'arena' else 'w'}[{slot.offset}]"
         return f"*(const unsigned char *){_pointer(slot, np.bool_, 'in', in_fields, out_fields)}"
 
-    L += program.host_lines(lambda var, n: f"for (int64_t {var} = 0; {var} < {n}; ++{var})", launch, test)
+    L += host_statements(program, lambda var, n: f"for (int64_t {var} = 0; {var} < {n}; ++{var})", launch, test)
     L += ["    " + line for line in epilogue]
     L += ["    return AOTC_OK;", "}", ""]
     return L

@@ -23,6 +23,7 @@ from ...program.ir import Launch, Program, storage_args
 from ...targets import Target
 from ..abi import bounded_epilogue, count_offsets, ports
 from ..c.emitter import strerror_function
+from ..host import host_statements
 from ..weights_check import read_weights_call
 from .printer import CudaPrinter
 
@@ -150,7 +151,7 @@ def _execute(prefix: str, program: Program, in_index: dict, out_index: dict, ker
 
     if program.reads_back():
         L += ["    int flags = AOTC_OK;      /* a failed read of a condition */"]
-    L += program.host_lines(lambda var, n: f"for (int64_t {var} = 0; {var} < {n}; ++{var})", launch, test,
+    L += host_statements(program, lambda var, n: f"for (int64_t {var} = 0; {var} < {n}; ++{var})", launch, test,
                             read_once=True)
     if program.reads_back():
         L += ["    if (flags != AOTC_OK) return flags;"]

@@ -23,6 +23,7 @@ from ...program.ir import Launch, Program
 from ...targets import Target
 from ..abi import bounded_epilogue, count_offsets, ports
 from ..c.emitter import strerror_function
+from ..host import host_statements
 from ..weights_check import read_weights_call
 from .printer import OpenCLPrinter
 
@@ -169,7 +170,7 @@ def _execute(prefix: str, program: Program, kidx: dict, in_index: dict, out_inde
 
     if program.reads_back():
         L += ["    int flags = AOTC_OK;      /* a failed read of a condition */"]
-    L += program.host_lines(lambda var, n: f"for (cl_long {var} = 0; {var} < {n}; ++{var})", launch, test,
+    L += host_statements(program, lambda var, n: f"for (cl_long {var} = 0; {var} < {n}; ++{var})", launch, test,
                             read_once=True)
     L += ["    return flags;" if program.reads_back() else "    return AOTC_OK;", "}", ""]
     return L
