@@ -14,9 +14,8 @@ from ...memory.planner import MemoryPlan
 from ...program.ir import Launch, Program, Slot
 from ...schedule.gemm_cpu import GemmTiles
 from ...targets import Target
-from ..abi import Port, ports
-from ..abi import bounded_epilogue, ctype
-from ..host import host_statements
+from ..abi import bounded_epilogue, ctype, ports
+from ..host import c_string, host_statements, strerror_function
 from ..weights_check import read_weights_call
 from .printer import CPrinter, uses_pool
 
@@ -135,23 +134,14 @@ def _execute(prefix: str, program: Program, in_fields: dict, out_fields: dict, e
     return L
 
 
-def strerror_function(prefix: str) -> list[str]:
-    return [f"const char *{prefix}_strerror(int status)", "{", "    switch (status) {", "    AOTC_STRERROR_CASES",
-            "    default: return \"unknown status code\";", "    }", "}", ""]
-
-
 def failure_table(prefix: str, program: Program) -> list[str]:
     """Which ONNX nodes each launch computes, for <name>_failure and <name>_profile."""
     names = [ln.kernel.name + ": " + ln.kernel.comment for ln in program.launches()]
     L = [f"#define {prefix.upper()}_KERNELS {max(len(names), 1)}",
          f"static const char *const {prefix}_kernel_names[] = {{"]
-    L += [f"    \"{_c_string(n)}\"," for n in names] or ["    \"\","]
+    L += [f"    \"{c_string(n, 200)}\"," for n in names] or ["    \"\","]
     L += ["};", ""]
     return L
-
-
-def _c_string(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")[:200]
 
 
 def _model_functions(prefix: str, external: bool, program: Program) -> list[str]:
@@ -210,4 +200,4 @@ def _model_functions(prefix: str, external: bool, program: Program) -> list[str]
     return L
 
 
-__all__ = ["emit_source", "runtime_headers", "Port", "ports", "strerror_function", "failure_table"]
+__all__ = ["emit_source", "runtime_headers", "failure_table"]

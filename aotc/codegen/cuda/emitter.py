@@ -15,21 +15,15 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 
 from ...ir.graph import Graph
 from ...memory.planner import MemoryPlan
 from ...program.ir import Launch, Program, storage_args
 from ...targets import Target
-from ..abi import bounded_epilogue, count_offsets, ports
-from ..c.emitter import strerror_function
-from ..host import host_statements
+from ..abi import ports
+from ..host import DeviceHost, c_string, fusion_kernel_names, host_statements, port_bytes
 from ..weights_check import read_weights_call
 from .printer import CudaPrinter
-
-
-def _bytes(p) -> int:
-    return int(np.prod(p.shape, dtype=np.int64)) * np.dtype(p.dtype).itemsize
 
 
 def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, external: bool, target: Target) -> str:
@@ -43,9 +37,7 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
         kernels.append(ln.kernel)
         printer.slots = ln.slots
         texts.append(printer.kernel(ln.kernel))
-    fusion = {}
-    for ln in program.launches():
-        fusion.setdefault(ln.index, f"{ln.kernel.name.rsplit('_', 1)[0]}: {ln.kernel.comment.split(': ')[0]}")
+    fusion = fusion_kernel_names(program)
     n_fusion = max(fusion) + 1 if fusion else 1
     archs = target.arch
     min_cc = min(int(re.sub(r"\D", "", a)) for a in archs)
@@ -68,7 +60,7 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     L += ["};", ""]
     # kernel timing is per device kernel: a fused ONNX kernel is often several launches
     L += [f"static const char *const {prefix}_launch_names[{len(kernels) or 1}] = {{"]
-    L += [f'    "{_c_string(k.name + ": " + k.comment)}",' for k in kernels]
+    L += [f'    "{c_string(k.name + ": " + k.comment)}",' for k in kernels]
     L += ["};", ""]
     if not external:
         L += [f'extern "C" const uint64_t {prefix}_weights_data[];', ""]
@@ -90,29 +82,10 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     L += _execute(prefix, program, {p.value: i for i, p in enumerate(ins)}, {p.value: i for i, p in enumerate(outs)},
                   {id(k): i for i, k in enumerate(kernels)})
     L += _create(prefix, external, ins, outs, program.reads_back())
-    L += _invoke(prefix, ins, outs, program)
-    L += [f"int {prefix}_run_with_weights(const void *weights, const {prefix}_inputs *in, {prefix}_outputs *out,",
-          "    void *workspace)", "{", "    (void)weights;", "    (void)in;", "    (void)out;", "    (void)workspace;",
-          "    return AOTC_ERR_NOT_SUPPORTED;", "}", "",
-          f"int {prefix}_run(const {prefix}_inputs *in, {prefix}_outputs *out, void *workspace)", "{",
-          f"    return {prefix}_run_with_weights(NULL, in, out, workspace);", "}", "",
-          f"const void *{prefix}_embedded_weights(void)", "{",
-          "    return NULL;" if external else f"    return {prefix}_weights_data;", "}", ""]
-    L += strerror_function(prefix)
-    L += [f"int {prefix}_threads(const {prefix}_model *model)", "{", "    return model ? 1 : 0;", "}", "",
-          f"int {prefix}_profile(const {prefix}_model *model, const double **ms, const char *const **names)", "{",
-          "    if (!model || !model->profile) return 0;",
-          "    if (ms) *ms = model->ms;",
-          f"    if (names) *names = {prefix}_launch_names;",
-          f"    return {len(kernels)};", "}", "",
-          f"const char *{prefix}_failure(const {prefix}_model *model)", "{",
-          f"    if (!model || model->failed < 0 || model->failed >= {n_fusion}) return NULL;",
-          f"    return {prefix}_kernel_names[model->failed];", "}", ""]
+    host = CudaHost()
+    L += host.invoke(prefix, ins, outs, program)
+    L += host.abi_functions(prefix, external, n_fusion, len(kernels))
     return "\n".join(L)
-
-
-def _c_string(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _execute(prefix: str, program: Program, in_index: dict, out_index: dict, kernel_index: dict) -> list[str]:
@@ -195,9 +168,9 @@ def _create(prefix: str, external: bool, ins, outs, reads_back: bool) -> list[st
           f"    AOTC_CUDA_OR_FAIL(cudaMalloc((void **)&m->ws, {P}_DEVICE_WORKSPACE_BYTES ? {P}_DEVICE_WORKSPACE_BYTES : 1));",
           "    AOTC_CUDA_OR_FAIL(cudaMalloc((void **)&m->status, 2 * sizeof(int)));"]
     for i, p in enumerate(ins):
-        L.append(f"    AOTC_CUDA_OR_FAIL(cudaMalloc(&m->in[{i}], {max(_bytes(p), 1)}));  /* {p.name} */")
+        L.append(f"    AOTC_CUDA_OR_FAIL(cudaMalloc(&m->in[{i}], {max(port_bytes(p), 1)}));  /* {p.name} */")
     for i, p in enumerate(outs):
-        L.append(f"    AOTC_CUDA_OR_FAIL(cudaMalloc(&m->out[{i}], {max(_bytes(p), 1)}));  /* {p.name} */")
+        L.append(f"    AOTC_CUDA_OR_FAIL(cudaMalloc(&m->out[{i}], {max(port_bytes(p), 1)}));  /* {p.name} */")
     L += ["    if (options && options->profile) {",
           "        /* kernel timing: each launch between two events, no graph */",
           "        m->profile = 1;",
@@ -224,42 +197,45 @@ def _create(prefix: str, external: bool, ins, outs, reads_back: bool) -> list[st
     return L
 
 
-def _invoke(prefix: str, ins, outs, program: Program) -> list[str]:
-    """Copies in, the graph (or the host program), copies out. The draw number is copied into
-    the workspace first (None: no random op reads one), where the captured graph's kernels read
-    it, so that each invoke draws afresh; the counts of outputs of run-time size come back after."""
-    draw, offsets = program.draw, count_offsets(program)
-    checks = ["!m", "!in", "!out"] + [f"!in->{p.field}" for p in ins] + [f"!out->{p.field}" for p in outs]
-    L = [f'extern "C" int {prefix}_invoke({prefix}_model *m, const {prefix}_inputs *in, {prefix}_outputs *out)', "{",
-         "    int st[2];",
-         *([f"    int64_t counts[{len(offsets)}];      /* run-time sizes of outputs */"] if offsets else []),
-         f"    if ({' || '.join(checks)})", "        return AOTC_ERR_NULL_ARGUMENT;", "    m->failed = -1;",
-         "    AOTC_CUDA_CHECK(cudaSetDevice(m->device));"]
-    if draw is not None:
-        L += ["    m->draw = m->draws++;        /* the draw number the random ops read */",
-              f"    AOTC_CUDA_CHECK(cudaMemcpyAsync(m->ws + {draw}, &m->draw, sizeof m->draw, cudaMemcpyHostToDevice, "
-              "m->stream));"]
-    for i, p in enumerate(ins):
-        if _bytes(p):
-            L.append(f"    AOTC_CUDA_CHECK(cudaMemcpyAsync(m->in[{i}], in->{p.field}, {_bytes(p)}, "
-                     "cudaMemcpyHostToDevice, m->stream));")
-    L += ["    AOTC_CUDA_CHECK(cudaMemsetAsync(m->status, 0, 2 * sizeof(int), m->stream));",
-          "    if (m->graph) {",
-          "        AOTC_CUDA_CHECK(cudaGraphLaunch(m->graph, m->stream));",
-          "    } else {",
-          f"        int status = {prefix}_execute(m);",
-          "        if (status != AOTC_OK) return status;",
-          "    }"]
-    for i, p in enumerate(outs):
-        if _bytes(p):
-            L.append(f"    AOTC_CUDA_CHECK(cudaMemcpyAsync(out->{p.field}, m->out[{i}], {_bytes(p)}, "
-                     "cudaMemcpyDeviceToHost, m->stream));")
-    for j, off in enumerate(offsets):
-        L.append(f"    AOTC_CUDA_CHECK(cudaMemcpyAsync(&counts[{j}], m->ws + {off}, sizeof counts[{j}], "
-                 "cudaMemcpyDeviceToHost, m->stream));")
-    L += ["    AOTC_CUDA_CHECK(cudaMemcpyAsync(st, m->status, sizeof st, cudaMemcpyDeviceToHost, m->stream));",
-          "    AOTC_CUDA_CHECK(cudaStreamSynchronize(m->stream));",
-          "    if (st[0] != AOTC_OK) {", "        m->failed = st[1];", "        return st[0];", "    }"]
-    L += ["    " + line for line in bounded_epilogue(program, outs, lambda off: f"counts[{offsets.index(off)}]")]
-    L += ["    return AOTC_OK;", "}", ""]
-    return L
+class CudaHost(DeviceHost):
+    """The invoke on the instance's stream: copies in, the captured graph (or, with profiling or
+    branches decided at run time, the host program launch by launch), copies out. The draw number
+    is copied into the workspace first, where the captured graph's kernels read it, so that each
+    invoke draws afresh; the counts of outputs of run-time size come back after."""
+
+    extern = 'extern "C" '
+
+    def invoke_locals(self) -> list[str]:
+        return ["    int st[2];"]
+
+    def invoke_prelude(self) -> list[str]:
+        return ["    AOTC_CUDA_CHECK(cudaSetDevice(m->device));"]
+
+    def write_draw(self, offset: int) -> str:
+        return (f"    AOTC_CUDA_CHECK(cudaMemcpyAsync(m->ws + {offset}, &m->draw, sizeof m->draw, cudaMemcpyHostToDevice, "
+                "m->stream));")
+
+    def copy_in(self, i: int, p) -> str:
+        return (f"    AOTC_CUDA_CHECK(cudaMemcpyAsync(m->in[{i}], in->{p.field}, {port_bytes(p)}, "
+                "cudaMemcpyHostToDevice, m->stream));")
+
+    def run(self, prefix: str) -> list[str]:
+        return ["    AOTC_CUDA_CHECK(cudaMemsetAsync(m->status, 0, 2 * sizeof(int), m->stream));",
+                "    if (m->graph) {", "        AOTC_CUDA_CHECK(cudaGraphLaunch(m->graph, m->stream));", "    } else {",
+                f"        int status = {prefix}_execute(m);", "        if (status != AOTC_OK) return status;", "    }"]
+
+    def copy_out(self, i: int, p) -> str:
+        return (f"    AOTC_CUDA_CHECK(cudaMemcpyAsync(out->{p.field}, m->out[{i}], {port_bytes(p)}, "
+                "cudaMemcpyDeviceToHost, m->stream));")
+
+    def read_count(self, j: int, offset: int) -> str:
+        return (f"    AOTC_CUDA_CHECK(cudaMemcpyAsync(&counts[{j}], m->ws + {offset}, sizeof counts[{j}], "
+                "cudaMemcpyDeviceToHost, m->stream));")
+
+    def read_status(self) -> list[str]:
+        return ["    AOTC_CUDA_CHECK(cudaMemcpyAsync(st, m->status, sizeof st, cudaMemcpyDeviceToHost, m->stream));",
+                "    AOTC_CUDA_CHECK(cudaStreamSynchronize(m->stream));"]
+
+    def profile_body(self, prefix: str, n_launches: int) -> list[str]:
+        return ["    if (!model || !model->profile) return 0;", "    if (ms) *ms = model->ms;",
+                f"    if (names) *names = {prefix}_launch_names;", f"    return {n_launches};"]
