@@ -12,6 +12,7 @@ import numpy as np
 
 from ..program.ir import HostLoop, HostWhile, Launch, Program
 from .abi import bounded_epilogue, count_offsets
+from .weights_check import read_weights_call
 
 
 def host_statements(program: Program, loop_head, launch, test, depth: int = 1, read_once: bool = False) -> list[str]:
@@ -185,4 +186,67 @@ class DeviceHost:
               f"const char *{prefix}_failure(const {prefix}_model *model)", "{",
               f"    if (!model || model->failed < 0 || model->failed >= {n_fusion}) return NULL;",
               f"    return {prefix}_kernel_names[model->failed];", "}", ""]
+        return L
+
+    # ------------------------------------------------------------------ create / destroy
+    def release(self, n_in: int, n_out: int) -> list[str]:
+        """destroy's statements freeing the device resources of instance m (m is not NULL)."""
+        raise NotImplementedError
+
+    def or_fail_macro(self) -> str:
+        """The macro create uses to fail on a device call's error."""
+        raise NotImplementedError
+
+    def create_declarations(self, prefix: str) -> list[str]:
+        raise NotImplementedError
+
+    def before_alloc(self, prefix: str) -> list[str]:
+        """What create checks before allocating the instance (a device it cannot run on)."""
+        return []
+
+    def device_setup(self, prefix: str) -> list[str]:
+        """The device, its queue or stream, its kernels (after the instance is allocated)."""
+        raise NotImplementedError
+
+    def upload_weights(self, prefix: str) -> tuple[list[str], list[str]]:
+        """The weights to the device: (before the host copy is freed, after)."""
+        raise NotImplementedError
+
+    def alloc_workspace(self, prefix: str) -> list[str]:
+        """The memory plan's workspace and the status word."""
+        raise NotImplementedError
+
+    def alloc_port(self, i: int, p, output: bool) -> list[str]:
+        raise NotImplementedError
+
+    def finish_create(self, prefix: str) -> list[str]:
+        """From the last allocation to the end of create, its `fail:` path included."""
+        raise NotImplementedError
+
+    def create(self, prefix: str, external: bool, ins, outs) -> list[str]:
+        L = [f"void {prefix}_destroy({prefix}_model *m)", "{", "    int i;", "    if (!m) return;",
+             *self.release(len(ins), len(outs)), "    free(m);", "}", "",
+             "#define AOTC_FAIL(s) do { status = (s); goto fail; } while (0)", self.or_fail_macro(), "",
+             f"{self.extern}int {prefix}_create_with_options(const char *weights_path, const aotc_options *options, "
+             f"{prefix}_model **model)",
+             "{", *self.create_declarations(prefix),
+             "    if (!model) return AOTC_ERR_NULL_ARGUMENT;", "    *model = NULL;",
+             "    if (options && options->threads > 1) return AOTC_ERR_BAD_OPTION;   /* the device runs it all */",
+             *self.before_alloc(prefix),
+             f"    m = ({prefix}_model *)calloc(1, sizeof *m);", "    if (!m) return AOTC_ERR_OUT_OF_MEMORY;",
+             "    m->failed = -1;", *self.device_setup(prefix)]
+        if external:
+            L += [read_weights_call(prefix, "weights_raw", "weights"), "    if (status != AOTC_OK) AOTC_FAIL(status);"]
+        else:
+            L += ["    (void)weights_path;", f"    weights = {prefix}_weights_data;"]
+        before, after = self.upload_weights(prefix)
+        L += before + ["    free(weights_raw);", "    weights_raw = NULL;"] + after
+        L += self.alloc_workspace(prefix)
+        for i, p in enumerate(ins):
+            L += self.alloc_port(i, p, False)
+        for i, p in enumerate(outs):
+            L += self.alloc_port(i, p, True)
+        L += self.finish_create(prefix) + ["}", "",
+              f"{self.extern}int {prefix}_create(const char *weights_path, {prefix}_model **model)", "{",
+              f"    return {prefix}_create_with_options(weights_path, NULL, model);", "}", ""]
         return L

@@ -22,7 +22,6 @@ from ...program.ir import Launch, Program, storage_args
 from ...targets import Target
 from ..abi import ports
 from ..host import DeviceHost, c_string, fusion_kernel_names, host_statements, port_bytes
-from ..weights_check import read_weights_call
 from .printer import CudaPrinter
 
 
@@ -81,8 +80,8 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     L += ["};", ""]
     L += _execute(prefix, program, {p.value: i for i, p in enumerate(ins)}, {p.value: i for i, p in enumerate(outs)},
                   {id(k): i for i, k in enumerate(kernels)})
-    L += _create(prefix, external, ins, outs, program.reads_back())
-    host = CudaHost()
+    host = CudaHost(prefix, program.reads_back())
+    L += host.create(prefix, external, ins, outs)
     L += host.invoke(prefix, ins, outs, program)
     L += host.abi_functions(prefix, external, n_fusion, len(kernels))
     return "\n".join(L)
@@ -132,78 +131,18 @@ def _execute(prefix: str, program: Program, in_index: dict, out_index: dict, ker
     return L
 
 
-def _create(prefix: str, external: bool, ins, outs, reads_back: bool) -> list[str]:
-    P = prefix.upper()
-    L = [f"void {prefix}_destroy({prefix}_model *m)", "{", "    int i;", "    if (!m) return;",
-         "    cudaSetDevice(m->device);",
-         "    if (m->graph) cudaGraphExecDestroy(m->graph);",
-         f"    for (i = 0; i < {max(len(ins), 1)}; ++i) cudaFree(m->in[i]);",
-         f"    for (i = 0; i < {max(len(outs), 1)}; ++i) cudaFree(m->out[i]);",
-         "    cudaFree(m->ws);", "    cudaFree(m->w);", "    cudaFree(m->status);",
-         "    if (m->stream) cudaStreamDestroy(m->stream);", "    free(m);", "}", "",
-         "#define AOTC_FAIL(s) do { status = (s); goto fail; } while (0)",
-         "#define AOTC_CUDA_OR_FAIL(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) "
-         "AOTC_FAIL(aotc_cuda_status(e_)); } while (0)", "",
-         f'extern "C" int {prefix}_create_with_options(const char *weights_path, const aotc_options *options, '
-         f"{prefix}_model **model)",
-         "{",
-         f"    {prefix}_model *m;", "    int status;", "    void *weights_raw = NULL;", "    const void *weights = NULL;",
-         "    cudaGraph_t graph = NULL;",
-         "    if (!model) return AOTC_ERR_NULL_ARGUMENT;", "    *model = NULL;",
-         "    if (options && options->threads > 1) return AOTC_ERR_BAD_OPTION;   /* the device runs it all */",
-         f"    status = aotc_cuda_check_device(options ? options->device : 0, {P}_MIN_COMPUTE_CAPABILITY);",
-         "    if (status != AOTC_OK) return status;",
-         f"    m = ({prefix}_model *)calloc(1, sizeof *m);", "    if (!m) return AOTC_ERR_OUT_OF_MEMORY;",
-         "    m->failed = -1;", "    m->device = options ? options->device : 0;",
-         "    AOTC_CUDA_OR_FAIL(cudaSetDevice(m->device));",
-         "    AOTC_CUDA_OR_FAIL(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));"]
-    if external:
-        L += [read_weights_call(prefix, "weights_raw", "weights"),
-              "    if (status != AOTC_OK) AOTC_FAIL(status);"]
-    else:
-        L += ["    (void)weights_path;", f"    weights = {prefix}_weights_data;"]
-    L += [f"    AOTC_CUDA_OR_FAIL(cudaMalloc((void **)&m->w, {P}_WEIGHTS_BYTES ? {P}_WEIGHTS_BYTES : 1));",
-          f"    AOTC_CUDA_OR_FAIL(cudaMemcpy(m->w, weights, {P}_WEIGHTS_BYTES, cudaMemcpyHostToDevice));",
-          "    free(weights_raw);", "    weights_raw = NULL;",
-          f"    AOTC_CUDA_OR_FAIL(cudaMalloc((void **)&m->ws, {P}_DEVICE_WORKSPACE_BYTES ? {P}_DEVICE_WORKSPACE_BYTES : 1));",
-          "    AOTC_CUDA_OR_FAIL(cudaMalloc((void **)&m->status, 2 * sizeof(int)));"]
-    for i, p in enumerate(ins):
-        L.append(f"    AOTC_CUDA_OR_FAIL(cudaMalloc(&m->in[{i}], {max(port_bytes(p), 1)}));  /* {p.name} */")
-    for i, p in enumerate(outs):
-        L.append(f"    AOTC_CUDA_OR_FAIL(cudaMalloc(&m->out[{i}], {max(port_bytes(p), 1)}));  /* {p.name} */")
-    L += ["    if (options && options->profile) {",
-          "        /* kernel timing: each launch between two events, no graph */",
-          "        m->profile = 1;",
-          "        AOTC_CUDA_OR_FAIL(cudaEventCreate(&m->ev[0]));",
-          "        AOTC_CUDA_OR_FAIL(cudaEventCreate(&m->ev[1]));",
-          "        *model = m;",
-          "        return AOTC_OK;",
-          "    }",
-          *(["    /* an If or a Loop decided at run time: the host program reads conditions back between",
-             "       launches, so it runs launch by launch (no graph) */", "    *model = m;", "    return AOTC_OK;"]
-            if reads_back else []),
-          "    /* the whole host program as one graph: an invoke is one launch, whatever the kernel count */",
-          "    AOTC_CUDA_OR_FAIL(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));",
-          f"    status = {prefix}_execute(m);",
-          "    {", "        cudaError_t end = cudaStreamEndCapture(m->stream, &graph);",
-          "        if (status != AOTC_OK) AOTC_FAIL(status);", "        AOTC_CUDA_OR_FAIL(end);", "    }",
-          "    AOTC_CUDA_OR_FAIL(cudaGraphInstantiate(&m->graph, graph, 0));",
-          "    cudaGraphDestroy(graph);",
-          "    *model = m;", "    return AOTC_OK;", "fail:", "    if (graph) cudaGraphDestroy(graph);",
-          "    free(weights_raw);", f"    {prefix}_destroy(m);",
-          "    return status;", "}", "",
-          f'extern "C" int {prefix}_create(const char *weights_path, {prefix}_model **model)', "{",
-          f"    return {prefix}_create_with_options(weights_path, NULL, model);", "}", ""]
-    return L
-
-
 class CudaHost(DeviceHost):
-    """The invoke on the instance's stream: copies in, the captured graph (or, with profiling or
-    branches decided at run time, the host program launch by launch), copies out. The draw number
-    is copied into the workspace first, where the captured graph's kernels read it, so that each
-    invoke draws afresh; the counts of outputs of run-time size come back after."""
+    """The CUDA runtime's calls in the host skeleton (codegen/host.py). create captures the host
+    program into a graph, unless the instance profiles or the program reads values back (Ifs and
+    Loops decided at run time). The invoke runs on the instance's stream: copies in, the graph
+    (or the host program launch by launch), copies out. The draw number is copied into the
+    workspace first, where the captured graph's kernels read it, so that each invoke draws
+    afresh; the counts of outputs of run-time size come back after."""
 
     extern = 'extern "C" '
+
+    def __init__(self, prefix: str, reads_back: bool):
+        self.P, self.reads_back = prefix.upper(), reads_back
 
     def invoke_locals(self) -> list[str]:
         return ["    int st[2];"]
@@ -239,3 +178,65 @@ class CudaHost(DeviceHost):
     def profile_body(self, prefix: str, n_launches: int) -> list[str]:
         return ["    if (!model || !model->profile) return 0;", "    if (ms) *ms = model->ms;",
                 f"    if (names) *names = {prefix}_launch_names;", f"    return {n_launches};"]
+
+    def release(self, n_in: int, n_out: int) -> list[str]:
+        return ["    cudaSetDevice(m->device);",
+                "    if (m->graph) cudaGraphExecDestroy(m->graph);",
+                f"    for (i = 0; i < {max(n_in, 1)}; ++i) cudaFree(m->in[i]);",
+                f"    for (i = 0; i < {max(n_out, 1)}; ++i) cudaFree(m->out[i]);",
+                "    cudaFree(m->ws);", "    cudaFree(m->w);", "    cudaFree(m->status);",
+                "    if (m->stream) cudaStreamDestroy(m->stream);"]
+
+    def or_fail_macro(self) -> str:
+        return ("#define AOTC_CUDA_OR_FAIL(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) "
+                "AOTC_FAIL(aotc_cuda_status(e_)); } while (0)")
+
+    def create_declarations(self, prefix: str) -> list[str]:
+        return [f"    {prefix}_model *m;", "    int status;", "    void *weights_raw = NULL;", "    const void *weights = NULL;",
+                "    cudaGraph_t graph = NULL;"]
+
+    def before_alloc(self, prefix: str) -> list[str]:
+        """The device the options name (or 0): present, and of a compiled architecture."""
+        return [f"    status = aotc_cuda_check_device(options ? options->device : 0, {self.P}_MIN_COMPUTE_CAPABILITY);",
+                "    if (status != AOTC_OK) return status;"]
+
+    def device_setup(self, prefix: str) -> list[str]:
+        return ["    m->device = options ? options->device : 0;",
+                "    AOTC_CUDA_OR_FAIL(cudaSetDevice(m->device));",
+                "    AOTC_CUDA_OR_FAIL(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));"]
+
+    def upload_weights(self, prefix: str) -> tuple[list[str], list[str]]:
+        P = self.P
+        return ([f"    AOTC_CUDA_OR_FAIL(cudaMalloc((void **)&m->w, {P}_WEIGHTS_BYTES ? {P}_WEIGHTS_BYTES : 1));",
+                 f"    AOTC_CUDA_OR_FAIL(cudaMemcpy(m->w, weights, {P}_WEIGHTS_BYTES, cudaMemcpyHostToDevice));"], [])
+
+    def alloc_workspace(self, prefix: str) -> list[str]:
+        P = self.P
+        return [f"    AOTC_CUDA_OR_FAIL(cudaMalloc((void **)&m->ws, {P}_DEVICE_WORKSPACE_BYTES ? {P}_DEVICE_WORKSPACE_BYTES "
+                ": 1));", "    AOTC_CUDA_OR_FAIL(cudaMalloc((void **)&m->status, 2 * sizeof(int)));"]
+
+    def alloc_port(self, i: int, p, output: bool) -> list[str]:
+        field = "out" if output else "in"
+        return [f"    AOTC_CUDA_OR_FAIL(cudaMalloc(&m->{field}[{i}], {max(port_bytes(p), 1)}));  /* {p.name} */"]
+
+    def finish_create(self, prefix: str) -> list[str]:
+        return ["    if (options && options->profile) {",
+                "        /* kernel timing: each launch between two events, no graph */",
+                "        m->profile = 1;",
+                "        AOTC_CUDA_OR_FAIL(cudaEventCreate(&m->ev[0]));",
+                "        AOTC_CUDA_OR_FAIL(cudaEventCreate(&m->ev[1]));",
+                "        *model = m;",
+                "        return AOTC_OK;",
+                "    }",
+                *(["    /* an If or a Loop decided at run time: the host program reads conditions back between",
+                   "       launches, so it runs launch by launch (no graph) */", "    *model = m;", "    return AOTC_OK;"]
+                  if self.reads_back else []),
+                "    /* the whole host program as one graph: an invoke is one launch, whatever the kernel count */",
+                "    AOTC_CUDA_OR_FAIL(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));",
+                f"    status = {prefix}_execute(m);",
+                "    {", "        cudaError_t end = cudaStreamEndCapture(m->stream, &graph);",
+                "        if (status != AOTC_OK) AOTC_FAIL(status);", "        AOTC_CUDA_OR_FAIL(end);", "    }",
+                "    AOTC_CUDA_OR_FAIL(cudaGraphInstantiate(&m->graph, graph, 0));",
+                "    cudaGraphDestroy(graph);",
+                "    *model = m;", "    return AOTC_OK;", "fail:", "    if (graph) cudaGraphDestroy(graph);",
+                "    free(weights_raw);", f"    {prefix}_destroy(m);", "    return status;"]

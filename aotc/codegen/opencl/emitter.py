@@ -22,7 +22,6 @@ from ...program.ir import Launch, Program
 from ...targets import Target
 from ..abi import ports
 from ..host import DeviceHost, fusion_kernel_names, host_statements, port_bytes
-from ..weights_check import read_weights_call
 from .printer import OpenCLPrinter
 
 
@@ -111,8 +110,8 @@ def emit_host(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
               "    cl_ulong draw;            /* this invoke's, as the write into ws reads it */"]
     L += ["};", ""]
     L += _execute(prefix, program, kidx, in_index, out_index)
-    L += _create(prefix, external, ins, outs)
-    host = OpenCLHost()
+    host = OpenCLHost(prefix)
+    L += host.create(prefix, external, ins, outs)
     L += host.invoke(prefix, ins, outs, program)
     L += host.abi_functions(prefix, external, n_fusion, len(kernels))
     return "\n".join(L)
@@ -158,72 +157,16 @@ def _execute(prefix: str, program: Program, kidx: dict, in_index: dict, out_inde
     return L
 
 
-def _create(prefix: str, external: bool, ins, outs) -> list[str]:
-    P = prefix.upper()
-    L = [f"void {prefix}_destroy({prefix}_model *m)", "{", "    int i;", "    if (!m) return;",
-         f"    for (i = 0; i < {P}_DEVICE_KERNELS; ++i)", "        if (m->kernels[i]) clReleaseKernel(m->kernels[i]);",
-         f"    for (i = 0; i < {max(len(ins), 1)}; ++i)", "        if (m->in[i]) clReleaseMemObject(m->in[i]);",
-         f"    for (i = 0; i < {max(len(outs), 1)}; ++i)", "        if (m->out[i]) clReleaseMemObject(m->out[i]);",
-         "    if (m->ws) clReleaseMemObject(m->ws);", "    if (m->w) clReleaseMemObject(m->w);",
-         "    if (m->status) clReleaseMemObject(m->status);", "    if (m->program) clReleaseProgram(m->program);",
-         "    if (m->queue) clReleaseCommandQueue(m->queue);", "    if (m->context) clReleaseContext(m->context);",
-         "    free(m);", "}", "",
-         "#define AOTC_FAIL(s) do { status = (s); goto fail; } while (0)",
-         "#define AOTC_CL_OR_FAIL(call) do { if ((err = (call)) != CL_SUCCESS) AOTC_FAIL(aotc_cl_status(err)); } while (0)",
-         "",
-         f"int {prefix}_create_with_options(const char *weights_path, const aotc_options *options, {prefix}_model **model)",
-         "{",
-         f"    {prefix}_model *m;", "    cl_platform_id platform;", "    cl_device_id device;", "    cl_int err;",
-         "    int status, i;", "    void *weights_raw = NULL;", "    const void *weights = NULL;",
-         "    if (!model) return AOTC_ERR_NULL_ARGUMENT;", "    *model = NULL;",
-         "    if (options && options->threads > 1) return AOTC_ERR_BAD_OPTION;   /* the device runs it all */",
-         f"    m = ({prefix}_model *)calloc(1, sizeof *m);", "    if (!m) return AOTC_ERR_OUT_OF_MEMORY;",
-         "    m->failed = -1;",
-         "    status = aotc_cl_pick_device(options, &platform, &device);",
-         "    if (status != AOTC_OK) AOTC_FAIL(status);",
-         "    {", "        cl_context_properties props[3];",
-         "        props[0] = CL_CONTEXT_PLATFORM;", "        props[1] = (cl_context_properties)platform;",
-         "        props[2] = 0;", "        m->context = clCreateContext(props, 1, &device, NULL, NULL, &err);", "    }",
-         "    AOTC_CL_OR_FAIL(err);",
-         "    m->queue = clCreateCommandQueue(m->context, device, 0, &err);", "    AOTC_CL_OR_FAIL(err);",
-         f"    status = aotc_cl_build(m->context, device, {prefix}_source,",
-         f"                           (cl_uint)(sizeof {prefix}_source / sizeof {prefix}_source[0]), &m->program);",
-         "    if (status != AOTC_OK) AOTC_FAIL(status);",
-         f"    for (i = 0; i < {P}_DEVICE_KERNELS; ++i) {{",
-         f"        m->kernels[i] = clCreateKernel(m->program, {prefix}_device_kernels[i], &err);",
-         "        AOTC_CL_OR_FAIL(err);", "    }"]
-    if external:
-        L += [read_weights_call(prefix, "weights_raw", "weights"),
-              "    if (status != AOTC_OK) AOTC_FAIL(status);"]
-    else:
-        L += ["    (void)weights_path;", f"    weights = {prefix}_weights_data;"]
-    L += [f"    m->w = clCreateBuffer(m->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, {P}_WEIGHTS_BYTES ? "
-          f"{P}_WEIGHTS_BYTES : 1,", "                          (void *)weights, &err);",
-          "    free(weights_raw);", "    weights_raw = NULL;", "    AOTC_CL_OR_FAIL(err);",
-          f"    m->ws = clCreateBuffer(m->context, CL_MEM_READ_WRITE, {P}_DEVICE_WORKSPACE_BYTES ? "
-          f"{P}_DEVICE_WORKSPACE_BYTES : 1, NULL, &err);",
-          "    AOTC_CL_OR_FAIL(err);",
-          "    m->status = clCreateBuffer(m->context, CL_MEM_READ_WRITE, 2 * sizeof(cl_int), NULL, &err);",
-          "    AOTC_CL_OR_FAIL(err);"]
-    for i, p in enumerate(ins):
-        L += [f"    m->in[{i}] = clCreateBuffer(m->context, CL_MEM_READ_ONLY, {max(port_bytes(p), 1)}, NULL, &err);  /* {p.name} */",
-              "    AOTC_CL_OR_FAIL(err);"]
-    for i, p in enumerate(outs):
-        L += [f"    m->out[{i}] = clCreateBuffer(m->context, CL_MEM_READ_WRITE, {max(port_bytes(p), 1)}, NULL, &err);  /* {p.name} */",
-              "    AOTC_CL_OR_FAIL(err);"]
-    L += ["    *model = m;", "    return AOTC_OK;", "fail:", "    free(weights_raw);", f"    {prefix}_destroy(m);",
-          "    return status;", "}", "",
-          f"int {prefix}_create(const char *weights_path, {prefix}_model **model)", "{",
-          f"    return {prefix}_create_with_options(weights_path, NULL, model);", "}", ""]
-    return L
-
-
 class OpenCLHost(DeviceHost):
-    """The invoke on an in-order queue: the writes and reads non-blocking, the status read last
-    and blocking (so every earlier command is done by then); m->draw stays as it is until that
-    read has waited for the write of it."""
+    """OpenCL's calls in the host skeleton (codegen/host.py). The invoke runs on an in-order
+    queue: the writes and reads non-blocking, the status read last and blocking (so every earlier
+    command is done by then); m->draw stays as it is until that read has waited for the write
+    of it."""
 
     count_type = "cl_long"
+
+    def __init__(self, prefix: str):
+        self.P = prefix.upper()
 
     def invoke_locals(self) -> list[str]:
         return ["    static const cl_int zero[2] = {0, 0};", "    cl_int st[2];", "    int status;"]
@@ -255,3 +198,59 @@ class OpenCLHost(DeviceHost):
     def profile_body(self, prefix: str, n_launches: int) -> list[str]:
         return ["    (void)model;", "    (void)ms;", "    (void)names;",
                 "    return 0;            /* kernel timing is not implemented for OpenCL */"]
+
+    def release(self, n_in: int, n_out: int) -> list[str]:
+        P = self.P
+        return [f"    for (i = 0; i < {P}_DEVICE_KERNELS; ++i)", "        if (m->kernels[i]) clReleaseKernel(m->kernels[i]);",
+                f"    for (i = 0; i < {max(n_in, 1)}; ++i)", "        if (m->in[i]) clReleaseMemObject(m->in[i]);",
+                f"    for (i = 0; i < {max(n_out, 1)}; ++i)", "        if (m->out[i]) clReleaseMemObject(m->out[i]);",
+                "    if (m->ws) clReleaseMemObject(m->ws);", "    if (m->w) clReleaseMemObject(m->w);",
+                "    if (m->status) clReleaseMemObject(m->status);", "    if (m->program) clReleaseProgram(m->program);",
+                "    if (m->queue) clReleaseCommandQueue(m->queue);", "    if (m->context) clReleaseContext(m->context);"]
+
+    def or_fail_macro(self) -> str:
+        return "#define AOTC_CL_OR_FAIL(call) do { if ((err = (call)) != CL_SUCCESS) AOTC_FAIL(aotc_cl_status(err)); } while (0)"
+
+    def create_declarations(self, prefix: str) -> list[str]:
+        return [f"    {prefix}_model *m;", "    cl_platform_id platform;", "    cl_device_id device;", "    cl_int err;",
+                "    int status, i;", "    void *weights_raw = NULL;", "    const void *weights = NULL;"]
+
+    def device_setup(self, prefix: str) -> list[str]:
+        """A device (the options', else the first GPU, else the first device), a context, an
+        in-order queue, the program built from the embedded source, every kernel."""
+        return ["    status = aotc_cl_pick_device(options, &platform, &device);",
+                "    if (status != AOTC_OK) AOTC_FAIL(status);",
+                "    {", "        cl_context_properties props[3];",
+                "        props[0] = CL_CONTEXT_PLATFORM;", "        props[1] = (cl_context_properties)platform;",
+                "        props[2] = 0;", "        m->context = clCreateContext(props, 1, &device, NULL, NULL, &err);", "    }",
+                "    AOTC_CL_OR_FAIL(err);",
+                "    m->queue = clCreateCommandQueue(m->context, device, 0, &err);", "    AOTC_CL_OR_FAIL(err);",
+                f"    status = aotc_cl_build(m->context, device, {prefix}_source,",
+                f"                           (cl_uint)(sizeof {prefix}_source / sizeof {prefix}_source[0]), &m->program);",
+                "    if (status != AOTC_OK) AOTC_FAIL(status);",
+                f"    for (i = 0; i < {self.P}_DEVICE_KERNELS; ++i) {{",
+                f"        m->kernels[i] = clCreateKernel(m->program, {prefix}_device_kernels[i], &err);",
+                "        AOTC_CL_OR_FAIL(err);", "    }"]
+
+    def upload_weights(self, prefix: str) -> tuple[list[str], list[str]]:
+        P = self.P
+        return ([f"    m->w = clCreateBuffer(m->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, {P}_WEIGHTS_BYTES ? "
+                 f"{P}_WEIGHTS_BYTES : 1,", "                          (void *)weights, &err);"],
+                ["    AOTC_CL_OR_FAIL(err);"])
+
+    def alloc_workspace(self, prefix: str) -> list[str]:
+        P = self.P
+        return [f"    m->ws = clCreateBuffer(m->context, CL_MEM_READ_WRITE, {P}_DEVICE_WORKSPACE_BYTES ? "
+                f"{P}_DEVICE_WORKSPACE_BYTES : 1, NULL, &err);",
+                "    AOTC_CL_OR_FAIL(err);",
+                "    m->status = clCreateBuffer(m->context, CL_MEM_READ_WRITE, 2 * sizeof(cl_int), NULL, &err);",
+                "    AOTC_CL_OR_FAIL(err);"]
+
+    def alloc_port(self, i: int, p, output: bool) -> list[str]:
+        field, mode = ("out", "CL_MEM_READ_WRITE") if output else ("in", "CL_MEM_READ_ONLY")
+        return [f"    m->{field}[{i}] = clCreateBuffer(m->context, {mode}, {max(port_bytes(p), 1)}, NULL, &err);  "
+                f"/* {p.name} */", "    AOTC_CL_OR_FAIL(err);"]
+
+    def finish_create(self, prefix: str) -> list[str]:
+        return ["    *model = m;", "    return AOTC_OK;", "fail:", "    free(weights_raw);", f"    {prefix}_destroy(m);",
+                "    return status;"]
