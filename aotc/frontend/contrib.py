@@ -74,12 +74,12 @@ def _shape(e: Emit, value: str) -> tuple:
 
 
 def _known(e: Emit, value: str, what: str) -> tuple:
-    """The shape of `value`, every dim known (bind the model's inputs with --shape otherwise)."""
+    """The shape of `value`, every dim known; raises Deferred while one is not: a value the
+    model declares with symbolic dims is known once the rewrites before it are done and shape
+    inference follows the user's --shape bindings there (rewrite.py says which stayed unknown)."""
     s = _shape(e, value)
     if any(d is None for d in s):
-        raise Deferred(value) if value not in e.node.input else ShapeError(
-            f"{e.label}: the shape of its {what} ({value!r}) must be known when the model is read",
-            "fix the model's input shapes (aotc compile --shape NAME=DIMS, or onnx.shape_inference)")
+        raise Deferred(value)
     return s
 
 

@@ -81,7 +81,17 @@ def _declare_outputs(g: onnx.GraphProto, e: Emit) -> None:
 
 def _bind_input_shapes(g: onnx.GraphProto, shapes) -> None:
     """The user's --shape dims on the graph inputs' declarations (of the rewriting copy), so that
-    builders needing a dimension (the contrib attentions' batch and sequence) see them."""
+    builders needing a dimension (the contrib attentions' batch and sequence) see them. The
+    intermediate values the model declares with symbolic dims (onnxruntime-genai's builder
+    declares every one so) lose those declarations, and so do Constant nodes' outputs (that
+    builder declares its [1] constants as scalars): shape inference gives them from the bound
+    inputs and the constants' values instead, and the rewrites' rounds past the contrib nodes."""
+    constants = {o for n in g.node if n.op_type == "Constant" for o in n.output}
+    kept = [vi for vi in g.value_info if vi.name not in constants and (not vi.type.HasField("tensor_type")
+            or all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim))]
+    if len(kept) < len(g.value_info):
+        del g.value_info[:]
+        g.value_info.extend(kept)
     for vi in g.input:
         dims = shapes.get(vi.name)
         if dims is None or not vi.type.HasField("tensor_type"):
@@ -142,5 +152,6 @@ def expand_rewrites(model: onnx.ModelProto, shapes=None) -> onnx.ModelProto:
         if not waiting:
             return out
         if not progress:
-            raise UnsupportedError([f"{label}: input {value!r} of unknown rank" for label, value in waiting],
-                                   "give the model's inputs and value_info shapes (onnx.shape_inference)")
+            raise UnsupportedError([f"{label}: input {value!r} of unknown rank or shape" for label, value in waiting],
+                                   "give the model's inputs and value_info shapes (onnx.shape_inference), and bind "
+                                   "their symbolic dims (aotc compile --shape NAME=DIMS)")

@@ -1,0 +1,230 @@
+"""Decoders as onnxruntime-genai's model builder writes them (`python -m
+onnxruntime_genai.models.builder -p fp32|int4 -e cpu`), from small random-weight transformers
+models saved locally (LLaMA: GQA, RMSNorm, rotary, SwiGLU; Qwen2 with biased projections and
+tied embeddings; Phi-3 mini), compiled by aotc at fixed shapes and compared with ONNX Runtime on
+the same inputs: the prompt (prefill, batch 2 with a padded second sequence, into the shared
+max-length KV buffer the genai runtime passes as past), then one token on that past.
+
+What the builder writes: SimplifiedLayerNormalization (default domain), SkipSimplifiedLayer-
+Normalization, GroupQueryAttention on packed QKV with do_rotary and the cos / sin caches,
+seqlens_k = ReduceSum(attention_mask) - 1, total_sequence_length = the mask's width; with int4,
+MatMulNBits (block 32 symmetric by default, accuracy_level 4) and, with shared_embeddings,
+GatherBlockQuantized reading the LM head's packed weights.
+
+The present buffers are compared where ONNX Runtime defines them (each entry's first
+seqlens_k + 1 positions: it leaves the rest of the max-length buffer unwritten).
+
+int4 models: the builder writes accuracy_level 4, at which ONNX Runtime quantizes the
+activations to int8 blocks; aotc computes the exact dequantize-then-float product at every
+level (frontend/contrib_nbits.py). So the tight comparison is with ONNX Runtime running the same
+model at accuracy_level 0 (float32 activations), and ORT's own level-4 output is asserted to be
+within its activation rounding of aotc's (a few percent of the logits' range here)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("onnxruntime_genai.models.builder", reason="onnxruntime-genai (the model builder) is not installed")
+
+import onnxruntime as ort  # noqa: E402
+
+import aotc  # noqa: E402
+
+HID, LAYERS, HEADS, KV_HEADS, VOCAB = 64, 2, 4, 2, 256
+HEAD = HID // HEADS
+B, PROMPT, MAX_LEN = 2, 5, 24          # the KV buffers: MAX_LEN positions (the genai runtime's max_length)
+LENGTHS = (5, 3)                       # each entry's prompt (the second padded on the right)
+
+
+def _hf_model(kind: str, folder: Path) -> None:
+    """A small random-weight model of `kind` and a word-level tokenizer (the builder reads one),
+    saved with save_pretrained."""
+    import transformers as tf
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    torch.manual_seed(0)
+    common = dict(hidden_size=HID, intermediate_size=2 * HID, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                  num_key_value_heads=KV_HEADS, vocab_size=VOCAB, max_position_embeddings=128,
+                  initializer_range=0.1)
+    if kind == "llama":
+        model = tf.LlamaForCausalLM(tf.LlamaConfig(**common, rms_norm_eps=1e-5))
+    elif kind == "qwen2":
+        model = tf.Qwen2ForCausalLM(tf.Qwen2Config(**common, tie_word_embeddings=True))
+        with torch.no_grad():           # (transformers starts the Q, K, V biases at zero: the builder drops those)
+            for layer in model.model.layers:
+                for p in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                    p.bias.normal_(0, 0.1)
+    else:
+        # original_max_position_embeddings = max_position_embeddings: Phi-3 mini's short-context
+        # form (the builder's Phi3MiniModel; a longer context is its LongRoPE form)
+        model = tf.Phi3ForCausalLM(tf.Phi3Config(**common, original_max_position_embeddings=128, pad_token_id=0))
+    with torch.no_grad():               # RMSNorm weights away from 1
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.normal_(1.0, 0.2)
+    model.save_pretrained(folder)
+    words = {f"w{i}": i for i in range(VOCAB - 3)} | {"<unk>": VOCAB - 3, "<s>": VOCAB - 2, "</s>": VOCAB - 1}
+    tok = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tf.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                               eos_token="</s>").save_pretrained(folder)
+
+
+# name -> (transformers model, builder precision, builder extra options, the ops it must write)
+MODELS = {
+    "llama_fp32": ("llama", "fp32", [], {"GroupQueryAttention", "SkipSimplifiedLayerNormalization",
+                                         "SimplifiedLayerNormalization"}),
+    "qwen2_fp32": ("qwen2", "fp32", [], {"GroupQueryAttention", "SkipSimplifiedLayerNormalization"}),
+    "phi3_fp32": ("phi3", "fp32", [], {"GroupQueryAttention", "SkipSimplifiedLayerNormalization"}),
+    # the builder's int4 defaults: block 32, symmetric (no zero points), accuracy_level 4
+    "llama_int4": ("llama", "int4", [], {"MatMulNBits", "GroupQueryAttention"}),
+    # block 128 > K = 64, the embeddings read from the LM head's packed weights (symmetric: the
+    # builder's asymmetric tied form, onnxruntime-genai 0.18, gathers the float weights
+    # reshaped to uint8 with no scales, a model ONNX Runtime refuses to load)
+    "qwen2_int4": ("qwen2", "int4", ["shared_embeddings=true", "block_size=128"],
+                   {"MatMulNBits", "GatherBlockQuantized", "GroupQueryAttention"}),
+    # asymmetric (packed uint8 zero points), block 16
+    "phi3_int4": ("phi3", "int4", ["is_symmetric=false", "block_size=16"], {"MatMulNBits", "GroupQueryAttention"}),
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """name -> the builder's model.onnx, each built on first use."""
+    root = tmp_path_factory.mktemp("genai")
+    cache: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in cache:
+            kind, precision, extra, _ = MODELS[name]
+            hf = root / f"{kind}_hf"
+            if not hf.exists():
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    _hf_model(kind, hf)
+            out = root / name
+            cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf), "-o", str(out),
+                   "-p", precision, "-e", "cpu", "-c", str(root / "cache")]
+            if extra:
+                cmd += ["--extra_options", *extra]
+            run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+            cache[name] = out / "model.onnx"
+        return cache[name]
+    return get
+
+
+def _with_accuracy_level(src: Path, dst: Path, level: int) -> Path:
+    m = onnx.load(str(src))
+    for n in m.graph.node:
+        if n.op_type == "MatMulNBits":
+            for a in n.attribute:
+                if a.name == "accuracy_level":
+                    a.i = level
+    onnx.save(m, str(dst))
+    return dst
+
+
+def _prefill_feeds(rng) -> dict:
+    mask = np.zeros((B, PROMPT), np.int64)
+    for b, n in enumerate(LENGTHS):
+        mask[b, :n] = 1
+    feeds = {"input_ids": rng.integers(0, VOCAB, (B, PROMPT)).astype(np.int64), "attention_mask": mask}
+    for layer in range(LAYERS):
+        for kv in ("key", "value"):
+            # the genai runtime's shared buffer: max_length positions, nothing in them yet
+            feeds[f"past_key_values.{layer}.{kv}"] = np.zeros((B, KV_HEADS, MAX_LEN, HEAD), np.float32)
+    return feeds
+
+
+def _step_feeds(rng, presents: dict) -> dict:
+    """One new token per entry after its prompt: the mask grows by a column (the entry's padding
+    stays 0), the past is the prefill's present, written up to each entry's length."""
+    mask = np.zeros((B, PROMPT + 1), np.int64)
+    for b, n in enumerate(LENGTHS):
+        mask[b, :n] = 1
+    mask[:, PROMPT] = 1
+    feeds = {"input_ids": rng.integers(0, VOCAB, (B, 1)).astype(np.int64), "attention_mask": mask}
+    for layer in range(LAYERS):
+        for kv in ("key", "value"):
+            past = np.zeros((B, KV_HEADS, MAX_LEN, HEAD), np.float32)
+            for b, n in enumerate(LENGTHS):
+                past[b, :, :n] = presents[f"present.{layer}.{kv}"][b, :, :n]
+            feeds[f"past_key_values.{layer}.{kv}"] = past
+    return feeds
+
+
+def _run_aotc(path: Path, feeds: dict, out: Path) -> dict:
+    m = aotc.compile(path, target="c", output_dir=out, shapes={k: v.shape for k, v in feeds.items()})
+    return dict(zip(m.output_names, m.run(feeds)))
+
+
+def _run_ort(path: Path, feeds: dict) -> dict:
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+def _compare(got: dict, want: dict, lengths, rtol: float, atol: float) -> None:
+    assert set(got) == set(want)
+    np.testing.assert_allclose(got["logits"], want["logits"], rtol=rtol, atol=atol)
+    for name in want:
+        if name.startswith("present."):
+            assert got[name].shape == want[name].shape == (B, KV_HEADS, MAX_LEN, HEAD), name
+            for b, n in enumerate(lengths):
+                np.testing.assert_allclose(got[name][b, :, :n], want[name][b, :, :n], rtol=rtol, atol=atol,
+                                           err_msg=name)
+
+
+def _prefill_then_step(path: Path, ref: Path, tmp_path: Path, rtol: float, atol: float) -> list[tuple]:
+    """aotc (on `path`) against ONNX Runtime (on `ref`) for the prompt, then for one token on
+    the prompt's present; returns (aotc's logits, ORT's on `path`) for each."""
+    rng = np.random.default_rng(7)
+    feeds = _prefill_feeds(rng)
+    got = _run_aotc(path, feeds, tmp_path / "prefill")
+    want = _run_ort(ref, feeds)
+    assert np.abs(want["logits"]).max() > 0.5
+    _compare(got, want, LENGTHS, rtol, atol)
+    runs = [(got["logits"], _run_ort(path, feeds)["logits"])]
+    step = _step_feeds(rng, got)
+    got = _run_aotc(path, step, tmp_path / "step")
+    want = _run_ort(ref, step)
+    _compare(got, want, [n + 1 for n in LENGTHS], rtol, atol)
+    runs.append((got["logits"], _run_ort(path, step)["logits"]))
+    return runs
+
+
+def _written(path: Path) -> set:
+    return {n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node}
+
+
+@pytest.mark.parametrize("name", [k for k in MODELS if k.endswith("_fp32")])
+def test_builder_fp32_decoder_matches_onnx_runtime(name, built, tmp_path):
+    path = built(name)
+    assert MODELS[name][3] <= _written(path), sorted(_written(path))
+    _prefill_then_step(path, path, tmp_path, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", [k for k in MODELS if k.endswith("_int4")])
+def test_builder_int4_decoder_matches_onnx_runtime(name, built, tmp_path):
+    """Tight against ONNX Runtime at accuracy_level 0 (the exact product aotc computes); ORT at
+    the builder's accuracy_level 4 differs from it by its int8 rounding of the activations."""
+    path = built(name)
+    assert MODELS[name][3] <= _written(path), sorted(_written(path))
+    levels = {int(a.i) for n in onnx.load(str(path), load_external_data=False).graph.node
+              if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "accuracy_level"}
+    assert levels == {4}, levels
+    exact = _with_accuracy_level(path, tmp_path / "level0.onnx", 0)
+    for got, ort_level4 in _prefill_then_step(path, exact, tmp_path, rtol=1e-4, atol=1e-5):
+        err = np.abs(got - ort_level4).max()
+        scale = np.abs(ort_level4).max()
+        # ORT's int8 activations move the logits, but by a few percent of their range only
+        assert 0 < err < 0.05 * scale, (err, scale)
