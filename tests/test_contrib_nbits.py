@@ -2,7 +2,8 @@
 GatherBlockQuantized as its MatMulNBits quantizer writes them (4 and 8 bits, symmetric and not,
 block sizes that do and do not divide K), and hand-built nodes for the inputs and attributes the
 quantizer does not write (2 bits, float zero points, g_idx, bias, accuracy_level, packed uint8
-tables), each against ONNX Runtime on random inputs."""
+tables), each against ONNX Runtime on random inputs. Without g_idx the weights stay packed in the
+artifact (aotc.MatMulNBits, ops/nbits.py): its bytes are checked against float32's."""
 from __future__ import annotations
 
 import numpy as np
@@ -53,18 +54,18 @@ def _pack(vals: np.ndarray, bits: int) -> np.ndarray:
     return sum((v[..., i] << (i * bits)) for i in range(per)).astype(np.uint8)
 
 
-def _nbits_inputs(rng, bits, block, float_zp=False, zp=True):
-    kb = -(-K // block)
-    q = rng.integers(0, 1 << bits, (N, kb * block))
-    q[:, K:] = 0
-    B = _pack(q, bits).reshape(N, kb, block * bits // 8)
-    scales = rng.uniform(0.01, 0.1, (N, kb)).astype(np.float32)
-    inits = {"B": B, "scales": scales.reshape(-1)}
+def _nbits_inputs(rng, bits, block, float_zp=False, zp=True, k=K, n=N):
+    """B, scales (and zero points) of an n x k weight as ONNX Runtime's quantizer packs them."""
+    kb = -(-k // block)
+    q = rng.integers(0, 1 << bits, (n, kb * block))
+    q[:, k:] = 0
+    inits = {"B": _pack(q, bits).reshape(n, kb, block * bits // 8),
+             "scales": rng.uniform(0.01, 0.1, (n, kb)).astype(np.float32).reshape(-1)}
     if zp:
         if float_zp:
-            inits["zp"] = rng.uniform(0, (1 << bits) - 1, (N, kb)).astype(np.float32).reshape(-1)
+            inits["zp"] = rng.uniform(0, (1 << bits) - 1, (n, kb)).astype(np.float32).reshape(-1)
         else:
-            z = rng.integers(0, 1 << bits, (N, kb))
+            z = rng.integers(0, 1 << bits, (n, kb))
             per = 8 // bits
             z = np.pad(z, ((0, 0), (0, -(-kb // per) * per - kb)))
             inits["zp"] = _pack(z, bits).reshape(-1)
@@ -159,3 +160,69 @@ def test_matmul_nbits_accuracy_level_4_stays_exact(tmp_path):
     got, = run_aotc(m, tmp_path, {"a": a})
     np.testing.assert_allclose(got, runs[0], rtol=1e-5, atol=1e-4)
     assert np.abs(got - runs[4]).max() < 0.01 * np.abs(runs[0]).max()
+
+
+@pytest.mark.parametrize("bits,symmetric,block,k", [
+    (4, True, 32, 200), (4, False, 32, 200), (4, True, 128, 200), (4, False, 128, 456),
+    (8, True, 32, 200), (8, False, 128, 200), (2, False, 32, 200), (4, False, 32, 256)])
+def test_matmul_nbits_reads_packed_weights(bits, symmetric, block, k, tmp_path):
+    """aotc.MatMulNBits: the weights stay packed in the artifact and are unpacked in the
+    kernel's inner loop; its output is ONNX Runtime's at accuracy_level 0 (the exact
+    dequantize-then-float product), K a multiple of the block or not (200 = 6 x 32 + 8,
+    456 = 3 x 128 + 72), rows of A in a batch, and a bias."""
+    import json
+
+    import aotc
+    n, rng = 40, np.random.default_rng(bits * 100 + block + k)
+    inits = {**_nbits_inputs(rng, bits, block, zp=not symmetric, k=k, n=n),
+             "bias": rng.standard_normal(n).astype(np.float32)}
+    a = rng.standard_normal((2, 3, k)).astype(np.float32)
+    m = contrib_model("MatMulNBits", {"a": a}, inits, order=["a", "B", "scales", "zp" if not symmetric else "", "",
+                                                          "bias"],
+                      K=k, N=n, bits=bits, block_size=block, accuracy_level=0)
+    onnx.save(m, tmp_path / "m.onnx")
+    compiled = aotc.compile(tmp_path / "m.onnx", target="c", output_dir=tmp_path / "out")
+    got, = compiled.run({"a": a})
+    want, = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})
+    assert np.abs(want).max() > 1
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert [kk["nodes"].split()[0] for kk in manifest["kernels"]] == ["aotc.MatMulNBits"], manifest["kernels"]
+    # the packed bytes, the scales, the packed zero points and the bias, nothing more (each
+    # constant starts on a 64-byte line: a little padding)
+    packed = sum(v.nbytes for v in inits.values())
+    assert packed <= manifest["weights"]["bytes"] <= packed + 64 * len(inits)
+
+
+@pytest.mark.parametrize("bits,block,symmetric,ratio", [(4, 32, False, 6), (4, 128, True, 7.4), (8, 128, True, 3.8)])
+def test_matmul_nbits_weights_stay_small(bits, block, symmetric, ratio, tmp_path):
+    """The artifact's weights against the float32 weights the graph rewrite folded (K = N =
+    512): 4 bits in blocks of 128 take about 1/7.5 of float32's bytes (1/6.4 with blocks of 32
+    and zero points), 8 bits about 1/3.9."""
+    import json
+
+    import aotc
+    k = n = 512
+    inits = _nbits_inputs(np.random.default_rng(0), bits, block, zp=not symmetric, k=k, n=n)
+    a = np.random.default_rng(1).standard_normal((1, k)).astype(np.float32)
+    m = contrib_model("MatMulNBits", {"a": a}, inits, order=["a", "B", "scales"] + (["zp"] if not symmetric else []),
+                      K=k, N=n, bits=bits, block_size=block)
+    onnx.save(m, tmp_path / "m.onnx")
+    aotc.compile(tmp_path / "m.onnx", target="c", output_dir=tmp_path / "out")
+    weights = json.loads((tmp_path / "out" / "manifest.json").read_text())["weights"]["bytes"]
+    assert k * n * 4 / weights >= ratio, (weights, k * n * 4 / weights)
+
+
+def test_matmul_nbits_packed_on_emulated_cuda(tmp_path):
+    """The packed-weight kernel as the cuda target prints it (its loops on the GPU schedule,
+    the per-output lanes as per-thread scratch), built against tests/cuda_emu (the GPU itself
+    with AOTC_TEST_ON_GPU=1), against ONNX Runtime."""
+    from tests.test_cuda_emulated import CXX, _parity
+    if CXX is None:
+        pytest.skip("g++ is not installed")
+    rng = np.random.default_rng(11)
+    inits = _nbits_inputs(rng, 4, 32, k=200, n=40)
+    m = contrib_model("MatMulNBits", {"a": np.zeros((3, 200), np.float32)}, inits, order=["a", "B", "scales", "zp"],
+                      K=200, N=40, bits=4, block_size=32, accuracy_level=0)
+    src = _parity(m, tmp_path, "cuda", rtol=1e-5, atol=1e-4)
+    assert "aotc.MatMulNBits" in src

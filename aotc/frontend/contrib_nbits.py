@@ -1,24 +1,28 @@
 """ONNX Runtime's block-quantized weights (what its MatMulNBits quantizer and onnxruntime-genai's
-model builder write): MatMulNBits and GatherBlockQuantized as graphs of ai.onnx operators that
-dequantize the weights, then MatMul / Gather them: frontend/contrib.py's companion, joined into
-its table.
+model builder write): MatMulNBits and GatherBlockQuantized, frontend/contrib.py's companion,
+joined into its table.
 
-The weights are unpacked in the graph (bits of each byte, low bits first: integer Div, Mod),
-less their zero points (unpacked the same way, or floats), times their blocks' scales. Constant
-weights (as the quantizers write them) fold at compile time, so the artifact holds the float32
-weights and computes dequantize-then-float exactly: its weights take 8x (4 bits) the packed bytes.
-Keeping them packed, with a kernel that unpacks in registers, is a later step (issue 29 item 2).
+MatMulNBits becomes aotc.MatMulNBits (ops/nbits.py), which reads its weights packed as the
+quantizer wrote them (2, 4 or 8 bits, packed or float zero points, any block size) and unpacks
+them in its inner loop: the artifact holds them at their own size (4 bits in blocks of 32 with
+zero points: 1/6.4 of float32's bytes; blocks of 128, symmetric: 1/7.5). A bias is an Add after
+it. With g_idx (act-order groups), or weights of another type than float32, the weights are
+unpacked in the graph instead (bits of each byte, low bits first: integer Div, Mod), less their
+zero points, times their blocks' scales, then a MatMul: constant weights fold at compile time
+into float32. GatherBlockQuantized is that graph form, then a Gather.
 
-accuracy_level is accepted and computed the same way: at level 4 ONNX Runtime quantizes the
-activations to int8 blocks (where the CPU has the instructions), so its numbers differ from the
-exact product by that rounding; aotc keeps the exact one.
+Either way each weight is (q - zero) * scale in float32, the exact dequantize-then-float
+product. accuracy_level is accepted and computed the same way: at level 4 ONNX Runtime
+quantizes the activations to int8 blocks (where the CPU has the instructions), so its numbers
+differ from the exact product by that rounding; aotc keeps the exact one.
 """
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from ..errors import ModelError, ShapeError
+from ..ir.internal import MATMUL_NBITS
 from .contrib import _at, _known, _reject_attrs, after_inputs
 from .emit import Emit
 
@@ -68,8 +72,19 @@ def _matmul_nbits(e: Emit, a: dict):
     if tuple(bsh) != (N, kb, blob) and tuple(bsh) != (N, kb * blob):
         raise ShapeError(f"{e.label}: B {bsh} is not ({N}, {kb}, {blob}) for K={K}, N={N}, block_size={bs}, "
                          f"bits={bits}")
-    if _known(e, A, "A")[-1] != K:
-        raise ShapeError(f"{e.label}: A's last dim {_known(e, A, 'A')[-1]} is not K={K}")
+    ash = _known(e, A, "A")
+    if ash[-1] != K:
+        raise ShapeError(f"{e.label}: A's last dim {ash[-1]} is not K={K}")
+    if g_idx is None and e.elem_type(A) == e.elem_type(scales) == TensorProto.FLOAT and \
+            (zps is None or e.elem_type(zps) in (TensorProto.UINT8, TensorProto.FLOAT)):
+        # the weights stay packed: aotc.MatMulNBits unpacks them in its inner loop (ops/nbits.py)
+        y = e.name("y") if bias is not None else e.node.output[0]
+        e.nodes.append(helper.make_node(MATMUL_NBITS, [A, B, scales] + ([zps] if zps else []), [y],
+                                        K=K, N=N, bits=bits, block_size=bs))
+        e.declare(y, TensorProto.FLOAT, list(ash[:-1]) + [N])
+        if bias is not None:
+            e.op("Add", [y, bias], out=e.node.output[0])
+        return
     q = _unpack(e, B, bits, [N, kb * bs])                                   # [N, kb * bs]
     q = e.op("Slice", [q, _i64(e, [0]), _i64(e, [K]), _i64(e, [1])])         # [N, K]
     q = e.op("Cast", [q], to=TensorProto.FLOAT)
@@ -178,7 +193,8 @@ def _gather_block_quantized(e: Emit, a: dict):
 
 NBITS_BUILDERS = {(MS, "MatMulNBits"): after_inputs(_matmul_nbits),
                   (MS, "GatherBlockQuantized"): after_inputs(_gather_block_quantized)}
-NBITS_HOW = {"MatMulNBits": "weights unpacked and dequantized in the graph (folded: float32 weights), MatMul",
+NBITS_HOW = {"MatMulNBits": "aotc.MatMulNBits: the packed weights read in place, unpacked in its inner loop (with "
+                            "g_idx: dequantized in the graph, folded to float32, MatMul)",
              "GatherBlockQuantized": "the table unpacked and dequantized in the graph (folded), Gather"}
 NBITS_REFUSED = {"MatMulNBits": "bits other than 2, 4, 8; g_idx with packed uint8 zero_points (ORT's CPU kernel "
                                  "ignores them)",

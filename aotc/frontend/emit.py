@@ -41,6 +41,9 @@ class Emit:
     types: dict
     nodes: list = field(default_factory=list)
     count: int = 0
+    # value -> TypeProto, for outputs of nodes ONNX's shape inference cannot follow (aotc's own
+    # node kinds): rewrite.py declares them with the inferred ones
+    declared: dict = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -90,6 +93,10 @@ class Emit:
         if self.elem_type(x) == TensorProto.FLOAT:
             return x
         return self.op("Cast", [x], "f", to=TensorProto.FLOAT)
+
+    def declare(self, value: str, elem_type: int, shape) -> None:
+        """The type of `value`, an output of a node ONNX's shape inference does not know."""
+        self.declared[value] = helper.make_tensor_type_proto(elem_type, list(shape))
 
     def refuse(self, what: str, hint: str = "") -> None:
         raise UnsupportedError([f"{self.label}: {what}"], hint or None)

@@ -67,15 +67,19 @@ def _declare_outputs(g: onnx.GraphProto, e: Emit) -> None:
     if not wanted:
         return
     newest = max([EMIT_OPSET] + [a.i for n in e.nodes for a in n.attribute if a.name == OPSET_ATTR])
+    # (the builder's own declarations: outputs of aotc's node kinds, which ONNX does not know)
+    own = {k: helper.make_value_info(k, t) for k, t in e.declared.items()}
     sub = helper.make_graph(e.nodes, "emitted", [helper.make_value_info(i, e.types[i]) for i in known],
-                            [helper.make_empty_tensor_value_info(o) for o in wanted])
+                            [helper.make_empty_tensor_value_info(o) for o in wanted if o not in own],
+                            value_info=[vi for k, vi in own.items() if k not in wanted])
     try:
         inferred = shape_inference.infer_shapes(helper.make_model(sub, opset_imports=[
-            helper.make_opsetid("", newest)]), strict_mode=False)
+            helper.make_opsetid("", newest)]), strict_mode=False).graph
     except Exception:       # (then the later rounds do without these types)
-        return
-    found = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)
+        inferred = sub
+    found = {vi.name: vi for vi in list(inferred.value_info) + list(inferred.output)
              if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type}
+    found.update(own)
     g.value_info.extend(found[o] for o in wanted if o in found)
 
 

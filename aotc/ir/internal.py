@@ -21,6 +21,9 @@ Node kinds that compile (each is an entry of the op registry, in the module name
     CONCAT_ROWS   `aotc.ConcatRows`: a Concat along a run-time sized axis (same)
     CARRY         `aotc.Carry`: copies a host loop's state into its storage (ops/control.py,
                   written by passes/control.py host_loop; attributes `loop`, `end`, `state`)
+    MATMUL_NBITS  `aotc.MatMulNBits`: a product with block-quantized weights read packed,
+                  unpacked in its inner loop (ops/nbits.py, written by frontend/contrib_nbits.py
+                  for ONNX Runtime's MatMulNBits; attributes K, N, bits, block_size)
 
 Node kinds of shape inference's work list only (passes/control.py; never in a finished graph):
     IF_MERGE      both branches of a run-time If are inferred: make its outputs
@@ -68,6 +71,7 @@ WINOGRAD_CONV = "aotc.WinogradConv"
 COUNT = "aotc.Count"
 CONCAT_ROWS = "aotc.ConcatRows"
 CARRY = "aotc.Carry"
+MATMUL_NBITS = "aotc.MatMulNBits"
 
 # node kinds of shape inference's work list
 IF_MERGE = "aotc.IfMerge"

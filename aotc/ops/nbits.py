@@ -1,0 +1,149 @@
+"""Block-quantized weights read in place: `aotc.MatMulNBits` (ir/internal.py), which
+frontend/contrib_nbits.py writes for ONNX Runtime's MatMulNBits. Its weights stay as the
+quantizer packed them (uint8 bytes of 2, 4 or 8-bit values, low bits first, each row of B one
+run of blocks), so the artifact holds them at their own size (4 bits: 1/8 of float32, plus the
+scales), and the kernel unpacks each value in its inner loop.
+
+Inputs: A (float32 [..., K]), B (uint8 [N, blocks, block_size * bits / 8], or those bytes
+flattened per row), scales (float32, N * blocks), zero points (optional: uint8 packed
+(N, ceil(blocks * bits / 8)) bytes, or float32 N * blocks; absent: 2^(bits - 1)).
+Attributes K, N, bits, block_size. Output float32 [..., N].
+
+Numerics: each weight is dequantized as the graph rewrite computes it, (float(q) - zero) * scale
+in float32, then multiplied and summed in float32 as MatMul's loops do: the exact
+dequantize-then-float product (ONNX Runtime's accuracy levels 0 and 1), not level 4's int8
+activations.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError, UnsupportedError
+from ..ir import dtypes
+from ..ir.internal import MATMUL_NBITS
+from ..kernel.ir import F32, I32, REDUCTION, SPATIAL, Expr, binop, cast, const
+from .common import prod
+from .registry import register
+
+U8 = np.dtype(np.uint8)
+
+
+def _attrs(node) -> tuple[int, int, int, int]:
+    K, N, bits, bs = (int(node.attr(k, 0)) for k in ("K", "N", "bits", "block_size"))
+    if bits not in (2, 4, 8) or bs < 16 or bs & (bs - 1) or K < 1 or N < 1:
+        raise UnsupportedError([f"{MATMUL_NBITS} node {node.name!r}: K={K}, N={N}, bits={bits}, block_size={bs}"])
+    return K, N, bits, bs
+
+
+def _infer(node, ins):
+    K, N, bits, bs = _attrs(node)
+    a, b, scales = ins[0], ins[1], ins[2]
+    zp = ins[3] if len(ins) > 3 else None
+    where = f"{MATMUL_NBITS} node {node.name!r}"
+    blocks = -(-K // bs)
+    if a.dtype != dtypes.FLOAT32 or not a.shape or a.shape[-1] != K:
+        raise ShapeError(f"{where}: A must be float32 [..., {K}], not {a.dtype} {tuple(a.shape)}")
+    if b.dtype != U8 or prod(b.shape) != N * blocks * bs * bits // 8 or b.shape[0] != N:
+        raise ShapeError(f"{where}: B must be uint8 ({N}, {blocks}, {bs * bits // 8}), not {b.dtype} {tuple(b.shape)}")
+    if scales.dtype != dtypes.FLOAT32 or prod(scales.shape) != N * blocks:
+        raise ShapeError(f"{where}: scales must be float32 of {N * blocks} elements")
+    if zp is not None:
+        want = N * -(-blocks * bits // 8) if zp.dtype == U8 else N * blocks
+        if zp.dtype not in (U8, dtypes.FLOAT32) or prod(zp.shape) != want:
+            raise ShapeError(f"{where}: zero points must be packed uint8 or float32 of {want} elements")
+    return [(dtypes.FLOAT32, tuple(a.shape[:-1]) + (N,))]
+
+
+def _value(byte: Expr, j: Expr, bits: int) -> Expr:
+    """Value j (counted from the low bits) of a byte holding 8 / bits of them, as int32."""
+    v = cast(byte, I32)
+    if bits == 8:
+        return v
+    per = 8 // bits
+    shift = (j % per) * bits
+    return binop("&", binop(">>", v, cast(shift, I32)), const((1 << bits) - 1, I32))
+
+
+def _lower(node, ctx):
+    K, N, bits, bs = _attrs(node)
+    A, B, S = ctx.ins[0], ctx.ins[1], ctx.ins[2]
+    Z = ctx.ins[3] if ctx.has_input(3) else None
+    Y = ctx.outs[0]
+    M = prod(A.shape[:-1])
+    blocks = -(-K // bs)
+    blob = bs * bits // 8                  # bytes of one block
+    per = 8 // bits                        # values in a byte
+    zrow = -(-blocks * bits // 8)          # bytes of one row's packed zero points
+    full, tail = K // bs, K % bs
+    b = ctx.b
+    b.comment(f"{M} x {N} outputs of {K}-long rows: {bits}-bit weights in blocks of {bs}, unpacked here")
+    packed_zero = Z is not None and Z.dtype == U8
+    # each row's packed zero points as floats, unpacked before its blocks: read in the block
+    # loop, their byte and shift (blk / per, blk % per) keep GCC 12 from vectorizing it (3x)
+    zeros = ctx.scratch((blocks,), F32, "zeros") if packed_zero else None
+    # the lanes of a row's sum (below)
+    part = ctx.scratch((blob,), F32, "part") if full else None
+
+    def zero(n: Expr, blk: Expr) -> Expr:
+        if Z is None:
+            return const(float(1 << (bits - 1)), F32)
+        if zeros is not None:
+            return zeros[blk]
+        return Z[n * blocks + blk]
+
+    def weight(byte: Expr, t: int, z: Expr, s: Expr) -> Expr:
+        """Value t of a byte (low bits first), dequantized: (q - zero) * scale, in float32."""
+        q = binop("&", binop(">>", byte, const(t * bits, I32)), const((1 << bits) - 1, I32)) if bits < 8 else byte
+        return (cast(q, F32) - z) * s
+
+    def lanes(n: Expr, m: Expr, blk: Expr, first: bool) -> None:
+        """part[j] (+)= the products of byte j of block blk (its per values)."""
+        s = b.local("s", S[n * blocks + blk])
+        z = b.local("z", zero(n, blk))
+        with b.loops((blob,), ["j"], role=SPATIAL) as (j,):
+            byte = cast(B[(n * blocks + blk) * blob + j], I32)
+            total = None if first else part[j]
+            for t in range(per):
+                term = A[m * K + blk * bs + j * per + t] * weight(byte, t, z, s)
+                total = term if total is None else total + term
+            b.store(part, j, total)
+
+    # Each output's whole blocks are summed lane-wise: lane j of `part` takes byte j of every
+    # block, so that the inner loop is spatial and as long as a block's bytes, and the lanes
+    # are added once per output, not once per block. The first block sets the lanes (a loop
+    # zeroing them, which GCC makes a memset, keeps it from vectorizing the block loop: 3.5x).
+    # n outside m: a row of B (K * bits / 8 bytes) stays in cache across the rows of A. The
+    # sums are float32, as MatMul's GEMM's.
+    private = [x for x in (zeros, part) if x is not None]
+    with b.loops((N,), ["n"], role=SPATIAL, private=private) as (n,):
+        if zeros is not None:
+            with b.loops((blocks,), ["blk"], role=SPATIAL) as (blk,):
+                b.store(zeros, blk, cast(_value(Z[n * zrow + blk / per], blk, bits), F32))
+        with b.loops((M,), ["m"], role=SPATIAL, private=[part] if part is not None else []) as (m,):
+            acc = b.local("acc", const(0.0, F32), dtype=F32)
+            if full:
+                lanes(n, m, const(0), True)
+                if full > 1:
+                    with b.loop(full, "blk", role=REDUCTION, start=1) as blk:
+                        lanes(n, m, blk, False)
+                with b.loop(blob, "j", role=REDUCTION) as j:
+                    b.assign(acc, acc + part[j])
+            if tail:                 # K's last block, shorter than the others
+                s = b.local("s", S[n * blocks + full])
+                z = b.local("z", zero(n, const(full)))
+                first = m * K + full * bs
+                whole, rest = tail // per, tail % per
+                if whole:
+                    with b.loop(whole, "j", role=REDUCTION) as j:
+                        byte = cast(B[(n * blocks + full) * blob + j], I32)
+                        for t in range(per):
+                            b.assign(acc, acc + A[first + j * per + t] * weight(byte, t, z, s))
+                if rest:             # (it ends inside a byte)
+                    byte = cast(B[(n * blocks + full) * blob + whole], I32)
+                    for t in range(rest):
+                        b.assign(acc, acc + A[first + whole * per + t] * weight(byte, t, z, s))
+            b.store(Y, m * N + n, acc)
+
+
+register(MATMUL_NBITS, lower=_lower, reference_fold=False,
+         how="packed 2/4/8-bit weights read in place, unpacked in the inner loop")(_infer)
