@@ -162,21 +162,23 @@ def test_matmul_nbits_accuracy_level_4_stays_exact(tmp_path):
     assert np.abs(got - runs[4]).max() < 0.01 * np.abs(runs[0]).max()
 
 
-@pytest.mark.parametrize("bits,symmetric,block,k", [
-    (4, True, 32, 200), (4, False, 32, 200), (4, True, 128, 200), (4, False, 128, 456),
-    (8, True, 32, 200), (8, False, 128, 200), (2, False, 32, 200), (4, False, 32, 256)])
-def test_matmul_nbits_reads_packed_weights(bits, symmetric, block, k, tmp_path):
+@pytest.mark.parametrize("bits,symmetric,block,k,rows", [
+    (4, True, 32, 200, 3), (4, False, 32, 200, 3), (4, True, 128, 200, 3), (4, False, 128, 456, 3),
+    (8, True, 32, 200, 3), (8, False, 128, 200, 3), (2, False, 32, 200, 3), (4, False, 32, 256, 3),
+    (4, False, 32, 200, 9), (8, True, 128, 456, 9), (2, True, 32, 256, 9)])
+def test_matmul_nbits_reads_packed_weights(bits, symmetric, block, k, rows, tmp_path):
     """aotc.MatMulNBits: the weights stay packed in the artifact and are unpacked in the
-    kernel's inner loop; its output is ONNX Runtime's at accuracy_level 0 (the exact
+    kernel's inner loop (2 x 3 rows of A), or a tile at a time for a GEMM (2 x 9 rows, N = 100:
+    a tile of 64 and one of 36); its output is ONNX Runtime's at accuracy_level 0 (the exact
     dequantize-then-float product), K a multiple of the block or not (200 = 6 x 32 + 8,
-    456 = 3 x 128 + 72), rows of A in a batch, and a bias."""
+    456 = 3 x 128 + 72), and a bias."""
     import json
 
     import aotc
-    n, rng = 40, np.random.default_rng(bits * 100 + block + k)
+    n, rng = 40 if rows == 3 else 100, np.random.default_rng(bits * 100 + block + k)
     inits = {**_nbits_inputs(rng, bits, block, zp=not symmetric, k=k, n=n),
              "bias": rng.standard_normal(n).astype(np.float32)}
-    a = rng.standard_normal((2, 3, k)).astype(np.float32)
+    a = rng.standard_normal((2, rows, k)).astype(np.float32)
     m = contrib_model("MatMulNBits", {"a": a}, inits, order=["a", "B", "scales", "zp" if not symmetric else "", "",
                                                           "bias"],
                       K=k, N=n, bits=bits, block_size=block, accuracy_level=0)

@@ -21,11 +21,16 @@ import numpy as np
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..ir.internal import MATMUL_NBITS
-from ..kernel.ir import F32, I32, REDUCTION, SPATIAL, Expr, binop, cast, const
+from ..kernel.ir import F32, I32, REDUCTION, SPATIAL, Expr, GemmDest, binop, cast, const, matrix
 from .common import prod
 from .registry import register
 
 U8 = np.dtype(np.uint8)
+# from this many rows of A on, the weights are dequantized a tile of TILE rows of B at a time
+# into float32 and multiplied by a GEMM; below it, each row of A unpacks every weight again in
+# its own loop, which costs less there (measured: docs/journal/performance.md, MatMulNBits)
+GEMM_ROWS = 16
+TILE = 64
 
 
 def _attrs(node) -> tuple[int, int, int, int]:
@@ -82,7 +87,7 @@ def _lower(node, ctx):
     # loop, their byte and shift (blk / per, blk % per) keep GCC 12 from vectorizing it (3x)
     zeros = ctx.scratch((blocks,), F32, "zeros") if packed_zero else None
     # the lanes of a row's sum (below)
-    part = ctx.scratch((blob,), F32, "part") if full else None
+    part = ctx.scratch((blob,), F32, "part") if full and M < GEMM_ROWS else None
 
     def zero(n: Expr, blk: Expr) -> Expr:
         if Z is None:
@@ -107,6 +112,10 @@ def _lower(node, ctx):
                 term = A[m * K + blk * bs + j * per + t] * weight(byte, t, z, s)
                 total = term if total is None else total + term
             b.store(part, j, total)
+
+    if M >= GEMM_ROWS:
+        _lower_gemm(ctx, M, K, N, bits, bs, zero, weight, zeros)
+        return
 
     # Each output's whole blocks are summed lane-wise: lane j of `part` takes byte j of every
     # block, so that the inner loop is spatial and as long as a block's bytes, and the lanes
@@ -143,6 +152,62 @@ def _lower(node, ctx):
                     for t in range(rest):
                         b.assign(acc, acc + A[first + whole * per + t] * weight(byte, t, z, s))
             b.store(Y, m * N + n, acc)
+
+
+def _lower_gemm(ctx, M: int, K: int, N: int, bits: int, bs: int, zero, weight, zeros) -> None:
+    """Several rows of A: TILE rows of B at a time are dequantized into a float32 scratch
+    (TILE x K), which a Gemm statement multiplies (the schedule's GEMM, as MatMul's): each
+    weight is unpacked once per run, not once per row of A. Within each whole block the
+    products are summed in the order the bytes hold the values (value t of byte j at t * blob
+    + j, both in the scratch and in a copy of A's rows), so that the unpacking loop reads
+    bytes and writes floats in order (a sum's order changes its rounding only)."""
+    A, B, S, Z, Y = ctx.ins[0], ctx.ins[1], ctx.ins[2], ctx.ins[3] if ctx.has_input(3) else None, ctx.outs[0]
+    b = ctx.b
+    blocks, blob, per = -(-K // bs), bs * bits // 8, 8 // bits
+    zrow = -(-blocks * bits // 8)
+    full, tail = K // bs, K % bs
+    tile = min(N, TILE)
+    w = ctx.scratch((tile, K), F32, "w_tile")
+    rank = len(Y.shape)
+    a = A
+    if per > 1 and full:
+        a = ctx.scratch((M, K), F32, "a_order")
+        with b.loops((M, full, per, blob), ["m", "blk", "t", "j"], role=SPATIAL) as (m, blk, t, j):
+            b.store(a, m * K + blk * bs + t * blob + j, A[m * K + blk * bs + j * per + t])
+        if tail:
+            with b.loops((M, tail), ["m", "k"], role=SPATIAL) as (m, k):
+                b.store(a, m * K + full * bs + k, A[m * K + full * bs + k])
+
+    def rows(first: Expr, count: int) -> None:
+        with b.loops((count,), ["r"], role=SPATIAL, private=[zeros] if zeros is not None else []) as (r,):
+            n = first + r
+            if zeros is not None:
+                with b.loops((blocks,), ["blk"], role=SPATIAL) as (blk,):
+                    b.store(zeros, blk, cast(_value(Z[n * zrow + blk / per], blk, bits), F32))
+            if full:
+                with b.loops((full,), ["blk"], role=SPATIAL) as (blk,):
+                    s = b.local("s", S[n * blocks + blk])
+                    z = b.local("z", zero(n, blk))
+                    for t in range(per):
+                        with b.loops((blob,), ["j"], role=SPATIAL) as (j,):
+                            byte = cast(B[(n * blocks + blk) * blob + j], I32)
+                            b.store(w, r * K + blk * bs + t * blob + j, weight(byte, t, z, s))
+            if tail:             # the last block, shorter, in its own order
+                s = b.local("s", S[n * blocks + full])
+                z = b.local("z", zero(n, const(full)))
+                for k in range(tail):
+                    byte = cast(B[(n * blocks + full) * blob + k // per], I32)
+                    b.store(w, r * K + full * bs + k, weight(byte, k % per, z, s))
+        # Y[:, first:first + count] = a . w[:count]^T (w's element (k, r) at r * K + k)
+        dest = GemmDest(Y, (0,) * (rank - 1) + (first,), tuple(range(rank - 1)), (rank - 1,))
+        b.gemm(M, count, K, matrix(a, 0, K, 1), matrix(w, 0, 1, K), dest)
+
+    whole, rest = N // tile, N % tile
+    private = [w] + ([zeros] if zeros is not None else [])
+    with b.loops((whole,), ["nt"], role=SPATIAL, private=private) as (nt,):
+        rows(nt * tile, tile)
+    if rest:
+        rows(const(whole * tile), rest)
 
 
 register(MATMUL_NBITS, lower=_lower, reference_fold=False,
