@@ -228,3 +228,37 @@ def test_matmul_nbits_packed_on_emulated_cuda(tmp_path):
                       K=200, N=40, bits=4, block_size=32, accuracy_level=0)
     src = _parity(m, tmp_path, "cuda", rtol=1e-5, atol=1e-4)
     assert "aotc.MatMulNBits" in src
+
+
+@pytest.mark.parametrize("bits,zp", [(4, True), (4, False), (8, True)])
+def test_gather_block_quantized_reads_packed_table(bits, zp, tmp_path):
+    """aotc.GatherBlockQuantized: ONNX Runtime's uint8 table (onnxruntime-genai's quantized
+    embeddings) stays packed in the artifact, its gathered rows dequantized in the kernel,
+    negative indices counting from the end as in ONNX Runtime; an index out of range is the
+    run's error, not a read outside the table."""
+    import json
+
+    import aotc
+    rng = np.random.default_rng(bits)
+    rows, cols, block = 300, 256, 32
+    q = rng.integers(0, 1 << bits, (rows, cols))
+    inits = {"data": _pack(q, bits), "scales": rng.uniform(0.01, 0.1, (rows, cols // block)).astype(np.float32)}
+    order = ["data", "ids", "scales"]
+    if zp:
+        inits["zp"] = _pack(rng.integers(0, 1 << bits, (rows, cols // block)), bits)
+        order.append("zp")
+    ids = rng.integers(-rows, rows, (2, 7)).astype(np.int64)
+    m = contrib_model("GatherBlockQuantized", {"ids": ids}, inits, order=order, gather_axis=0, quantize_axis=1,
+                      block_size=block, bits=bits, onnx_opset=21)
+    onnx.save(m, tmp_path / "m.onnx")
+    compiled = aotc.compile(tmp_path / "m.onnx", target="c", output_dir=tmp_path / "out")
+    got, = compiled.run({"ids": ids})
+    want, = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})
+    assert np.abs(want).max() > 0.1
+    np.testing.assert_array_equal(got, want)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert [k["nodes"].split()[0] for k in manifest["kernels"]] == ["aotc.GatherBlockQuantized"]
+    packed = sum(v.nbytes for v in inits.values())
+    assert packed <= manifest["weights"]["bytes"] <= packed + 64 * len(inits)
+    with pytest.raises(Exception, match="(?i)index"):
+        compiled.run({"ids": np.full((2, 7), rows, np.int64)})

@@ -6,10 +6,14 @@ MatMulNBits becomes aotc.MatMulNBits (ops/nbits.py), which reads its weights pac
 quantizer wrote them (2, 4 or 8 bits, packed or float zero points, any block size) and unpacks
 them in its inner loop: the artifact holds them at their own size (4 bits in blocks of 32 with
 zero points: 1/6.4 of float32's bytes; blocks of 128, symmetric: 1/7.5). A bias is an Add after
-it. With g_idx (act-order groups), or weights of another type than float32, the weights are
-unpacked in the graph instead (bits of each byte, low bits first: integer Div, Mod), less their
-zero points, times their blocks' scales, then a MatMul: constant weights fold at compile time
-into float32. GatherBlockQuantized is that graph form, then a Gather.
+it. GatherBlockQuantized in ONNX Runtime's uint8 form (a 2-D table gathered along axis 0,
+quantized along the last: onnxruntime-genai's quantized embeddings) becomes
+aotc.GatherBlockQuantized, which keeps the table packed and dequantizes the rows it gathers.
+Otherwise (MatMulNBits with g_idx, act-order groups, or other than float32 activations and
+scales; GatherBlockQuantized's int4 / uint4 tables and other axes) the weights are unpacked in
+the graph (bits of each byte, low bits first: integer Div, Mod), less their zero points, times
+their blocks' scales, then a MatMul / Gather: constant weights fold at compile time into
+float32.
 
 Either way each weight is (q - zero) * scale in float32, the exact dequantize-then-float
 product. accuracy_level is accepted and computed the same way: at level 4 ONNX Runtime
@@ -22,7 +26,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from ..errors import ModelError, ShapeError
-from ..ir.internal import MATMUL_NBITS
+from ..ir.internal import GATHER_NBITS, MATMUL_NBITS
 from .contrib import _at, _known, _reject_attrs, after_inputs
 from .emit import Emit
 
@@ -149,6 +153,16 @@ def _gather_block_quantized(e: Emit, a: dict):
         raise ModelError(f"{e.label}: block_size {bs} is not a power of two of at least 16")
     dsh = list(_known(e, data, "data"))
     r = len(dsh)
+    if t == TensorProto.UINT8 and bits in (4, 8) and r == 2 and int(a.get("gather_axis", 0)) in (0, -2) and \
+            int(a.get("quantize_axis", 1)) in (1, -1) and e.elem_type(scales) == TensorProto.FLOAT and \
+            (zps is None or e.elem_type(zps) == TensorProto.UINT8):
+        # ONNX Runtime's uint8 form: the table stays packed; aotc.GatherBlockQuantized (ops/nbits.py)
+        # dequantizes the rows it gathers
+        y = e.node.output[0]
+        e.nodes.append(helper.make_node(GATHER_NBITS, [data, idx, scales] + ([zps] if zps else []), [y],
+                                        bits=bits, block_size=bs))
+        e.declare(y, TensorProto.FLOAT, list(_known(e, idx, "indices")) + [dsh[-1] * 8 // bits])
+        return
     if t in _SUB_BYTE:
         if bits != 4:
             raise ModelError(f"{e.label}: bits {bits} with 4-bit data")
@@ -195,7 +209,8 @@ NBITS_BUILDERS = {(MS, "MatMulNBits"): after_inputs(_matmul_nbits),
                   (MS, "GatherBlockQuantized"): after_inputs(_gather_block_quantized)}
 NBITS_HOW = {"MatMulNBits": "aotc.MatMulNBits: the packed weights read in place, unpacked in its inner loop (with "
                             "g_idx: dequantized in the graph, folded to float32, MatMul)",
-             "GatherBlockQuantized": "the table unpacked and dequantized in the graph (folded), Gather"}
+             "GatherBlockQuantized": "aotc.GatherBlockQuantized: the uint8 table read packed, the gathered rows "
+                                     "dequantized (int4 / uint4 tables: dequantized in the graph, folded, Gather)"}
 NBITS_REFUSED = {"MatMulNBits": "bits other than 2, 4, 8; g_idx with packed uint8 zero_points (ORT's CPU kernel "
                                  "ignores them)",
                  "GatherBlockQuantized": "bits other than 4 and 8"}

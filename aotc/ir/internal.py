@@ -24,6 +24,9 @@ Node kinds that compile (each is an entry of the op registry, in the module name
     MATMUL_NBITS  `aotc.MatMulNBits`: a product with block-quantized weights read packed,
                   unpacked in its inner loop (ops/nbits.py, written by frontend/contrib_nbits.py
                   for ONNX Runtime's MatMulNBits; attributes K, N, bits, block_size)
+    GATHER_NBITS  `aotc.GatherBlockQuantized`: rows of a block-quantized table read packed,
+                  dequantized as they are gathered (same modules, for ONNX Runtime's
+                  GatherBlockQuantized in its uint8 form; attributes bits, block_size)
 
 Node kinds of shape inference's work list only (passes/control.py; never in a finished graph):
     IF_MERGE      both branches of a run-time If are inferred: make its outputs
@@ -72,6 +75,7 @@ COUNT = "aotc.Count"
 CONCAT_ROWS = "aotc.ConcatRows"
 CARRY = "aotc.Carry"
 MATMUL_NBITS = "aotc.MatMulNBits"
+GATHER_NBITS = "aotc.GatherBlockQuantized"
 
 # node kinds of shape inference's work list
 IF_MERGE = "aotc.IfMerge"

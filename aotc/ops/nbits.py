@@ -1,5 +1,6 @@
-"""Block-quantized weights read in place: `aotc.MatMulNBits` (ir/internal.py), which
-frontend/contrib_nbits.py writes for ONNX Runtime's MatMulNBits. Its weights stay as the
+"""Block-quantized weights read in place: `aotc.MatMulNBits` and `aotc.GatherBlockQuantized`
+(ir/internal.py), which frontend/contrib_nbits.py writes for ONNX Runtime's MatMulNBits and
+GatherBlockQuantized (its uint8 form: rows gathered along axis 0, blocks along the last). Its weights stay as the
 quantizer packed them (uint8 bytes of 2, 4 or 8-bit values, low bits first, each row of B one
 run of blocks), so the artifact holds them at their own size (4 bits: 1/8 of float32, plus the
 scales), and the kernel unpacks each value in its inner loop.
@@ -20,8 +21,8 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
-from ..ir.internal import MATMUL_NBITS
-from ..kernel.ir import F32, I32, REDUCTION, SPATIAL, Expr, GemmDest, binop, cast, const, matrix
+from ..ir.internal import GATHER_NBITS, MATMUL_NBITS
+from ..kernel.ir import F32, I32, I64, REDUCTION, SPATIAL, Expr, GemmDest, Load, binop, cast, const, matrix, select
 from .common import prod
 from .registry import register
 
@@ -212,3 +213,63 @@ def _lower_gemm(ctx, M: int, K: int, N: int, bits: int, bs: int, zero, weight, z
 
 register(MATMUL_NBITS, lower=_lower, reference_fold=False,
          how="packed 2/4/8-bit weights read in place, unpacked in the inner loop")(_infer)
+
+
+# ------------------------------------------------------------------------ GatherBlockQuantized
+def _gather_attrs(node, data) -> tuple[int, int, int, int]:
+    """(bits, block_size, columns, blocks a row) of a uint8 table [rows, bytes]."""
+    bits, bs = int(node.attr("bits", 4)), int(node.attr("block_size", 128))
+    if bits not in (4, 8) or bs < 16 or bs & (bs - 1):
+        raise UnsupportedError([f"{GATHER_NBITS} node {node.name!r}: bits={bits}, block_size={bs}"])
+    cols = data.shape[-1] * 8 // bits
+    return bits, bs, cols, -(-cols // bs)
+
+
+def _gather_infer(node, ins):
+    data, idx, scales = ins[0], ins[1], ins[2]
+    zp = ins[3] if len(ins) > 3 else None
+    where = f"{GATHER_NBITS} node {node.name!r}"
+    if data.dtype != U8 or len(data.shape) != 2:
+        raise ShapeError(f"{where}: data must be uint8 [rows, bytes], not {data.dtype} {tuple(data.shape)}")
+    bits, bs, cols, blocks = _gather_attrs(node, data)
+    rows = data.shape[0]
+    if idx.dtype not in (dtypes.INT32, dtypes.INT64):
+        raise ShapeError(f"{where}: indices must be int32 or int64")
+    if scales.dtype != dtypes.FLOAT32 or prod(scales.shape) != rows * blocks:
+        raise ShapeError(f"{where}: scales must be float32 of {rows * blocks} elements")
+    if zp is not None and (zp.dtype != U8 or prod(zp.shape) != rows * -(-blocks * bits // 8)):
+        raise ShapeError(f"{where}: zero points must be uint8, {-(-blocks * bits // 8)} bytes a row")
+    return [(dtypes.FLOAT32, tuple(idx.shape) + (cols,))]
+
+
+def _gather_lower(node, ctx):
+    D, I, S = ctx.ins[0], ctx.ins[1], ctx.ins[2]
+    Z = ctx.ins[3] if ctx.has_input(3) else None
+    Y = ctx.outs[0]
+    bits, bs, cols, blocks = _gather_attrs(node, D)
+    rows, row_bytes = D.shape
+    per, zrow = 8 // bits, -(-blocks * bits // 8)
+    b = ctx.b
+    b.comment(f"{prod(I.shape)} rows of a {rows} x {cols} table of {bits}-bit values in blocks of {bs}, unpacked")
+    with b.loops((prod(I.shape),), ["t"], role=SPATIAL) as (t,):
+        row = b.local("row", cast(Load(I, t), I64))
+        with b.if_(binop("||", row < -rows, row >= rows)):
+            b.fail("AOTC_ERR_INDEX_OUT_OF_RANGE", f"an index outside [-{rows}, {rows})")
+        b.assign(row, select(row < 0, row + rows, row))
+        with b.loops((cols // per,), ["j"], role=SPATIAL) as (j,):
+            blk = j * per / bs
+            byte = cast(D[row * row_bytes + j], I32)
+            s = S[row * blocks + blk]
+            if Z is None:
+                z = const(float(1 << (bits - 1)), F32)
+            else:
+                z = cast(_value(Z[row * zrow + blk / per], blk, bits), F32)
+            for v in range(per):
+                q = binop("&", binop(">>", byte, const(v * bits, I32)), const((1 << bits) - 1, I32)) \
+                    if bits < 8 else byte
+                b.store(Y, t * cols + j * per + v, (cast(q, F32) - z) * s)
+
+
+register(GATHER_NBITS, lower=_gather_lower, reference_fold=False, index_inputs=lambda node, ins: (
+    {1: ins[0].shape[0]} if ins and ins[0] is not None and ins[0].shape else {}),
+    how="rows of a packed 4/8-bit table dequantized as they are gathered")(_gather_infer)
