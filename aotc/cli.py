@@ -200,6 +200,10 @@ def compile_cmd(
                   f"weights {m['weights']['bytes']} bytes {m['weights']['mode']})"
                   + (f" and {d}/lib{m['name']}.a" if static else "")
                   + (", from the compile cache" if built.cached else ""))
+        subnormal = m.get("subnormal_weights", {})
+        if subnormal:
+            out.print(f"  {sum(subnormal.values())} subnormal weight values in {len(subnormal)} tensor(s) made zero "
+                      "(`aotc inspect` lists them; the target option ,ieee_subnormals keeps them)")
         if report:
             from . import report as html_report
             with _stages() as progress:

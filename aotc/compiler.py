@@ -50,6 +50,7 @@ class Compiled:
     threads: int
     opset: int
     node_count_before: int
+    subnormals: dict                  # weight -> how many of its values were subnormal, made zero
 
 
 def default_name(path: str | os.PathLike) -> str:
@@ -101,7 +102,7 @@ def compile_program(path, target: str = DEFAULT_TARGET, name: Optional[str] = No
         mark_aliased(g, steps, plan)
     program = backend.program(g, steps, plan, tgt)
     program.bounded = bounded_outputs(g, plan)
-    return Compiled(g, hist, groups, steps, plan, program, tgt, n_threads, opset, n_before)
+    return Compiled(g, hist, groups, steps, plan, program, tgt, n_threads, opset, n_before, ctx.subnormals)
 
 
 def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathLike = "out",
@@ -167,6 +168,9 @@ def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathL
                     "bytes": plan.weights_bytes, "sha256": hashlib.sha256(blob).hexdigest(),
                     "crc32": f"{crc:08x}"},
         "memory_plan": plan.summary(),
+        # float32 weights below the normal range, made zero: the run computes them as zero
+        # (passes/subnormals.py; the target option ieee_subnormals keeps them)
+        "subnormal_weights": dict(sorted(c.subnormals.items())),
         "kernels": [{"name": ln.kernel.name, "nodes": ln.kernel.comment} for ln in c.program.launches()],
         "opset": c.opset,
     }

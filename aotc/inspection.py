@@ -34,6 +34,8 @@ def inspect_model(path, target: str = "native", shapes=None, consts=None, progre
             for st in c.steps
         ],
         "views": sum(1 for grp in c.groups if grp.view),
+        # weight -> how many of its values were subnormal and are zero (passes/subnormals.py)
+        "subnormal_weights": dict(sorted(c.subnormals.items())),
         "memory_plan": c.plan.summary(),
         "inputs": {n: list(c.graph.values[n].shape) for n in c.graph.inputs},
         "outputs": {p.name: list(p.shape) for p in ports(c.graph, c.graph.outputs)},   # ONNX names
@@ -77,6 +79,12 @@ def format_text(info: dict) -> str:
         L.append(f"  arena / lower bound       {mp['arena_bytes'] / mp['lower_bound_bytes']:.3f}")
     L.append(f"  weights                   {_mib(mp['weights_bytes'])}")
     L.append(f"  in-place reuses           {mp['inplace_reuses']}")
+    subnormal = info.get("subnormal_weights", {})
+    if subnormal:
+        L.append(f"subnormal weights made zero: {sum(subnormal.values())} values in {len(subnormal)} tensor(s) "
+                 "(the run computes subnormals as zero; the target option ,ieee_subnormals keeps them)")
+        for name, n in sorted(subnormal.items(), key=lambda kv: -kv[1])[:10]:
+            L.append(f"  {name:40} {n}")
     for name, axes in info.get("run_time_axes", {}).items():
         dims = [f"at most {d}" if a in axes else str(d) for a, d in enumerate(info["outputs"][name])]
         L.append(f"output {name!r} has a size known only at run time: [{', '.join(dims)}]")

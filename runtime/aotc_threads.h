@@ -27,6 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "aotc_support.h"        /* aotc_fpenv: workers compute as the caller does */
+
 #ifndef AOTC_POOL_SPIN_NS
 #define AOTC_POOL_SPIN_NS 1000000
 #endif
@@ -63,6 +65,7 @@ struct aotc_pool {
     int pending;                   /* workers still running the current job */
     int sleepers;                  /* workers waiting on `wake` */
     int busy;                      /* a job is running: nested calls run serially */
+    aotc_fpenv fpenv;              /* the caller's floating-point modes, which workers take for the job */
     int stop;
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -119,6 +122,8 @@ static inline void *aotc_pool_worker(void *p)
         {
             int64_t begin, end;
             aotc_pool_range(pool->n, pool->threads, w->thread, &begin, &end);
+            if (aotc_fpenv_get() != pool->fpenv)
+                aotc_fpenv_restore(pool->fpenv);
             if (begin < end)
                 pool->fn(pool->args, begin, end, w->thread);
         }
@@ -207,6 +212,7 @@ static inline void aotc_parallel_for(aotc_pool *pool, int64_t n, aotc_task_fn fn
     pool->fn = fn;
     pool->args = args;
     pool->n = n;
+    pool->fpenv = aotc_fpenv_get();
     __atomic_store_n(&pool->pending, pool->threads - 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&pool->generation, 1, __ATOMIC_SEQ_CST);      /* publishes the job */
     if (__atomic_load_n(&pool->sleepers, __ATOMIC_SEQ_CST) > 0) {

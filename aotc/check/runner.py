@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -46,7 +47,8 @@ def reference_outputs(model_path, feeds: Mapping[str, np.ndarray]) -> list[np.nd
     return reference_run(model_path, feeds)[0]
 
 
-def reference_run(model_path, feeds: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], str]:
+def reference_run(model_path, feeds: Mapping[str, np.ndarray], subnormals_as_zero: bool = False
+                  ) -> tuple[list[np.ndarray], str]:
     """The model's outputs from ONNX Runtime, and which reference computed them. Where ONNX
     Runtime has no kernel for an op (newer opsets: SwiGLU, CumProd, ...; ai.onnx.preview's
     FlexAttention) the ONNX reference
@@ -56,7 +58,17 @@ def reference_run(model_path, feeds: Mapping[str, np.ndarray]) -> tuple[list[np.
     in float32 (not its default, int8 activations), as the model says.
     Where the model multiplies uint8 by int8 and this machine's ONNX Runtime gets such products
     wrong (ort_saturates_u8s8), ONNX Runtime runs an equivalent model whose products it gets
-    right (exact_integer_products), and the second value says that too."""
+    right (exact_integer_products), and the second value says that too. `subnormals_as_zero`:
+    ONNX Runtime computes subnormal floats as zero (its session.set_denormal_as_zero), as a CPU
+    target's run does (passes/subnormals.py), and the second value says so."""
+    if subnormals_as_zero:
+        with caller_fp_state(flush=True):
+            return _reference_run(model_path, feeds, True)
+    return _reference_run(model_path, feeds, False)
+
+
+def _reference_run(model_path, feeds: Mapping[str, np.ndarray], subnormals_as_zero: bool
+                   ) -> tuple[list[np.ndarray], str]:
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.log_severity_level = 3
@@ -64,6 +76,8 @@ def reference_run(model_path, feeds: Mapping[str, np.ndarray]) -> tuple[list[np.
     # quantizes the activations to int8 (accuracy level 4): 0.5% off the model's own float32
     # arithmetic in tests/test_narrow_types.py. Level 1 (float32) computes what the model says.
     so.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "1")
+    if subnormals_as_zero:
+        so.add_session_config_entry("session.set_denormal_as_zero", "1")
     packed = _packed_ports(model_path)
     try:
         if packed:
@@ -81,7 +95,8 @@ def reference_run(model_path, feeds: Mapping[str, np.ndarray]) -> tuple[list[np.
         ref = ReferenceEvaluator(onnx.load(str(model_path)))
         outs = [np.asarray(a) for a in ref.run(None, dict(feeds))]
         return outs, f"the ONNX reference implementation (onnx {onnx.__version__}; ONNX Runtime {ort.__version__}: {why})"
-    source = f"ONNX Runtime {ort.__version__}"
+    source = f"ONNX Runtime {ort.__version__}" + (" (subnormal floats as zero, as aotc computes them)"
+                                                  if subnormals_as_zero else "")
     # (the probe is cached; the model is read again only when it holds an integer product)
     if ort_saturates_u8s8() and any(n.op_type in _PRODUCT_FACTORS for n in
                                     onnx.load(str(model_path), load_external_data=False).graph.node):
@@ -93,6 +108,37 @@ def reference_run(model_path, feeds: Mapping[str, np.ndarray]) -> tuple[list[np.
                        f"{', ...' if len(changed) > 3 else ''}) rewritten as uint8 x uint8 or int8 x int8, "
                        f"which this CPU's ONNX Runtime computes exactly")
     return ort_run(sess, dict(feeds)), source
+
+
+@contextmanager
+def caller_fp_state(flush: bool = False):
+    """Runs the body with this thread's floating-point environment put back after it (C's
+    fegetenv / fesetenv: x86's MXCSR with its flush-to-zero and denormals-are-zero modes), and
+    with `flush`, with those two modes on during it (x86-64 glibc). ONNX Runtime's
+    session.set_denormal_as_zero sets them on the thread that runs its first such session and
+    leaves them set (numpy in this process would compute subnormal floats as zero too), and it
+    does not set them again on a later session: so the modes are set here for each reference run
+    and put back after. Where libm's functions cannot be found, the body just runs."""
+    import ctypes
+    import ctypes.util
+    import platform
+    import struct
+    try:
+        libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+        env = ctypes.create_string_buffer(256)           # (fenv_t is 32 bytes on x86-64 glibc)
+        saved = libm.fegetenv(env) == 0
+    except (OSError, AttributeError):
+        saved = False
+    if saved and flush and platform.machine() in ("x86_64", "AMD64"):
+        on = ctypes.create_string_buffer(env.raw, len(env.raw))
+        mxcsr, = struct.unpack_from("<I", on.raw, 28)     # glibc's fenv_t: the MXCSR at byte 28
+        struct.pack_into("<I", on, 28, mxcsr | 0x8040)    # FTZ, DAZ
+        libm.fesetenv(on)
+    try:
+        yield
+    finally:
+        if saved:
+            libm.fesetenv(env)
 
 
 # element types ONNX Runtime's Python API has no numpy type for, which it takes and gives as bit
@@ -261,7 +307,8 @@ def run_check(model_path, target: str = "native", inputs: Optional[Mapping[str, 
             feeds = {k: np.asarray(v) for k, v in inputs.items()}
         drawn = random_outputs(g)
         got = m.run({k: feeds[k] for k in m.input_names})
-        ref, source = reference_run(model_path, {**feeds, **{k: np.asarray(v) for k, v in consts.items()}})
+        ref, source = reference_run(model_path, {**feeds, **{k: np.asarray(v) for k, v in consts.items()}},
+                                    load_target(target).flushes_subnormals)
         res = CheckResult(str(model_path), m.manifest["target"], rtol, atol, reference=source)
         outs = list(zip(m.output_names, got, ref))
         def reports(op_types=(), steps=None, known=None):

@@ -26,6 +26,7 @@ from .loops import order_loop_bodies
 from .normalize import normalize_opset
 from .qdq import integer_qdq
 from .recurrent import prepack_recurrent_weights
+from .subnormals import flush_subnormals
 from .winograd import winograd_convs
 
 
@@ -34,10 +35,18 @@ class PassContext:
     """What a pass may know besides the graph. `target`: the target description (None where
     passes run on their own, as in unit tests: then every target-dependent pass does nothing).
     The analyses the later stages read: `conds`, id(node) -> the condition the node runs under
-    (passes/branches.py), and `loops`, id(node) -> the host loop it is in (passes/loops.py)."""
+    (passes/branches.py), and `loops`, id(node) -> the host loop it is in (passes/loops.py);
+    and what a pass reports: `subnormals`, constant -> how many of its values were subnormal
+    and are zero (passes/subnormals.py)."""
     target: Optional[Target] = None
     conds: dict = field(default_factory=dict)
     loops: dict = field(default_factory=dict)
+    subnormals: dict = field(default_factory=dict)   # constant -> its subnormal values made zero
+
+    @property
+    def flushes_subnormals(self) -> bool:
+        """The target computes subnormal floats as zero (a CPU target without ieee_subnormals)."""
+        return self.target is not None and self.target.flushes_subnormals
 
     @property
     def int8_gemm(self) -> bool:
@@ -66,6 +75,16 @@ def _winograd(g: Graph, ctx: PassContext) -> Graph:
     return winograd_convs(g, ctx.target) if ctx.target is not None else g
 
 
+def _subnormals(g: Graph, ctx: PassContext) -> Graph:
+    if not ctx.flushes_subnormals:
+        return g
+    return flush_subnormals(g, ctx.subnormals)
+
+
+def _folded_subnormals(g: Graph, ctx: PassContext) -> Graph:
+    return flush_subnormals(g, {}) if ctx.flushes_subnormals else g
+
+
 def _conditions(g: Graph, ctx: PassContext) -> Graph:
     ctx.conds = node_conditions(g)
     return g
@@ -83,6 +102,8 @@ def pipeline() -> list[Pass]:
         # before folding (which would turn the weights' DequantizeLinear into floats)
         Pass("integer_qdq", _qdq, typed=False),
         Pass("normalize_opset", lambda g, ctx: normalize_opset(g), typed=False),
+        # subnormal weights as zero where the run computes them so (the model's own, counted)
+        Pass("flush_subnormals", _subnormals, typed=False),
         # every later pass sees static shapes
         Pass("infer_shapes", lambda g, ctx: infer_shapes(g, int8_gemm=ctx.int8_gemm)),
         _plain("remove_identities", simplify.remove_identities),
@@ -98,6 +119,7 @@ def pipeline() -> list[Pass]:
         _plain("fold_scale_shift", simplify.fold_scale_shift),
         _plain("prepack_recurrent_weights", prepack_recurrent_weights),
         _plain("fold_constants", simplify.fold_constants),
+        Pass("flush_folded_subnormals", _folded_subnormals),
         _plain("eliminate_common_subexpressions", simplify.eliminate_common_subexpressions),
         _plain("canonicalize_views_again", simplify.canonicalize_views),
         _plain("eliminate_dead_code_again", simplify.eliminate_dead_code),

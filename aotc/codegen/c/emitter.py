@@ -66,9 +66,10 @@ def emit_source(prefix: str, g: Graph, program: Program, plan: MemoryPlan, exter
         L.append("")
     L += _execute(prefix, program, in_fields, out_fields, bounded_epilogue(program, ports(g, g.outputs), lambda off: f"*(const int64_t *)(ws + {off})"))
     draw = "" if program.draw is None else ", 0"       # a stateless run: draw number 0
+    flush = not target.numerics.ieee_subnormals
     L += [f"int {prefix}_run_with_weights(const void *weights, const {prefix}_inputs *in, {prefix}_outputs *out,",
           "    void *workspace)", "{",
-          f"    return {prefix}_execute(weights, in, out, workspace, NULL, NULL, NULL{draw});", "}", ""]
+          *_run_execute(prefix, f"weights, in, out, workspace, NULL, NULL, NULL{draw}", flush), "}", ""]
     L += [f"const void *{prefix}_embedded_weights(void)", "{",
           "    return NULL;" if external else f"    return {prefix}_weights_data;", "}", ""]
     L += [f"int {prefix}_run(const {prefix}_inputs *in, {prefix}_outputs *out, void *workspace)", "{"]
@@ -78,7 +79,7 @@ def emit_source(prefix: str, g: Graph, program: Program, plan: MemoryPlan, exter
         L += [f"    return {prefix}_run_with_weights({prefix}_weights_data, in, out, workspace);"]
     L += ["}", ""]
     L += strerror_function(prefix)
-    L += _model_functions(prefix, external, program)
+    L += _model_functions(prefix, external, program, flush)
     return "\n".join(L)
 
 
@@ -144,7 +145,18 @@ def failure_table(prefix: str, program: Program) -> list[str]:
     return L
 
 
-def _model_functions(prefix: str, external: bool, program: Program) -> list[str]:
+def _run_execute(prefix: str, args: str, flush: bool) -> list[str]:
+    """`return <prefix>_execute(args);`, with subnormal floats computed as zero around it (this
+    thread's modes restored after; the pool's workers take them for each job) unless the target
+    keeps IEEE subnormals ([numerics] ieee_subnormals): runtime/aotc_support.h aotc_fpenv."""
+    call = f"{prefix}_execute({args})"
+    if not flush:
+        return [f"    return {call};"]
+    return ["    aotc_fpenv fpenv = aotc_fpenv_flush();        /* subnormal floats as zero during the run */",
+            f"    int status = {call};", "    aotc_fpenv_restore(fpenv);", "    return status;"]
+
+
+def _model_functions(prefix: str, external: bool, program: Program, flush: bool) -> list[str]:
     P = prefix.upper()
     draws = program.draw is not None
     L = failure_table(prefix, program)
@@ -181,8 +193,8 @@ def _model_functions(prefix: str, external: bool, program: Program) -> list[str]
           f"int {prefix}_invoke({prefix}_model *model, const {prefix}_inputs *in, {prefix}_outputs *out)", "{",
           "    if (!model) return AOTC_ERR_NULL_ARGUMENT;",
           "    model->failed = -1;",
-          f"    return {prefix}_execute(model->weights, in, out, model->workspace, model->pool, &model->failed,",
-          "                           model->profile" + (", model->draws++);" if draws else ");"),
+          *_run_execute(prefix, "model->weights, in, out, model->workspace, model->pool, &model->failed, model->profile"
+                        + (", model->draws++" if draws else ""), flush),
           "}", "",
           f"int {prefix}_profile(const {prefix}_model *model, const double **ms, const char *const **names)", "{",
           "    if (!model || !model->profile) return 0;",

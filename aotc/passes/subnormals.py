@@ -1,0 +1,39 @@
+"""Subnormal weights as zero, on the targets that compute subnormal floats as zero at run time.
+
+A float32 below float32's least normal magnitude (1.17549435e-38) is subnormal; x86 cores take a
+microcode assist, tens of times slower than the operation, whenever one is an input or the
+result, and trained weights hold them (a text detector shipped by an OCR package: a tenth of
+its weights). A CPU target's run function computes with them as zero (flush-to-zero and
+denormals-are-zero for the run, runtime/aotc_support.h aotc_fpenv), which is what ONNX
+Runtime's `session.set_denormal_as_zero` does too; the constants themselves are made zero here,
+at compile time, so that folding and packing see the numbers the run computes with. `PassContext
+.subnormals` counts them per constant (`aotc inspect` and the manifest say so). A target with
+`[numerics] ieee_subnormals` (the option `,ieee_subnormals`), and the GPU targets, keep them.
+
+The pass runs before shape inference (the model's own weights, which it counts) and after
+folding (constants folding made, which it does not count apart: a fold of zeros made from the
+weights is what the run computes)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.graph import Graph, Value
+
+TINY = np.finfo(np.float32).tiny
+
+
+def flush_subnormals(g: Graph, counts: dict) -> Graph:
+    """Every float32 constant of g with its subnormal values made (signed) zeros; `counts`
+    gains, per constant, how many were."""
+    for name, v in list(g.values.items()):
+        a = v.const
+        if a is None or a.dtype != np.float32 or not a.size:
+            continue
+        tiny = (a != 0) & (np.abs(a) < TINY)
+        n = int(np.count_nonzero(tiny))
+        if n:
+            a = a.copy()
+            a[tiny] = np.copysign(np.float32(0), a[tiny])
+            g.values[name] = Value(name, v.dtype, v.shape, a)
+            counts[name] = counts.get(name, 0) + n
+    return g

@@ -1,0 +1,99 @@
+"""Subnormal floats (below 1.2e-38): a CPU target computes them as zero, in the weights (made
+zero at compile time, counted: passes/subnormals.py) and at run time (flush-to-zero and
+denormals-are-zero for the run's threads, the caller's modes restored after), as ONNX Runtime
+with its session.set_denormal_as_zero does; the option ,ieee_subnormals keeps IEEE's numbers."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from aotc.api import load
+from aotc.check.runner import run_check
+from aotc.compiler import compile_model
+from aotc.inspection import inspect_model
+from tests.helpers import eager_threads_target, graph_model
+
+N = helper.make_node
+TINY = np.finfo(np.float32).tiny
+
+
+def _model(rng):
+    """y = (Relu((x * 1e-20) * 1e-20) @ W) * 1e38 + x @ V and z = x @ W: the activations fall
+    among the subnormals at run time (each constant is normal), W holds subnormal weights among
+    normal ones, and the scale makes what the subnormals contribute visible."""
+    w = (rng.standard_normal((16, 8)) * 0.5).astype(np.float32)
+    sub = rng.random(w.shape) < 0.3
+    w[sub] = (rng.uniform(0.1, 0.9, int(sub.sum())) * TINY * np.sign(rng.standard_normal(int(sub.sum())))).astype(
+        np.float32)
+    v = (rng.standard_normal((16, 8)) * 0.5).astype(np.float32)
+    nodes = [N("Mul", ["x", "s1"], ["a"]), N("Mul", ["a", "s2"], ["b"]), N("Relu", ["b"], ["r"]),
+             N("MatMul", ["r", "w"], ["m"]), N("Mul", ["m", "big"], ["mb"]),
+             N("MatMul", ["x", "v"], ["xv"]), N("Add", ["mb", "xv"], ["y"]),
+             N("MatMul", ["x", "w"], ["z"])]
+    inits = {"s1": np.array(1e-20, np.float32), "s2": np.array(1e-20, np.float32), "w": w, "v": v,
+             "big": np.array(1e38, np.float32)}
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    return graph_model(nodes, {"x": x}, ["y", "z"], inits), int(sub.sum())
+
+
+def _ort(model, x, daz: bool):
+    so = ort.SessionOptions()
+    if daz:
+        so.add_session_config_entry("session.set_denormal_as_zero", "1")
+    from aotc.check.runner import caller_fp_state
+    with caller_fp_state(flush=daz):
+        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+            None, {"x": x})
+
+
+def _numpy_computes_subnormals() -> bool:
+    a = np.array([TINY / 4], np.float32)
+    return bool((a * np.float32(1.0))[0] != 0)
+
+
+@pytest.mark.parametrize("target,threads", [("c", 1), ("eager", 2)])
+def test_subnormals_computed_as_zero_as_ort_with_denormal_as_zero(target, threads, tmp_path):
+    rng = np.random.default_rng()
+    model, n_sub = _model(rng)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    tgt = eager_threads_target(tmp_path) if target == "eager" else target
+    out = compile_model(path, target=tgt, output_dir=tmp_path / "out", threads=threads)
+    m = load(out)
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    y, z = m.run({"x": x})
+    want_y, want_z = _ort(model, x, daz=True)
+    np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(z, want_z, rtol=1e-5, atol=1e-5)
+    # without denormals-as-zero ORT differs: the subnormal activations reach y through the scale
+    ieee_y, _ = _ort(model, x, daz=False)
+    assert np.abs(ieee_y - want_y).max() > 1e-3
+    assert _numpy_computes_subnormals(), "the run left this thread computing subnormals as zero"
+    import json
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["subnormal_weights"] == {"w": n_sub}
+    # aotc check compares with ORT computing them as zero too, and says so
+    res = run_check(path, target=tgt, threads=threads, output_dir=tmp_path / "check")
+    assert res.passed and "subnormal floats as zero" in res.reference, res.reference
+    assert _numpy_computes_subnormals()
+
+
+def test_ieee_subnormals_option_keeps_them(tmp_path):
+    rng = np.random.default_rng()
+    model, n_sub = _model(rng)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    m = load(compile_model(path, target="c,ieee_subnormals", output_dir=tmp_path / "out", threads=1))
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    y, z = m.run({"x": x})
+    want_y, want_z = _ort(model, x, daz=False)
+    np.testing.assert_allclose(y, want_y, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(z, want_z, rtol=1e-5, atol=1e-5)
+    assert inspect_model(path, target="c,ieee_subnormals")["subnormal_weights"] == {}
+    info = inspect_model(path, target="c")
+    assert info["subnormal_weights"] == {"w": n_sub}
+    from aotc.inspection import format_text
+    assert f"subnormal weights made zero: {n_sub} values in 1 tensor(s)" in format_text(info)
