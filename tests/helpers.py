@@ -53,7 +53,10 @@ def typed_model(nodes, inputs: list, outputs: list, inits=(), opset: int = 17) -
     (name, array) pairs for its initializers: where graph_model's inference from arrays cannot
     say the type (float16 and bfloat16 edges)."""
     g = helper.make_graph(nodes, "g", inputs, outputs, initializer=[numpy_helper.from_array(a, n) for n, a in inits])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    opsets = [helper.make_opsetid("", opset)]
+    # the IR version the opset needs, not the installed onnx's newest (an older ONNX Runtime, as
+    # on the lent GPU machines, refuses a newer IR version than it knows)
+    return helper.make_model(g, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
 
 
 def assert_parity(model: onnx.ModelProto, tmp_path: Path, feeds: dict | None = None, rtol: float = 1e-4,

@@ -31,7 +31,9 @@ float32 may round once more than a direct conversion.
 
 aotc.WrapInt (attribute `to`: INT4, UINT4, INT2, UINT2): the value cast to an integer (a float
 truncated toward zero), then wrapped into the type's range (its low 4 or 2 bits, two's
-complement), as ONNX's reference implementation casts; int8 or uint8 out.
+complement), as ONNX's reference implementation casts; int8 or uint8 out. A float at or beyond
+2^31 in magnitude, an infinity or NaN gives 0 (the low bits of such a float are 0), the same on
+every target.
 
 A Cast to float16 inside a graph does not come here: it computes in float32 without rounding,
 as ONNX Runtime's CPU provider does there (it drops the Casts around float16 ops it runs in
@@ -186,7 +188,14 @@ def _wrap(node, x: Expr) -> Expr:
     out = dtypes.compute_dtype(narrow)
     lo, hi = dtypes.int_range(narrow)
     span = hi - lo + 1
-    v = binop("&", cast(x, I32), const(span - 1, I32))       # the low bits, 0 .. span - 1
+    whole = cast(x, I32)
+    if dtypes.is_float(x.dtype):
+        # a float outside int32's range (or NaN) has no defined conversion in C and its kin (x86 gives
+        # INT_MIN, a GPU saturates to INT_MAX): every float from 2^31 up is a multiple of 2^8, so
+        # its low bits are 0, as they are for infinities and NaN here on every target
+        inside = binop("&&", x > const(-2147483648.0, x.dtype), x < const(2147483648.0, x.dtype))
+        whole = select(inside, whole, const(0, I32))
+    v = binop("&", whole, const(span - 1, I32))              # the low bits, 0 .. span - 1
     if lo < 0:                                                       # two's complement
         v = binop("-", binop("^", v, const(span // 2, I32)), const(span // 2, I32))
     return cast(v, out)
