@@ -4,6 +4,7 @@ python -m tools.gpu_check zoo   [--size full] [--models a,b] [--jobs 8] [--targe
 python -m tools.gpu_check torch [--batches 1,32] [--models resnet50,bert,...] [--compile-models bert,...] [--report F]
 python -m tools.gpu_check variants [--models resnet50,bert] [--batch 1] [--variant NAME:TABLE.KEY=VALUE,...]
                                     [--runs 50] [--rounds 6] [--target cuda:sm_90] [--report F]
+python -m tools.gpu_check files --dir DIR [--rtol 1e-4] [--atol 1e-5] [--target cuda:sm_90] [--report F]
 
 Every mode takes `--phase build` (compile only, recording each build's error in --workdir),
 `--phase time` (run the table on what a build phase left) or `--phase all` (the default):
@@ -19,6 +20,10 @@ are exported to ONNX, compiled by aotc, checked against the PyTorch output, and 
 PyTorch eager and torch.compile on the same GPU, float32 (TF32 off), median of CUDA-event
 timings after warm-up; aotc's time includes its host<->device copies, PyTorch's inputs and
 outputs stay on the GPU.
+`files`: each DIR/NAME.onnx with its inputs in DIR/NAME.npz (models no zoo entry builds: ORT's
+optimizer's contrib operators, onnxruntime-genai's decoders, written where those tools are
+installed and carried to the GPU) is compiled at its inputs' shapes, run, compared with ONNX
+Runtime (CPU) on the same inputs, and timed like `zoo`.
 `variants`: the GPU schedule's choices side by side in one run. Each variant is the target with
 some of its settings changed (`--variant im2col-buffers:gemm.im2col_packing=false`; without
 --variant, DEFAULT_VARIANTS: each undoes one change made without a GPU or tries the next one,
@@ -131,6 +136,62 @@ def zoo(a) -> str:
         rows.append(f"| {n} | {'PASS' if ok else 'FAIL'} | {max(r.max_abs_err for r in reps):.3g} | "
                     f"{max(r.max_rel_err for r in reps):.3g} | {rtol:g} / {atol:g} | "
                     f"{statistics.median(ts) * 1e3:.3f} |")
+        print(rows[-1], flush=True)
+    return "\n".join(rows)
+
+
+# ----------------------------------------------------------------------------- carried files
+def _compile_file(args):
+    path, target, workdir = args
+    from aotc.compiler import compile_model
+    with np.load(path.with_suffix(".npz")) as z:
+        shapes = {k: z[k].shape for k in z.files}
+    try:
+        compile_model(path, target=target, output_dir=Path(workdir) / f"{path.stem}_cuda", shapes=shapes)
+        return path.stem, None
+    except Exception as ex:
+        return path.stem, f"{type(ex).__name__}: {str(ex)[:400]}"
+
+
+def files(a) -> str:
+    from aotc.api import load
+    from aotc.check.parity import compare
+    from aotc.check.runner import reference_outputs
+    paths = sorted(Path(a.dir).glob("*.onnx"))
+    if not paths:
+        raise SystemExit(f"files: no .onnx files in {a.dir}")
+    work = Path(a.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    built = _built(a, "files", _compile_file, [(p, a.target, str(work)) for p in paths], key=lambda r: r[0])
+    if a.phase == "build":
+        return _build_summary("files", built)
+    rows = ["| model | result | max abs err | max rel err | rtol / atol | aotc ms (median) |",
+            "|---|---|---|---|---|---|"]
+    for p in paths:
+        if built[p.stem]:
+            rows.append(f"| {p.stem} | ERROR: {built[p.stem]} | | | | |")
+            continue
+        with np.load(p.with_suffix(".npz")) as z:
+            feeds = {k: z[k] for k in z.files}
+        try:
+            m = load(work / f"{p.stem}_cuda")
+            got = m.run({k: feeds[k] for k in m.input_names})
+        except Exception as ex:
+            rows.append(f"| {p.stem} | ERROR: {type(ex).__name__}: {str(ex)[:300]} | | | | |")
+            continue
+        ref = reference_outputs(p, feeds)
+        reps = [compare(o, x, y, a.rtol, a.atol) for o, x, y in zip(m.output_names, got, ref)]
+        arrays = [feeds[k] for k in m.input_names]
+        for _ in range(5):
+            m.run(arrays)
+        ts = []
+        for _ in range(a.runs):
+            t0 = time.perf_counter()
+            m.run(arrays)
+            ts.append(time.perf_counter() - t0)
+        rows.append(f"| {p.stem} | {'PASS' if all(r.passed for r in reps) else 'FAIL'} | "
+                    f"{max(r.max_abs_err for r in reps):.3g} | {max(r.max_rel_err for r in reps):.3g} | "
+                    f"{a.rtol:g} / {a.atol:g} | {statistics.median(ts) * 1e3:.3f} |")
         print(rows[-1], flush=True)
     return "\n".join(rows)
 
@@ -481,7 +542,10 @@ def variants(a, build=None) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["zoo", "torch", "variants"])
+    ap.add_argument("what", choices=["zoo", "torch", "variants", "files"])
+    ap.add_argument("--dir", default=None, help="files: the folder of NAME.onnx + NAME.npz")
+    ap.add_argument("--rtol", type=float, default=1e-4, help="files: the check's tolerances")
+    ap.add_argument("--atol", type=float, default=1e-5)
     ap.add_argument("--size", default="full", choices=["small", "full"])
     ap.add_argument("--models", default=None)
     ap.add_argument("--target", default="cuda:sm_90")
@@ -500,7 +564,7 @@ def main() -> None:
     ap.add_argument("--workdir", default="build/gpu")
     ap.add_argument("--report", type=Path, default=None)
     a = ap.parse_args()
-    text = {"zoo": zoo, "torch": beside_torch, "variants": variants}[a.what](a)
+    text = {"zoo": zoo, "torch": beside_torch, "variants": variants, "files": files}[a.what](a)
     print(text)
     if a.report:
         a.report.write_text(text + "\n")
