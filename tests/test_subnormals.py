@@ -97,3 +97,19 @@ def test_ieee_subnormals_option_keeps_them(tmp_path):
     assert info["subnormal_weights"] == {"w": n_sub}
     from aotc.inspection import format_text
     assert f"subnormal weights made zero: {n_sub} values in 1 tensor(s)" in format_text(info)
+
+
+def test_a_subnormal_input_is_zero_unless_ieee(tmp_path):
+    """The flush applies to inputs too (denormals-are-zero): NonZero sees a subnormal input as
+    0 by default, as ONNX Runtime with its denormal-as-zero option does, and as nonzero with
+    ieee_subnormals, as ONNX Runtime by default does."""
+    x = np.array([[0.0, TINY / 3, 1.0], [-TINY / 7, 0.0, TINY]], np.float32)
+    model = graph_model([N("NonZero", ["x"], ["nz"])], {"x": x}, ["nz"], opset=13)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    for target, daz in (("c", True), ("c,ieee_subnormals", False)):
+        out = compile_model(path, target=target, output_dir=tmp_path / target.replace(",", "_"), threads=1)
+        (got,) = load(out).run({"x": x})
+        (want,) = _ort(model, x, daz)
+        np.testing.assert_array_equal(got, want)
+        assert got.shape[1] == (2 if daz else 4), (target, got)

@@ -121,7 +121,7 @@ def _fake(tmp_path, plant: int, tsan: bool, plan: stress.Plan):
     art.mkdir()
     (art / "bug.h").write_text(FAKE_H % {"n": N})
     (art / "bug.c").write_text(FAKE_C % {"n": N, "plant": plant})
-    for h in ("aotc_runtime.h", "aotc_threads.h"):
+    for h in ("aotc_runtime.h", "aotc_support.h", "aotc_threads.h"):
         (art / h).write_text((stress.ROOT / "runtime" / h).read_text())
     manifest = {"header": "bug.h", "sources": ["bug.c", "bug.h"],
                 "inputs": [{"name": "x", "c_name": "x", "dtype": "float32", "shape": [N]}],
