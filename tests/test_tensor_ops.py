@@ -184,6 +184,67 @@ def test_onehot(axis, tmp_path):
     assert_parity(m, tmp_path, {"i": idx})
 
 
+def test_onehot_of_float_indices_truncates(tmp_path):
+    """A float index is cast to an integer (toward zero: -2.5 is -2, then depth - 2), as ONNX
+    Runtime does; -0.5 is index 0."""
+    rng = np.random.default_rng()
+    idx = (rng.integers(-5, 5, size=(3, 4)) + rng.choice([-0.5, 0.25, 0.75], size=(3, 4))).astype(np.float32)
+    idx[0, 0] = -0.5
+    m = single_op_model("OneHot", {"i": idx}, inits={"depth": np.array(5, np.float32),
+                                                     "values": np.array([-0.5, 2.0], np.float32)}, axis=1)
+    assert_parity(m, tmp_path, {"i": idx})
+
+
+def test_onehot_folder_matches_the_reference_implementation():
+    """aotc's own OneHot folder against onnx.reference (given a scalar depth, which it takes):
+    integer indices, negative ones, every axis; its outputs are the values exactly. (Float
+    indices: onnx.reference does not truncate them as the spec and ONNX Runtime do, so the test
+    above checks those against ONNX Runtime.)"""
+    from aotc.ir.graph import Node
+    from aotc.ops import reference
+    rng = np.random.default_rng()
+    for dt in (I64, np.int32):
+        for axis in (-1, 0, 1, 2):
+            idx = rng.integers(-6, 6, size=(2, 3)).astype(dt)
+            n = Node("OneHot", ["i", "d", "v"], ["y"], {"axis": axis}, "oh")
+            vals = rng.standard_normal(2).astype(np.float32)
+            from onnx.reference import ReferenceEvaluator
+            ref = ReferenceEvaluator(helper.make_model(helper.make_graph(
+                [helper.make_node("OneHot", ["i", "d", "v"], ["y"], axis=axis)], "g",
+                [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+                 for k, a in (("i", idx), ("d", np.array(6, I64)), ("v", vals))],
+                [helper.make_empty_tensor_value_info("y")]))).run(None, {"i": idx, "d": np.array(6, I64), "v": vals})[0]
+            got = reference.evaluate(n, [idx, np.array([6], I64), vals], [(np.dtype(np.float32), ref.shape)])[0]
+            # (the reference computes off + (on - off) * hot, a few ulps from the values themselves)
+            np.testing.assert_allclose(got, ref, rtol=1e-6, atol=0, err_msg=f"{dt.__name__} axis {axis}")
+            assert set(np.unique(got)) <= set(vals.tolist())
+
+
+@pytest.mark.parametrize("index_dtype", [I64])
+def test_onehot_folded_with_a_one_element_depth_inside_a_loop(index_dtype, tmp_path):
+    """As paddle2onnx writes it (a table-structure recognizer): a Loop whose body holds a OneHot
+    of constants with depth a 1-element 1-D tensor, which onnx.reference cannot evaluate; folded
+    by aotc's own OneHot, the same as ONNX Runtime."""
+    from onnx import TensorProto as T
+    rng = np.random.default_rng()
+    idx = rng.integers(-6, 6, size=(2, 3)).astype(index_dtype)
+    N = helper.make_node
+    body = helper.make_graph(
+        [N("Constant", [], ["i"], value=helper.make_tensor("i", helper.np_dtype_to_tensor_dtype(idx.dtype),
+                                                           idx.shape, idx.reshape(-1).tolist())),
+         N("Constant", [], ["depth"], value=helper.make_tensor("depth", T.INT64, [1], [6])),
+         N("Constant", [], ["vals"], value=helper.make_tensor("vals", T.FLOAT, [2], [0.25, -1.5])),
+         N("OneHot", ["i", "depth", "vals"], ["hot"], axis=1),
+         N("Add", ["acc_in", "hot"], ["acc_out"]), N("Identity", ["cond_in"], ["cond_out"])],
+        "body", [helper.make_tensor_value_info("it", T.INT64, []), helper.make_tensor_value_info("cond_in", T.BOOL, []),
+                 helper.make_tensor_value_info("acc_in", T.FLOAT, [2, 6, 3])],
+        [helper.make_tensor_value_info("cond_out", T.BOOL, []), helper.make_tensor_value_info("acc_out", T.FLOAT, [2, 6, 3])])
+    x = rng.standard_normal((2, 6, 3)).astype(np.float32)
+    m = graph_model([N("Loop", ["trips", "", "x"], ["y"], body=body)], {"x": x}, ["y"],
+                    {"trips": np.array(3, I64)}, opset=13)
+    assert_parity(m, tmp_path, {"x": x})
+
+
 @pytest.mark.parametrize("reduction", ["none", "add"])
 def test_scatter_nd(reduction, tmp_path):
     x = rand(4, 3, 2, seed=25)

@@ -68,8 +68,23 @@ def _unique(n: Node, x: np.ndarray) -> list[np.ndarray]:
     return [y, first.astype(np.int64), inverse.astype(np.int64), counts.astype(np.int64)]
 
 
+def _one_hot(n: Node, indices: np.ndarray, depth: np.ndarray, values: np.ndarray) -> list[np.ndarray]:
+    """OneHot in numpy, as its kernel computes it (ops/tensor.py): onnx.reference refuses a depth
+    given as a one-element 1-D tensor, which the spec allows and paddle2onnx writes. A float index
+    truncates toward zero (the spec's cast to int64), a negative one counts from depth, one outside
+    [-depth, depth) gives off_value everywhere."""
+    d = int(np.asarray(depth).reshape(-1)[0])
+    rank = indices.ndim + 1
+    axis = int(n.attrs.get("axis", -1))
+    axis = axis + rank if axis < 0 else axis
+    j = indices.astype(np.int64)
+    j = np.where(j < 0, j + d, j)
+    hot = np.expand_dims(j, axis) == np.arange(d).reshape((d,) + (1,) * (rank - 1 - axis))
+    return [np.where(hot, values[1], values[0]).astype(values.dtype)]
+
+
 # Ops folded by our own numpy code because the reference implementation is wrong for them.
-_NUMPY_FOLDERS = {"GatherElements": _gather_elements, "Unique": _unique}
+_NUMPY_FOLDERS = {"GatherElements": _gather_elements, "Unique": _unique, "OneHot": _one_hot}
 
 
 def evaluate(n: Node, arrays: list[np.ndarray | None], out_types: list[tuple],

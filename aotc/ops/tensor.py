@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import dtypes
-from ..kernel.ir import I64, ORDERED, SPATIAL, Buffer, Builder, Expr, Load, binop, call, cast, const, select
+from ..kernel.ir import I64, ORDERED, SPATIAL, Buffer, Builder, Expr, Load, binop, cast, const, select
 from .common import broadcast, const_ints, ints, norm_axis, prod
 from .registry import register
 
@@ -624,7 +624,7 @@ def _lower_onehot(node, ctx):
     off_v, on_v = b.local("off_value", Load(Vals, const(0))), b.local("on_value", Load(Vals, const(1)))
     with b.loops([pre, post], ["p", "q"], role=SPATIAL) as (p, q):
         raw = Load(I, p * post + q)
-        j = b.local("j", cast(call("floor", raw) if raw.dtype.kind == "f" else raw, I64))
+        j = b.local("j", cast(raw, I64))          # a float index truncates, as the spec's cast (and ORT)
         b.assign(j, select(j < 0, j + depth, j))
         with b.loop(depth, "d", role=SPATIAL) as d:
             b.store(Y, (p * depth + d) * post + q, select(j.eq(d), on_v, off_v))
