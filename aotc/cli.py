@@ -204,6 +204,8 @@ def compile_cmd(
         if subnormal:
             out.print(f"  {sum(subnormal.values())} subnormal weight values in {len(subnormal)} tensor(s) made zero "
                       "(`aotc inspect` lists them; the target option ,ieee_subnormals keeps them)")
+        for name, why in m.get("unrunnable_branches", {}).items():
+            out.print(f"  note: If {name!r}: {why}; a run that takes it returns status AOTC_ERR_BRANCH")
         if report:
             from . import report as html_report
             with _stages() as progress:

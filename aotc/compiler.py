@@ -20,6 +20,7 @@ from .frontend.onnx_import import model_sha256
 from .fusion import Group, form_groups
 from .ir import dtypes
 from .ir.graph import Graph
+from .ir.internal import BRANCH_FAIL
 from .kernel.names import c_ident
 from .lowering.lower import KernelStep, lower_groups
 from .memory import MemoryPlan, elide_concats, plan_memory
@@ -36,6 +37,11 @@ DEFAULT_TARGET = NATIVE
 EMBED_LIMIT_BYTES = 8 << 20
 
 Progress = Callable[[str], object]
+
+
+def unrunnable_branches(g: Graph) -> dict[str, str]:
+    """If node -> why the branch it cannot run at the compiled sizes fails (aotc.BranchFail)."""
+    return {n.attrs["if"]: n.attrs["reason"] for n in g.nodes if n.op_type == BRANCH_FAIL}
 
 
 @dataclass
@@ -171,6 +177,9 @@ def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathL
         # float32 weights below the normal range, made zero: the run computes them as zero
         # (passes/subnormals.py; the target option ieee_subnormals keeps them)
         "subnormal_weights": dict(sorted(c.subnormals.items())),
+        # run-time Ifs' branches that cannot run at these sizes: a run taking one returns
+        # AOTC_ERR_BRANCH (passes/control.py)
+        "unrunnable_branches": unrunnable_branches(g),
         "kernels": [{"name": ln.kernel.name, "nodes": ln.kernel.comment} for ln in c.program.launches()],
         "opset": c.opset,
     }

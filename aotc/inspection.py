@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .codegen.abi import ports
-from .compiler import compile_program, default_name
+from .compiler import compile_program, default_name, unrunnable_branches
 from .frontend.operators import is_supported, node_opset
 from .frontend import import_model, load_onnx
 
@@ -36,6 +36,8 @@ def inspect_model(path, target: str = "native", shapes=None, consts=None, progre
         "views": sum(1 for grp in c.groups if grp.view),
         # weight -> how many of its values were subnormal and are zero (passes/subnormals.py)
         "subnormal_weights": dict(sorted(c.subnormals.items())),
+        # If -> why its branch cannot run at these sizes (a run taking it returns AOTC_ERR_BRANCH)
+        "unrunnable_branches": unrunnable_branches(c.graph),
         "memory_plan": c.plan.summary(),
         "inputs": {n: list(c.graph.values[n].shape) for n in c.graph.inputs},
         "outputs": {p.name: list(p.shape) for p in ports(c.graph, c.graph.outputs)},   # ONNX names
@@ -85,6 +87,8 @@ def format_text(info: dict) -> str:
                  "(the run computes subnormals as zero; the target option ,ieee_subnormals keeps them)")
         for name, n in sorted(subnormal.items(), key=lambda kv: -kv[1])[:10]:
             L.append(f"  {name:40} {n}")
+    for name, why in info.get("unrunnable_branches", {}).items():
+        L.append(f"If {name!r}: {why} (a run that takes it returns status AOTC_ERR_BRANCH)")
     for name, axes in info.get("run_time_axes", {}).items():
         dims = [f"at most {d}" if a in axes else str(d) for a, d in enumerate(info["outputs"][name])]
         L.append(f"output {name!r} has a size known only at run time: [{', '.join(dims)}]")

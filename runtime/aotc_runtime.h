@@ -23,6 +23,7 @@
 #define AOTC_ERR_DEVICE_MISMATCH 13   /* create(): the device, its driver or the compiled architecture do not fit */
 #define AOTC_ERR_DIVIDE_BY_ZERO 14    /* run: an integer Div or Mod met a zero divisor in the data */
 #define AOTC_ERR_WEIGHTS_CHECKSUM 15  /* create(): the weights file has the right size, but not the compiled CRC-32 */
+#define AOTC_ERR_BRANCH 16            /* run: an If took a branch that cannot run at the sizes the artifact was compiled for */
 
 #define AOTC_STRERROR_CASES                                                        \
     case AOTC_OK: return "ok";                                                     \
@@ -40,7 +41,8 @@
     case AOTC_ERR_DEVICE: return "a device operation failed";                      \
     case AOTC_ERR_DEVICE_BUILD: return "the device compiler rejected the generated kernels"; \
     case AOTC_ERR_DEVICE_MISMATCH: return "the device, its driver or the architecture the artifact was compiled for do not fit"; \
-    case AOTC_ERR_DIVIDE_BY_ZERO: return "an integer division (Div or Mod) by zero";
+    case AOTC_ERR_DIVIDE_BY_ZERO: return "an integer division (Div or Mod) by zero"; \
+    case AOTC_ERR_BRANCH: return "an If took a branch that cannot run at the input sizes compiled for (the failing kernel's name says why)";
 
 /* Options of <name>_create_with_options; zero-initialize, then set what you need. */
 typedef struct {

@@ -180,3 +180,68 @@ def test_condition_algebra():
     assert either(ab, both(ALWAYS, a)) == both(ALWAYS, a)          # a and b, or a: a
     assert either(ab, both(both(ALWAYS, na), b)) == both(ALWAYS, b)
     assert either(NEVER, ab) == ab
+
+
+def _two_rate_vad(path: Path) -> None:
+    """A voice-activity model as the widely used one is shipped: the sample rate a run-time input,
+    16 kHz chunks of 576 samples into one LSTM, 8 kHz chunks of 288 into another (torch.jit.script
+    and torch.onnx.export write the If)."""
+    import warnings
+
+    import torch
+
+    class Vad(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm16 = torch.nn.LSTM(64, 16, batch_first=True)
+            self.lstm8 = torch.nn.LSTM(32, 16, batch_first=True)
+
+        def forward(self, x, sr):
+            if bool(sr == 16000):
+                y = self.lstm16(x.reshape(1, 9, 64))[0]
+            else:
+                y = self.lstm8(x.reshape(1, 9, 32))[0]
+            return torch.sigmoid(y[:, -1])
+
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(torch.jit.script(Vad().eval()), (torch.randn(1, 576), torch.tensor(16000)), str(path),
+                          input_names=["x", "sr"], output_names=["p"], opset_version=17, dynamo=False,
+                          dynamic_axes={"x": {1: "samples"}})
+
+
+@pytest.mark.parametrize("kind", ["c", "opencl", "cuda-eager"])
+def test_a_branch_that_cannot_run_at_the_compiled_size_is_a_run_time_status(kind, tmp_path):
+    """Compiled for one chunk length, the other rate's branch cannot be shaped (its Reshape needs
+    another length): the model compiles, the rate that fits matches ONNX Runtime, the other
+    returns AOTC_ERR_BRANCH naming the If, the branch and why, and the next run is right again."""
+    import onnxruntime as ort
+
+    from aotc.errors import RunError
+    target, build, threads = _target(kind, tmp_path)
+    path = tmp_path / "vad.onnx"
+    _two_rate_vad(path)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng()
+    for n, rate, other in ((576, 16000, 8000), (288, 8000, 16000)):
+        out = compile_model(path, target=target, output_dir=tmp_path / f"out{n}", threads=threads, build=build,
+                            shapes={"x": (1, n)})
+        info = inspect_model(path, target=target, shapes={"x": (1, n)})
+        (why,) = info["unrunnable_branches"].values()
+        assert "Reshape" in why and ("else_branch" if rate == 16000 else "then_branch") in why, why
+        m = load(out)
+        for _ in range(2):
+            x = rng.standard_normal((1, n)).astype(np.float32)
+            feeds = {"x": x, "sr": np.array(rate, np.int64)}
+            np.testing.assert_allclose(m.run(feeds)[0], sess.run(None, feeds)[0], rtol=1e-5, atol=1e-6)
+            with pytest.raises(RunError, match="status 16") as e:
+                m.run({"x": x, "sr": np.array(other, np.int64)})
+            assert "cannot run at the compiled input sizes" in str(e.value) and "Reshape" in str(e.value)
+
+
+def test_an_if_neither_of_whose_branches_can_be_shaped_fails_the_compile(tmp_path):
+    path = tmp_path / "vad.onnx"
+    _two_rate_vad(path)
+    with pytest.raises(Exception, match="neither branch can be shaped"):
+        compile_model(path, target="c", output_dir=tmp_path / "out", shapes={"x": (1, 100)})

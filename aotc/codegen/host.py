@@ -107,7 +107,7 @@ def fusion_kernel_names(program: Program) -> dict[int, str]:
     (their kernels are named `<fusion kernel>_<part>`): what <name>_failure reports."""
     names: dict[int, str] = {}
     for ln in program.launches():
-        names.setdefault(ln.index, f"{ln.kernel.name.rsplit('_', 1)[0]}: {ln.kernel.comment.split(': ')[0]}")
+        names.setdefault(ln.index, f"{ln.kernel.name.rsplit('_', 1)[0]}: {ln.kernel.comment.rsplit(': ', 1)[0]}")
     return names
 
 

@@ -27,6 +27,9 @@ Node kinds that compile (each is an entry of the op registry, in the module name
     GATHER_NBITS  `aotc.GatherBlockQuantized`: rows of a block-quantized table read packed,
                   dequantized as they are gathered (same modules, for ONNX Runtime's
                   GatherBlockQuantized in its uint8 form; attributes bits, block_size)
+    BRANCH_FAIL   `aotc.BranchFail`: stands for the outputs of a run-time If's branch that
+                  cannot be shaped at the compiled sizes; run, it stops with AOTC_ERR_BRANCH
+                  (ops/control.py, written by passes/control.py; attributes `types`, `reason`, `if`)
 
 Node kinds of shape inference's work list only (passes/control.py; never in a finished graph):
     IF_MERGE      both branches of a run-time If are inferred: make its outputs
@@ -76,6 +79,7 @@ CONCAT_ROWS = "aotc.ConcatRows"
 CARRY = "aotc.Carry"
 MATMUL_NBITS = "aotc.MatMulNBits"
 GATHER_NBITS = "aotc.GatherBlockQuantized"
+BRANCH_FAIL = "aotc.BranchFail"
 
 # node kinds of shape inference's work list
 IF_MERGE = "aotc.IfMerge"

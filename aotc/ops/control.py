@@ -5,7 +5,7 @@ into the tensors it holds (aotc/passes/sequences.py). These entries say that the
 from __future__ import annotations
 
 from ..kernel.ir import SPATIAL, Load
-from ..ir.internal import CARRY
+from ..ir.internal import BRANCH_FAIL, CARRY
 from .registry import register
 
 # the ops passes/sequences.py resolves (their values are lists of tensors, or an optional one)
@@ -54,3 +54,15 @@ def _lower_carry(node, ctx):
 @register(CARRY, lower=_lower_carry, accepts_epilogue=False, reference_fold=False)
 def _carry(node, ins):
     return [(v.dtype, v.shape) for v in ins]
+
+
+def _lower_branch_fail(node, ctx):
+    ctx.b.fail("AOTC_ERR_BRANCH", node.attrs["reason"])
+
+
+# a run-time If's branch that shape inference could not shape (passes/control.py): it runs only
+# when the If takes that branch, and then stops the run with a status; its outputs are never
+# written (the If's choice reads them only when the branch is taken, and then the run has failed)
+@register(BRANCH_FAIL, lower=_lower_branch_fail, accepts_epilogue=False, reference_fold=False)
+def _branch_fail(node, ins):
+    return list(node.attrs["types"])

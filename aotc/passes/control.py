@@ -10,7 +10,11 @@ inference reaches them, resolving the names they read through the scopes around 
 
 An If whose condition is known only at run time gets both branches inlined, then one Where
 per output choosing the then-branch's value or the else-branch's by the condition, marked
-BRANCH_ATTR (the branches' outputs must agree in shape and type: the plan is static).
+BRANCH_ATTR (the branches' outputs must agree in shape and type: the plan is static). A branch
+that cannot be shaped at the compiled input sizes (a Reshape or an LSTM meant for another input
+length, as a model that serves two sample rates has) does not fail the compile when the other
+branch can be: shape inference drops its nodes, and its outputs come from an aotc.BranchFail,
+whose kernel, run only when the If takes that branch, stops the run with AOTC_ERR_BRANCH.
 passes/branches.py later finds which kernels each branch needs, and the host program runs
 them only when the condition says so: the branch not taken is not computed.
 
@@ -36,8 +40,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelError, ShapeError, UnsupportedError
-from ..ir.graph import Graph, Node, Subgraph, subgraphs
-from ..ir.internal import BRANCH_ATTR, CARRY, IF_MERGE, LOOP_CLOSE, LOOP_STEP, SCOPE_ATTR
+from ..ir.graph import Graph, Node, Subgraph, Value, subgraphs
+from ..ir.internal import BRANCH_ATTR, BRANCH_FAIL, CARRY, IF_MERGE, LOOP_CLOSE, LOOP_STEP, SCOPE_ATTR
 from . import decompose, sequences
 
 
@@ -120,18 +124,48 @@ def inline_both(g: Graph, n: Node) -> list[Node]:
         if len(branch.outputs) != len(n.outputs):
             raise ModelError(f"If node {n.name!r}: its {key} has {len(branch.outputs)} outputs, the node "
                              f"{len(n.outputs)}")
-        body, names = _inline(g, branch, n.attr(SCOPE_ATTR, {}), f"{n.name}/{key[:4]}/", {}, n, key)
+        body, names = _inline(g, branch, n.attr(SCOPE_ATTR, {}), branch_prefix(n, key), {}, n, key)
         nodes += body
         outs.append(names)
-    return nodes + [Node(IF_MERGE, [], [], {"if": n, "then": outs[0], "else": outs[1]}, f"{n.name}/merge")]
+    return nodes + [Node(IF_MERGE, [], [], {"if": n, "then": outs[0], "else": outs[1], "failed": {}},
+                         f"{n.name}/merge")]
+
+
+def branch_prefix(n: Node, key: str) -> str:
+    """What the names of the nodes inlined from If `n`'s branch `key` begin with (the nodes its
+    own Ifs and Loops become too)."""
+    return f"{n.name}/{key[:4]}/"
+
+
+def unshapeable_branch(merge: Node, key: str, reason: str) -> None:
+    """Shape inference found that run-time If's branch `key` cannot be shaped at the compiled
+    sizes (`reason`); merge_branches makes its outputs an aotc.BranchFail, which stops the run
+    with a status if the If ever takes it."""
+    merge.attrs["failed"][key] = reason
 
 
 def merge_branches(g: Graph, m: Node) -> list[Node]:
     """The If's outputs as Where nodes over its condition (as a scalar), once both branches are
     inferred: each output's two values must have one type and one shape."""
     n = m.attrs["if"]
+    failed = m.attrs["failed"]
+    if len(failed) == 2:
+        raise ShapeError(f"If node {n.name!r}: neither branch can be shaped at these input sizes: "
+                         f"then_branch: {failed['then_branch']}; else_branch: {failed['else_branch']}")
     nodes: list[Node] = []
     cond = _scalar(g, n, n.inputs[0], "the condition", np.bool_, nodes)
+    if failed:
+        (key, reason), = failed.items()
+        good = m.attrs["else" if key == "then_branch" else "then"]
+        names = [g.fresh_name(f"{n.name}/{key[:4]}/unshaped") for _ in good]
+        # the node's name says why: a run that takes the branch reports the kernel's name and ops
+        # (the C API's failure(), Python's RunError)
+        reason = f"{key} cannot run at the compiled input sizes: {reason}".replace("*/", "* /")
+        nodes.append(Node(BRANCH_FAIL, [], names, {"types": [(g.values[v].dtype, g.values[v].shape) for v in good],
+                                                   "reason": reason, "if": n.name}, f"{n.name}: {reason}"))
+        m.attrs["then" if key == "then_branch" else "else"] = names
+        for v, (dt, shape) in zip(names, nodes[-1].attrs["types"]):
+            g.values[v] = Value(v, np.dtype(dt), tuple(shape))
     for k, (t, e, out) in enumerate(zip(m.attrs["then"], m.attrs["else"], n.outputs)):
         if not out:
             continue
@@ -163,7 +197,7 @@ def inline_branch(g: Graph, n: Node, taken: bool) -> list[Node]:
     if len(branch.outputs) != len(n.outputs):
         raise ModelError(f"If node {n.name!r}: its {key} has {len(branch.outputs)} outputs, the node "
                          f"{len(n.outputs)}")
-    nodes, outs = _inline(g, branch, n.attr(SCOPE_ATTR, {}), f"{n.name}/{key[:4]}/", {}, n, key)
+    nodes, outs = _inline(g, branch, n.attr(SCOPE_ATTR, {}), branch_prefix(n, key), {}, n, key)
     return nodes + [_identity(n, src, dst) for src, dst in zip(outs, n.outputs) if dst]
 
 

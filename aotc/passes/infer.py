@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import AotcError, ShapeError, UnsupportedError
 from ..ir.bounded import Bound
 from ..ir.graph import Graph, Value
+from ..ir.internal import IF_MERGE
 from ..ops import registry
 from ..ops.reference import evaluate
 from . import bounded, control, sequences
@@ -31,56 +32,77 @@ def infer_shapes(g: Graph, fold: bool = True, int8_gemm: bool = False) -> Graph:
     kept = []
     bounds: dict[str, Bound] = {}       # values of run-time size so far (passes/bounded.py)
     work = deque(g.nodes)
+    branches: dict[str, tuple] = {}     # prefix of a run-time If's branch's nodes -> (its merge, key)
     while work:
         n = work.popleft()
-        expanded = control.expand(g, n, int8_gemm)
-        if expanded is not None:          # control flow: the nodes it unrolls to come next, in its place
-            normalize_nodes(g, expanded)
-            work.extendleft(reversed(expanded))
-            continue
-        op = registry.get(n.op_type)
-        if op is None or n.domain not in ("", "ai.onnx"):
-            raise UnsupportedError([f"{n.op_type} (domain {n.domain or 'ai.onnx'}) in node {n.name!r}"],
-                                   "see docs/ONNX_SUPPORT.md for the operators aotc compiles", what="operator(s)")
-        ins = [g.values[i] if i else None for i in n.inputs]
         try:
-            types = op.infer(n, ins)
-        except AotcError:
-            raise
-        except Exception as e:
-            raise ShapeError(f"cannot infer the output shape of {n.op_type} node {n.name!r}: {e}") from None
-        for o, (dt, shape) in zip(n.outputs, types):
-            if o:
-                g.values[o] = Value(o, np.dtype(dt), tuple(int(d) for d in shape))
-        out_bounds = bounded.node_bounds(g, n, bounds)
-        run_time = any(b is not None and b.axes and not b.shape for b in out_bounds)
-        for o, b in zip(n.outputs, out_bounds):
-            if o and b is not None and b.axes:
-                bounds[o] = b
-        all_const = all(v is None or v.const is not None for v in ins)
-        results = op.fold(n, ins) if (fold and op.fold is not None and not run_time) else None
-        if results is None and fold and all_const and not run_time and op.reference_fold \
-                and not registry.draws_random(n, ins) and _worth_folding(op, types):
-            arrays = [v.const if v is not None else None for v in ins]
-            try:
-                results = evaluate(n, arrays, types)
-            except Exception as e:
-                raise ShapeError(f"folding {n.op_type} node {n.name!r} on constant inputs failed: {e}") from None
-        if results is not None:
-            for o, r, (dt, shape) in zip(n.outputs, results, types):
-                if not o:
-                    continue
-                r = np.asarray(r.astype(dt, copy=False), order="C")  # (ascontiguousarray makes 0-d 1-d)
-                if tuple(r.shape) != tuple(shape):
-                    raise ShapeError(f"{n.op_type} node {n.name!r}: inferred shape {tuple(shape)} but the "
-                                     f"reference computes {tuple(r.shape)}")
-                g.values[o] = Value(o, r.dtype, tuple(r.shape), r)
-            continue
-        kept.append(n)
+            _infer_node(g, n, work, kept, bounds, branches, fold, int8_gemm)
+        except ShapeError as e:
+            inside = [p for p in branches if n.name.startswith(p)]
+            if not inside:
+                raise
+            prefix = max(inside, key=len)        # the innermost run-time branch holding n
+            merge, key = branches.pop(prefix)
+            control.unshapeable_branch(merge, key, str(e))
+            work = deque(m for m in work if not m.name.startswith(prefix))
+            kept = [m for m in kept if not m.name.startswith(prefix)]
     bounded.check_outputs(g, bounds)
     g.nodes = kept
     sequences.check_no_sequence_outputs(g)
     return g
+
+
+def _infer_node(g: Graph, n, work: deque, kept: list, bounds: dict, branches: dict, fold: bool,
+                int8_gemm: bool) -> None:
+    """One node of infer_shapes' work list: expanded (control flow, the nodes it becomes go
+    first in `work`), folded, or inferred and appended to `kept`."""
+    expanded = control.expand(g, n, int8_gemm)
+    if expanded is not None:          # control flow: the nodes it unrolls to come next, in its place
+        normalize_nodes(g, expanded)
+        work.extendleft(reversed(expanded))
+        if n.op_type == "If" and expanded and expanded[-1].op_type == IF_MERGE:
+            for key in ("then_branch", "else_branch"):
+                branches[control.branch_prefix(n, key)] = (expanded[-1], key)
+        return
+    op = registry.get(n.op_type)
+    if op is None or n.domain not in ("", "ai.onnx"):
+        raise UnsupportedError([f"{n.op_type} (domain {n.domain or 'ai.onnx'}) in node {n.name!r}"],
+                               "see docs/ONNX_SUPPORT.md for the operators aotc compiles", what="operator(s)")
+    ins = [g.values[i] if i else None for i in n.inputs]
+    try:
+        types = op.infer(n, ins)
+    except AotcError:
+        raise
+    except Exception as e:
+        raise ShapeError(f"cannot infer the output shape of {n.op_type} node {n.name!r}: {e}") from None
+    for o, (dt, shape) in zip(n.outputs, types):
+        if o:
+            g.values[o] = Value(o, np.dtype(dt), tuple(int(d) for d in shape))
+    out_bounds = bounded.node_bounds(g, n, bounds)
+    run_time = any(b is not None and b.axes and not b.shape for b in out_bounds)
+    for o, b in zip(n.outputs, out_bounds):
+        if o and b is not None and b.axes:
+            bounds[o] = b
+    all_const = all(v is None or v.const is not None for v in ins)
+    results = op.fold(n, ins) if (fold and op.fold is not None and not run_time) else None
+    if results is None and fold and all_const and not run_time and op.reference_fold \
+            and not registry.draws_random(n, ins) and _worth_folding(op, types):
+        arrays = [v.const if v is not None else None for v in ins]
+        try:
+            results = evaluate(n, arrays, types)
+        except Exception as e:
+            raise ShapeError(f"folding {n.op_type} node {n.name!r} on constant inputs failed: {e}") from None
+    if results is not None:
+        for o, r, (dt, shape) in zip(n.outputs, results, types):
+            if not o:
+                continue
+            r = np.asarray(r.astype(dt, copy=False), order="C")  # (ascontiguousarray makes 0-d 1-d)
+            if tuple(r.shape) != tuple(shape):
+                raise ShapeError(f"{n.op_type} node {n.name!r}: inferred shape {tuple(shape)} but the "
+                                 f"reference computes {tuple(r.shape)}")
+            g.values[o] = Value(o, r.dtype, tuple(r.shape), r)
+        return
+    kept.append(n)
 
 
 def _worth_folding(op, types) -> bool:
