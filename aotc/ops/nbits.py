@@ -70,6 +70,42 @@ def _value(byte: Expr, j: Expr, bits: int) -> Expr:
     return binop("&", binop(">>", v, cast(shift, I32)), const((1 << bits) - 1, I32))
 
 
+def _unpack_zeros(b, Z, zeros, n: Expr, blocks: int, bits: int) -> None:
+    """Row n's packed zero points as floats in `zeros`, byte by byte (each byte's values with
+    constant shifts: a loop over the blocks reading byte blk / per with shift (blk % per) * bits
+    stays scalar, a quarter of a 1-row product's time at blocks of 32)."""
+    per, mask = 8 // bits, (1 << bits) - 1
+    zrow = -(-blocks * bits // 8)
+    whole, rest = blocks // per, blocks % per
+    if whole:
+        with b.loops((whole,), ["i"], role=SPATIAL) as (i,):
+            byte = cast(Z[n * zrow + i], I32)
+            for t in range(per):
+                q = binop("&", binop(">>", byte, const(t * bits, I32)), const(mask, I32)) if bits < 8 else byte
+                b.store(zeros, i * per + t, cast(q, F32))
+    for t in range(rest):
+        byte = cast(Z[n * zrow + whole], I32)
+        b.store(zeros, whole * per + t, cast(binop("&", binop(">>", byte, const(t * bits, I32)), const(mask, I32)), F32))
+
+
+def _byte_order(ctx, A, M: int, K: int, bs: int, blob: int, per: int):
+    """A's rows copied so that, within each whole block, value t of byte j of the weights meets
+    its activation at t * blob + j (the quantizer packs value 2j and 2j + 1 of a block into byte
+    j at 4 bits): the unpacking loops then read bytes and activations in order, one vector each,
+    where reading A in place would gather every per-th float. The tail block is copied as is."""
+    if per == 1 or K < bs:
+        return A
+    b = ctx.b
+    full, tail = K // bs, K % bs
+    a = ctx.scratch((M, K), F32, "a_order")
+    with b.loops((M, full, per, blob), ["m", "blk", "t", "j"], role=SPATIAL) as (m, blk, t, j):
+        b.store(a, m * K + blk * bs + t * blob + j, A[m * K + blk * bs + j * per + t])
+    if tail:
+        with b.loops((M, tail), ["m", "k"], role=SPATIAL) as (m, k):
+            b.store(a, m * K + full * bs + k, A[m * K + full * bs + k])
+    return a
+
+
 def _lower(node, ctx):
     K, N, bits, bs = _attrs(node)
     A, B, S = ctx.ins[0], ctx.ins[1], ctx.ins[2]
@@ -79,7 +115,6 @@ def _lower(node, ctx):
     blocks = -(-K // bs)
     blob = bs * bits // 8                  # bytes of one block
     per = 8 // bits                        # values in a byte
-    zrow = -(-blocks * bits // 8)          # bytes of one row's packed zero points
     full, tail = K // bs, K % bs
     b = ctx.b
     b.comment(f"{M} x {N} outputs of {K}-long rows: {bits}-bit weights in blocks of {bs}, unpacked here")
@@ -102,6 +137,11 @@ def _lower(node, ctx):
         q = binop("&", binop(">>", byte, const(t * bits, I32)), const((1 << bits) - 1, I32)) if bits < 8 else byte
         return (cast(q, F32) - z) * s
 
+    if M >= GEMM_ROWS:
+        _lower_gemm(ctx, M, K, N, bits, bs, zero, weight, zeros)
+        return
+    a = _byte_order(ctx, A, M, K, bs, blob, per)
+
     def lanes(n: Expr, m: Expr, blk: Expr, first: bool) -> None:
         """part[j] (+)= the products of byte j of block blk (its per values)."""
         s = b.local("s", S[n * blocks + blk])
@@ -110,13 +150,9 @@ def _lower(node, ctx):
             byte = cast(B[(n * blocks + blk) * blob + j], I32)
             total = None if first else part[j]
             for t in range(per):
-                term = A[m * K + blk * bs + j * per + t] * weight(byte, t, z, s)
+                term = a[m * K + blk * bs + t * blob + j] * weight(byte, t, z, s)
                 total = term if total is None else total + term
             b.store(part, j, total)
-
-    if M >= GEMM_ROWS:
-        _lower_gemm(ctx, M, K, N, bits, bs, zero, weight, zeros)
-        return
 
     # Each output's whole blocks are summed lane-wise: lane j of `part` takes byte j of every
     # block, so that the inner loop is spatial and as long as a block's bytes, and the lanes
@@ -127,8 +163,7 @@ def _lower(node, ctx):
     private = [x for x in (zeros, part) if x is not None]
     with b.loops((N,), ["n"], role=SPATIAL, private=private) as (n,):
         if zeros is not None:
-            with b.loops((blocks,), ["blk"], role=SPATIAL) as (blk,):
-                b.store(zeros, blk, cast(_value(Z[n * zrow + blk / per], blk, bits), F32))
+            _unpack_zeros(b, Z, zeros, n, blocks, bits)
         with b.loops((M,), ["m"], role=SPATIAL, private=[part] if part is not None else []) as (m,):
             acc = b.local("acc", const(0.0, F32), dtype=F32)
             if full:
@@ -165,26 +200,17 @@ def _lower_gemm(ctx, M: int, K: int, N: int, bits: int, bs: int, zero, weight, z
     A, B, S, Z, Y = ctx.ins[0], ctx.ins[1], ctx.ins[2], ctx.ins[3] if ctx.has_input(3) else None, ctx.outs[0]
     b = ctx.b
     blocks, blob, per = -(-K // bs), bs * bits // 8, 8 // bits
-    zrow = -(-blocks * bits // 8)
     full, tail = K // bs, K % bs
     tile = min(N, TILE)
     w = ctx.scratch((tile, K), F32, "w_tile")
     rank = len(Y.shape)
-    a = A
-    if per > 1 and full:
-        a = ctx.scratch((M, K), F32, "a_order")
-        with b.loops((M, full, per, blob), ["m", "blk", "t", "j"], role=SPATIAL) as (m, blk, t, j):
-            b.store(a, m * K + blk * bs + t * blob + j, A[m * K + blk * bs + j * per + t])
-        if tail:
-            with b.loops((M, tail), ["m", "k"], role=SPATIAL) as (m, k):
-                b.store(a, m * K + full * bs + k, A[m * K + full * bs + k])
+    a = _byte_order(ctx, A, M, K, bs, blob, per)
 
     def rows(first: Expr, count: int) -> None:
         with b.loops((count,), ["r"], role=SPATIAL, private=[zeros] if zeros is not None else []) as (r,):
             n = first + r
             if zeros is not None:
-                with b.loops((blocks,), ["blk"], role=SPATIAL) as (blk,):
-                    b.store(zeros, blk, cast(_value(Z[n * zrow + blk / per], blk, bits), F32))
+                _unpack_zeros(b, Z, zeros, n, blocks, bits)
             if full:
                 with b.loops((full,), ["blk"], role=SPATIAL) as (blk,):
                     s = b.local("s", S[n * blocks + blk])
