@@ -165,13 +165,13 @@ def test_matmul_nbits_accuracy_level_4_stays_exact(tmp_path):
 @pytest.mark.parametrize("bits,symmetric,block,k,rows", [
     (4, True, 32, 200, 3), (4, False, 32, 200, 3), (4, True, 128, 200, 3), (4, False, 128, 456, 3),
     (8, True, 32, 200, 3), (8, False, 128, 200, 3), (2, False, 32, 200, 3), (4, False, 32, 256, 3),
-    (4, False, 32, 200, 9), (8, True, 128, 456, 9), (2, True, 32, 256, 9)])
+    (4, False, 32, 200, 9), (8, True, 128, 456, 9), (2, True, 32, 256, 9), (4, False, 32, 1024, 9)])
 def test_matmul_nbits_reads_packed_weights(bits, symmetric, block, k, rows, tmp_path):
     """aotc.MatMulNBits: the weights stay packed in the artifact and are unpacked in the
     kernel's inner loop (2 x 3 rows of A), or a tile at a time for a GEMM (2 x 9 rows, N = 100:
     a tile of 64 and one of 36); its output is ONNX Runtime's at accuracy_level 0 (the exact
     dequantize-then-float product), K a multiple of the block or not (200 = 6 x 32 + 8,
-    456 = 3 x 128 + 72), and a bias."""
+    456 = 3 x 128 + 72; 1024: the tile's rows padded off a 4 KB stride), and a bias."""
     import json
 
     import aotc

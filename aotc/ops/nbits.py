@@ -202,7 +202,11 @@ def _lower_gemm(ctx, M: int, K: int, N: int, bits: int, bs: int, zero, weight, z
     blocks, blob, per = -(-K // bs), bs * bits // 8, 8 // bits
     full, tail = K // bs, K % bs
     tile = min(N, TILE)
-    w = ctx.scratch((tile, K), F32, "w_tile")
+    # the tile's row stride: K floats, or 16 more where K's bytes are a multiple of 4 KB, whose
+    # rows would all fall in one set of the L1 cache as the GEMM packs the tile's columns
+    # (16 x 4096 x 4096: 49 ms with a 4096 stride, 15 ms with 4112)
+    ld = K + 16 if (K * 4) % 4096 == 0 else K
+    w = ctx.scratch((tile, ld), F32, "w_tile")
     rank = len(Y.shape)
     a = _byte_order(ctx, A, M, K, bs, blob, per)
 
@@ -218,16 +222,16 @@ def _lower_gemm(ctx, M: int, K: int, N: int, bits: int, bs: int, zero, weight, z
                     for t in range(per):
                         with b.loops((blob,), ["j"], role=SPATIAL) as (j,):
                             byte = cast(B[(n * blocks + blk) * blob + j], I32)
-                            b.store(w, r * K + blk * bs + t * blob + j, weight(byte, t, z, s))
+                            b.store(w, r * ld + blk * bs + t * blob + j, weight(byte, t, z, s))
             if tail:             # the last block, shorter, in its own order
                 s = b.local("s", S[n * blocks + full])
                 z = b.local("z", zero(n, const(full)))
                 for k in range(tail):
                     byte = cast(B[(n * blocks + full) * blob + k // per], I32)
-                    b.store(w, r * K + full * bs + k, weight(byte, k % per, z, s))
-        # Y[:, first:first + count] = a . w[:count]^T (w's element (k, r) at r * K + k)
+                    b.store(w, r * ld + full * bs + k, weight(byte, k % per, z, s))
+        # Y[:, first:first + count] = a . w[:count]^T (w's element (k, r) at r * ld + k)
         dest = GemmDest(Y, (0,) * (rank - 1) + (first,), tuple(range(rank - 1)), (rank - 1,))
-        b.gemm(M, count, K, matrix(a, 0, K, 1), matrix(w, 0, 1, K), dest)
+        b.gemm(M, count, K, matrix(a, 0, K, 1), matrix(w, 0, 1, ld), dest)
 
     whole, rest = N // tile, N % tile
     private = [w] + ([zeros] if zeros is not None else [])
