@@ -92,8 +92,8 @@ class NumericsConfig:
     sum in ("float64" or "float32"; absent: the CPU schedule's float64, the GPU one's float32).
     The switches, each an option a target may list in [options]: winograd (3 x 3 convolutions
     by F(2x2, 3x3)), winograd4 (F(4x4, 3x3) too), direct_conv (no Winograd), qdq_float (QDQ
-    models as written), tf32 (float32 GEMMs on TF32 tensor cores), ieee_subnormals (a CPU
-    target computes subnormal floats as IEEE says, instead of as zero: passes/subnormals.py)."""
+    models as written), tf32 (float32 GEMMs on TF32 tensor cores), ieee_subnormals (a CPU or
+    CUDA target computes subnormal floats as IEEE says, instead of as zero: passes/subnormals.py)."""
     accumulate_float32: Optional[str] = None
     winograd: bool = False
     winograd4: bool = False
@@ -161,8 +161,10 @@ class Target:
 
     @property
     def flushes_subnormals(self) -> bool:
-        """A run computes subnormal floats as zero (a CPU target without ieee_subnormals)."""
-        return not self.is_gpu and not self.numerics.ieee_subnormals
+        """A run computes subnormal floats as zero: a CPU target (its run sets the cores' flags) or
+        a CUDA one (nvcc -ftz=true), without ieee_subnormals. OpenCL's -cl-denorms-are-zero only
+        permits a device to flush, so an OpenCL target computes them as its device does."""
+        return self.language in ("c", "cuda") and not self.numerics.ieee_subnormals
 
 
 _TABLES = {"gemm": GemmConfig, "threads": ThreadsConfig, "vector": VectorConfig, "winograd": WinogradConfig,

@@ -1,4 +1,4 @@
-"""Subnormal floats (below 1.2e-38): a CPU target computes them as zero, in the weights (made
+"""Subnormal floats (below 1.2e-38): a CPU or CUDA target computes them as zero, in the weights (made
 zero at compile time, counted: passes/subnormals.py) and at run time (flush-to-zero and
 denormals-are-zero for the run's threads, the caller's modes restored after), as ONNX Runtime
 with its session.set_denormal_as_zero does; the option ,ieee_subnormals keeps IEEE's numbers."""
@@ -113,3 +113,39 @@ def test_a_subnormal_input_is_zero_unless_ieee(tmp_path):
         (want,) = _ort(model, x, daz)
         np.testing.assert_array_equal(got, want)
         assert got.shape[1] == (2 if daz else 4), (target, got)
+
+
+@pytest.mark.parametrize("option", ["", ",ieee_subnormals"])
+def test_cuda_builds_with_flush_to_zero(option, tmp_path, monkeypatch):
+    """The cuda target computes subnormals as zero too: its subnormal weights are made zero and
+    nvcc builds its kernels with -ftz=true (float32 operations flush inputs and results), unless
+    ,ieee_subnormals. On the CPU emulation only the weights' part is checked against ONNX Runtime
+    with denormal-as-zero (the emulation computes in the CPU's IEEE mode); with
+    AOTC_TEST_ON_GPU=1 the subnormal activations too."""
+    from aotc.codegen.cuda import backend
+    from tests.test_cuda_emulated import ON_GPU, emulated_build
+    flags = []
+    monkeypatch.setattr(backend, "build_shared", lambda sources, lib, target, inc: flags.extend(target.cflags))
+    backend.BACKEND.build([tmp_path / "m.cu"], tmp_path / "libm.so", _load_target(f"cuda:sm_90{option}"), [])
+    assert ("-ftz=true" in flags) == (option == "")
+    monkeypatch.undo()
+
+    rng = np.random.default_rng()
+    model, n_sub = _model(rng)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    out = compile_model(path, target=f"cuda:sm_90{option}", output_dir=tmp_path / "out", build=emulated_build)
+    import json
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["subnormal_weights"] == ({"w": n_sub} if option == "" else {})
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    y, z = load(out).run({"x": x})
+    want_y, want_z = _ort(model, x, daz=option == "")
+    np.testing.assert_allclose(z, want_z, rtol=1e-5, atol=1e-5)
+    if ON_GPU or option:
+        np.testing.assert_allclose(y, want_y, rtol=1e-4, atol=1e-5)
+
+
+def _load_target(spec):
+    from aotc.targets import load_target
+    return load_target(spec)

@@ -8,7 +8,9 @@ denormals-are-zero for the run, runtime/aotc_support.h aotc_fpenv), which is wha
 Runtime's `session.set_denormal_as_zero` does too; the constants themselves are made zero here,
 at compile time, so that folding and packing see the numbers the run computes with. `PassContext
 .subnormals` counts them per constant (`aotc inspect` and the manifest say so). A target with
-`[numerics] ieee_subnormals` (the option `,ieee_subnormals`), and the GPU targets, keep them.
+`[numerics] ieee_subnormals` (the option `,ieee_subnormals`) keeps them; so does an OpenCL one,
+whose device decides (OpenCL only permits flushing). A CUDA target flushes as a CPU one does:
+nvcc builds its kernels with -ftz=true (codegen/cuda/backend.py).
 
 The pass runs before shape inference (the model's own weights, which it counts) and after
 folding (constants folding made, which it does not count apart: a fold of zeros made from the

@@ -27,7 +27,11 @@ class CudaBackend(GpuBackend):
             gencode += ["-gencode", f"arch=compute_{cc},code=sm_{cc}"]
             if i == 0:
                 gencode += ["-gencode", f"arch=compute_{cc},code=compute_{cc}"]
-        build_shared(sources, lib, replace(target, cflags=tuple(target.cflags) + tuple(gencode)), include_dirs)
+        # float32 operations flush subnormal inputs and results to zero, as the CPU targets' runs
+        # do (passes/subnormals.py), unless the target keeps IEEE subnormals
+        ftz = ["-ftz=true"] if target.flushes_subnormals else []
+        build_shared(sources, lib, replace(target, cflags=tuple(target.cflags) + tuple(gencode) + tuple(ftz)),
+                     include_dirs)
 
 
 BACKEND = CudaBackend()
