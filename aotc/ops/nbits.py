@@ -60,6 +60,13 @@ def _infer(node, ins):
     return [(dtypes.FLOAT32, tuple(a.shape[:-1]) + (N,))]
 
 
+def _field(byte: Expr, t: int, bits: int) -> Expr:
+    """Value t (a constant, counted from the low bits) of an int32 byte holding 8 / bits of them."""
+    if bits == 8:
+        return byte
+    return binop("&", binop(">>", byte, const(t * bits, I32)), const((1 << bits) - 1, I32))
+
+
 def _value(byte: Expr, j: Expr, bits: int) -> Expr:
     """Value j (counted from the low bits) of a byte holding 8 / bits of them, as int32."""
     v = cast(byte, I32)
@@ -74,18 +81,16 @@ def _unpack_zeros(b, Z, zeros, n: Expr, blocks: int, bits: int) -> None:
     """Row n's packed zero points as floats in `zeros`, byte by byte (each byte's values with
     constant shifts: a loop over the blocks reading byte blk / per with shift (blk % per) * bits
     stays scalar, a quarter of a 1-row product's time at blocks of 32)."""
-    per, mask = 8 // bits, (1 << bits) - 1
+    per = 8 // bits
     zrow = -(-blocks * bits // 8)
     whole, rest = blocks // per, blocks % per
     if whole:
         with b.loops((whole,), ["i"], role=SPATIAL) as (i,):
             byte = cast(Z[n * zrow + i], I32)
             for t in range(per):
-                q = binop("&", binop(">>", byte, const(t * bits, I32)), const(mask, I32)) if bits < 8 else byte
-                b.store(zeros, i * per + t, cast(q, F32))
+                b.store(zeros, i * per + t, cast(_field(byte, t, bits), F32))
     for t in range(rest):
-        byte = cast(Z[n * zrow + whole], I32)
-        b.store(zeros, whole * per + t, cast(binop("&", binop(">>", byte, const(t * bits, I32)), const(mask, I32)), F32))
+        b.store(zeros, whole * per + t, cast(_field(cast(Z[n * zrow + whole], I32), t, bits), F32))
 
 
 def _byte_order(ctx, A, M: int, K: int, bs: int, blob: int, per: int):
@@ -134,8 +139,7 @@ def _lower(node, ctx):
 
     def weight(byte: Expr, t: int, z: Expr, s: Expr) -> Expr:
         """Value t of a byte (low bits first), dequantized: (q - zero) * scale, in float32."""
-        q = binop("&", binop(">>", byte, const(t * bits, I32)), const((1 << bits) - 1, I32)) if bits < 8 else byte
-        return (cast(q, F32) - z) * s
+        return (cast(_field(byte, t, bits), F32) - z) * s
 
     if M >= GEMM_ROWS:
         _lower_gemm(ctx, M, K, N, bits, bs, zero, weight, zeros)
@@ -295,9 +299,7 @@ def _gather_lower(node, ctx):
             else:
                 z = cast(_value(Z[row * zrow + blk / per], blk, bits), F32)
             for v in range(per):
-                q = binop("&", binop(">>", byte, const(v * bits, I32)), const((1 << bits) - 1, I32)) \
-                    if bits < 8 else byte
-                b.store(Y, t * cols + j * per + v, (cast(q, F32) - z) * s)
+                b.store(Y, t * cols + j * per + v, (cast(_field(byte, v, bits), F32) - z) * s)
 
 
 register(GATHER_NBITS, lower=_gather_lower, reference_fold=False, index_inputs=lambda node, ins: (
