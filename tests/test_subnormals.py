@@ -14,6 +14,7 @@ from aotc.api import load
 from aotc.check.runner import run_check
 from aotc.compiler import compile_model
 from aotc.inspection import inspect_model
+from aotc.targets import load_target
 from tests.helpers import eager_threads_target, graph_model
 
 N = helper.make_node
@@ -126,7 +127,7 @@ def test_cuda_builds_with_flush_to_zero(option, tmp_path, monkeypatch):
     from tests.test_cuda_emulated import ON_GPU, emulated_build
     flags = []
     monkeypatch.setattr(backend, "build_shared", lambda sources, lib, target, inc: flags.extend(target.cflags))
-    backend.BACKEND.build([tmp_path / "m.cu"], tmp_path / "libm.so", _load_target(f"cuda:sm_90{option}"), [])
+    backend.BACKEND.build([tmp_path / "m.cu"], tmp_path / "libm.so", load_target(f"cuda:sm_90{option}"), [])
     assert ("-ftz=true" in flags) == (option == "")
     monkeypatch.undo()
 
@@ -144,8 +145,3 @@ def test_cuda_builds_with_flush_to_zero(option, tmp_path, monkeypatch):
     np.testing.assert_allclose(z, want_z, rtol=1e-5, atol=1e-5)
     if ON_GPU or option:
         np.testing.assert_allclose(y, want_y, rtol=1e-4, atol=1e-5)
-
-
-def _load_target(spec):
-    from aotc.targets import load_target
-    return load_target(spec)

@@ -93,7 +93,6 @@ def _compile_one(args):
 def zoo(a) -> str:
     from aotc.api import load
     from aotc.check.inputs import sample_inputs
-    from aotc.check.parity import compare
     from aotc.check.runner import reference_outputs
     from aotc.frontend import import_model, load_onnx
     from models.zoo import ZOO
@@ -121,23 +120,28 @@ def zoo(a) -> str:
             rows.append(f"| {n} | ERROR: {type(ex).__name__}: {str(ex)[:300]} | | | | |")
             print(n, "ERROR", ex, flush=True)
             continue
-        ref = reference_outputs(path, feeds)
         rtol, atol = (1e-2, 1e-2) if _tf32(a.target) else (e.rtol, e.atol)      # as `aotc check` takes tf32
-        reps = [compare(o, x, y, rtol, atol) for o, x, y in zip(m.output_names, got, ref)]
-        ok = all(r.passed for r in reps)
-        arrays = [feeds[k] for k in m.input_names]
-        for _ in range(5):
-            m.run(arrays)
-        ts = []
-        for _ in range(a.runs):
-            t0 = time.perf_counter()
-            m.run(arrays)
-            ts.append(time.perf_counter() - t0)
-        rows.append(f"| {n} | {'PASS' if ok else 'FAIL'} | {max(r.max_abs_err for r in reps):.3g} | "
-                    f"{max(r.max_rel_err for r in reps):.3g} | {rtol:g} / {atol:g} | "
-                    f"{statistics.median(ts) * 1e3:.3f} |")
+        rows.append(_parity_row(n, m, feeds, got, reference_outputs(path, feeds), rtol, atol, a.runs))
         print(rows[-1], flush=True)
     return "\n".join(rows)
+
+
+def _parity_row(name: str, m, feeds: dict, got: list, ref: list, rtol: float, atol: float, runs: int) -> str:
+    """A table row: the artifact's outputs `got` against the reference's, then the median of
+    `runs` invokes after 5 warm-up runs (each copying inputs in and outputs out)."""
+    from aotc.check.parity import compare
+    reps = [compare(o, x, y, rtol, atol) for o, x, y in zip(m.output_names, got, ref)]
+    arrays = [feeds[k] for k in m.input_names]
+    for _ in range(5):
+        m.run(arrays)
+    ts = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        m.run(arrays)
+        ts.append(time.perf_counter() - t0)
+    return (f"| {name} | {'PASS' if all(r.passed for r in reps) else 'FAIL'} | "
+            f"{max(r.max_abs_err for r in reps):.3g} | {max(r.max_rel_err for r in reps):.3g} | "
+            f"{rtol:g} / {atol:g} | {statistics.median(ts) * 1e3:.3f} |")
 
 
 # ----------------------------------------------------------------------------- carried files
@@ -155,7 +159,6 @@ def _compile_file(args):
 
 def files(a) -> str:
     from aotc.api import load
-    from aotc.check.parity import compare
     from aotc.check.runner import reference_outputs
     paths = sorted(Path(a.dir).glob("*.onnx"))
     if not paths:
@@ -179,19 +182,7 @@ def files(a) -> str:
         except Exception as ex:
             rows.append(f"| {p.stem} | ERROR: {type(ex).__name__}: {str(ex)[:300]} | | | | |")
             continue
-        ref = reference_outputs(p, feeds)
-        reps = [compare(o, x, y, a.rtol, a.atol) for o, x, y in zip(m.output_names, got, ref)]
-        arrays = [feeds[k] for k in m.input_names]
-        for _ in range(5):
-            m.run(arrays)
-        ts = []
-        for _ in range(a.runs):
-            t0 = time.perf_counter()
-            m.run(arrays)
-            ts.append(time.perf_counter() - t0)
-        rows.append(f"| {p.stem} | {'PASS' if all(r.passed for r in reps) else 'FAIL'} | "
-                    f"{max(r.max_abs_err for r in reps):.3g} | {max(r.max_rel_err for r in reps):.3g} | "
-                    f"{a.rtol:g} / {a.atol:g} | {statistics.median(ts) * 1e3:.3f} |")
+        rows.append(_parity_row(p.stem, m, feeds, got, reference_outputs(p, feeds), a.rtol, a.atol, a.runs))
         print(rows[-1], flush=True)
     return "\n".join(rows)
 
