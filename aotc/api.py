@@ -63,7 +63,8 @@ class Built:
 def build_artifact(model: Union[str, os.PathLike], target: str = "native", output_dir: Union[str, os.PathLike] = "out",
                    name: Optional[str] = None, shapes: Optional[Mapping[str, Sequence[int]]] = None,
                    consts: Optional[Mapping[str, np.ndarray]] = None, weights: str = "auto", fuse: bool = True,
-                   threads: int = 0, static: bool = False, cache: bool = False, progress=None) -> Built:
+                   threads: int = 0, static: bool = False, cache: bool = False, progress=None,
+                   dims: Optional[Mapping[str, Sequence[int]]] = None) -> Built:
     """What `aotc compile` and `compile` write: the artifact compile_model makes (header, sources,
     lib<name>.so, manifest.json) and the build files for C users beside it (<name>.pc,
     <name>Config.cmake; with `static`, lib<name>.a and <name>-static.pc too:
@@ -86,11 +87,11 @@ def build_artifact(model: Union[str, os.PathLike], target: str = "native", outpu
         from .compiler import resolve_threads
         with step("looking in the compile cache"):
             key = compile_cache.compute_key(model, tgt, resolve_threads(threads, get_backend(tgt.language)),
-                                            name, shapes, consts, weights, fuse, static)
+                                            name, shapes, consts, weights, fuse, static, dims)
             if key and compile_cache.restore(key, Path(output_dir)) is not None:
                 return Built(Path(output_dir), cached=True)
     out = compile_model(model, target=target, output_dir=output_dir, name=name, shapes=shapes, consts=consts,
-                        weights=weights, fuse=fuse, progress=progress, threads=threads)
+                        weights=weights, fuse=fuse, progress=progress, threads=threads, dims=dims)
     manifest = json.loads((out / "manifest.json").read_text())
     with step(f"writing build files{' and lib' + manifest['name'] + '.a' if static else ''}"):
         files = write_build_files(out, manifest, tgt, static)
@@ -103,16 +104,19 @@ def build_artifact(model: Union[str, os.PathLike], target: str = "native", outpu
 def compile(model: Union[str, os.PathLike], target: str = "native", output_dir: Union[str, os.PathLike] = "out",
             name: Optional[str] = None, shapes: Optional[Mapping[str, Sequence[int]]] = None,
             consts: Optional[Mapping[str, np.ndarray]] = None, weights: str = "auto",
-            threads: int = 0, static: bool = False, cache: bool = False) -> CompiledModel:
+            threads: int = 0, static: bool = False, cache: bool = False,
+            dims: Optional[Mapping[str, Sequence[int]]] = None) -> CompiledModel:
     """Compile an ONNX file into `output_dir` (header, sources, lib<name>.so, manifest.json, the
     pkg-config and CMake files) and load it. `target`: native (the best CPU target of this
-    machine), c, c-avx2, c-avx512...; `shapes` fixes symbolic input dims; `consts` binds inputs
+    machine), c, c-avx2, c-avx512...; `shapes` fixes symbolic input dims, each an int or a range
+    (lo, hi) or (lo, hi, multiple) of sizes the artifact takes at run time; `dims` gives the
+    model's named symbolic dims (dim_param) such ranges, {"seq": (1, 512)}; `consts` binds inputs
     to constants; `threads`: the most threads the artifact runs on (0: all cores of this
     machine); `static`: also lib<name>.a, for C programs that link it in; `cache`: use the
     compile cache, as `aotc compile` does (off here, since a process may patch aotc in ways
     the cache's key cannot see)."""
     built = build_artifact(model, target=target, output_dir=output_dir, name=name, shapes=shapes, consts=consts,
-                           weights=weights, threads=threads, static=static, cache=cache)
+                           weights=weights, threads=threads, static=static, cache=cache, dims=dims)
     return CompiledModel(built.directory, threads=threads)
 
 

@@ -107,6 +107,9 @@ def bench_model(path, target: str = "native", threads: Sequence[int] = (1,), sha
     for k, v in (inputs or {}).items():
         shapes.setdefault(k, tuple(np.asarray(v).shape))
     g = import_model(load_onnx(path), "bench", shapes, consts)
+    if g.symbols:
+        raise AotcError("aotc bench times fixed shapes: give each input's sizes with --shape (or --input)",
+                        "a ranged artifact takes any size in its range; bench it at the sizes you care about")
     feeds = dict(inputs) if inputs else sample_inputs(g, seed)
     missing = [k for k in g.inputs if k not in feeds]
     if missing:

@@ -167,7 +167,8 @@ def _tool(name: str):
 
 
 def compute_key(model, target: Target, threads: int, name: str, shapes: Optional[Mapping],
-                consts: Optional[Mapping], weights: str, fuse: bool, static: bool) -> Optional[str]:
+                consts: Optional[Mapping], weights: str, fuse: bool, static: bool,
+                dims: Optional[Mapping] = None) -> Optional[str]:
     """The cache key of an artifact, or None where the model cannot be read (compiling it says
     why). `target` is the loaded target, `threads` resolved."""
     root = cache_dir()
@@ -186,17 +187,19 @@ def compute_key(model, target: Target, threads: int, name: str, shapes: Optional
     except OSError:
         pass
     try:
-        return _hash(model, sha, data, target, threads, name, shapes, consts, weights, fuse, static)
+        return _hash(model, sha, data, target, threads, name, shapes, consts, weights, fuse, static, dims)
     except (TypeError, ValueError):             # shapes or constants the compile will refuse, saying why
         return None
 
 
 def _hash(model: Path, sha: str, data: list, target: Target, threads: int, name, shapes, consts, weights, fuse,
-          static) -> str:
+          static, dims=None) -> str:
     material = {
         "aotc": [__version__, package_digest()],
         "model": [model.name, sha, data],
-        "shapes": {k: [int(d) for d in v] for k, v in sorted((shapes or {}).items())},
+        "shapes": {k: [[int(x) for x in d] if isinstance(d, (tuple, list)) else int(d) for d in v]
+                   for k, v in sorted((shapes or {}).items())},
+        "dims": {k: [int(x) for x in v] for k, v in sorted((dims or {}).items())},
         "consts": {k: [np.asarray(v).dtype.str, list(np.asarray(v).shape),
                        hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()]
                    for k, v in sorted((consts or {}).items())},

@@ -108,19 +108,54 @@ def _fail(e: BaseException) -> None:
 
 
 def _parse_shapes(items: List[str]) -> dict:
+    """--shape NAME=DIMS: each dim a size, or LO..HI (a run-time dimension; %M: multiples of M)."""
+    from .ir.dims import parse_range
     shapes = {}
     for it in items or []:
         name, sep, dims = it.rpartition("=")
         if not sep or not name:
             raise AotcError(f"--shape {it!r} is not NAME=DIMS", "example: --shape x=1x3x224x224")
         try:
-            shapes[name] = tuple(int(d) for d in dims.lower().split("x")) if dims else ()
+            shapes[name] = tuple(parse_range(d) for d in dims.lower().split("x")) if dims else ()
         except ValueError:
-            raise AotcError(f"--shape {it!r}: dims must be integers separated by 'x'",
-                            "example: --shape x=1x3x224x224") from None
-        if any(d < 0 for d in shapes[name]):
+            raise AotcError(f"--shape {it!r}: dims must be integers or LO..HI ranges separated by 'x'",
+                            "example: --shape x=1x3x224x224, --shape x=1x3x32..960x32..960") from None
+        if any(isinstance(d, int) and d < 0 for d in shapes[name]):
             raise AotcError(f"--shape {it!r}: dims must not be negative")
     return shapes
+
+
+def _parse_dims(items: List[str]) -> dict:
+    """--dim NAME=LO..HI[%M]: a symbolic dimension (dim_param) of the model's inputs as a range."""
+    from .ir.dims import parse_range
+    dims = {}
+    for it in items or []:
+        name, sep, text = it.rpartition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            r = parse_range(text)
+            if isinstance(r, int):
+                r = (r, r)
+        except ValueError:
+            raise AotcError(f"--dim {it!r} is not NAME=LO..HI", "example: --dim seq=1..512 (or 32..960%32 for "
+                            "multiples of 32)") from None
+        dims[name] = r
+    return dims
+
+
+def _parse_sizes(items: List[str]) -> dict:
+    """--sizes NAME=N,N,...: the sizes `aotc check` runs a run-time dimension at."""
+    sizes = {}
+    for it in items or []:
+        name, sep, text = it.rpartition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            sizes[name] = [int(v) for v in text.split(",")]
+        except ValueError:
+            raise AotcError(f"--sizes {it!r} is not NAME=N,N,...", "example: --sizes seq=1,77,512") from None
+    return sizes
 
 
 def _load_arrays(items: List[str], flag: str) -> dict:
@@ -172,7 +207,11 @@ def compile_cmd(
                                 "scratch for this many; an instance can be asked for fewer at run time."),
     name: Optional[str] = typer.Option(None, "--name", help="C prefix for every symbol (default: file name)."),
     shape: List[str] = typer.Option([], "--shape", metavar=_SHAPE,
-                                    help="Fix an input's shape: x=1x3x224x224. Repeatable."),
+                                    help="Fix an input's shape: x=1x3x224x224; a dim may be a range of sizes "
+                                    "the artifact takes at run time: x=1x3x32..960x32..960. Repeatable."),
+    dim: List[str] = typer.Option([], "--dim", metavar="NAME=LO..HI",
+                                  help="Let a symbolic dim of the model (dim_param) take any size in a range at "
+                                  "run time: seq=1..512 (%M: multiples of M). Repeatable."),
     const: List[str] = typer.Option([], "--const", metavar=_FILE,
                                     help="Bind an input to a constant from a .npy file. Repeatable."),
     weights: Weights = typer.Option(Weights.auto, "--weights", help="embed (static const C data), external "
@@ -192,7 +231,8 @@ def compile_cmd(
         with _stages() as progress:
             built = build_artifact(model, target=target, output_dir=output, name=name, shapes=_parse_shapes(shape),
                                    consts=_load_arrays(const, "--const"), weights=weights.value, fuse=not no_fuse,
-                                   threads=threads, static=static, cache=not no_cache, progress=progress)
+                                   threads=threads, static=static, cache=not no_cache, progress=progress,
+                                   dims=_parse_dims(dim))
         d = built.directory
         m = json.loads((d / "manifest.json").read_text())
         out.print(f"wrote {d}/{m['library']} (target {m['target']}, {len(m['kernels'])} kernels, up to "
@@ -210,7 +250,7 @@ def compile_cmd(
             from . import report as html_report
             with _stages() as progress:
                 data = html_report.collect(model, target, _parse_shapes(shape), _load_arrays(const, "--const"),
-                                           threads, not no_fuse, progress)
+                                           threads, not no_fuse, progress, _parse_dims(dim))
             html_report.write(data, report)
             out.print(f"wrote {report}")
     except typer.Exit:
@@ -262,6 +302,10 @@ def check_cmd(
     input: List[str] = typer.Option([], "--input", "-i", metavar=_FILE,
                                     help="An input from a .npy file (default: seeded random inputs)."),
     shape: List[str] = typer.Option([], "--shape", metavar=_SHAPE, help="As for compile."),
+    dim: List[str] = typer.Option([], "--dim", metavar="NAME=LO..HI", help="As for compile."),
+    sizes: List[str] = typer.Option([], "--sizes", metavar="NAME=N,N,...",
+                                    help="Sizes of a run-time dimension to check (default: both ends and the "
+                                    "middle of its range). Repeatable."),
     const: List[str] = typer.Option([], "--const", metavar=_FILE, help="As for compile."),
     rtol: Optional[float] = typer.Option(None, "--rtol", min=0, help="Relative tolerance for float outputs "
                                          "(default 1e-4; 1e-2 on a target with tf32)."),
@@ -283,7 +327,7 @@ def check_cmd(
         with _stages() as progress:
             res = run_check(model, target=target, inputs=arrays, rtol=rtol, atol=atol, shapes=_parse_shapes(shape),
                             consts=_load_arrays(const, "--const"), output_dir=keep, seed=seed, progress=progress,
-                            threads=threads)
+                            threads=threads, dims=_parse_dims(dim), sizes=_parse_sizes(sizes))
     except typer.Exit:
         raise
     except Exception as e:
@@ -291,15 +335,17 @@ def check_cmd(
         return
     out.print(f"{model.name} on target {res.target} (rtol {res.rtol:g}, atol {res.atol:g})")
     out.print(f"  expected outputs from {res.reference}", markup=False)
-    out.print(f"  {'output':24} {'shape':>18} {'max abs err':>12} {'max rel err':>12} {'max ULP':>10}  result")
+    from rich.markup import escape
+    w = max([24] + [len(o.name) for o in res.outputs if " [" in o.name])    # names with their sizes whole
+    out.print(f"  {'output':{w}} {'shape':>18} {'max abs err':>12} {'max rel err':>12} {'max ULP':>10}  result")
     for o in res.outputs:
+        head = escape(f"  {o.name[:w]:{w}} {str(o.shape):>18}")
         if not o.values_compared:           # drawn from random numbers: shape and dtype only
             verdict = f"[yellow]random[/] ({o.note})" if o.passed else f"[red]MISMATCH: {o.note}[/]"
-            out.print(f"  {o.name[:24]:24} {str(o.shape):>18} {'-':>12} {'-':>12} {'-':>10}  {verdict}")
+            out.print(f"{head} {'-':>12} {'-':>12} {'-':>10}  {verdict}")
             continue
         verdict = "[green]ok[/]" if o.passed else f"[red]MISMATCH ({o.mismatches} elements) {o.note}[/]"
-        out.print(f"  {o.name[:24]:24} {str(o.shape):>18} {o.max_abs_err:12.3g} {o.max_rel_err:12.3g} "
-                  f"{o.max_ulp:10.0f}  {verdict}")
+        out.print(f"{head} {o.max_abs_err:12.3g} {o.max_rel_err:12.3g} {o.max_ulp:10.0f}  {verdict}")
     out.print("[green]PASS[/]" if res.passed else "[red]FAIL[/]")
     if report:
         report.write_text(json.dumps(res.as_dict(), indent=2) + "\n")
@@ -314,6 +360,7 @@ def inspect_cmd(
     model: Path = typer.Argument(..., help="The .onnx file."),
     target: str = typer.Option("native", "--target", "-t", help=_TARGET_HELP),
     shape: List[str] = typer.Option([], "--shape", metavar=_SHAPE, help="As for compile."),
+    dim: List[str] = typer.Option([], "--dim", metavar="NAME=LO..HI", help="As for compile."),
     const: List[str] = typer.Option([], "--const", metavar=_FILE, help="As for compile."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
 ):
@@ -323,7 +370,7 @@ def inspect_cmd(
         from .inspection import inspect_model
         with _stages() as progress:
             info = inspect_model(model, target, _parse_shapes(shape), _load_arrays(const, "--const"),
-                                 progress=progress)
+                                 progress=progress, dims=_parse_dims(dim))
     except typer.Exit:
         raise
     except Exception as e:
@@ -346,6 +393,7 @@ def report_cmd(
     target: str = typer.Option("native", "--target", "-t", help=_TARGET_HELP),
     threads: int = typer.Option(0, "--threads", min=0, help=_THREADS_HELP),
     shape: List[str] = typer.Option([], "--shape", metavar=_SHAPE, help="As for compile."),
+    dim: List[str] = typer.Option([], "--dim", metavar="NAME=LO..HI", help="As for compile."),
     const: List[str] = typer.Option([], "--const", metavar=_FILE, help="As for compile."),
     profile: bool = typer.Option(False, "--profile", help="Also run the artifact (compiled for it, or the "
                                  "directory's) on random inputs and time every kernel."),
@@ -371,10 +419,10 @@ def report_cmd(
                     with (progress or (lambda s: nullcontext()))(f"timing {len(data['kernels'])} kernels"):
                         html_report.profile(model, data, runs=runs)
             else:
-                shapes, consts = _parse_shapes(shape), _load_arrays(const, "--const")
-                data = html_report.collect(model, target, shapes, consts, threads, progress=progress)
+                shapes, consts, dims = _parse_shapes(shape), _load_arrays(const, "--const"), _parse_dims(dim)
+                data = html_report.collect(model, target, shapes, consts, threads, progress=progress, dims=dims)
                 if profile:
-                    html_report.profile_model(model, data, target, shapes, consts, threads, runs, progress)
+                    html_report.profile_model(model, data, target, shapes, consts, threads, runs, progress, dims)
         html_report.write(data, output, as_json)
     except typer.Exit:
         raise

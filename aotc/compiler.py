@@ -78,7 +78,7 @@ def resolve_threads(threads: int | None, backend) -> int:
 
 def compile_program(path, target: str = DEFAULT_TARGET, name: Optional[str] = None, shapes: Mapping | None = None,
                     consts: Mapping | None = None, fuse: bool = True, progress: Optional[Progress] = None,
-                    threads: int | None = 0) -> Compiled:
+                    threads: int | None = 0, dims: Mapping | None = None) -> Compiled:
     """The model at `path` through every stage but the printers and the build: imported, its
     graph passes run, fused, lowered, scheduled for the target, its memory planned and its host
     program made (what `inspect` and `report` show; compile_model prints and builds it)."""
@@ -89,7 +89,11 @@ def compile_program(path, target: str = DEFAULT_TARGET, name: Optional[str] = No
     with step("reading model"):
         model = load_onnx(path)
     with step("importing graph"):
-        g = import_model(model, name or default_name(path), shapes, consts)
+        g = import_model(model, name or default_name(path), shapes, consts, dims)
+    if g.symbols and tgt.is_gpu:
+        raise AotcError(f"target {tgt.name!r} does not take run-time dimensions yet "
+                        f"({', '.join(f'{s.name} in {s.spec()}' for s in g.symbols.values())})",
+                        "compile for a CPU target (native, c, c-avx2, c-avx512), or fix the sizes with --shape")
     hist = g.op_histogram()
     n_before = len(g.nodes)
     check_supported(g)
@@ -114,7 +118,7 @@ def compile_program(path, target: str = DEFAULT_TARGET, name: Optional[str] = No
 def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathLike = "out",
                   name: Optional[str] = None, shapes: Mapping | None = None, consts: Mapping | None = None,
                   weights: str = "auto", fuse: bool = True, progress: Optional[Progress] = None,
-                  threads: int | None = 0, build=None) -> Path:
+                  threads: int | None = 0, build=None, dims: Mapping | None = None) -> Path:
     """Compile the ONNX model at `path` into an artifact in `output_dir`. `build(sources, lib,
     target, include_dirs)`, when given, replaces the backend's build of the library (tests
     build cuda artifacts for a CPU emulation this way)."""
@@ -123,7 +127,7 @@ def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathL
     prefix = c_ident(name).lower() if name else default_name(path)
     if not re.match(r"^[a-z_][a-z0-9_]*$", prefix):
         raise AotcError(f"--name {name!r} is not usable as a C identifier prefix")
-    c = compile_program(path, target, prefix, shapes, consts, fuse, progress, threads)
+    c = compile_program(path, target, prefix, shapes, consts, fuse, progress, threads, dims)
     backend = get_backend(c.target.language)
     step = progress or (lambda s: nullcontext())
     out = Path(output_dir)
@@ -191,7 +195,22 @@ def _port(p) -> dict:
     d = {"name": p.name, "c_name": p.field, "dtype": dtypes.name(p.dtype), "shape": list(p.shape)}
     if p.run_time_axes:      # `shape` is then its capacity; the run writes the shape into shape_field
         d.update(run_time_axes=list(p.run_time_axes), shape_field=p.shape_field)
+    if p.dims:               # run-time dimensions: an input's shape_field is the caller's to fill
+        d["dims"] = [{"axis": a, "dim": str(dim), "min": dim.lo, "max": dim.hi,
+                      "multiple": _multiple(dim)} for a, dim in p.dims]
     return d
+
+
+def _multiple(d) -> int:
+    """What every size of a dim is a multiple of, as far as its symbols' own multiples say."""
+    from math import gcd
+    m = 0
+    for mono, coef in d.terms:
+        term = abs(coef)
+        for s in mono:
+            term *= s.multiple
+        m = gcd(m, term)
+    return m or 1
 
 
 def _write_if_changed(path: Path, text: str) -> None:

@@ -7,8 +7,8 @@ from .frontend.operators import is_supported, node_opset
 from .frontend import import_model, load_onnx
 
 
-def inspect_model(path, target: str = "native", shapes=None, consts=None, progress=None) -> dict:
-    g = import_model(load_onnx(path), default_name(path), shapes, consts)
+def inspect_model(path, target: str = "native", shapes=None, consts=None, progress=None, dims=None) -> dict:
+    g = import_model(load_onnx(path), default_name(path), shapes, consts, dims)
     info = {
         "model": str(path),
         "opset": g.opset,
@@ -21,7 +21,7 @@ def inspect_model(path, target: str = "native", shapes=None, consts=None, progre
     }
     if info["unsupported"]:
         return info
-    c = compile_program(path, target, None, shapes, consts, progress=progress)
+    c = compile_program(path, target, None, shapes, consts, progress=progress, dims=dims)
     info.update({
         "nodes_after": len(c.graph.nodes),
         "op_histogram_after": c.graph.op_histogram(),
@@ -39,10 +39,17 @@ def inspect_model(path, target: str = "native", shapes=None, consts=None, progre
         # If -> why its branch cannot run at these sizes (a run taking it returns AOTC_ERR_BRANCH)
         "unrunnable_branches": unrunnable_branches(c.graph),
         "memory_plan": c.plan.summary(),
-        "inputs": {n: list(c.graph.values[n].shape) for n in c.graph.inputs},
+        "inputs": {n: [d if isinstance(d, int) else str(d) for d in c.graph.values[n].shape] for n in c.graph.inputs},
+        # run-time dimensions (ir/dims.py): the sizes each takes; "inputs" name them
+        "run_time_dims": {s.name: {"min": s.lo, "max": s.hi, "multiple": s.multiple}
+                          for s in sorted(c.graph.symbols.values())},
         "outputs": {p.name: list(p.shape) for p in ports(c.graph, c.graph.outputs)},   # ONNX names
         # outputs whose size along these axes is known only at run time ("outputs": their capacity)
-        "run_time_axes": {p.name: list(p.run_time_axes) for p in ports(c.graph, c.graph.outputs) if p.run_time_axes},
+        "run_time_axes": {p.name: [a for a in p.run_time_axes if a not in dict(p.dims)]
+                          for p in ports(c.graph, c.graph.outputs) if set(p.run_time_axes) - set(dict(p.dims))},
+        # outputs with run-time dimensions: their shapes in terms of them
+        "output_dims": {p.name: [str(d) for d in c.graph.values[p.value].shape]
+                        for p in ports(c.graph, c.graph.outputs) if p.dims},
     })
     return info
 
@@ -89,6 +96,15 @@ def format_text(info: dict) -> str:
             L.append(f"  {name:40} {n}")
     for name, why in info.get("unrunnable_branches", {}).items():
         L.append(f"If {name!r}: {why} (a run that takes it returns status AOTC_ERR_BRANCH)")
+    rtd = info.get("run_time_dims", {})
+    if rtd:
+        L.append("run-time dimensions (one artifact for every size in range; memory planned at the largest):")
+        for name, r in rtd.items():
+            uses = [f"{i}[{k}]" for i, shape in info["inputs"].items() for k, d in enumerate(shape) if d == name]
+            mult = f", multiples of {r['multiple']}" if r["multiple"] > 1 else ""
+            L.append(f"  {name:24} {r['min']}..{r['max']}{mult}   ({', '.join(uses) or 'derived'})")
+        for name, dims in info.get("output_dims", {}).items():
+            L.append(f"  output {name!r}: [{', '.join(dims)}]")
     for name, axes in info.get("run_time_axes", {}).items():
         dims = [f"at most {d}" if a in axes else str(d) for a, d in enumerate(info["outputs"][name])]
         L.append(f"output {name!r} has a size known only at run time: [{', '.join(dims)}]")

@@ -77,13 +77,13 @@ def _producers(c) -> dict[str, int]:
 
 
 def collect(model, target: str = "native", shapes: Optional[Mapping] = None, consts: Optional[Mapping] = None,
-            threads: int = 0, fuse: bool = True, progress=None) -> dict:
+            threads: int = 0, fuse: bool = True, progress=None, dims: Optional[Mapping] = None) -> dict:
     """Everything the page shows of `model` compiled for `target`, JSON-ready."""
     from .codegen.abi import ports
     from .compiler import compile_program
     from .frontend import import_model, load_onnx
-    before = import_model(load_onnx(model), "report", shapes, consts)
-    c = compile_program(model, target, None, shapes, consts, fuse, progress, threads)
+    before = import_model(load_onnx(model), "report", shapes, consts, dims)
+    c = compile_program(model, target, None, shapes, consts, fuse, progress, threads, dims)
     g = c.graph
     made = _producers(c)
     graph_inputs = set(g.inputs)
@@ -201,12 +201,13 @@ def profile(directory: Path, data: dict, runs: int = 20, warmup: int = 3, seed: 
     data["profile"] = {"runs": runs, "warmup": warmup, "total_ms": sum(per.values())}
 
 
-def profile_model(model, data: dict, target: str, shapes, consts, threads: int, runs: int, progress=None) -> None:
+def profile_model(model, data: dict, target: str, shapes, consts, threads: int, runs: int, progress=None,
+                  dims=None) -> None:
     """Compile `model` as `data` was analysed (the compile cache may have it) and profile it."""
     from .api import build_artifact
     with tempfile.TemporaryDirectory(prefix="aotc-report-") as work:
         built = build_artifact(model, target=target, output_dir=work, shapes=shapes, consts=consts, threads=threads,
-                               cache=True, progress=progress)
+                               cache=True, progress=progress, dims=dims)
         step = progress or (lambda s: _Null())
         with step(f"timing {len(data['kernels'])} kernels over {runs} runs"):
             profile(built.directory, data, runs=runs)

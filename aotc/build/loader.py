@@ -44,7 +44,9 @@ class Library:
             raise ArtifactError(f"{lib_path} is missing", "re-run `aotc compile`")
         self.ffi = cffi.FFI()
         p = self.prefix
-        fields_in = "".join(f"const void *{x['c_name']};" for x in m["inputs"]) or "int unused_;"
+        fields_in = "".join(f"const void *{x['c_name']};" + (f"int64_t {x['shape_field']}[{len(x['shape'])}];"
+                                                               if x.get("dims") else "")
+                            for x in m["inputs"]) or "int unused_;"
         fields_out = "".join(f"void *{x['c_name']};" + (f"int64_t {x['shape_field']}[{len(x['shape'])}];"
                                                            if x.get("run_time_axes") else "")
                              for x in m["outputs"])
@@ -74,6 +76,10 @@ class Library:
         # outputs of run-time size (shape above: the most they hold): the outputs struct's
         # field the run writes their shape into
         self.shape_fields = {x["c_name"]: x["shape_field"] for x in m["outputs"] if x.get("run_time_axes")}
+        # inputs with run-time dimensions: axis -> {min, max, multiple, dim} (the caller's shape
+        # goes into the inputs struct's shape_field)
+        self.input_dims = {x["name"]: ({d["axis"]: d for d in x["dims"]}, x["shape_field"])
+                           for x in m["inputs"] if x.get("dims")}
 
     def _fn(self, name: str):
         return getattr(self.lib, f"{self.prefix}_{name}")
@@ -145,6 +151,8 @@ class Library:
             a = np.ascontiguousarray(a)
             keep.append(a)
             setattr(cin, field, ffi.from_buffer(a))
+            if name in self.input_dims:
+                getattr(cin, self.input_dims[name][1])[0:a.ndim] = list(a.shape)
         outs = []
         for name, field, dt, shape in self.outputs:
             o = np.empty(shape, dtype=dt)
@@ -154,6 +162,8 @@ class Library:
         if status != AOTC_OK:
             where = self._fn("failure")(instance)
             at = f" in kernel {ffi.string(where).decode()}" if where != ffi.NULL else ""
+            if status == STATUS["AOTC_ERR_SHAPE"] and where != ffi.NULL:
+                raise InputError(f"{p}: {ffi.string(where).decode()[len('shape check: '):]}", self.error(status))
             raise RunError(f"{p} failed{at}: {self.error(status)} (status {status})")
         for k, (name, field, dt, shape) in enumerate(self.outputs):
             if field in self.shape_fields:
@@ -210,11 +220,30 @@ def check_inputs(lib: Library, feeds) -> list[np.ndarray]:
         if a.dtype != dt:
             raise InputError(f"input {name!r} has dtype {a.dtype}, the model expects {dtypes.name(dt)}",
                              _conversion_hint(a.dtype, dt))
-        if tuple(a.shape) != shape:
+        ranged = lib.input_dims.get(name, ({},))[0]
+        if ranged:
+            _check_ranged(name, a.shape, shape, ranged)
+        elif tuple(a.shape) != shape:
             raise InputError(f"input {name!r} has shape {tuple(a.shape)}, the model was compiled for {shape}",
                              "recompile with --shape to change it")
         out.append(np.ascontiguousarray(a))
     return out
+
+
+def _check_ranged(name: str, have: tuple, capacity: tuple, ranged: dict) -> None:
+    """An input with run-time dimensions: its rank, its fixed dims and each run-time dim's range
+    (the run checks them too, and that inputs sharing a dimension agree)."""
+    want = ", ".join(f"{ranged[a]['dim']} in {ranged[a]['min']}..{ranged[a]['max']}" if a in ranged else str(n)
+                     for a, n in enumerate(capacity))
+    if len(have) != len(capacity):
+        raise InputError(f"input {name!r} has shape {tuple(have)}, the model takes [{want}]")
+    for a, (n, size) in enumerate(zip(capacity, have)):
+        d = ranged.get(a)
+        bad = size != n if d is None else not (d["min"] <= size <= d["max"] and size % d.get("multiple", 1) == 0)
+        if bad:
+            raise InputError(f"input {name!r} has shape {tuple(have)}, the model takes [{want}]"
+                             + (f" (dim {a}: a multiple of {d['multiple']})" if d and d.get("multiple", 1) > 1
+                                else ""), "recompile with other --shape / --dim ranges to change them")
 
 
 def _conversion_hint(have: np.dtype, want: np.dtype) -> str:

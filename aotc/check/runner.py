@@ -279,40 +279,52 @@ def _check_input_names(model_path, inputs: Mapping, consts: Mapping) -> None:
 def run_check(model_path, target: str = "native", inputs: Optional[Mapping[str, np.ndarray]] = None,
               rtol: Optional[float] = None, atol: Optional[float] = None, shapes: Optional[Mapping] = None,
               consts: Optional[Mapping] = None, output_dir=None, seed: int = 0, weights: str = "auto",
-              progress=None, threads: int = 0, build=None) -> CheckResult:
+              progress=None, threads: int = 0, build=None, dims: Optional[Mapping] = None,
+              sizes: Optional[Mapping[str, list]] = None) -> CheckResult:
     """Compile the model for `target`, run it and the reference on the same inputs (seeded
     random ones unless given) and compare every output. rtol / atol default to the target's
-    (parity.tolerances)."""
+    (parity.tolerances). With run-time dimensions (ranges in `shapes`, or `dims`), one artifact
+    runs at several sizes: `sizes` (dimension -> its sizes; default both ends and the middle of
+    each range), the k-th run taking each dimension's k-th size (its last, when it has fewer);
+    each output is reported per run, named `output [dim=size, ...]`."""
     default_rtol, default_atol = tolerances(load_target(target))
     rtol = default_rtol if rtol is None else rtol
     atol = default_atol if atol is None else atol
     consts = dict(consts or {})
     shapes = dict(shapes or {})
+    ranged = bool(dims) or any(isinstance(d, (tuple, list)) for v in shapes.values() for d in v)
     if inputs:
         _check_input_names(model_path, inputs, consts)
-        for k, v in inputs.items():
-            shapes.setdefault(k, tuple(np.asarray(v).shape))
+        if not ranged:
+            for k, v in inputs.items():
+                shapes.setdefault(k, tuple(np.asarray(v).shape))
     tmp = None
     if output_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="aotc-check-")
         output_dir = tmp.name
     try:
         out = compile_model(model_path, target=target, output_dir=output_dir, shapes=shapes, consts=consts,
-                            weights=weights, progress=progress, threads=threads, build=build)
+                            weights=weights, progress=progress, threads=threads, build=build, dims=dims)
         m = CompiledModel(out, threads=threads)
-        g = import_model(load_onnx(model_path), "check", shapes, consts)
-        if inputs is None:
-            feeds = sample_inputs(g, seed)
-        else:
-            feeds = {k: np.asarray(v) for k, v in inputs.items()}
-        drawn = random_outputs(g)
-        got = m.run({k: feeds[k] for k in m.input_names})
-        ref, source = reference_run(model_path, {**feeds, **{k: np.asarray(v) for k, v in consts.items()}},
-                                    load_target(target).flushes_subnormals)
+        model = load_onnx(model_path)
+        g = import_model(model, "check", shapes, consts, dims)
+        outs, source = [], ""
+        for label, point in _size_points(g, sizes, inputs is not None):
+            gp = g if not point else import_model(model, "check", {
+                n: tuple(d if isinstance(d, int) else d.evaluate(point) for d in g.values[n].shape)
+                for n in g.inputs}, consts)
+            if inputs is None:
+                feeds = sample_inputs(gp, seed)
+            else:
+                feeds = {k: np.asarray(v) for k, v in inputs.items()}
+            drawn = random_outputs(gp)
+            got = m.run({k: feeds[k] for k in m.input_names})
+            ref, source = reference_run(model_path, {**feeds, **{k: np.asarray(v) for k, v in consts.items()}},
+                                        load_target(target).flushes_subnormals)
+            outs += [(name + label, a, b) for name, a, b in zip(m.output_names, got, ref)]
         res = CheckResult(str(model_path), m.manifest["target"], rtol, atol, reference=source)
-        outs = list(zip(m.output_names, got, ref))
         def reports(op_types=(), steps=None, known=None):
-            return [random_report(name, a, b, drawn[name]) if name in drawn else
+            return [random_report(name, a, b, drawn[name.split(" [")[0]]) if name.split(" [")[0] in drawn else
                     compare(name, a, b, rtol, atol, op_types, (steps or {}).get(name), (known or {}).get(name, ""))
                     for name, a, b in outs]
         res.outputs = reports()
@@ -323,6 +335,29 @@ def run_check(model_path, target: str = "native", inputs: Optional[Mapping[str, 
     finally:
         if tmp is not None:
             tmp.cleanup()
+
+
+def _size_points(g, sizes: Optional[Mapping[str, list]], given: bool) -> list[tuple[str, dict]]:
+    """The runs of a check: ("", {}) for a model without run-time dimensions or with inputs
+    given (their shapes say the sizes); else (label, {dimension: size}) per run."""
+    syms = sorted(g.symbols.values())
+    if not syms or given:
+        return [("", {})]
+    sizes = dict(sizes or {})
+    unknown = sorted(set(sizes) - set(g.symbols))
+    if unknown:
+        raise InputError(f"--sizes names {', '.join(map(repr, unknown))}, which is no run-time dimension of the "
+                         "model", "its run-time dimensions are: " + ", ".join(s.name for s in syms))
+    chosen = {}
+    for s in syms:
+        vals = [int(v) for v in sizes.get(s.name, s.sizes())]
+        bad = [v for v in vals if not (s.lo <= v <= s.hi and v % s.multiple == 0)]
+        if bad or not vals:
+            raise InputError(f"--sizes {s.name}: {bad or 'no sizes'} outside {s.spec()}")
+        chosen[s.name] = vals
+    runs = max(len(v) for v in chosen.values())
+    points = [{n: v[min(k, len(v) - 1)] for n, v in chosen.items()} for k in range(runs)]
+    return [(" [" + ", ".join(f"{n}={v}" for n, v in p.items()) + "]", p) for p in points]
 
 
 def junit_xml(res: CheckResult) -> str:

@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from ..ir import dtypes
+from ..ir.dims import Dim, is_dim, upper_shape
 from ..ir.graph import Graph
 from ..kernel.names import c_ident
 from ..memory.planner import MemoryPlan
@@ -62,6 +63,10 @@ class Port:
     # output can hold, and run() writes the shape into the outputs struct's `shape_field`
     run_time_axes: tuple = ()
     shape_field: str = ""
+    # run-time dimensions (ir/dims.py): (axis, Dim) of the axes whose size the caller chooses
+    # within a range; `shape` is then the capacity, the shape travels in `shape_field` (an
+    # input's is filled by the caller, an output's by run()), and run_time_axes lists them
+    dims: tuple = ()
 
 
 def ports(g: Graph, names: list[str]) -> list[Port]:
@@ -79,9 +84,33 @@ def ports(g: Graph, names: list[str]) -> list[Port]:
     out = []
     for n, f in zip(names, fields):
         v = g.values[n]
-        axes = tuple(sorted(g.bounded.get(n, {})))
-        out.append(Port(labels.get(n, n), f, v.dtype, tuple(v.shape), n, axes, unique(f"{f}_shape") if axes else ""))
+        ranged = tuple((a, d) for a, d in enumerate(v.shape) if is_dim(d))
+        axes = tuple(sorted(set(g.bounded.get(n, {})) | {a for a, _ in ranged}))
+        out.append(Port(labels.get(n, n), f, v.dtype, upper_shape(v.shape), n, axes,
+                        unique(f"{f}_shape") if axes else "", ranged))
     return out
+
+
+def shape_comment(p: Port) -> str:
+    """An input's or output's type as the header shows it: float32[batch (1..64), 64]."""
+    ranged = dict(p.dims)
+    dims = [f"{ranged[a]} ({ranged[a].lo}..{ranged[a].hi})" if a in ranged else
+            f"at most {d}" if a in p.run_time_axes else str(d) for a, d in enumerate(p.shape)]
+    return f"{dtypes.name(p.dtype)}[{', '.join(dims)}]"
+
+
+def dim_macros(prefix: str, ins: list[Port]) -> list[str]:
+    """#define <P>_<INPUT>_DIM<k>_MIN / _MAX (and _MULTIPLE where it is not 1) of each input axis
+    whose size is chosen at run time."""
+    L = []
+    for p in ins:
+        for a, d in p.dims:
+            stem = f"{prefix.upper()}_{p.field.upper()}_DIM{a}"
+            L += [f"#define {stem}_MIN {d.lo}", f"#define {stem}_MAX {d.hi}"]
+            syms = d.symbols()
+            if len(syms) == 1 and d == Dim.of(syms[0]) and syms[0].multiple > 1:
+                L.append(f"#define {stem}_MULTIPLE {syms[0].multiple}")
+    return L
 
 
 def emit_header(prefix: str, g: Graph, plan: MemoryPlan, external: bool, threads: int, target: Target,
@@ -125,16 +154,27 @@ def emit_header(prefix: str, g: Graph, plan: MemoryPlan, external: bool, threads
               "   float8_*: the 8-bit pattern of OCP / ONNX's float8 formats; float4_e2m1fn, int4, uint4,",
               "   int2, uint2: the pattern in the byte's low 4 or 2 bits (two's complement for int4 and",
               "   int2), the high bits 0 in outputs and ignored in inputs. */", ""]
-    L.append("/* Inputs, in graph order. Each points to a dense row-major array. */")
+    macros = dim_macros(prefix, ins)
+    if macros:
+        L += ["/* The sizes each input's run-time dimensions may take (the caller gives the sizes of a",
+              "   run in <input>_shape; inputs naming one dimension must agree). */"] + macros + [""]
+    L.append("/* Inputs, in graph order. Each points to a dense row-major array"
+             + (";\n   an input with run-time dimensions comes with its shape. */" if macros else ". */"))
     L.append("typedef struct {")
     for p in ins:
-        L.append(f"    const {ctype(p.dtype)} *{p.field};  /* '{p.name}': {dtypes.name(p.dtype)}{list(p.shape)} */")
+        L.append(f"    const {ctype(p.dtype)} *{p.field};  /* '{p.name}': {shape_comment(p)} */")
+        if p.dims:
+            L.append(f"    int64_t {p.shape_field}[{len(p.shape)}];  /* {p.field}'s shape, given by the caller */")
     if not ins:
         L.append("    int unused_;")
     L.append(f"}} {prefix}_inputs;")
     L.append("")
     L.append("/* Outputs, in graph order: caller-allocated arrays that run() fills.")
-    if any(p.run_time_axes for p in outs):
+    if any(p.dims for p in outs):
+        L += ["   An output with dimensions known only at run time (\"at most\", or a range): allocate",
+              "   the largest shape, run() writes the one it made into <output>_shape and its elements",
+              "   densely, in row-major order of that shape, from the start of the array."]
+    elif any(p.run_time_axes for p in outs):
         L += ["   An output marked \"at most\" has dimensions known only at run time: allocate the shape",
               "   given, run() writes the one it made into <output>_shape and its elements densely, in",
               "   row-major order of that shape, from the start of the array."]
@@ -144,8 +184,7 @@ def emit_header(prefix: str, g: Graph, plan: MemoryPlan, external: bool, threads
         if not p.run_time_axes:
             L.append(f"    {ctype(p.dtype)} *{p.field};  /* '{p.name}': {dtypes.name(p.dtype)}{list(p.shape)} */")
             continue
-        dims = ", ".join(f"at most {d}" if a in p.run_time_axes else str(d) for a, d in enumerate(p.shape))
-        L.append(f"    {ctype(p.dtype)} *{p.field};  /* '{p.name}': {dtypes.name(p.dtype)}[{dims}] */")
+        L.append(f"    {ctype(p.dtype)} *{p.field};  /* '{p.name}': {shape_comment(p)} */")
         L.append(f"    int64_t {p.shape_field}[{len(p.shape)}];  /* {p.field}'s shape, written by run() */")
     L.append(f"}} {prefix}_outputs;")
     L += ["",

@@ -4,15 +4,95 @@
     while loops on a flag, guards as `if` blocks; a backend spells a loop head, a launch and the
     read of a bool the kernels computed;
   * `DeviceHost`: the GPU backends' invoke and ABI functions, with hooks for the device API;
+  * `run_time_dims`: the reading and checking of the inputs' run-time dimensions at the start of
+    a run and the outputs' shapes at its end;
   * the pieces all three print alike: `strerror_function`, `c_string`, `port_bytes`,
     `fusion_kernel_names`."""
 from __future__ import annotations
 
 import numpy as np
 
+from ..errors import AotcError
+from ..ir.dims import Dim
+from ..kernel.ir import dim_ident
 from ..program.ir import HostLoop, HostWhile, Launch, Program
-from .abi import bounded_epilogue, count_offsets
+from .abi import Port, bounded_epilogue, count_offsets
 from .weights_check import read_weights_call
+
+
+def c_dim(d) -> str:
+    """A graph dimension as C over the run's sizes: 64, aotc_dim_seq, 2 * aotc_dim_seq + 1."""
+    if not isinstance(d, Dim):
+        return str(int(d))
+    parts = []
+    for mono, coef in reversed(d.terms):
+        factors = [dim_ident(sym.name) for sym in mono]
+        if coef != 1 or not factors:
+            factors.insert(0, str(coef))
+        parts.append(" * ".join(factors))
+    return " + ".join(parts).replace("+ -", "- ")
+
+
+class RunTimeDims:
+    """What a run does with run-time dimensions (ir/dims.py) on the host, before and after its
+    launches: `prologue` reads each dimension's size from the first input shape that names it
+    (`const int64_t aotc_dim_<name> = in-><input>_shape[k];`, the name kernels take it by) and
+    checks every entry of every such input's shape: a fixed dim its size, a run-time one its
+    range and multiple, a repeated or derived one its agreement with the size read first. A
+    failed check returns AOTC_ERR_SHAPE, setting the failure index to `first_check + k` for the
+    k-th check, whose words are `messages[k]`; `epilogue` writes the outputs' shapes."""
+
+    def __init__(self, in_ports: list[Port], out_ports: list[Port], fail, first_check: int):
+        self.prologue: list[str] = []
+        self.messages: list[str] = []
+        self.epilogue: list[str] = []
+        ranged_in = [p for p in in_ports if p.dims]
+        ranged_out = [p for p in out_ports if p.dims]
+        if not ranged_in and not ranged_out:
+            return
+        read: dict[str, tuple[Port, int]] = {}       # symbol -> (port, axis) it is read from
+        L, checks = self.prologue, []
+        L.append("/* the run-time dimensions: this run's sizes, from the inputs' shapes */")
+        for p in ranged_in:
+            for a, d in p.dims:
+                syms = d.symbols()
+                if len(syms) == 1 and d == Dim.of(syms[0]) and syms[0].name not in read:
+                    s = syms[0]
+                    read[s.name] = (p, a)
+                    var = dim_ident(s.name)
+                    L.append(f"const int64_t {var} = in->{p.shape_field}[{a}];")
+                    cond = f"{var} < {s.lo} || {var} > {s.hi}"
+                    if s.multiple > 1:
+                        cond += f" || {var} % {s.multiple} != 0"
+                    checks.append((cond, f"input '{p.name}' dim {a} ({s.name}) must be in {s.spec()}"))
+        for p in ranged_in:
+            ranged = dict(p.dims)
+            for a, size in enumerate(p.shape):
+                d = ranged.get(a, size)
+                if isinstance(d, Dim):
+                    missing = [s.name for s in d.symbols() if s.name not in read]
+                    if missing:
+                        raise AotcError(f"input {p.name!r}: dim {a} is {d}, and no input has {missing[0]!r} as a "
+                                        "dim of its own to read its size from",
+                                        "give that dimension a name of its own (--dim) on an input that has it")
+                    src, sa = read[d.symbols()[0].name]
+                    if (src, sa) == (p, a):
+                        continue
+                    checks.append((f"in->{p.shape_field}[{a}] != {c_dim(d)}",
+                                   f"input '{p.name}' dim {a} must be {d}"
+                                   + (f" (the size of input '{src.name}' dim {sa})" if d == Dim.of(d.symbols()[0])
+                                      else "")))
+                else:
+                    checks.append((f"in->{p.shape_field}[{a}] != {d}", f"input '{p.name}' dim {a} must be {d}"))
+        for var in sorted(dim_ident(n) for n in read):
+            L.append(f"(void){var};")
+        for k, (cond, message) in enumerate(checks):
+            L.append(f"if ({cond}) {fail(first_check + k)}")
+            self.messages.append(message)
+        for p in ranged_out:
+            ranged = dict(p.dims)
+            for a, size in enumerate(p.shape):
+                self.epilogue.append(f"out->{p.shape_field}[{a}] = {c_dim(ranged.get(a, size))};")
 
 
 def host_statements(program: Program, loop_head, launch, test, depth: int = 1, read_once: bool = False) -> list[str]:

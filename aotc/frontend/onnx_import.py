@@ -19,6 +19,7 @@ from onnx import AttributeProto, numpy_helper
 
 from ..errors import ModelError, ShapeError, UnsupportedError
 from ..ir import dtypes
+from ..ir.dims import Dim, Symbol, shape_symbols
 from ..ir.graph import Graph, Node, Subgraph, Value, subgraph_reads
 from .narrow import NARROW, narrow_edges, untyped_narrow_outputs, widen_array, widen_nodes
 from .operators import check_supported
@@ -189,21 +190,84 @@ def _value_info_type(vi: onnx.ValueInfoProto):
     return dt, dims
 
 
-def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[str, tuple] | None = None,
-                 consts: Mapping[str, np.ndarray] | None = None) -> Graph:
+def _value_info_dims(vi):
     try:
-        shapes = {k: tuple(int(d) for d in v) for k, v in (shapes or {}).items()}
+        return _value_info_type(vi)[1]
+    except Exception:
+        return None
+
+
+def _range_symbol(name: str, spec, flag: str) -> Symbol:
+    """A Symbol from (lo, hi) or (lo, hi, multiple)."""
+    try:
+        lo, hi, *rest = spec
+        if len(rest) > 1 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                                    for v in (lo, hi, *rest)):
+            raise ValueError
     except (TypeError, ValueError):
-        raise ShapeError(f"shapes must map input names to sequences of integers, not {shapes!r}") from None
+        raise ShapeError(f"{flag} {name}: a range is (lo, hi) or (lo, hi, multiple) of integers, not {spec!r}",
+                         "CLI: --dim seq=1..512, --shape x=1x3x32..960%32x32..960%32") from None
+    return Symbol(name, int(lo), int(hi), int(rest[0]) if rest else 1)
+
+
+def _shape_entries(name: str, dims) -> tuple:
+    """An input's --shape: ints, and ranges as (lo, hi[, multiple]) tuples."""
+    if isinstance(dims, (str, bytes)) or not hasattr(dims, "__iter__"):
+        raise ShapeError(f"shapes must map input names to sequences of dims, not {dims!r} for {name!r}")
+    out = []
+    for d in dims:
+        if isinstance(d, (tuple, list)):
+            _range_symbol(name, d, "--shape")
+            out.append(tuple(d))
+            continue
+        try:
+            if isinstance(d, bool) or int(d) != d:
+                raise ValueError
+        except (TypeError, ValueError):
+            raise ShapeError(f"shapes must map input names to sequences of integers or (lo, hi) ranges, "
+                             f"not {list(dims)!r} for {name!r}") from None
+        out.append(int(d))
+    return tuple(out)
+
+
+def _dim_of(sym: Symbol):
+    """A bound dim_param: its Dim, or the one size a range of one size has."""
+    return sym.lo if sym.lo == sym.hi else Dim.of(sym)
+
+
+def _spec(d) -> str:
+    return str(d) if isinstance(d, int) else _range_symbol("", d, "").spec()
+
+
+def _ranged(named: dict, sym_name: str, spec):
+    """The Dim of a ranged --shape entry: the model's dim_param at that place names it (shared with
+    every input naming it), else `<input>.<axis>`; a range of one size is that int."""
+    sym = _range_symbol(sym_name, spec, "--shape")
+    have = named.setdefault(sym_name, sym)
+    if have != sym:
+        raise ShapeError(f"dimension {sym_name!r} is bound to {have.spec()} and to {sym.spec()}",
+                         "inputs that share a dim_param share its range: give it once, with --dim")
+    return _dim_of(have)
+
+
+def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[str, tuple] | None = None,
+                 consts: Mapping[str, np.ndarray] | None = None, dims: Mapping[str, tuple] | None = None) -> Graph:
+    """The model as a Graph. `shapes` bind inputs' dims: an int each, or a range (lo, hi) or
+    (lo, hi, multiple) for a run-time dimension; `dims` bind the model's dim_params by name to
+    ranges (ir/dims.py)."""
+    shapes = {k: _shape_entries(k, v) for k, v in (shapes or {}).items()}
+    named = {k: _range_symbol(k, v, "dims") for k, v in (dims or {}).items()}
+    dim_flags = set(named)
     consts = dict(consts or {})
     opset = validate_model(model)
-    expanded = expand_schema_functions(expand_rewrites(model, shapes))
+    fixed = {k: v for k, v in shapes.items() if all(isinstance(d, int) for d in v)}
+    expanded = expand_schema_functions(expand_rewrites(model, fixed))
     if expanded is not model:
         model = expanded
         opset = validate_model(model)       # the bodies' nodes, against the model's opset
-    for k, dims in shapes.items():
-        if any(d < 0 for d in dims):
-            raise ShapeError(f"--shape {k}: dims {list(dims)} must not be negative")
+    for k, given in shapes.items():
+        if any(isinstance(d, int) and d < 0 for d in given):
+            raise ShapeError(f"--shape {k}: dims {list(given)} must not be negative")
     gp = model.graph
     g = Graph(name, opset)
     # opset per domain, for messages about nodes of other domains (custom ops)
@@ -253,15 +317,25 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
                     raise ShapeError(f"--shape {vi.name}: rank {len(given)} given, the model says {len(dims)}")
                 for k, (a, b) in enumerate(zip(given, dims)):
                     if isinstance(b, int) and b != a:
-                        raise ShapeError(f"--shape {vi.name}: dim {k} is {b} in the model, {a} given")
-            dims = list(given)
-        if dims is None or any(not isinstance(d, int) for d in dims):
+                        raise ShapeError(f"--shape {vi.name}: dim {k} is {b} in the model, {_spec(a)} given")
+            dims = [d if isinstance(d, int) else
+                    _ranged(named, dims[k] if dims is not None and isinstance(dims[k], str) and dims[k] != "?"
+                            else f"{vi.name}.{k}", d) for k, d in enumerate(given)]
+        elif dims is not None:
+            dims = [_dim_of(named[d]) if isinstance(d, str) and d in named else d for d in dims]
+        if dims is None or any(isinstance(d, str) for d in dims):
             shown = "?" if dims is None else "x".join(str(d) for d in dims)
             example = "1x3x224x224" if dims is None else "x".join(str(d) if isinstance(d, int) else "1" for d in dims)
-            unbound.append((vi.name, shown, example))
+            unbound.append((vi.name, shown, example, [d for d in dims or [] if isinstance(d, str) and d != "?"]))
             continue
         g.add_value(Value(vi.name, dt, tuple(dims)))
         g.inputs.append(vi.name)
+    declared = {d for vi in gp.input for d in (_value_info_dims(vi) or []) if isinstance(d, str)}
+    unused = sorted(dim_flags - declared)
+    if unused:
+        raise ShapeError(f"--dim names {', '.join(map(repr, unused))}, which no graph input declares",
+                         "the inputs' symbolic dims (dim_param) are: " + (", ".join(sorted(declared - {"?"})) or "none"))
+    g.symbols = {s.name: s for n in g.inputs for s in shape_symbols(g.values[n].shape)}
     nodes = []
     for k, n in enumerate(gp.node):
         attrs = {a.name: attr_value(a) for a in n.attribute}
@@ -271,13 +345,16 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
         # would not help
         check_supported(g, nodes)
         # every input that needs --shape at once, not one per attempt
-        flags = " ".join(f"--shape {name}={example}" for name, _, example in unbound)
-        what = ", ".join(f"{name!r} ({shown})" for name, shown, _ in unbound)
-        name, shown, _ = unbound[0]
+        flags = " ".join(f"--shape {name}={example}" for name, _, example, _ in unbound)
+        params = sorted({p for *_, ps in unbound for p in ps})
+        what = ", ".join(f"{name!r} ({shown})" for name, shown, _, _ in unbound)
+        name, shown, _, _ = unbound[0]
+        ranges = (" ".join(f"--dim {p}=1..N" for p in params) + " (Python: dims={...})") if params else \
+            "a range in --shape (1..N for a dim)"
         raise ShapeError(f"input {name!r} has unbound symbolic dimensions ({shown})" if len(unbound) == 1 else
                          f"inputs {what} have unbound symbolic dimensions",
                          f"fix them at compile time with {flags} (Python: shapes={{...}}), choosing the sizes "
-                         "you need")
+                         f"you need, or let them vary at run time within a range: {ranges}")
 
     narrow_outputs = {o.name: o.type.tensor_type.elem_type for o in gp.output
                       if o.type.HasField("tensor_type") and o.type.tensor_type.elem_type in NARROW}

@@ -32,7 +32,11 @@ class Value:
 
     @property
     def nbytes(self) -> int:
-        return self.size * np.dtype(self.dtype).itemsize
+        """Bytes at the capacity: a run-time dimension (ir/dims.py) counts at its upper bound."""
+        n = 1
+        for d in self.shape:
+            n *= d if isinstance(d, int) else d.hi
+        return n * np.dtype(self.dtype).itemsize
 
 
 @dataclass
@@ -132,6 +136,8 @@ class Graph:
         # values whose size along some axes is known only at run time: value -> {axis: the
         # int64[1] value holding that size} (aotc/passes/bounded.py)
         self.bounded: dict[str, dict[int, str]] = {}
+        # run-time dimensions (ir/dims.py): every Symbol the inputs' shapes use, by name
+        self.symbols: dict = {}
         self._counter = 0
 
     # -- construction -------------------------------------------------------------------
@@ -227,5 +233,6 @@ class Graph:
         g.source_opset = self.source_opset
         g.output_labels = dict(self.output_labels)
         g.bounded = {k: dict(v) for k, v in self.bounded.items()}
+        g.symbols = dict(self.symbols)
         g._counter = self._counter
         return g

@@ -1,6 +1,7 @@
 """Graph verifier: run after every pass so a broken pass is caught where it broke things."""
 from __future__ import annotations
 
+from .dims import Dim
 from .graph import Graph
 
 
@@ -36,8 +37,11 @@ def verify(g: Graph, where: str = "", typed: bool = True) -> None:
             if typed and o not in g.values:
                 raise VerifyError(f"{n.op_type} node {n.name!r} output {o!r} has no type{ctx}")
             v = g.values.get(o)
-            if typed and any((not isinstance(d, int)) or d < 0 for d in v.shape):
-                raise VerifyError(f"value {o!r} has a non-static shape {v.shape}{ctx}")
+            if typed and any(not (isinstance(d, int) and d >= 0 or
+                                  isinstance(d, Dim) and all(s.name in g.symbols for s in d.symbols()))
+                             for d in v.shape):
+                raise VerifyError(f"value {o!r} has a shape {v.shape} that is neither sizes nor the graph's "
+                                  f"run-time dims{ctx}")
             produced.add(o)
             defined.add(o)
     for o in g.outputs:

@@ -39,7 +39,8 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from ..ir import dtypes
-from .names import RESERVED
+from ..ir.dims import Dim
+from .names import RESERVED, c_ident
 
 I64 = dtypes.INT64
 I32 = dtypes.INT32
@@ -104,6 +105,61 @@ class Var(Expr):
     """A loop index or a local scalar."""
     name: str
     dtype: np.dtype = I64
+
+
+@dataclass(frozen=True, eq=False)
+class SizeVar(Var):
+    """The size of a run-time dimension (ir/dims.py Symbol `symbol`, in [lo, hi]): a parameter of
+    every kernel that reads it (`size_vars`), which the host program reads from the inputs'
+    shapes and checks before the first launch."""
+    symbol: str = ""
+    lo: int = 1
+    hi: int = 1
+
+
+def size_var(sym) -> SizeVar:
+    """The kernel IR variable of a run-time dimension's Symbol."""
+    return SizeVar(dim_ident(sym.name), I64, sym.name, sym.lo, sym.hi)
+
+
+def dim_ident(symbol: str) -> str:
+    """The C identifier of a run-time dimension's size in kernels and host programs."""
+    return "aotc_dim_" + c_ident(symbol)
+
+
+def dim_expr(d) -> Expr:
+    """A graph dimension as an index expression: an int as a constant, a Dim (a polynomial in
+    run-time sizes) as their sums and products."""
+    if not isinstance(d, Dim):
+        return const(int(d))
+    total: Expr = const(0)
+    for mono, coef in d.terms:
+        term: Expr = const(coef)
+        for sym in mono:
+            term = term * size_var(sym)
+        total = total + term
+    return total
+
+
+def upper_bound(e) -> int:
+    """The largest value of an index expression over the run-time sizes in it (each SizeVar at
+    its bound; sums and products of them, the only forms dim_expr makes): the capacity the
+    schedule sizes scratch and makes choices for."""
+    if isinstance(e, int):
+        return e
+    if isinstance(e, Const):
+        return int(e.value)
+    if isinstance(e, SizeVar):
+        return e.hi
+    if isinstance(e, BinOp) and e.op in ("+", "*"):
+        a, b = upper_bound(e.a), upper_bound(e.b)
+        return a + b if e.op == "+" else a * b
+    raise ValueError(f"no upper bound for {e!r}")
+
+
+def is_fixed(e) -> bool:
+    """Whether an extent is a number at compile time (not a run-time size)."""
+    return isinstance(e, int) or isinstance(e, Const)
 
 
 @dataclass(frozen=True, eq=False)
@@ -178,6 +234,8 @@ def const(v, dtype=None) -> Const:
 def wrap(x, like: Expr | None = None) -> Expr:
     if isinstance(x, Expr):
         return x
+    if isinstance(x, Dim):                 # a run-time dimension (ir/dims.py)
+        return dim_expr(x)
     if like is not None:
         return const(x, like.dtype)
     return const(x)
@@ -536,8 +594,13 @@ class Matrix:
         return Matrix(self.buf, self.offset, self.cs, self.rs, self.layout)
 
 
+def extent(x) -> Union[int, Expr]:
+    """A size as a Gemm or a Matrix holds it: an int, or an index expression of run-time sizes."""
+    return dim_expr(x) if isinstance(x, Dim) else x if isinstance(x, Expr) else int(x)
+
+
 def matrix(buf: Buffer, offset=0, rs: int = 0, cs: int = 1) -> Matrix:
-    return Matrix(buf, wrap(offset), int(rs), int(cs))
+    return Matrix(buf, wrap(offset), extent(rs), extent(cs))
 
 
 @dataclass(frozen=True, eq=False)
@@ -558,7 +621,7 @@ class GemmDest:
             off = off + wrap(ix) * st[d]
         rs = st[self.rows[-1]] if self.rows else 0
         cs = st[self.cols[-1]] if self.cols else 0
-        return Matrix(self.buf, off, rs, cs)
+        return Matrix(self.buf, off, extent(rs), extent(cs))
 
 
 @dataclass(eq=False)
@@ -636,6 +699,17 @@ class Kernel:
     def can_fail(self) -> bool:
         return any(isinstance(s, Fail) for s in walk_stmts(self.body))
 
+    @property
+    def size_vars(self) -> list["SizeVar"]:
+        """The run-time sizes the kernel reads (parameters after its buffers), by name."""
+        found = {}
+        for s in walk_stmts(self.body):
+            for e in stmt_exprs(s):
+                for x in walk_expr(e):
+                    if isinstance(x, SizeVar):
+                        found[x.name] = x
+        return [found[k] for k in sorted(found)]
+
 
 # ----------------------------------------------------------------------------- traversal
 def _fields(cls) -> tuple:
@@ -690,6 +764,7 @@ def stmt_exprs(s: Stmt) -> list:
                 out.append(BufPtr(m.direct.buf, m.direct.offset))
         if s.work is not None:
             out.append(s.work)
+        out += [x for x in (s.M, s.N, s.K) if isinstance(x, Expr)]
         return out + [z for z in (s.a_zero, s.b_zero) if z is not None]
     if isinstance(s, Mma):
         out = [s.frag, s.at] + [x for pair in (s.a, s.b) if pair is not None for x in pair]
@@ -933,7 +1008,7 @@ class Builder:
         operands make an integer Gemm (Gemm's doc), of (A - a_zero) . (B - b_zero)."""
         i, j = Var(self.fresh("i")), Var(self.fresh("j"))
         value = Var(self.fresh("acc"), I32 if a.buf.value_dtype.kind in "iu" else F32)
-        g = Gemm(int(M), int(N), int(K), a, b, dest.matrix(), accumulate, i, j, value, dest,
+        g = Gemm(extent(M), extent(N), extent(K), a, b, dest.matrix(), accumulate, i, j, value, dest,
                  result(value, i, j) if result is not None else None, a_zero=a_zero, b_zero=b_zero)
         self.emit(g)
         return g
@@ -964,7 +1039,7 @@ class _NestCtx:
             if d == 1:
                 idx.append(const(0))
                 continue
-            lp = Loop(Var(self.b.fresh(nm)), const(d), [], SERIAL, const(0), self.role, private=self.private)
+            lp = Loop(Var(self.b.fresh(nm)), wrap(d), [], SERIAL, const(0), self.role, private=self.private)
             self.b.emit(lp)
             self.b._stack.append(lp.body)
             self.depth += 1

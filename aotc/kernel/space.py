@@ -14,27 +14,49 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..ir.dims import Dim, lower, upper
 from .ir import Expr, const, wrap
 
 
-def _suffix_products(shape) -> list[int]:
+def _int(d):
+    """A dim as it is: an int, or a run-time Dim (ir/dims.py), which this module multiplies,
+    divides exactly and compares by value like an int."""
+    return d if isinstance(d, Dim) else int(d)
+
+
+def _suffix_products(shape) -> list:
     out, acc = [], 1
     for d in reversed(list(shape)):
-        acc *= int(d)
+        acc = acc * _int(d)
         out.append(acc)
     return out
 
 
-def _size(shape) -> int:
+def _size(shape):
     n = 1
     for d in shape:
-        n *= int(d)
+        n = n * _int(d)
     return n
+
+
+def _quotient(b, a):
+    """b / a when a divides b for every run-time size, else None."""
+    if isinstance(b, Dim):
+        return b.divide(a)
+    if isinstance(a, Dim):
+        return None
+    return b // a if b % a == 0 else None
+
+
+def _order(x):
+    """Sort key of the suffix products: by value, a run-time one by its bounds (a nesting
+    chain divides, so its values grow along it for every size)."""
+    return (upper(x), lower(x), str(x))
 
 
 class IndexSpace:
     def __init__(self, shapes: Sequence[Sequence[int]]):
-        shapes = [tuple(int(d) for d in s) for s in shapes]
+        shapes = [tuple(_int(d) for d in s) for s in shapes]
         sizes = {_size(s) for s in shapes}
         if len(sizes) != 1:
             raise ValueError(f"shapes {shapes} hold different numbers of elements")
@@ -43,12 +65,15 @@ class IndexSpace:
         if size == 0:                 # nothing to compute: one empty loop
             self.extents, self.strides = [0], [1]
             return
-        bounds = sorted({1, size} | {b for s in shapes for b in _suffix_products(s)})
+        bounds = sorted({1, size} | {b for s in shapes for b in _suffix_products(s)}, key=_order)
+        extents = []
         for a, b in zip(bounds, bounds[1:]):
-            if b % a:
+            q = _quotient(b, a)
+            if q is None:
                 raise ValueError(f"shapes {shapes} do not nest")
+            extents.append(q)
         # loop dims outermost first; stride of loop dim k = bounds[len - 2 - k]
-        self.extents = [bounds[k + 1] // bounds[k] for k in range(len(bounds) - 1)][::-1]
+        self.extents = extents[::-1]
         self.strides = bounds[:-1][::-1]
 
     @staticmethod
@@ -64,11 +89,17 @@ class IndexSpace:
         if self.size == 0:
             return [[] for _ in shape]
         st = _suffix_products(shape)[::-1]          # st[d] = product of shape[d:]
+        rank = {s: k for k, s in enumerate(self.strides)}      # loop dim of each stride
         out = []
         for d in range(len(shape)):
             hi = st[d]
             lo = st[d + 1] if d + 1 < len(shape) else 1
-            out.append([k for k, s in enumerate(self.strides) if lo <= s < hi and self.extents[k] > 1])
+            # the loop dims from the one of stride hi (exclusive; none when hi is the size) to lo
+            if lo not in rank:                  # lo is the size: this dim and the ones before it are 1
+                out.append([])
+                continue
+            first = rank[hi] + 1 if hi in rank else 0
+            out.append([k for k in range(first, rank[lo] + 1) if self.extents[k] != 1])
         return out
 
     def operand_strides(self, shape, operand_shape) -> list[int]:

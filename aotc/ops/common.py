@@ -6,15 +6,35 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ShapeError
+from ..ir.dims import RunTimeDim, is_dim, is_static, shape_text
 from ..ir.graph import Node, Value
 
 
 def broadcast(*shapes: Sequence[int], node: Node | None = None) -> tuple[int, ...]:
+    where = f" in {node.op_type} node {node.name!r}" if node else ""
+    if any(not is_static(s) for s in shapes):
+        return _broadcast_dims(shapes, where)
     try:
         return tuple(int(d) for d in np.broadcast_shapes(*[tuple(s) for s in shapes]))
     except ValueError:
-        where = f" in {node.op_type} node {node.name!r}" if node else ""
         raise ShapeError(f"shapes {[tuple(s) for s in shapes]} do not broadcast{where}") from None
+
+
+def _broadcast_dims(shapes, where: str) -> tuple:
+    """numpy's broadcasting where some dims are run-time ones (ir/dims.py): a run-time dim
+    broadcasts with 1 and with itself; with another size it would need a run-time rule."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for k in range(rank):
+        ds = {s[k - rank + len(s)] for s in shapes if k - rank + len(s) >= 0} - {1}
+        if len(ds) > 1:
+            shown = [shape_text(s) for s in shapes]
+            if all(isinstance(d, int) for d in ds):
+                raise ShapeError(f"shapes {shown} do not broadcast{where}")
+            raise RunTimeDim(f"shapes {shown} broadcast only where {' == '.join(map(str, ds))}{where}",
+                             "aotc does not check such equalities at run time yet: bind the dims to one --dim name")
+        out.append(ds.pop() if ds else 1)
+    return tuple(out)
 
 
 def norm_axis(axis: int, rank: int, node: Node | None = None) -> int:
@@ -30,9 +50,10 @@ def same_as_input(node: Node, ins: list[Value | None]):
 
 
 def prod(xs) -> int:
+    """The product of sizes: an int, or a Dim where run-time dims take part (ir/dims.py)."""
     n = 1
     for x in xs:
-        n *= int(x)
+        n = n * (x if is_dim(x) else int(x))
     return n
 
 

@@ -130,7 +130,7 @@ def _lower_gemm(node, ctx):
            result=result if (alpha != 1.0 or C is not None) else None)
 
 
-@register("Gemm", lower=_lower_gemm, bounded_rule="gemm")
+@register("Gemm", lower=_lower_gemm, bounded_rule="gemm", run_time_dims=True)
 def _gemm_infer(node, ins):
     M, N, _, _, _ = _gemm_dims(node, ins[0].shape, ins[1].shape)
     if len(ins) > 2 and ins[2] is not None:

@@ -286,7 +286,7 @@ def _fold_coerced(node, ins):
 
 
 register(["Softmax", "LogSoftmax", "Hardmax"], lower=_lower_softmax, fold=_fold_coerced,
-         bounded_rule="along_axis")(_softmax_infer)
+         bounded_rule="along_axis", run_time_dims=True)(_softmax_infer)
 
 
 # ----------------------------------------------------------------------------- LayerNormalization

@@ -71,6 +71,13 @@ class OpDef:
     # index_inputs(node, ins) -> {position: the exclusive bound of the values it takes}, ins
     # the input Values where known (check/inputs.py draws from [0, bound))
     index_inputs: Optional[Callable] = None
+    # takes inputs with run-time dimensions (ir/dims.py): its infer and lower functions compute
+    # with Dim entries (elementwise ops do without saying); an op without it refuses them, by name
+    run_time_dims: bool = False
+
+    @property
+    def takes_run_time_dims(self) -> bool:
+        return self.run_time_dims or self.pointwise is not None
 
 
 _REGISTRY: dict[str, OpDef] = {}

@@ -10,6 +10,7 @@ from collections import deque
 import numpy as np
 
 from ..errors import AotcError, ShapeError, UnsupportedError
+from ..ir import dims
 from ..ir.bounded import Bound
 from ..ir.graph import Graph, Value
 from ..ir.internal import IF_MERGE
@@ -69,15 +70,24 @@ def _infer_node(g: Graph, n, work: deque, kept: list, bounds: dict, branches: di
         raise UnsupportedError([f"{n.op_type} (domain {n.domain or 'ai.onnx'}) in node {n.name!r}"],
                                "see docs/ONNX_SUPPORT.md for the operators aotc compiles", what="operator(s)")
     ins = [g.values[i] if i else None for i in n.inputs]
+    ranged = [v for v in ins if v is not None and not dims.is_static(v.shape)]
+    if ranged and not op.takes_run_time_dims:
+        v = ranged[0]
+        raise dims.RunTimeDim(f"{n.op_type} node {n.name!r} does not take run-time dimensions yet: its input "
+                              f"{v.name!r} is {dims.shape_text(v.shape)}",
+                              "compile with this dimension fixed (--shape), or see docs/DESIGN.md "
+                              "'Run-time dimensions' for the operators that take them")
     try:
         types = op.infer(n, ins)
+    except dims.RunTimeDim as e:
+        raise dims.RunTimeDim(f"{n.op_type} node {n.name!r}: {e.message}", e.hint) from e
     except AotcError:
         raise
     except Exception as e:
         raise ShapeError(f"cannot infer the output shape of {n.op_type} node {n.name!r}: {e}") from None
     for o, (dt, shape) in zip(n.outputs, types):
         if o:
-            g.values[o] = Value(o, np.dtype(dt), tuple(int(d) for d in shape))
+            g.values[o] = Value(o, np.dtype(dt), tuple(d if dims.is_dim(d) else int(d) for d in shape))
     out_bounds = bounded.node_bounds(g, n, bounds)
     run_time = any(b is not None and b.axes and not b.shape for b in out_bounds)
     for o, b in zip(n.outputs, out_bounds):

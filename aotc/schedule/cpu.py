@@ -30,14 +30,15 @@ import numpy as np
 
 from ..errors import AotcError
 from ..kernel.ir import (F32, PARALLEL, REDUCTION, SERIAL, SPATIAL, VECTORIZED, Assign, BinOp, BufPtr, Buffer, Call,
-                         CallStmt, Cast, Const, Decl, Expr, Fail, Gemm, If, Load, Loop, Rewriter, Select, Stmt, Store,
+                         CallStmt, Cast, Const, Decl, Expr, Fail, Gemm, If, Load, Loop, Rewriter, Select, SizeVar, Stmt, Store,
                          Var, children, const, map_stmts, replace_buffers, same_expr, stmt_exprs, walk_buffers,
                          walk_expr, walk_stmts)
 from ..kernel.integer_gemm import expand_integer_gemm
 from ..kernel.retype import widen_accumulators
 from ..targets import Target
 from .direct import drop_unused_scratch, read_im2col_directly
-from .gemm_cpu import ConstPacker, GemmTiles, choose_split, epilogue_in_tile, gemm_macs, packs_im2col, swap_orientation
+from .gemm_cpu import (ConstPacker, GemmTiles, capacity, choose_split, epilogue_in_tile, gemm_macs, packs_im2col,
+                       swap_orientation)
 
 # a loop of unknown trip count (bounds from data or from outer indices) counts as this many
 UNKNOWN_TRIPS = 8
@@ -60,7 +61,7 @@ def schedule_cpu(graph, steps, target: Target, threads: int) -> None:
         k = st.kernel
         # (a GEMM computed transposed reads B as its A: that one keeps the im2col buffer)
         k.body = read_im2col_directly(k.body, lambda g: im2col and packs_im2col(g, target.gemm) and
-                                      not tiles.prefers_transposed(g.M, g.N, g.K))
+                                      not tiles.prefers_transposed(*capacity(g)))
         k.body = _Gemms(st, packer, tiles, threads, min_gemm, in_tile, line).stmts(k.body)
         drop_unused_scratch(k)
         if threads > 1:
@@ -117,7 +118,7 @@ def _c_dead(gm: Gemm, st) -> bool:
 
 def _schedule_gemm(gm: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int, min_gemm: int,
                    in_tile: bool, line: int) -> Gemm:
-    if tiles.prefers_transposed(gm.M, gm.N, gm.K):
+    if tiles.prefers_transposed(*capacity(gm)):
         gm = swap_orientation(gm)
     pa = packer.pack(st, gm, "a", loops)
     if pa is not None:
@@ -126,7 +127,7 @@ def _schedule_gemm(gm: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, t
         pb = packer.pack(st, gm, "b", loops)
         if pb is not None:
             gm = replace(gm, b=pb)
-    gm = _on_threads(gm, tiles, threads, min_gemm, tiles.work_floats(gm.M, gm.N, gm.K, gm.a.packed, gm.b.packed), line)
+    gm = _on_threads(gm, tiles, threads, min_gemm, tiles.work_floats(*capacity(gm), gm.a.packed, gm.b.packed), line)
     return replace(gm, tile_epilogue=in_tile and epilogue_in_tile(gm, tiles))
 
 
@@ -160,7 +161,7 @@ def _schedule_integer_gemm(gm: Gemm, loops, st, packer: ConstPacker, tiles: Gemm
             gm = replace(gm, **{signed[0]: packed}, a_zero=None, b_zero=None)
             if sums is not None:
                 gm = _less_zero_point(gm, z, sums, st.kernel.fresh)
-            work_bytes = tiles.int8_work_bytes(gm.M, gm.N, gm.K, gm.a.packed, gm.b.packed)
+            work_bytes = tiles.int8_work_bytes(*capacity(gm), gm.a.packed, gm.b.packed)
             gm = _on_threads(gm, tiles, threads, min_gemm, -(-work_bytes // 4), line)   # (the scratch is floats)
             return [replace(gm, tile_epilogue=in_tile and epilogue_in_tile(gm, tiles, c_dead))]
     return expand_integer_gemm(gm, st.kernel.fresh)
@@ -230,7 +231,8 @@ def work_estimate(stmts: list[Stmt], bounds: dict | None = None) -> int:
         elif isinstance(s, If):
             total += 1 + max(work_estimate(s.then, dict(bounds)), work_estimate(s.orelse, dict(bounds)))
         elif isinstance(s, Gemm):
-            total += gemm_macs(s) // 16 + s.M * s.N * max(work_estimate(s.epilogue), 1)
+            M, N, _ = capacity(s)
+            total += gemm_macs(s) // 16 + M * N * max(work_estimate(s.epilogue), 1)
         elif isinstance(s, (Store, Assign, CallStmt)):
             total += _cost(s)
     return total
@@ -246,6 +248,8 @@ def _upper(e, bounds: dict):
     """An upper bound of an integer expression, or None."""
     if isinstance(e, Const):
         return e.value if isinstance(e.value, int) else None
+    if isinstance(e, SizeVar):
+        return e.hi                    # a run-time size: its bound
     if isinstance(e, Var):
         return bounds.get(e.name)
     if isinstance(e, BinOp):
@@ -259,10 +263,18 @@ def _upper(e, bounds: dict):
             return max(a, b)
         if e.op == "+":
             return a + b
+        if e.op == "*" and a >= 0 and b >= 0 and _nonnegative(e.a) and _nonnegative(e.b):
+            return a * b
     if isinstance(e, Select):
         a, b = _upper(e.a, bounds), _upper(e.b, bounds)
         return max(a, b) if a is not None and b is not None else None
     return None
+
+
+def _nonnegative(e) -> bool:
+    """Sizes and their sums and products (a run-time extent of dim_expr's making)."""
+    return isinstance(e, SizeVar) or (isinstance(e, Const) and isinstance(e.value, int) and e.value >= 0) or \
+        (isinstance(e, BinOp) and e.op in ("+", "*") and _nonnegative(e.a) and _nonnegative(e.b))
 
 
 # a parallel region inside an ordered loop (an RNN's time steps) runs once per iteration and

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import AotcError
 from ..kernel.ir import (Assign, Decl, Expr, Gemm, Load, Loop, Matrix, Stmt, Store, children, const, evaluate,
-                         expr_vars, walk_expr)
+                         expr_vars, upper_bound, walk_expr)
 from ..targets import GemmConfig, Target
 
 @dataclass(frozen=True)
@@ -205,12 +205,21 @@ def packs_im2col(gm: Gemm, gemm: GemmConfig) -> bool:
     d = gm.b.direct
     if d is None:
         return False
-    return gm.K >= gemm.im2col_min_channels * d.window.kernel[0] * d.window.kernel[1] or gm.M >= gemm.im2col_min_rows \
-        or gm.K * gm.N * 4 > gemm.im2col_max_buffer
+    M, N, K = capacity(gm)
+    return K >= gemm.im2col_min_channels * d.window.kernel[0] * d.window.kernel[1] or M >= gemm.im2col_min_rows \
+        or K * N * 4 > gemm.im2col_max_buffer
+
+
+def capacity(gm: Gemm) -> tuple[int, int, int]:
+    """M, N and K at their largest: a run-time size (kernel/ir.py SizeVar) at its bound. The
+    schedule's choices (orientation, packing, threads, tiles) and its scratch are made for
+    these until choices per size class exist (docs/journal/run-time-dims-plan.md)."""
+    return upper_bound(gm.M), upper_bound(gm.N), upper_bound(gm.K)
 
 
 def gemm_macs(gm: Gemm) -> int:
-    return gm.M * gm.N * max(gm.K, 1)
+    M, N, K = capacity(gm)
+    return M * N * max(K, 1)
 
 
 def swap_orientation(gm: Gemm) -> Gemm:
@@ -335,7 +344,8 @@ def choose_split(gm: Gemm, tiles: GemmTiles, threads: int) -> str:
     when the operand it does not split is larger than the last-level cache, reading all of it
     from memory (a language model's head: 64 rows of A times a 768 x 50257 B, where every
     thread streaming the whole of B made two threads 1.64x as fast as one, not 2x)."""
-    M, N, K = gm.M, gm.N, max(gm.K, 1)
+    M, N, K = capacity(gm)
+    K = max(K, 1)
     pack_weight = 16          # one packed float costs about this many multiply-adds (measured loosely)
     stream_weight = 8         # one float read from memory costs about this many (loosely: ~10 GB/s a core)
     row_panels, col_panels = -(-M // tiles.mr), -(-N // tiles.nr)
@@ -376,7 +386,8 @@ def epilogue_in_tile(gm: Gemm, tiles: GemmTiles, c_dead: bool = False) -> bool:
         requantized into another buffer), so that what whole tiles leave in it is never read.
     An integer GEMM's tile has rows only: its C needs contiguous columns."""
     stmts = gm.row_epilogue + gm.epilogue
-    if not gm.epilogue or gm.M < tiles.mr or gm.N < tiles.nr or 1 not in (gm.c.cs, gm.c.rs) \
+    M, N, _ = capacity(gm)
+    if not gm.epilogue or M < tiles.mr or N < tiles.nr or 1 not in (gm.c.cs, gm.c.rs) \
             or gm.c.layout != "strided" \
             or not all(isinstance(s, (Store, Decl, Assign)) for s in stmts) or (gm.integer and gm.c.cs != 1):
         return False
@@ -394,7 +405,8 @@ def _stores_c_everywhere(gm: Gemm, stmts: list) -> bool:
     stores = [s for s in stmts if isinstance(s, Store) and s.buf is gm.c.buf]
     if not stores or any(isinstance(s, Assign) and s.var.dtype.kind in "iu" for s in stmts):
         return False
-    samples = {(0, 0), (gm.M - 1, gm.N - 1), (gm.M // 2, gm.N // 3), (min(1, gm.M - 1), gm.N - 1), (gm.M - 1, 0)}
+    M, N, _ = capacity(gm)
+    samples = {(0, 0), (M - 1, N - 1), (M // 2, N // 3), (min(1, M - 1), N - 1), (M - 1, 0)}
     exprs = [gm.c.offset] + [s.index for s in stores] + [s.init for s in stmts if isinstance(s, Decl)]
     outer = {v for e in exprs for v in expr_vars(e)} - {s.var.name for s in stmts if isinstance(s, Decl)}
     for i, j in samples:

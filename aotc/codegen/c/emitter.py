@@ -15,7 +15,7 @@ from ...program.ir import Launch, Program, Slot
 from ...schedule.gemm_cpu import GemmTiles
 from ...targets import Target
 from ..abi import bounded_epilogue, ctype, ports
-from ..host import c_string, host_statements, strerror_function
+from ..host import RunTimeDims, c_string, host_statements, strerror_function
 from ..weights_check import read_weights_call
 from .printer import CPrinter, uses_pool
 
@@ -64,7 +64,11 @@ def emit_source(prefix: str, g: Graph, program: Program, plan: MemoryPlan, exter
     if not external:
         L.append(f"extern const uint64_t {prefix}_weights_data[];")
         L.append("")
-    L += _execute(prefix, program, in_fields, out_fields, bounded_epilogue(program, ports(g, g.outputs), lambda off: f"*(const int64_t *)(ws + {off})"))
+    dims = RunTimeDims(ports(g, g.inputs), ports(g, g.outputs),
+                       lambda k: f"{{ if (failed) *failed = {k}; return AOTC_ERR_SHAPE; }}",
+                       sum(1 for _ in program.launches()))
+    L += _execute(prefix, program, in_fields, out_fields,
+                  bounded_epilogue(program, ports(g, g.outputs), lambda off: f"*(const int64_t *)(ws + {off})"), dims)
     draw = "" if program.draw is None else ", 0"       # a stateless run: draw number 0
     flush = not target.numerics.ieee_subnormals
     L += [f"int {prefix}_run_with_weights(const void *weights, const {prefix}_inputs *in, {prefix}_outputs *out,",
@@ -79,11 +83,12 @@ def emit_source(prefix: str, g: Graph, program: Program, plan: MemoryPlan, exter
         L += [f"    return {prefix}_run_with_weights({prefix}_weights_data, in, out, workspace);"]
     L += ["}", ""]
     L += strerror_function(prefix)
-    L += _model_functions(prefix, external, program, flush)
+    L += _model_functions(prefix, external, program, flush, dims.messages)
     return "\n".join(L)
 
 
-def _execute(prefix: str, program: Program, in_fields: dict, out_fields: dict, epilogue: list[str]) -> list[str]:
+def _execute(prefix: str, program: Program, in_fields: dict, out_fields: dict, epilogue: list[str],
+             dims: RunTimeDims) -> list[str]:
     """The run function: every launch of the program, in order, with constant offsets."""
     P = prefix.upper()
     draws = program.draw is not None
@@ -105,6 +110,7 @@ def _execute(prefix: str, program: Program, in_fields: dict, out_fields: dict, e
     L.append("        return AOTC_ERR_NULL_ARGUMENT;")
     L.append(f"    if (({P}_WORKSPACE_BYTES && (uintptr_t)workspace % {P}_WORKSPACE_ALIGN) || ((uintptr_t)weights % 8))")
     L.append("        return AOTC_ERR_MISALIGNED;")
+    L += ["    " + line for line in dims.prologue]
     if draws:
         L.append(f"    *(uint64_t *)(ws + {program.draw}) = draw;      /* read by the random ops' kernels */")
 
@@ -112,7 +118,7 @@ def _execute(prefix: str, program: Program, in_fields: dict, out_fields: dict, e
         k = op.kernel
         params = k.params + k.scratch
         args = [_pointer(s, p.dtype, p.role, in_fields, out_fields) for s, p in zip(op.args, params)]
-        args += list(op.scalars)
+        args += list(op.scalars) + [v.name for v in k.size_vars]
         if uses_pool(k):
             args.append("pool")
         call = f"{k.name}({', '.join(args)})"
@@ -130,15 +136,18 @@ def _execute(prefix: str, program: Program, in_fields: dict, out_fields: dict, e
         return f"*(const unsigned char *){_pointer(slot, np.bool_, 'in', in_fields, out_fields)}"
 
     L += host_statements(program, lambda var, n: f"for (int64_t {var} = 0; {var} < {n}; ++{var})", launch, test)
-    L += ["    " + line for line in epilogue]
+    L += ["    " + line for line in epilogue + dims.epilogue]
     L += ["    return AOTC_OK;", "}", ""]
     return L
 
 
-def failure_table(prefix: str, program: Program) -> list[str]:
-    """Which ONNX nodes each launch computes, for <name>_failure and <name>_profile."""
+def failure_table(prefix: str, program: Program, checks: list[str] = ()) -> list[str]:
+    """Which ONNX nodes each launch computes, for <name>_failure and <name>_profile; after them,
+    the words of the run's shape checks (codegen/host.py RunTimeDims), for <name>_failure."""
     names = [ln.kernel.name + ": " + ln.kernel.comment for ln in program.launches()]
-    L = [f"#define {prefix.upper()}_KERNELS {max(len(names), 1)}",
+    n_kernels = len(names)
+    names += [f"shape check: {c}" for c in checks]
+    L = [f"#define {prefix.upper()}_KERNELS {max(n_kernels, 1)}",
          f"static const char *const {prefix}_kernel_names[] = {{"]
     L += [f"    \"{c_string(n, 200)}\"," for n in names] or ["    \"\","]
     L += ["};", ""]
@@ -156,10 +165,10 @@ def _run_execute(prefix: str, args: str, flush: bool) -> list[str]:
             f"    int status = {call};", "    aotc_fpenv_restore(fpenv);", "    return status;"]
 
 
-def _model_functions(prefix: str, external: bool, program: Program, flush: bool) -> list[str]:
+def _model_functions(prefix: str, external: bool, program: Program, flush: bool, checks: list[str]) -> list[str]:
     P = prefix.upper()
     draws = program.draw is not None
-    L = failure_table(prefix, program)
+    L = failure_table(prefix, program, checks)
     L += [f"struct {prefix}_model {{",
           "    void *workspace_raw;", "    void *workspace;", "    void *weights_raw;", "    const void *weights;",
           "    aotc_pool *pool;", "    int failed;              /* kernel index of the last failure, -1: none */",

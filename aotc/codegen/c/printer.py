@@ -69,6 +69,7 @@ class CPrinter(CStylePrinter):
         return f"{q}{self.type_name(buf.dtype)} *{buf.name}"
 
     def kernel_header(self, k: Kernel, params: list[str]) -> list[str]:
+        params = params + [f"int64_t {v.name}" for v in k.size_vars]      # run-time sizes
         if uses_pool(k):
             params = params + ["aotc_pool *pool"]
         ret = "int" if k.can_fail else "void"
@@ -178,10 +179,13 @@ class CPrinter(CStylePrinter):
         kept as one (8-bit operands, its constant one packed), of aotc_igemm."""
         pad = self.indent * ind
         A, B, C = s.a, s.b, s.c
-        fields = [("M", str(s.M)), ("N", str(s.N)), ("K", str(s.K)),
-                  ("A", self.expr(_ptr(A))), ("rsa", str(A.rs)), ("csa", str(A.cs)),
-                  ("B", self.expr(_ptr(B))), ("rsb", str(B.rs)), ("csb", str(B.cs)),
-                  ("C", self.expr(_ptr(C))), ("rsc", str(C.rs)), ("csc", str(C.cs)),
+        def num(x) -> str:               # an int, or an expression of run-time sizes
+            return str(x) if isinstance(x, int) else self.expr(x)
+
+        fields = [("M", num(s.M)), ("N", num(s.N)), ("K", num(s.K)),
+                  ("A", self.expr(_ptr(A))), ("rsa", num(A.rs)), ("csa", num(A.cs)),
+                  ("B", self.expr(_ptr(B))), ("rsb", num(B.rs)), ("csb", num(B.cs)),
+                  ("C", self.expr(_ptr(C))), ("rsc", num(C.rs)), ("csc", num(C.cs)),
                   ("accumulate", "1" if s.accumulate else "0"),
                   ("split", f"AOTC_GEMM_SPLIT_{s.split.upper()}" if s.parallel else "AOTC_GEMM_SPLIT_NONE")]
         if s.integer:

@@ -1,0 +1,239 @@
+"""Run-time dimensions (aotc/ir/dims.py, issue 28): one artifact for every size in a declared range.
+
+A model exported by torch.onnx with a dynamic batch axis, compiled once with --dim batch=1..64
+(or a ranged --shape), is run at both ends and at sizes between against ONNX Runtime on fresh
+random inputs, at 1 and 2 threads; its workspace is the fixed build's at the largest size; a C
+program drives the ABI (the inputs' <input>_shape, the outputs' <output>_shape) at two sizes
+from one library; sizes outside the range and shapes that disagree are refused by the Python
+loader (InputError) and, with the loader's check bypassed, by the run itself (AOTC_ERR_SHAPE,
+<name>_failure naming the input, the axis and the rule). The Dim arithmetic that shape
+inference uses, the CLI's parsing, the hints for unbound dims, and the refusals (an op that does
+not take run-time dims yet, a GPU target) are checked here too."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper
+
+from aotc.api import load
+from aotc.build.loader import Library
+from aotc.check.runner import run_check
+from aotc.compiler import compile_model
+from aotc.errors import AotcError, InputError, ShapeError
+from aotc.ir.dims import Dim, RunTimeDim, Symbol, parse_range
+
+CC = shutil.which("cc") or shutil.which("gcc")
+
+
+# ----------------------------------------------------------------------------- the Dim algebra
+def test_dim_arithmetic_and_bounds():
+    seq, batch = Symbol("seq", 1, 512), Symbol("batch", 2, 8, 2)
+    s, b = Dim.of(seq), Dim.of(batch)
+    assert s - s == 0 and isinstance(s - s, int)          # a constant is an int, never a Dim
+    assert str(12 * b * s) == "12*batch*seq" and (12 * b * s) // 12 == b * s
+    assert (s * 64) // (s * 8) == 8 and (2 * s + 1).hi == 1025 and (2 * s + 1).lo == 3
+    assert (b * s).hi == 8 * 512 and (b * s).lo == 2
+    assert s * 3 == 3 * s and hash(s * 3) == hash(3 * s) and s != b and s != 1
+    assert b % 2 == 0 and (b + 1) % 2 == 1 and s >= 1 and not (s > 512)
+    assert (s * 4).divide(8) is None
+    with pytest.raises(RunTimeDim):
+        int(s)
+    with pytest.raises(RunTimeDim):
+        _ = s > 5                      # depends on the size
+    with pytest.raises(RunTimeDim):
+        _ = s // 3
+    assert seq.sizes() == [1, 256, 512] and batch.sizes() == [2, 4, 8]
+    assert Symbol("x.2", 32, 960, 32).sizes() == [32, 480, 960]
+    with pytest.raises(ShapeError):
+        Symbol("bad", 0, 4)
+    with pytest.raises(ShapeError):
+        Symbol("bad", 4, 3)
+    with pytest.raises(ShapeError):
+        Symbol("bad", 3, 64, 32)       # does not start on a multiple
+    assert parse_range("7") == 7 and parse_range("1..512") == (1, 512) and parse_range("32..960%32") == (32, 960, 32)
+    with pytest.raises(ValueError):
+        parse_range("1..x")
+
+
+# ----------------------------------------------------------------------------- a real exporter's model
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory) -> Path:
+    """Linear -> GELU -> Linear -> Softmax, exported by torch.onnx (its default, dynamo exporter)
+    with a dynamic batch axis."""
+    torch = pytest.importorskip("torch")
+
+    class MLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l1, self.l2 = torch.nn.Linear(64, 96), torch.nn.Linear(96, 24)
+
+        def forward(self, x):
+            return torch.softmax(self.l2(torch.nn.functional.gelu(self.l1(x))), -1)
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("mlp") / "mlp.onnx"
+    batch = torch.export.Dim("batch", min=1, max=64)
+    torch.onnx.export(MLP().eval(), (torch.randn(4, 64),), str(path), input_names=["x"], output_names=["y"],
+                      dynamic_shapes={"x": {0: batch}}, dynamo=True, external_data=False)
+    return path
+
+
+def _ort(path: Path, feeds: dict) -> list:
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mlp_over_batch_matches_onnxruntime(mlp, tmp_path, threads):
+    out = compile_model(mlp, target="c", output_dir=tmp_path / "out", name="mlp", dims={"batch": (1, 64)},
+                        threads=threads)
+    m = load(out, threads=threads)
+    rng = np.random.default_rng(threads)
+    for batch in (1, 2, 7, 33, 64):
+        x = rng.standard_normal((batch, 64)).astype(np.float32)
+        (y,) = m.run({"x": x})
+        (want,) = _ort(mlp, {"x": x})
+        assert y.shape == (batch, 24)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["inputs"][0]["dims"] == [{"axis": 0, "dim": "batch", "min": 1, "max": 64, "multiple": 1}]
+    assert manifest["outputs"][0]["shape"] == [64, 24]        # its capacity
+
+
+def test_workspace_is_the_fixed_build_at_the_largest_size(mlp, tmp_path):
+    ranged = compile_model(mlp, target="c", output_dir=tmp_path / "r", shapes={"x": ((1, 64), 64)}, threads=1)
+    fixed = compile_model(mlp, target="c", output_dir=tmp_path / "f", shapes={"x": (64, 64)}, threads=1)
+    mr, mf = (json.loads((d / "manifest.json").read_text()) for d in (ranged, fixed))
+    assert mr["workspace_bytes"] == mf["workspace_bytes"] > 0
+    assert mr["memory_plan"]["arena_bytes"] == mr["memory_plan"]["lower_bound_bytes"]
+
+
+def test_out_of_range_sizes_are_refused(mlp, tmp_path):
+    out = compile_model(mlp, target="c", output_dir=tmp_path / "out", name="mlp", dims={"batch": (2, 64, 2)},
+                        threads=1)
+    m = load(out)
+    for shape in ((1, 64), (3, 64), (66, 64), (4, 63), (4, 64, 1)):
+        with pytest.raises(InputError, match="input 'x'"):
+            m.run({"x": np.ones(shape, np.float32)})
+    # the run's own checks, with the loader's bypassed: a status, and <name>_failure's words
+    lib = Library(out)
+    inst = lib.create(threads=1)
+    for shape, rule in (((66, 64), r"dim 0 \(batch\) must be in 2..64%2"), ((3, 64), "2..64%2"),
+                        ((4, 63), "dim 1 must be 64")):
+        with pytest.raises(InputError, match=rule):
+            lib.run(inst, [np.ones(shape, np.float32)])
+    (y,) = lib.run(inst, [np.ones((6, 64), np.float32)])      # and the instance still runs
+    assert y.shape == (6, 24)
+
+
+@pytest.mark.skipif(CC is None, reason="no C compiler")
+def test_c_program_runs_two_sizes_from_one_library(mlp, tmp_path):
+    out = compile_model(mlp, target="c", output_dir=tmp_path / "out", name="mlp", dims={"batch": (1, 16)},
+                        threads=1)
+    header = (out / "mlp.h").read_text()
+    assert "#define MLP_X_DIM0_MIN 1" in header and "#define MLP_X_DIM0_MAX 16" in header
+    assert "int64_t x_shape[2];" in header and "int64_t y_shape[2];" in header
+    rng = np.random.default_rng(5)
+    xs = {b: rng.standard_normal((b, 64)).astype(np.float32) for b in (3, 16)}
+    for b, x in xs.items():
+        x.tofile(tmp_path / f"x{b}.bin")
+    (tmp_path / "main.c").write_text(r'''
+#include <stdio.h>
+#include <stdlib.h>
+#include "mlp.h"
+int main(int argc, char **argv) {
+    mlp_model *m;
+    if (mlp_create(NULL, &m) != AOTC_OK) return 1;
+    for (int a = 1; a < argc; a++) {
+        int64_t batch = atoi(argv[a]);
+        static float x[MLP_X_DIM0_MAX * 64], y[MLP_X_DIM0_MAX * 24];
+        char name[64];
+        snprintf(name, sizeof name, "x%d.bin", (int)batch);
+        FILE *f = fopen(name, "rb");
+        if (!f || fread(x, sizeof(float), batch * 64, f) != (size_t)(batch * 64)) return 2;
+        fclose(f);
+        mlp_inputs in = { .x = x, .x_shape = { batch, 64 } };
+        mlp_outputs out = { .y = y };
+        if (mlp_invoke(m, &in, &out) != AOTC_OK) return 3;
+        snprintf(name, sizeof name, "y%d.bin", (int)batch);
+        f = fopen(name, "wb");
+        fwrite(y, sizeof(float), out.y_shape[0] * out.y_shape[1], f);
+        fclose(f);
+        printf("%lld %lld\n", (long long)out.y_shape[0], (long long)out.y_shape[1]);
+    }
+    static float x1[1], y1[1];          /* never read: the shape check fails first */
+    mlp_inputs bad = { .x = x1, .x_shape = { MLP_X_DIM0_MAX + 1, 64 } };
+    mlp_outputs o = { .y = y1 };
+    int status = mlp_invoke(m, &bad, &o);
+    printf("%d %s\n", status, mlp_failure(m));
+    mlp_destroy(m);
+    return 0;
+}
+''')
+    exe = tmp_path / "main"
+    subprocess.run([CC, "-O1", "-o", str(exe), str(tmp_path / "main.c"), f"-I{out}", f"-L{out}", "-lmlp",
+                    f"-Wl,-rpath,{out}"], check=True)
+    res = subprocess.run([str(exe), "3", "16"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    lines = res.stdout.splitlines()
+    assert lines[:2] == ["3 24", "16 24"]
+    assert lines[2] == "17 shape check: input 'x' dim 0 (batch) must be in 1..16"     # AOTC_ERR_SHAPE
+    for b, x in xs.items():
+        y = np.fromfile(tmp_path / f"y{b}.bin", np.float32).reshape(b, 24)
+        np.testing.assert_allclose(y, _ort(mlp, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_check_runs_several_sizes(mlp, tmp_path):
+    res = run_check(mlp, target="c", dims={"batch": (1, 40)}, threads=1)
+    assert res.passed and [o.name for o in res.outputs] == ["y [batch=1]", "y [batch=20]", "y [batch=40]"]
+    res = run_check(mlp, target="c", shapes={"x": ((1, 40), 64)}, sizes={"batch": [5, 9]}, threads=1)
+    assert res.passed and [o.shape for o in res.outputs] == [[5, 24], [9, 24]]
+    with pytest.raises(InputError, match="outside 1..40"):
+        run_check(mlp, target="c", dims={"batch": (1, 40)}, sizes={"batch": [41]}, threads=1)
+
+
+# ----------------------------------------------------------------------------- the front door
+def test_unbound_dims_hint_names_both_forms(mlp, tmp_path):
+    with pytest.raises(ShapeError) as e:
+        compile_model(mlp, target="c", output_dir=tmp_path / "out")
+    assert "--shape x=1x64" in e.value.hint and "--dim batch=1..N" in e.value.hint
+
+
+def test_binding_errors(mlp, tmp_path):
+    with pytest.raises(ShapeError, match="'seq', which no graph input declares"):
+        compile_model(mlp, target="c", output_dir=tmp_path / "o", dims={"batch": (1, 4), "seq": (1, 4)})
+    with pytest.raises(ShapeError, match="bound to 1..4 and to 1..8"):
+        compile_model(mlp, target="c", output_dir=tmp_path / "o", dims={"batch": (1, 4)},
+                      shapes={"x": ((1, 8), 64)})
+    with pytest.raises(ShapeError, match="range"):
+        compile_model(mlp, target="c", output_dir=tmp_path / "o", dims={"batch": (1, 2, 3, 4)})
+    with pytest.raises(AotcError, match="does not take run-time dimensions yet"):
+        compile_model(mlp, target="opencl", output_dir=tmp_path / "o", dims={"batch": (1, 4)})
+
+
+def test_cli_parses_ranges():
+    from aotc.cli import _parse_dims, _parse_shapes
+    assert _parse_shapes(["x=1x3x32..960%32x32..960"]) == {"x": (1, 3, (32, 960, 32), (32, 960))}
+    assert _parse_dims(["seq=1..512", "b=4"]) == {"seq": (1, 512), "b": (4, 4)}
+    for bad in (["seq"], ["seq=1..x"], ["=1..4"]):
+        with pytest.raises(AotcError):
+            _parse_dims(bad)
+
+
+def test_an_op_without_run_time_dims_is_refused_by_name(tmp_path):
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("CumSum", ["r", "axis"], ["y"], name="cum")], "g",
+        [helper.make_tensor_value_info("x", TP.FLOAT, ["n", 8])], [helper.make_tensor_value_info("y", TP.FLOAT, None)],
+        [helper.make_tensor("axis", TP.INT64, [], [1])]), opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(RunTimeDim, match="CumSum node 'cum' does not take run-time dimensions yet"):
+        compile_model(path, target="c", output_dir=tmp_path / "o", dims={"n": (1, 9)})
