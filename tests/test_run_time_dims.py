@@ -237,3 +237,71 @@ def test_an_op_without_run_time_dims_is_refused_by_name(tmp_path):
     onnx.save(model, str(path))
     with pytest.raises(RunTimeDim, match="CumSum node 'cum' does not take run-time dimensions yet"):
         compile_model(path, target="c", output_dir=tmp_path / "o", dims={"n": (1, 9)})
+
+
+# ----------------------------------------------------------------------------- a transformer over batch and seq
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory) -> Path:
+    """A two-layer Hugging Face BertModel (random weights) exported by torch.onnx's dynamo exporter
+    with dynamic batch and sequence axes: its shape logic (Shape, Slice, Concat, Reshape targets,
+    Range, Expand of the mask) is in the graph as nodes."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=64, max_position_embeddings=128)
+    torch.manual_seed(0)
+    model = transformers.BertModel(cfg).eval()
+    path = tmp_path_factory.mktemp("bert") / "bert.onnx"
+    batch, seq = torch.export.Dim("batch", min=1, max=8), torch.export.Dim("seq", min=2, max=128)
+    ids, mask = torch.randint(0, 100, (2, 16)), torch.ones(2, 16, dtype=torch.int64)
+    torch.onnx.export(model, (ids, mask), str(path), input_names=["input_ids", "attention_mask"],
+                      output_names=["last_hidden_state", "pooler_output"], dynamo=True, external_data=False,
+                      dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}})
+    return path
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bert_over_batch_and_seq_matches_onnxruntime(bert, tmp_path, threads):
+    out = compile_model(bert, target="c", output_dir=tmp_path / "out", dims={"batch": (1, 4), "seq": (2, 64)},
+                        threads=threads)
+    m = load(out, threads=threads)
+    rng = np.random.default_rng(10 + threads)
+    for batch, seq in ((1, 2), (2, 17), (4, 64), (3, 33)):
+        ids = rng.integers(0, 100, (batch, seq)).astype(np.int64)
+        mask = (rng.random((batch, seq)) > 0.25).astype(np.int64)
+        mask[:, 0] = 1
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        got, want = m.run(feeds), _ort(bert, feeds)
+        assert [g.shape for g in got] == [(batch, seq, 32), (batch, 32)]
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    # the two inputs share batch and seq: a disagreement is refused
+    with pytest.raises(InputError, match="input 'attention_mask' dim 1 must be seq"):
+        lib = Library(out)
+        lib.run(lib.create(threads=1), [np.zeros((2, 5), np.int64), np.ones((2, 6), np.int64)])
+
+
+def test_shape_logic_folds_and_sizes_become_data_where_read(tmp_path):
+    """x [n, 6] -> Shape -> Gather(0) -> Unsqueeze -> Concat([n, 2, 3]) -> Reshape: folded at
+    compile time into a Reshape to [n, 2, 3]; the same Shape cast to float and added to the
+    data, and as a graph output of its own, are sizes the run writes (aotc.SizeValues)."""
+    N = helper.make_node
+    inits = [helper.make_tensor("zero", TP.INT64, [1], [0]), helper.make_tensor("two_three", TP.INT64, [2], [2, 3]),
+             helper.make_tensor("ax", TP.INT64, [1], [0])]
+    nodes = [N("Shape", ["x"], ["s"]), N("Gather", ["s", "zero"], ["n"], axis=0),
+             N("Concat", ["n", "two_three"], ["target"], axis=0), N("Reshape", ["x", "target"], ["r"]),
+             N("Cast", ["s"], ["sf"], to=TP.FLOAT), N("ReduceSum", ["sf"], ["total"], keepdims=0),
+             N("Add", ["r", "total"], ["y"])]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, ["n", 6])],
+        [helper.make_tensor_value_info("y", TP.FLOAT, None), helper.make_tensor_value_info("s", TP.INT64, None)],
+        inits), opset_imports=[helper.make_opsetid("", 18)])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    out = compile_model(path, target="c", output_dir=tmp_path / "o", dims={"n": (1, 50)}, threads=1)
+    m = load(out)
+    for n in (1, 4, 50):
+        x = np.random.default_rng(n).standard_normal((n, 6)).astype(np.float32)
+        got, want = m.run({"x": x}), _ort(path, {"x": x})
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+        np.testing.assert_array_equal(got[1], want[1])

@@ -321,3 +321,15 @@ def parse_range(text: str):
         return int(text)
     r = (int(lo), int(hi)) + ((int(mult),) if pct else ())
     return r
+
+
+def decide(a, op: str, b):
+    """a op b (one of < <= > >= ==) for every size of the run-time dims in it: True, False, or
+    None where it depends on the size."""
+    d = a - b
+    if not isinstance(d, Dim):
+        return {"<": d < 0, "<=": d <= 0, ">": d > 0, ">=": d >= 0, "==": d == 0}[op]
+    lo, hi = d.lo, d.hi
+    yes = {"<": hi < 0, "<=": hi <= 0, ">": lo > 0, ">=": lo >= 0, "==": False}[op]
+    no = {"<": lo >= 0, "<=": lo > 0, ">": hi <= 0, ">=": hi < 0, "==": lo > 0 or hi < 0}[op]
+    return True if yes else False if no else None

@@ -18,6 +18,11 @@ class Value:
     dtype: np.dtype
     shape: tuple[int, ...]
     const: np.ndarray | None = None
+    # a value made of sizes that depend on run-time dimensions (ir/dims.py): known at compile
+    # time as an object array of ints and Dims (a Shape of a ranged input, and arithmetic on
+    # it), while `const` is None: passes/symbolic.py folds such values and gives them to the
+    # ops that read shapes from them, or materializes them for ops that read them as data
+    sym: np.ndarray | None = None
 
     @property
     def is_const(self) -> bool:
@@ -224,7 +229,7 @@ class Graph:
 
     def copy(self) -> "Graph":
         g = Graph(self.name, self.opset)
-        g.values = {k: Value(v.name, v.dtype, v.shape, v.const) for k, v in self.values.items()}
+        g.values = {k: Value(v.name, v.dtype, v.shape, v.const, v.sym) for k, v in self.values.items()}
         g.nodes = [Node(n.op_type, list(n.inputs), list(n.outputs), dict(n.attrs), n.name, n.domain)
                    for n in self.nodes]
         g.inputs = list(self.inputs)

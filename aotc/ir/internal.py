@@ -30,6 +30,9 @@ Node kinds that compile (each is an entry of the op registry, in the module name
     BRANCH_FAIL   `aotc.BranchFail`: stands for the outputs of a run-time If's branch that
                   cannot be shaped at the compiled sizes; run, it stops with AOTC_ERR_BRANCH
                   (ops/control.py, written by passes/control.py; attributes `types`, `reason`, `if`)
+    SIZE_VALUES   `aotc.SizeValues`: an int64 tensor of sizes computed from run-time dimensions
+                  (a Shape of them that an op reads as data), attribute SIZES_ATTR
+                  (ops/constants.py, written by passes/symbolic.py)
 
 Node kinds of shape inference's work list only (passes/control.py; never in a finished graph):
     IF_MERGE      both branches of a run-time If are inferred: make its outputs
@@ -63,6 +66,7 @@ Attributes:
                      count (passes/bounded.py)
     COERCE_2D        on a Softmax, LogSoftmax or Hardmax of opset < 13: it works over the input
                      flattened to 2-D at `axis` (passes/normalize.py, ops/reduce.py)
+    SIZES_ATTR       on an aotc.SizeValues: its values, ints and run-time Dims (ir/dims.py)
 """
 from __future__ import annotations
 
@@ -80,6 +84,7 @@ CARRY = "aotc.Carry"
 MATMUL_NBITS = "aotc.MatMulNBits"
 GATHER_NBITS = "aotc.GatherBlockQuantized"
 BRANCH_FAIL = "aotc.BranchFail"
+SIZE_VALUES = "aotc.SizeValues"
 
 # node kinds of shape inference's work list
 IF_MERGE = "aotc.IfMerge"
@@ -98,6 +103,7 @@ COUNT_ATTR = "_count"
 DERIVED_COUNTS = "_derived_counts"
 RUN_TIME_CONCAT = "_run_time_concat"
 RUN_TIME_AXES = "_run_time_axes"
+SIZES_ATTR = "_sizes"
 COERCE_2D = "_coerce_2d"
 
 

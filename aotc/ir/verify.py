@@ -20,6 +20,8 @@ def verify(g: Graph, where: str = "", typed: bool = True) -> None:
             raise VerifyError(f"graph input {name!r} has no value{ctx}")
         defined.add(name)
     for name, v in g.values.items():
+        if v.sym is not None:          # sizes of run-time dims, known at compile time (passes/symbolic.py)
+            defined.add(name)
         if v.const is not None:
             defined.add(name)
             if tuple(v.const.shape) != tuple(v.shape) or v.const.dtype != v.dtype:

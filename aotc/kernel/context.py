@@ -39,7 +39,12 @@ class LowerCtx:
         return self.graph.values[self.node.outputs[i]]
 
     def const(self, i: int) -> Optional[np.ndarray]:
+        """Input i's value at compile time: a constant, or sizes of run-time dims (an object
+        array of ints and Dims, passes/symbolic.py); None when it is known only at run time."""
         name = self.node.inputs[i] if i < len(self.node.inputs) else ""
+        v = self.graph.values.get(name) if name else None
+        if v is not None and v.const is None and v.sym is not None:
+            return v.sym
         return self.graph.const(name)
 
     def has_input(self, i: int) -> bool:

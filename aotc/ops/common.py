@@ -58,13 +58,17 @@ def prod(xs) -> int:
 
 
 def ints(arr) -> list[int]:
-    return [int(v) for v in np.asarray(arr).reshape(-1)]
+    """The entries as ints; sizes of run-time dims (an object array, passes/symbolic.py) keep
+    their Dims."""
+    return [v if is_dim(v) else int(v) for v in np.asarray(arr).reshape(-1)]
 
 
 def const_ints(node: Node, ins: list[Value | None], pos: int, what: str) -> list[int] | None:
     """Input `pos` as a list of ints; it must be a compile-time constant (None if absent)."""
     if len(ins) <= pos or ins[pos] is None:
         return None
+    if ins[pos].sym is not None:        # sizes of run-time dims (passes/symbolic.py): ints and Dims
+        return [x if is_dim(x) else int(x) for x in ins[pos].sym.reshape(-1)]
     if ins[pos].const is None:
         raise ShapeError(f"{node.op_type} node {node.name!r}: {what} must be known at compile time",
                          "bind the input that feeds it with --const, or fix input shapes with --shape")

@@ -7,7 +7,8 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
-from ..kernel.ir import SPATIAL, const
+from ..ir.internal import SIZE_VALUES, SIZES_ATTR
+from ..kernel.ir import SPATIAL, cast, const, dim_expr
 from .common import ints
 from .registry import register
 
@@ -75,3 +76,16 @@ def _constant_of_shape(node, ins):
     v = node.attr("value")
     dt = np.asarray(v).dtype if v is not None else np.dtype(np.float32)
     return [(dt, tuple(ints(ins[0].const)))]
+
+
+def _lower_size_values(node, ctx):
+    """Each entry from the run's sizes of its run-time dimensions (ints as they are)."""
+    y = ctx.outs[0]
+    for k, d in enumerate(node.attr(SIZES_ATTR)):
+        ctx.b.store(y, k, cast(dim_expr(d), y.dtype))
+
+
+@register(SIZE_VALUES, lower=_lower_size_values, run_time_dims=True, reference_fold=False,
+          how="sizes of run-time dimensions that an op reads as data (passes/symbolic.py)")
+def _size_values(node, ins):
+    return [(dtypes.from_name(node.attr("dtype")), tuple(node.attr("shape")))]

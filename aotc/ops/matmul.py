@@ -75,7 +75,7 @@ def _lower_matmul(node, ctx):
         b.gemm(M, N, K, matrix(A, oa, K, 1), matrix(B, ob, N, 1), dest)
 
 
-@register("MatMul", lower=_lower_matmul, bounded_rule="matmul")
+@register("MatMul", lower=_lower_matmul, bounded_rule="matmul", run_time_dims=True)
 def _matmul_infer(node, ins):
     _, _, _, out = _matmul_shapes(node, ins[0].shape, ins[1].shape)
     return [(ins[0].dtype, out)]

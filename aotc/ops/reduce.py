@@ -337,7 +337,7 @@ def _lower_layernorm(node, ctx):
             b.store(Inv, p, rstd)
 
 
-@register("LayerNormalization", lower=_lower_layernorm)
+@register("LayerNormalization", lower=_lower_layernorm, run_time_dims=True)
 def _layernorm(node, ins):
     x = ins[0]
     axis, _, norm = _ln_dims(node, x.shape)

@@ -74,6 +74,10 @@ class OpDef:
     # takes inputs with run-time dimensions (ir/dims.py): its infer and lower functions compute
     # with Dim entries (elementwise ops do without saying); an op without it refuses them, by name
     run_time_dims: bool = False
+    # the inputs it reads sizes from at compile time (a Reshape's target, an Expand's shape): a
+    # value of sizes of run-time dims there reaches its infer as such (ops/common.py const_ints,
+    # passes/symbolic.py) instead of being computed as data
+    shape_inputs: frozenset = frozenset()
 
     @property
     def takes_run_time_dims(self) -> bool:

@@ -22,7 +22,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import dtypes
-from ..kernel.ir import I64, ORDERED, SPATIAL, Buffer, Builder, Expr, Load, binop, cast, const, select
+from ..ir.dims import RunTimeDim, decide, is_dim
+from ..kernel.ir import I64, ORDERED, SPATIAL, Buffer, Builder, Expr, Load, binop, cast, const, select, wrap
 from .common import broadcast, const_ints, ints, norm_axis, prod
 from .registry import register
 
@@ -32,7 +33,7 @@ def contiguous_strides(shape: Sequence[int]) -> list[int]:
     st, acc = [], 1
     for d in reversed(list(shape)):
         st.append(acc)
-        acc *= int(d)
+        acc = acc * _size(d)
     return st[::-1]
 
 
@@ -49,14 +50,19 @@ def strided_copy(b: Builder, dst: Buffer, src: Buffer, shape: Sequence[int], dst
         if merged and merged[-1][1] == ds * n and merged[-1][2] == ss * n:
             merged[-1] = [merged[-1][0] * n, ds, ss]
             continue
-        merged.append([int(n), int(ds), int(ss)])
+        merged.append([_size(n), _size(ds), _size(ss)])
     with b.loops([m[0] for m in merged], role=SPATIAL) as idx:
-        do: Expr = const(dst_off)
-        so: Expr = const(src_off)
+        do: Expr = wrap(dst_off)
+        so: Expr = wrap(src_off)
         for i, (_, ds, ss) in zip(idx, merged):
             do = do + i * ds if ds >= 0 else do - i * -ds
             so = so + i * ss if ss >= 0 else so - i * -ss
         b.store(dst, do, Load(src, so))
+
+
+def _size(x):
+    """A size or stride as it is: an int, or a run-time Dim (ir/dims.py)."""
+    return x if is_dim(x) else int(x)
 
 
 def _ctx_ints(ctx, pos) -> list[int] | None:
@@ -91,7 +97,7 @@ def _lower_transpose(node, ctx):
     strided_copy(ctx.b, Y, X, Y.shape, contiguous_strides(Y.shape), [xs[p] for p in perm])
 
 
-@register("Transpose", lower=_lower_transpose, bounded_rule="transpose")
+@register("Transpose", lower=_lower_transpose, bounded_rule="transpose", run_time_dims=True)
 def _transpose(node, ins):
     x = ins[0]
     perm = _perm(node, len(x.shape))
@@ -114,7 +120,7 @@ def _lower_concat(node, ctx):
         off += n
 
 
-@register("Concat", lower=_lower_concat, bounded_rule="concat")
+@register("Concat", lower=_lower_concat, bounded_rule="concat", run_time_dims=True)
 def _concat(node, ins):
     xs = [v for v in ins if v is not None]
     rank = len(xs[0].shape)
@@ -180,9 +186,39 @@ def _slice_plan(node, shape, starts, ends, axes, steps):
         a = norm_axis(a, rank, node)
         if st == 0:
             raise ShapeError(f"Slice node {node.name!r}: step 0")
+        if any(is_dim(x) for x in (s, e, shape[a])):
+            plan[a] = _run_time_slice(s, e, st, shape[a])
+            continue
         r = range(*slice(s, e, st).indices(shape[a]))
         plan[a] = (r.start, r.step, len(r))
     return plan
+
+
+def _run_time_slice(s, e, st, n):
+    """(start, step, length) of a slice where the bounds or the dim are run-time sizes: Python's
+    clamping, decided for every size in range (RunTimeDim where it is not); step 1 only."""
+    if st != 1:
+        raise RunTimeDim(f"a slice with step {st} of a run-time dimension")
+
+    def cmp(a, op, b) -> bool:
+        return decide(a, op, b) is True
+
+    def clamp(x):
+        x = x + n if not is_dim(x) and x < 0 else x
+        if cmp(x, "<=", 0):
+            return 0
+        if cmp(x, ">=", n):
+            return n
+        if cmp(x, ">=", 0) and cmp(x, "<=", n):
+            return x
+        raise RunTimeDim(f"whether {x} lies within 0..{n} depends on the run-time sizes")
+
+    s, e = clamp(s), clamp(e)
+    if cmp(e, "<=", s):
+        return (0, 1, 0)
+    if not cmp(e, ">=", s):
+        raise RunTimeDim(f"whether the slice {s}:{e} is empty depends on the run-time sizes")
+    return (s, 1, e - s)
 
 
 def _slice_args(node, get):
@@ -205,7 +241,8 @@ def _lower_slice(node, ctx):
                  src_off=sum(s * x for (s, _, _), x in zip(plan, xs)))
 
 
-@register("Slice", lower=_lower_slice, bounded_rule="slice")
+@register("Slice", lower=_lower_slice, bounded_rule="slice", run_time_dims=True,
+          shape_inputs=frozenset({1, 2, 3, 4}))
 def _slice(node, ins):
     x = ins[0]
     args = _slice_args(node, lambda p, w: const_ints(node, ins, p, w))
@@ -254,7 +291,7 @@ def _lower_gather(node, ctx):
             b.store(Y, (p * ni + t) * post + q, Load(X, (p * n + j) * post + q))
 
 
-@register("Gather", lower=_lower_gather, bounded_rule="gather", index_inputs=_gather_indices)
+@register("Gather", lower=_lower_gather, bounded_rule="gather", index_inputs=_gather_indices, run_time_dims=True)
 def _gather(node, ins):
     _, shape = _gather_shape(node, ins[0], ins[1])
     return [(ins[0].dtype, shape)]
@@ -288,7 +325,7 @@ def _check_elements_indices(node, data, idx) -> int:
     return axis
 
 
-@register("GatherElements", lower=_lower_gather_elements, index_inputs=_gather_indices)
+@register("GatherElements", lower=_lower_gather_elements, index_inputs=_gather_indices, run_time_dims=True)
 def _gather_elements(node, ins):
     x, i = ins[0], ins[1]
     _check_elements_indices(node, x, i)
@@ -330,7 +367,8 @@ def _lower_gather_nd(node, ctx):
             b.store(Y, (bb * nt + t) * post + q, Load(X, off + q))
 
 
-@register("GatherND", lower=_lower_gather_nd, bounded_rule="gather_nd", index_inputs=_gather_nd_indices)
+@register("GatherND", lower=_lower_gather_nd, bounded_rule="gather_nd", index_inputs=_gather_nd_indices,
+          run_time_dims=True)
 def _gather_nd(node, ins):
     _, _, shape = _gather_nd_dims(node, ins[0], ins[1])
     return [(ins[0].dtype, shape)]
@@ -440,7 +478,8 @@ def _lower_expand(node, ctx):
     strided_copy(ctx.b, Y, X, Y.shape, contiguous_strides(Y.shape), _bstrides(X.shape, Y.shape))
 
 
-@register("Expand", lower=_lower_expand, large_output=True, bounded_rule="expand")
+@register("Expand", lower=_lower_expand, large_output=True, bounded_rule="expand", run_time_dims=True,
+          shape_inputs=frozenset({1}))
 def _expand(node, ins):
     shape = const_ints(node, ins, 1, "the target shape")
     return [(ins[0].dtype, broadcast(ins[0].shape, shape, node=node))]
@@ -472,8 +511,8 @@ def _tile(node, ins):
 def _range_args(node, get):
     vals = []
     for pos, what in ((0, "start"), (1, "limit"), (2, "delta")):
-        c = get(pos, what)
-        vals.append(np.asarray(c).reshape(-1)[0].item())
+        x = np.asarray(get(pos, what)).reshape(-1)[0]
+        vals.append(x.item() if isinstance(x, np.generic) else x)     # (a Dim, in sizes of run-time dims)
     return vals
 
 
@@ -484,9 +523,11 @@ def _lower_range(node, ctx):
         ctx.b.store(Y, i, const(start, Y.dtype) + cast(i, Y.dtype) * const(delta, Y.dtype))
 
 
-@register("Range", lower=_lower_range, large_output=True)
+@register("Range", lower=_lower_range, large_output=True, run_time_dims=True, shape_inputs=frozenset({0, 1, 2}))
 def _range(node, ins):
     def get(pos, what):
+        if ins[pos] is not None and ins[pos].sym is not None:     # a size of run-time dims
+            return ins[pos].sym
         if ins[pos] is None or ins[pos].const is None:
             raise ShapeError(f"Range node {node.name!r}: {what} must be known at compile time (the output "
                              "length depends on it)", "bind it with --const, or fix input shapes with --shape")
@@ -494,6 +535,13 @@ def _range(node, ins):
     start, limit, delta = _range_args(node, get)
     if delta == 0:
         raise ShapeError(f"Range node {node.name!r}: delta is 0")
+    if is_dim(start) or is_dim(delta):
+        raise RunTimeDim("a Range whose start or delta is a run-time size")
+    if is_dim(limit):
+        n = (limit - start) if delta == 1 else (limit - start) // delta      # exact, or RunTimeDim
+        if decide(n, ">=", 0) is not True:
+            raise RunTimeDim(f"whether Range({start}, {limit}, {delta}) is empty depends on the run-time sizes")
+        return [(ins[0].dtype, (n,))]
     n = max(int(np.ceil((limit - start) / delta)), 0)
     return [(ins[0].dtype, (n,))]
 

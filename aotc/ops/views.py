@@ -7,7 +7,7 @@ from .common import const_ints, norm_axis, prod
 from .registry import register
 
 
-@register("Reshape", view=True)
+@register("Reshape", view=True, run_time_dims=True, shape_inputs=frozenset({1}))
 def _reshape(node, ins):
     x = ins[0]
     spec = const_ints(node, ins, 1, "the target shape")
@@ -32,7 +32,7 @@ def _reshape(node, ins):
     return [(x.dtype, tuple(out))]
 
 
-@register("Flatten", view=True)
+@register("Flatten", view=True, run_time_dims=True)
 def _flatten(node, ins):
     x = ins[0]
     r = len(x.shape)
@@ -43,7 +43,7 @@ def _flatten(node, ins):
     return [(x.dtype, (prod(x.shape[:axis]), prod(x.shape[axis:])))]
 
 
-@register("Squeeze", view=True)
+@register("Squeeze", view=True, run_time_dims=True)
 def _squeeze(node, ins):
     x = ins[0]
     axes = const_ints(node, ins, 1, "axes")
@@ -56,7 +56,7 @@ def _squeeze(node, ins):
     return [(x.dtype, tuple(d for k, d in enumerate(x.shape) if k not in axes))]
 
 
-@register("Unsqueeze", view=True)
+@register("Unsqueeze", view=True, run_time_dims=True)
 def _unsqueeze(node, ins):
     x = ins[0]
     axes = const_ints(node, ins, 1, "axes")

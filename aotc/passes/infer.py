@@ -13,10 +13,10 @@ from ..errors import AotcError, ShapeError, UnsupportedError
 from ..ir import dims
 from ..ir.bounded import Bound
 from ..ir.graph import Graph, Value
-from ..ir.internal import IF_MERGE
+from ..ir.internal import IF_MERGE, SIZE_VALUES
 from ..ops import registry
 from ..ops.reference import evaluate
-from . import bounded, control, sequences
+from . import bounded, control, sequences, symbolic
 from .normalize import normalize_nodes
 
 # Ops with a large output (OpDef.large_output) are folded only up to this many bytes of it.
@@ -48,6 +48,11 @@ def infer_shapes(g: Graph, fold: bool = True, int8_gemm: bool = False) -> Graph:
             work = deque(m for m in work if not m.name.startswith(prefix))
             kept = [m for m in kept if not m.name.startswith(prefix)]
     bounded.check_outputs(g, bounds)
+    made = {m.outputs[0] for m in kept if m.op_type == SIZE_VALUES}
+    for o in g.outputs:                   # sizes of run-time dims as an output: written by the run
+        if g.values[o].sym is not None and o not in made:
+            kept.append(symbolic.materialize(g, o))
+            made.add(o)
     g.nodes = kept
     sequences.check_no_sequence_outputs(g)
     return g
@@ -71,6 +76,12 @@ def _infer_node(g: Graph, n, work: deque, kept: list, bounds: dict, branches: di
                                "see docs/ONNX_SUPPORT.md for the operators aotc compiles", what="operator(s)")
     ins = [g.values[i] if i else None for i in n.inputs]
     ranged = [v for v in ins if v is not None and not dims.is_static(v.shape)]
+    if fold and _symbolic_fold(g, n, op, ins, ranged):
+        return
+    for k, v in enumerate(ins):           # sizes of run-time dims that the op reads as data
+        if v is not None and v.sym is not None and k not in op.shape_inputs and not any(
+                m.op_type == SIZE_VALUES and m.outputs[0] == v.name for m in kept):
+            kept.append(symbolic.materialize(g, v.name))
     if ranged and not op.takes_run_time_dims:
         v = ranged[0]
         raise dims.RunTimeDim(f"{n.op_type} node {n.name!r} does not take run-time dimensions yet: its input "
@@ -113,6 +124,24 @@ def _infer_node(g: Graph, n, work: deque, kept: list, bounds: dict, branches: di
             g.values[o] = Value(o, r.dtype, tuple(r.shape), r)
         return
     kept.append(n)
+
+
+def _symbolic_fold(g: Graph, n, op, ins, ranged) -> bool:
+    """Shape logic on run-time dimensions folded at compile time into symbolic values
+    (passes/symbolic.py); False where the node is not such logic."""
+    if n.op_type not in symbolic.FOLDABLE or not (ranged or any(v is not None and v.sym is not None for v in ins)):
+        return False
+    try:
+        types = op.infer(n, ins)
+    except dims.RunTimeDim:
+        return False
+    results = symbolic.fold(n, ins, types)
+    if results is None or any(r is None for r in results):
+        return False
+    for o, r, (dt, _) in zip(n.outputs, results, types):
+        if o:
+            symbolic.store(g, o, dt, r)
+    return True
 
 
 def _worth_folding(op, types) -> bool:

@@ -7,6 +7,7 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.internal import COPY
 from ..ops import registry
 from .infer import infer_shapes
+from .symbolic import shape_value
 
 
 def fold_constants(g: Graph) -> Graph:
@@ -129,7 +130,7 @@ def canonicalize_views(g: Graph) -> Graph:
                 if fresh is not None:
                     producers = fresh
                     continue
-            shape_name = g.add_const(np.array(out.shape, dtype=np.int64), f"{n.name}_shape")
+            shape_name = shape_value(g, out.shape, f"{n.name}_shape")
             # (a 0 in the shape is a size of 0, not "copy the input's size", when allowzero is set)
             n2 = Node("Reshape", [src, shape_name], n.outputs, {"allowzero": 1} if 0 in out.shape else {}, n.name)
             producers[n.outputs[0]] = n2

@@ -387,6 +387,8 @@ def epilogue_in_tile(gm: Gemm, tiles: GemmTiles, c_dead: bool = False) -> bool:
     An integer GEMM's tile has rows only: its C needs contiguous columns."""
     stmts = gm.row_epilogue + gm.epilogue
     M, N, _ = capacity(gm)
+    if not (isinstance(gm.c.rs, int) and isinstance(gm.c.cs, int)):
+        return False        # C's strides are run-time sizes, which the tile function is not given
     if not gm.epilogue or M < tiles.mr or N < tiles.nr or 1 not in (gm.c.cs, gm.c.rs) \
             or gm.c.layout != "strided" \
             or not all(isinstance(s, (Store, Decl, Assign)) for s in stmts) or (gm.integer and gm.c.cs != 1):
