@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 JOBS   ?= 2
 
-.PHONY: all venv demo test opencl-deps zoo-full conformance golden golden-update bench support-matrix clean fuzz sanitize hf-bert stress sass-deps
+.PHONY: dims-bench all venv demo test opencl-deps zoo-full conformance golden golden-update bench support-matrix clean fuzz sanitize hf-bert stress sass-deps
 
 all: test
 
@@ -62,6 +62,11 @@ BENCH_FLAGS ?=
 bench: venv
 	$(BIN)/python -m pip install -q -e '.[test,bench]'
 	$(BIN)/python -m tools.bench --size full --threads 1,2 --runs 30 --rounds 6 --openvino $(BENCH_FLAGS) --report docs/PERFORMANCE.md
+
+# Run-time dimensions: one ranged artifact against builds fixed to a size (tools/dims_bench.py),
+# its table in docs/PERFORMANCE.md.
+dims-bench: venv
+	$(BIN)/python -m tools.dims_bench --threads 1,2 --runs 40 --rounds 8 --report docs/PERFORMANCE.md
 
 # Regenerates docs/ONNX_SUPPORT.md from the op registry.
 support-matrix: venv

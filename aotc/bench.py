@@ -42,6 +42,8 @@ class BoundInstance:
             a = np.ascontiguousarray(feeds[name])
             self._keep.append(a)
             setattr(self.cin, field, ffi.from_buffer(a))
+            if name in self.lib.input_dims:         # run-time dimensions: this run's sizes
+                getattr(self.cin, self.lib.input_dims[name][1])[0:a.ndim] = list(a.shape)
         self.outputs = []
         for name, field, dt, shape in self.lib.outputs:
             o = np.empty(shape, dt)

@@ -106,6 +106,10 @@ def test_mlp_over_batch_matches_onnxruntime(mlp, tmp_path, threads):
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["inputs"][0]["dims"] == [{"axis": 0, "dim": "batch", "min": 1, "max": 64, "multiple": 1}]
+    if threads == 2:
+        # the first GEMM is split among threads only where the run's batch makes it big enough
+        # (batch 64: 393216 multiply-adds; batch 1: 6144), and both sizes ran above
+        assert "aotc_sgemm((6144 * aotc_dim_batch) >= 262144 ? pool : NULL, &gemm);" in (out / "mlp.c").read_text()
     assert manifest["outputs"][0]["shape"] == [64, 24]        # its capacity
 
 

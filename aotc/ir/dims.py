@@ -160,6 +160,10 @@ class Dim:
             out[tuple(rest)] = c // coef
         return Dim._make(out)
 
+    def estimate_div(self, k: int):
+        """Each coefficient floor-divided by k: an estimate (of work, say), not an exact size."""
+        return Dim._make({m: c // k for m, c in self.terms})
+
     def __floordiv__(self, o):
         q = self.divide(o)
         if q is None:

@@ -39,7 +39,7 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from ..ir import dtypes
-from ..ir.dims import Dim
+from ..ir.dims import Dim, Symbol
 from .names import RESERVED, c_ident
 
 I64 = dtypes.INT64
@@ -141,20 +141,30 @@ def dim_expr(d) -> Expr:
     return total
 
 
-def upper_bound(e) -> int:
-    """The largest value of an index expression over the run-time sizes in it (each SizeVar at
-    its bound; sums and products of them, the only forms dim_expr makes): the capacity the
-    schedule sizes scratch and makes choices for."""
+def as_dim(e):
+    """An index expression of run-time sizes (SizeVars, constants, sums and products) as the
+    graph's Dim polynomial (ir/dims.py), normalized; None for any other expression."""
     if isinstance(e, int):
         return e
-    if isinstance(e, Const):
+    if isinstance(e, Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
         return int(e.value)
     if isinstance(e, SizeVar):
-        return e.hi
+        return Dim.of(Symbol(e.symbol, e.lo, e.hi))
     if isinstance(e, BinOp) and e.op in ("+", "*"):
-        a, b = upper_bound(e.a), upper_bound(e.b)
+        a, b = as_dim(e.a), as_dim(e.b)
+        if a is None or b is None:
+            return None
         return a + b if e.op == "+" else a * b
-    raise ValueError(f"no upper bound for {e!r}")
+    return None
+
+
+def upper_bound(e) -> int:
+    """The largest value of an index expression of run-time sizes (as_dim's forms), each at its
+    bound: the capacity the schedule sizes scratch and makes choices for."""
+    d = as_dim(e)
+    if d is None:
+        raise ValueError(f"no upper bound for {e!r}")
+    return d.hi if isinstance(d, Dim) else d
 
 
 def is_fixed(e) -> bool:
@@ -447,6 +457,9 @@ class Loop(Stmt):
     # writes only its own elements, from values nothing in the loop writes (a schedule may then
     # walk the loop in whole vector runs, the last moved back over iterations already done)
     rerun: bool = False
+    # a parallel loop whose work depends on run-time sizes: the pool takes it only where this
+    # condition holds at run time (enough work for the hand-off), else the calling thread runs it
+    when: Optional[Expr] = None
 
 
 @dataclass(eq=False)
@@ -662,6 +675,8 @@ class Gemm(Stmt):
     # them, one vector of consecutive columns at a time, instead of storing the sums and then
     # running it over the stored tile (schedule/gemm_cpu.py epilogue_in_tile)
     tile_epilogue: bool = False
+    # a parallel GEMM of run-time size: split among the threads only where this holds at run time
+    when: Optional[Expr] = None
     a_zero: Optional[Expr] = None     # an integer Gemm's zero points (see above)
     b_zero: Optional[Expr] = None
 
@@ -751,7 +766,7 @@ def stmt_exprs(s: Stmt) -> list:
     if isinstance(s, Assign):
         return [s.value]
     if isinstance(s, Loop):
-        return [s.extent, s.start]
+        return [s.extent, s.start] + ([s.when] if s.when is not None else [])
     if isinstance(s, If):
         return [s.cond]
     if isinstance(s, CallStmt):
@@ -764,7 +779,7 @@ def stmt_exprs(s: Stmt) -> list:
                 out.append(BufPtr(m.direct.buf, m.direct.offset))
         if s.work is not None:
             out.append(s.work)
-        out += [x for x in (s.M, s.N, s.K) if isinstance(x, Expr)]
+        out += [x for x in (s.M, s.N, s.K, s.when) if isinstance(x, Expr)]
         return out + [z for z in (s.a_zero, s.b_zero) if z is not None]
     if isinstance(s, Mma):
         out = [s.frag, s.at] + [x for pair in (s.a, s.b) if pair is not None for x in pair]

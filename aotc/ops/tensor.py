@@ -165,7 +165,7 @@ def _lower_split(node, ctx):
         off += n
 
 
-@register("Split", lower=_lower_split)
+@register("Split", lower=_lower_split, run_time_dims=True)
 def _split(node, ins):
     x = ins[0]
     axis = norm_axis(int(node.attr("axis", 0)), len(x.shape), node)

@@ -22,6 +22,7 @@ from typing import Optional
 import numpy as np
 
 from ..ir import dtypes
+from ..ir.dims import is_static
 from ..ir.graph import Graph, Node, Value
 from ..ir.internal import MASK_FILL, PLAIN_SOFTMAX
 from .simplify import eliminate_dead_code
@@ -87,6 +88,8 @@ def _match(g: Graph, sm: Node, producers, only_use, scalar) -> Optional[tuple[li
     x = g.values[sm.inputs[0]]
     if len(x.shape) != 4 or x.dtype != dtypes.FLOAT32:
         return None
+    if not is_static(x.shape):
+        return None          # run-time dims: the chain stays MatMul / Softmax / MatMul (the Attention op has none yet)
     if int(sm.attr("axis", -1)) not in (-1, 3):
         return None
     mm2 = only_use(sm.outputs[0])

@@ -50,7 +50,8 @@ def infer_shapes(g: Graph, fold: bool = True, int8_gemm: bool = False) -> Graph:
     bounded.check_outputs(g, bounds)
     made = {m.outputs[0] for m in kept if m.op_type == SIZE_VALUES}
     for o in g.outputs:                   # sizes of run-time dims as an output: written by the run
-        if g.values[o].sym is not None and o not in made:
+        v = g.values.get(o)              # (a sequence output is no value: refused below)
+        if v is not None and v.sym is not None and o not in made:
             kept.append(symbolic.materialize(g, o))
             made.add(o)
     g.nodes = kept

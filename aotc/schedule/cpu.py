@@ -31,8 +31,9 @@ import numpy as np
 from ..errors import AotcError
 from ..kernel.ir import (F32, PARALLEL, REDUCTION, SERIAL, SPATIAL, VECTORIZED, Assign, BinOp, BufPtr, Buffer, Call,
                          CallStmt, Cast, Const, Decl, Expr, Fail, Gemm, If, Load, Loop, Rewriter, Select, SizeVar, Stmt, Store,
-                         Var, children, const, map_stmts, replace_buffers, same_expr, stmt_exprs, walk_buffers,
-                         walk_expr, walk_stmts)
+                         Var, as_dim, binop, children, const, dim_expr, map_stmts, replace_buffers, same_expr,
+                         stmt_exprs, walk_buffers, walk_expr, walk_stmts)
+from ..ir.dims import Dim
 from ..kernel.integer_gemm import expand_integer_gemm
 from ..kernel.retype import widen_accumulators
 from ..targets import Target
@@ -138,7 +139,12 @@ def _on_threads(gm: Gemm, tiles: GemmTiles, threads: int, min_gemm: int, work_fl
     split = choose_split(gm, tiles, threads) if parallel else "none"
     work = Buffer("gemm_work", F32, (work_floats,), "scratch", per_thread=split != "none", line=line) \
         if work_floats else None
-    return replace(gm, parallel=split != "none", split=split, work=work)
+    sized = [x for x in (gm.M, gm.N, gm.K) if isinstance(x, Expr)]
+    when = None
+    if split != "none" and sized:      # split only where the run's sizes make it big enough
+        M, N, K = (as_dim(x) if isinstance(x, Expr) else int(x) for x in (gm.M, gm.N, gm.K))
+        when = _when(M * N * K, min_gemm) if None not in (M, N, K) else None
+    return replace(gm, parallel=split != "none", split=split, work=work, when=when)
 
 
 def _schedule_integer_gemm(gm: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int,
@@ -238,6 +244,53 @@ def work_estimate(stmts: list[Stmt], bounds: dict | None = None) -> int:
     return total
 
 
+def _has_size(e) -> bool:
+    return any(isinstance(x, SizeVar) for x in walk_expr(e))
+
+
+def run_time_work(stmts: list[Stmt], bounds: dict | None = None):
+    """work_estimate with the trip counts and GEMM sizes that are run-time sizes (kernel/ir.py
+    SizeVar; their sums and products) kept as such: a Dim polynomial (ir/dims.py) of the run's
+    work, or an int where nothing in it depends on a run-time size."""
+    bounds = {} if bounds is None else bounds
+    total = 0
+    for s in stmts:
+        if isinstance(s, Decl):
+            ub = _upper(s.init, bounds)
+            if ub is not None:
+                bounds[s.var.name] = ub
+            total = total + _cost(s)
+        elif isinstance(s, Loop):
+            n = as_dim(s.extent) if _has_size(s.extent) and isinstance(s.start, Const) and s.start.value == 0 \
+                else None
+            if n is None:
+                hi = _upper(s.extent, bounds)
+                lo = s.start.value if isinstance(s.start, Const) else 0
+                n = max(hi - lo, 0) if hi is not None else UNKNOWN_TRIPS
+            inner = run_time_work(s.body, dict(bounds))
+            total = total + n * (inner if isinstance(inner, Dim) else max(inner, 1))
+        elif isinstance(s, If):
+            total = total + 1 + max(work_estimate(s.then, dict(bounds)), work_estimate(s.orelse, dict(bounds)))
+        elif isinstance(s, Gemm):
+            M, N, K = (as_dim(x) if isinstance(x, Expr) else int(x) for x in (s.M, s.N, s.K))
+            if None in (M, N, K):
+                return work_estimate(stmts, bounds)
+            macs = M * N * K
+            total = total + (macs.estimate_div(16) if isinstance(macs, Dim) else macs // 16) \
+                + M * N * max(work_estimate(s.epilogue), 1)
+        elif isinstance(s, (Store, Assign, CallStmt)):
+            total = total + _cost(s)
+    return total
+
+
+def _when(work, need: int):
+    """The run-time condition `work >= need` for a parallel loop or GEMM sized at run time, or
+    None where it holds for every size (the work's least value reaches `need`) or is static."""
+    if not isinstance(work, Dim) or work.lo >= need:
+        return None
+    return binop(">=", dim_expr(work), const(need))
+
+
 def _cost(s: Stmt) -> int:
     """One statement: 1, plus CALL_COST per math function call it makes."""
     calls = sum(1 for e in stmt_exprs(s) for x in walk_expr(e) if isinstance(x, Call))
@@ -298,7 +351,9 @@ class _Parallelize(Rewriter):
     def visit_Loop(self, s: Loop) -> Loop:
         need = self.min_work * (NESTED_WORK_FACTOR if self.nested else 1)
         if _can_parallelize(s, self.threads) and work_estimate([s]) >= need:
-            return replace(s, kind=PARALLEL, body=_serial_inside(s.body, self.line))
+            # (work that depends on run-time sizes: the hand-off only where the run's sizes make it)
+            return replace(s, kind=PARALLEL, body=_serial_inside(s.body, self.line),
+                           when=_when(run_time_work([s]), need))
         outer = self.nested
         self.nested = outer or s.role != SPATIAL or bool(s.private)
         try:

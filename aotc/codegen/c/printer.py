@@ -162,7 +162,8 @@ class CPrinter(CStylePrinter):
             raise PrintError(f"parallel loop {v.name!r} must start at 0 (the schedule normalizes it)")
         self.out(f"{pad}{{")
         self.out(f"{pad}    {struct} args = {{ {', '.join(init)} }};")
-        self.out(f"{pad}    aotc_parallel_for(pool, {self.expr(s.extent)}, {task}, &args);")
+        pool = "pool" if s.when is None else f"{self.expr(s.when)} ? pool : NULL"    # (enough work at this size)
+        self.out(f"{pad}    aotc_parallel_for({pool}, {self.expr(s.extent)}, {task}, &args);")
         if can_fail:
             self.out(f"{pad}    if (args.status != AOTC_OK)")
             self.out(f"{pad}        {self._propagate('args.status')}")
@@ -226,7 +227,8 @@ class CPrinter(CStylePrinter):
         text = ", ".join(f".{k} = {v}" for k, v in fields)
         kind = "igemm" if s.integer else "sgemm"
         self.out(f"{pad}    const aotc_{kind}_call gemm = {{ {text} }};")
-        self.out(f"{pad}    aotc_{kind}({'pool' if s.parallel else 'NULL'}, &gemm);")
+        pool = ("pool" if s.when is None else f"{self.expr(s.when)} ? pool : NULL") if s.parallel else "NULL"
+        self.out(f"{pad}    aotc_{kind}({pool}, &gemm);")
         self.out(f"{pad}}}")
 
     def _epilogue(self, s: Gemm, stem: str):
