@@ -154,3 +154,35 @@ def test_readme_python_example_runs(tmp_path, monkeypatch):
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)
     assert m2.threads == 1
     np.testing.assert_array_equal(m2.run([x])[0], y)
+
+
+def test_readme_run_time_sizes_example(tmp_path):
+    """The section on sizes chosen at run time: its compile lines make artifacts of the model's
+    batch range, its C program runs three sizes from one library, each output of the run's
+    shape and ONNX Runtime's value; its check line passes."""
+    section = _section((ROOT / "README.md").read_text(), "Sizes chosen at run time")
+    lines = [ln.split("#")[0].strip() for ln in re.findall(r"```sh\n(.*?)```", section, re.S)[0].splitlines()
+             if ln.strip()]
+    program = re.findall(r"```c\n(.*?)```", section, re.S)[0]
+    model = ZOO["mlp"].build("small")
+    onnx.save(model, str(tmp_path / "mlp.onnx"))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
+    for line in lines:
+        p = subprocess.run(["bash", "-c", line + " --no-cache" * line.startswith("aotc compile")], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, f"{line}\n{p.stdout}\n{p.stderr}"
+        if line.startswith("aotc check"):
+            assert "PASS" in p.stdout and "[batch=32]" in p.stdout
+    out = tmp_path / "out"
+    (tmp_path / "app.c").write_text(program)
+    subprocess.run(["cc", "-std=c99", f"-I{out}", "app.c", f"-L{out}", "-lmlp", f"-Wl,-rpath,{out}", "-o", "app"],
+                   cwd=tmp_path, check=True)
+    printed = subprocess.run([str(tmp_path / "app")], check=True, capture_output=True, text=True).stdout.split("\n")
+    x = (np.arange(32 * 64) % 64 / 64.0).astype(np.float32).reshape(32, 64)
+    sess = ort.InferenceSession(str(tmp_path / "mlp.onnx"))
+    for batch, line in zip((1, 2, 3), printed):
+        rows, cols, first = line.split()
+        want = sess.run(None, {"x": x[:batch]})[0]
+        assert (int(rows), int(cols)) == want.shape
+        np.testing.assert_allclose(float(first), want[0, 0], rtol=1e-4, atol=1e-5)

@@ -15,6 +15,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..ir.graph import Graph, Node, Value
+from ..ir.dims import is_dim
 from .ir import U64, Buffer, Builder, Expr, Load, const
 
 DRAW = "aotc.draw"
@@ -52,7 +53,8 @@ class LowerCtx:
 
     def scratch(self, shape, dtype, hint: str = "tmp") -> Buffer:
         """Temporary memory for this kernel only; the memory planner gives it arena space."""
-        buf = Buffer(self.b.fresh(hint), np.dtype(dtype), tuple(int(d) for d in shape), "scratch")
+        # (a run-time dim stays a Dim: the buffer is dense at the run's size, planned at the largest)
+        buf = Buffer(self.b.fresh(hint), np.dtype(dtype), tuple(d if is_dim(d) else int(d) for d in shape), "scratch")
         self.scratch_buffers.append(buf)
         return buf
 

@@ -340,14 +340,23 @@ class Buffer:
 
     @property
     def size(self) -> int:
+        """Elements (a Dim, ir/dims.py, where the shape has run-time dims: a loop extent)."""
         n = 1
         for d in self.shape:
-            n *= d
+            n = n * d
+        return n
+
+    @property
+    def capacity(self) -> int:
+        """Elements at the largest sizes of its run-time dims: what memory holds."""
+        n = 1
+        for d in self.shape:
+            n *= d.hi if isinstance(d, Dim) else d
         return n
 
     @property
     def nbytes(self) -> int:
-        return self.size * np.dtype(self.dtype).itemsize
+        return self.capacity * np.dtype(self.dtype).itemsize
 
     @property
     def thread_stride(self) -> int:
@@ -356,7 +365,7 @@ class Buffer:
         each, 112 bytes apart, would share lines and bounce them between the cores)."""
         item = np.dtype(self.dtype).itemsize
         per_line = max(1, self.line // item)
-        return -(-self.size // per_line) * per_line
+        return -(-self.capacity // per_line) * per_line
 
     def strides(self) -> list[int]:
         st, acc = [], 1

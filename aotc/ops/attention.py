@@ -349,6 +349,7 @@ def _attention_fold(node, ins):
                     opset=ATTENTION_OPSET)
 
 
-register("Attention", lower=_lower_attention, fold=_attention_fold, accepts_epilogue=True)(_attention_infer)
+register("Attention", lower=_lower_attention, fold=_attention_fold, accepts_epilogue=True,
+         run_time_dims=True)(_attention_infer)
 
 __all__ = ["Layout", "Dims"]

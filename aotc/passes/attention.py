@@ -21,10 +21,12 @@ from typing import Optional
 
 import numpy as np
 
+from ..errors import ShapeError
 from ..ir import dtypes
-from ..ir.dims import is_static
+from ..ir.dims import RunTimeDim
 from ..ir.graph import Graph, Node, Value
 from ..ir.internal import MASK_FILL, PLAIN_SOFTMAX
+from ..ops.common import broadcast
 from .simplify import eliminate_dead_code
 
 SPLIT = [0, 2, 1, 3]          # (batch, seq, heads, size) <-> (batch, heads, seq, size)
@@ -88,8 +90,6 @@ def _match(g: Graph, sm: Node, producers, only_use, scalar) -> Optional[tuple[li
     x = g.values[sm.inputs[0]]
     if len(x.shape) != 4 or x.dtype != dtypes.FLOAT32:
         return None
-    if not is_static(x.shape):
-        return None          # run-time dims: the chain stays MatMul / Softmax / MatMul (the Attention op has none yet)
     if int(sm.attr("axis", -1)) not in (-1, 3):
         return None
     mm2 = only_use(sm.outputs[0])
@@ -182,8 +182,8 @@ def _mask_fits(v, scores: tuple, dtype) -> bool:
     if v.dtype != dtype or not 1 <= len(v.shape) <= 4 or v.shape[-1] != scores[-1]:
         return False
     try:
-        return tuple(np.broadcast_shapes(tuple(v.shape), scores)) == tuple(scores)
-    except ValueError:
+        return tuple(broadcast(tuple(v.shape), scores)) == tuple(scores)
+    except (ShapeError, RunTimeDim):
         return False
 
 
