@@ -202,14 +202,12 @@ def _port(p) -> dict:
 
 
 def _multiple(d) -> int:
-    """What every size of a dim is a multiple of, as far as its symbols' own multiples say."""
+    """What every size of a dim is a multiple of (its coefficients' gcd: its symbols stand for their
+    sizes over their multiples, ir/dims.py)."""
     from math import gcd
     m = 0
-    for mono, coef in d.terms:
-        term = abs(coef)
-        for s in mono:
-            term *= s.multiple
-        m = gcd(m, term)
+    for _, coef in d.terms:
+        m = gcd(m, abs(coef))
     return m or 1
 
 

@@ -309,3 +309,65 @@ def test_shape_logic_folds_and_sizes_become_data_where_read(tmp_path):
         got, want = m.run({"x": x}), _ort(path, {"x": x})
         np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
         np.testing.assert_array_equal(got[1], want[1])
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory) -> Path:
+    """Conv + BatchNorm + ReLU, MaxPool, a depthwise and a pointwise Conv, a 3 x 3 Conv of 32
+    channels (a Winograd one on the CPU targets), a strided Conv, a global average and a Linear
+    head, exported by torch.onnx (dynamo) with a dynamic batch."""
+    torch = pytest.importorskip("torch")
+
+    class CNN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.b1 = torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16)
+            self.dw, self.pw = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16), torch.nn.Conv2d(16, 32, 1)
+            self.c2 = torch.nn.Conv2d(32, 32, 3, padding=1)
+            self.c3, self.fc = torch.nn.Conv2d(32, 32, 3, stride=2, padding=1), torch.nn.Linear(32, 10)
+
+        def forward(self, x):
+            x = torch.nn.functional.max_pool2d(torch.relu(self.b1(self.c1(x))), 2)
+            x = torch.relu(self.c2(torch.relu(self.pw(torch.relu(self.dw(x))))))
+            x = torch.relu(self.c3(x))
+            return self.fc(torch.nn.functional.adaptive_avg_pool2d(x, 1).flatten(1))
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("cnn") / "cnn.onnx"
+    batch = torch.export.Dim("batch", min=1, max=8)
+    h, w = torch.export.Dim("h", min=2, max=16), torch.export.Dim("w", min=2, max=16)
+    torch.onnx.export(CNN().eval(), (torch.randn(2, 3, 32, 32),), str(path), input_names=["x"], output_names=["y"],
+                      dynamic_shapes={"x": {0: batch, 2: 4 * h, 3: 4 * w}}, dynamo=True, external_data=False)
+    return path
+
+
+@pytest.mark.parametrize("target,threads", [("c", 1), ("native", 2), ("native,winograd4", 1)])
+def test_cnn_over_batch_matches_onnxruntime(cnn, tmp_path, target, threads):
+    """Planes fixed at 32 x 32, the batch a range: Winograd convolutions where the target makes
+    them (the batch scales their cost and the direct one's alike)."""
+    out = compile_model(cnn, target=target, output_dir=tmp_path / "out", dims={"batch": (1, 8)},
+                        shapes={"x": ((1, 8), 3, 32, 32)}, threads=threads)
+    if target != "c":
+        assert "WinogradConv" in json.dumps(json.loads((out / "manifest.json").read_text())["kernels"])
+    m = load(out, threads=threads)
+    for batch in (1, 3, 8):
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 32, 32)).astype(np.float32)
+        (y,) = m.run({"x": x})
+        np.testing.assert_allclose(y, _ort(cnn, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("target,threads", [("c", 1), ("native", 2), ("c,direct_conv", 1)])
+def test_cnn_over_height_and_width_matches_onnxruntime(cnn, tmp_path, target, threads):
+    """Height and width ranges of multiples of 4 (what the exporter declares, 4*h and 4*w), batch
+    too: convolutions by im2col (read from the input itself where the target packs it so) and
+    direct depthwise loops over run-time planes, pooling, a stride 2 (whose output, half a
+    multiple of 4, stays exact), the global mean over them."""
+    out = compile_model(cnn, target=target, output_dir=tmp_path / "out", threads=threads,
+                        shapes={"x": ((1, 4), 3, (8, 64, 4), (8, 64, 4))})
+    m = load(out, threads=threads)
+    for batch, h, w in ((1, 8, 8), (2, 36, 20), (4, 64, 64), (3, 12, 60)):
+        x = np.random.default_rng(h * w).standard_normal((batch, 3, h, w)).astype(np.float32)
+        (y,) = m.run({"x": x})
+        np.testing.assert_allclose(y, _ort(cnn, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    with pytest.raises(InputError, match="multiple of 4"):
+        m.run({"x": np.ones((1, 3, 10, 8), np.float32)})

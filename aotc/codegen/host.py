@@ -26,7 +26,7 @@ def c_dim(d) -> str:
         return str(int(d))
     parts = []
     for mono, coef in reversed(d.terms):
-        factors = [dim_ident(sym.name) for sym in mono]
+        factors = [dim_ident(sym.name, sym.multiple) for sym in mono]
         if coef != 1 or not factors:
             factors.insert(0, str(coef))
         parts.append(" * ".join(factors))
@@ -51,6 +51,7 @@ class RunTimeDims:
         if not ranged_in and not ranged_out:
             return
         read: dict[str, tuple[Port, int]] = {}       # symbol -> (port, axis) it is read from
+        idents: list[str] = []
         L, checks = self.prologue, []
         L.append("/* the run-time dimensions: this run's sizes, from the inputs' shapes */")
         for p in ranged_in:
@@ -59,11 +60,12 @@ class RunTimeDims:
                 if len(syms) == 1 and d == Dim.of(syms[0]) and syms[0].name not in read:
                     s = syms[0]
                     read[s.name] = (p, a)
-                    var = dim_ident(s.name)
-                    L.append(f"const int64_t {var} = in->{p.shape_field}[{a}];")
-                    cond = f"{var} < {s.lo} || {var} > {s.hi}"
+                    var, size = dim_ident(s.name, s.multiple), f"in->{p.shape_field}[{a}]"
+                    idents.append(var)
+                    L.append(f"const int64_t {var} = {size}" + (f" / {s.multiple};" if s.multiple > 1 else ";"))
+                    cond = f"{size} < {s.lo} || {size} > {s.hi}"
                     if s.multiple > 1:
-                        cond += f" || {var} % {s.multiple} != 0"
+                        cond += f" || {size} % {s.multiple} != 0"
                     checks.append((cond, f"input '{p.name}' dim {a} ({s.name}) must be in {s.spec()}"))
         for p in ranged_in:
             ranged = dict(p.dims)
@@ -84,7 +86,7 @@ class RunTimeDims:
                                       else "")))
                 else:
                     checks.append((f"in->{p.shape_field}[{a}] != {d}", f"input '{p.name}' dim {a} must be {d}"))
-        for var in sorted(dim_ident(n) for n in read):
+        for var in sorted(idents):
             L.append(f"(void){var};")
         for k, (cond, message) in enumerate(checks):
             L.append(f"if ({cond}) {fail(first_check + k)}")

@@ -4,6 +4,8 @@ A `Symbol` is one size the caller chooses at run time within [lo, hi] (and a mul
 `multiple`): a `dim_param` of the model bound with `--dim seq=1..512`, or an anonymous one
 from a ranged `--shape x=1x3x32..960x32..960` (named after the input and the axis, `x.2`).
 A `Dim` is a polynomial in symbols with integer coefficients (`seq`, `2*seq`, `batch*seq`),
+each symbol standing for its size divided by its multiple (so that a side of 32..960%32 is
+32 * (side / 32), and halving it twice stays exact: 8 * (side / 32)),
 which is what shape inference makes of them: most infer functions only copy, multiply, add or
 compare dims, and a Dim does all of that; a shape entry is an `int` or a `Dim`, never a Dim
 that is a constant (`Dim` arithmetic gives back an `int` then).
@@ -17,6 +19,7 @@ and raise otherwise. `hi` is the capacity (the memory plan's size), `lo` the lea
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Union
 
@@ -73,7 +76,8 @@ class Dim:
     # ------------------------------------------------------------------ construction
     @staticmethod
     def of(sym: Symbol) -> "Dim":
-        return Dim({(sym,): 1})
+        """The symbol's size: `multiple` times the polynomial variable, which is size / multiple."""
+        return Dim({(sym,): sym.multiple})
 
     @staticmethod
     def _make(terms: dict) -> Union["Dim", int]:
@@ -116,9 +120,10 @@ class Dim:
 
     def __sub__(self, o):
         try:
-            return self + (-o if isinstance(o, Dim) else -int(o))
+            t = Dim._terms_of(o)
         except TypeError:
-            return NotImplemented
+            return NotImplemented          # (an index expression: it subtracts a Dim itself)
+        return self + Dim._make({m: -c for m, c in t.items()})
 
     def __rsub__(self, o):
         return (-self) + o
@@ -165,7 +170,11 @@ class Dim:
         return Dim._make({m: c // k for m, c in self.terms})
 
     def __floordiv__(self, o):
+        """Floor division: exact, or by an int k that divides every term but the constant (then
+        those terms are a multiple of k for every size, and only the constant rounds down)."""
         q = self.divide(o)
+        if q is None and isinstance(o, int) and o > 0 and all(c % o == 0 for m, c in self.terms if m):
+            q = Dim._make({m: (c // o) for m, c in self.terms})
         if q is None:
             raise RunTimeDim(f"{self} // {o} is not a whole number for every size of the run-time dimension "
                              f"{_symbols_text(self)}")
@@ -177,8 +186,7 @@ class Dim:
     def __mod__(self, o):
         if self.divide(o) is not None:
             return 0
-        if isinstance(o, int) and o > 0 and all(c % o == 0 or any(s.multiple % o == 0 for s in m)
-                                                for m, c in self.terms if m):
+        if isinstance(o, int) and o > 0 and all(c % o == 0 for m, c in self.terms if m):
             return dict(self.terms).get((), 0) % o        # every symbolic term is a multiple of o
         raise RunTimeDim(f"{self} % {o} depends on the size of the run-time dimension {_symbols_text(self)}")
 
@@ -187,11 +195,12 @@ class Dim:
         return sorted({s for m, _ in self.terms for s in m})
 
     def evaluate(self, sizes: Mapping[str, int]) -> int:
+        """The value at the sizes given by symbol name (each a multiple of its symbol's)."""
         total = 0
         for m, c in self.terms:
             p = c
             for s in m:
-                p *= sizes[s.name]
+                p *= sizes[s.name] // s.multiple
             total += p
         return total
 
@@ -251,15 +260,17 @@ class Dim:
     def __str__(self) -> str:
         parts = []
         for m, c in reversed(self.terms):
+            scale = 1
+            for s in m:
+                scale *= s.multiple
             names = "*".join(s.name for s in m)
             if not names:
                 parts.append(str(c))
-            elif c == 1:
-                parts.append(names)
-            elif c == -1:
-                parts.append("-" + names)
-            else:
-                parts.append(f"{c}*{names}")
+                continue
+            k = math.gcd(c, scale)
+            c, scale = c // k, scale // k
+            head = names if c == 1 else "-" + names if c == -1 else f"{c}*{names}"
+            parts.append(head if scale == 1 else f"{head}/{scale}")     # a fraction of the sizes: x/2
         return "+".join(parts).replace("+-", "-")
 
     __repr__ = __str__

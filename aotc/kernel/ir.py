@@ -113,18 +113,21 @@ class SizeVar(Var):
     every kernel that reads it (`size_vars`), which the host program reads from the inputs'
     shapes and checks before the first launch."""
     symbol: str = ""
-    lo: int = 1
+    lo: int = 1               # its range: the symbol's, divided by its multiple
     hi: int = 1
+    multiple: int = 1
 
 
 def size_var(sym) -> SizeVar:
-    """The kernel IR variable of a run-time dimension's Symbol."""
-    return SizeVar(dim_ident(sym.name), I64, sym.name, sym.lo, sym.hi)
+    """The kernel IR variable of a run-time dimension's Symbol: its size over its multiple."""
+    m = sym.multiple
+    return SizeVar(dim_ident(sym.name, m), I64, sym.name, sym.lo // m, sym.hi // m, m)
 
 
-def dim_ident(symbol: str) -> str:
-    """The C identifier of a run-time dimension's size in kernels and host programs."""
-    return "aotc_dim_" + c_ident(symbol)
+def dim_ident(symbol: str, multiple: int = 1) -> str:
+    """The C identifier of a run-time dimension's size in kernels and host programs (of the
+    size divided by its multiple, where it has one: aotc_dim_h_div32)."""
+    return "aotc_dim_" + c_ident(symbol) + (f"_div{multiple}" if multiple > 1 else "")
 
 
 def dim_expr(d) -> Expr:
@@ -149,7 +152,8 @@ def as_dim(e):
     if isinstance(e, Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
         return int(e.value)
     if isinstance(e, SizeVar):
-        return Dim.of(Symbol(e.symbol, e.lo, e.hi))
+        m = e.multiple
+        return Dim({(Symbol(e.symbol, e.lo * m, e.hi * m, m),): 1})
     if isinstance(e, BinOp) and e.op in ("+", "*"):
         a, b = as_dim(e.a), as_dim(e.b)
         if a is None or b is None:

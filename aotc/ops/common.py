@@ -8,6 +8,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir.dims import RunTimeDim, is_dim, is_static, shape_text
 from ..ir.graph import Node, Value
+from ..kernel.ir import cast, const, wrap
 
 
 def broadcast(*shapes: Sequence[int], node: Node | None = None) -> tuple[int, ...]:
@@ -47,6 +48,12 @@ def norm_axis(axis: int, rank: int, node: Node | None = None) -> int:
 
 def same_as_input(node: Node, ins: list[Value | None]):
     return [(ins[0].dtype, ins[0].shape)]
+
+
+def count(n, dtype):
+    """A number of elements as a value of `dtype` to divide by (a mean's): a constant, or the
+    run's size where it is a run-time dim (ir/dims.py)."""
+    return cast(wrap(n), dtype) if is_dim(n) else const(float(n) if np.dtype(dtype).kind == "f" else n, dtype)
 
 
 def prod(xs) -> int:

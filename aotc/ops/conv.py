@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from ..errors import UnsupportedError
 from ..ir import dtypes
-from ..kernel.ir import ORDERED, SPATIAL, ConvWindow, Expr, GemmDest, Matrix, binop, cast, const, matrix
+from ..kernel.ir import ORDERED, SPATIAL, ConvWindow, Expr, GemmDest, Matrix, binop, cast, const, matrix, wrap
 from .common import prod, shape_error
 from .conv_direct import conv_direct
 from .registry import register
@@ -113,7 +113,7 @@ def _im2col(b, X, col, n, c0, Cg, S, O, win: Window, pad: Expr | None = None):
                 def copy_row():
                     fill(const(0), lo)
                     fill(lo, hi, lambda p: X[src + p * s_l])
-                    fill(hi, const(OLast))
+                    fill(hi, wrap(OLast))
 
                 inside = inside_input(pos, S, win)
                 if inside is None:
@@ -123,7 +123,7 @@ def _im2col(b, X, col, n, c0, Cg, S, O, win: Window, pad: Expr | None = None):
                         with then:
                             copy_row()
                         with orelse:
-                            fill(const(0), const(OLast))
+                            fill(const(0), wrap(OLast))
 
         each_tap(b, win, S[-1], OLast, tap)
 
@@ -143,7 +143,7 @@ def _im2col_direct(X, n, c0, S, O, win: Window) -> Matrix | None:
 # a depthwise 2-D kernel with at most this many taps computes its interior output rows in one
 # pass (every tap of every kernel row into a register), the rows and columns at the padding as
 # the other direct convolutions do
-register("Conv", lower=_lower_conv)(_conv_infer)
+register("Conv", lower=_lower_conv, run_time_dims=True)(_conv_infer)
 
 
 # ----------------------------------------------------------------------------- ConvTranspose

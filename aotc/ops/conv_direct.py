@@ -15,6 +15,7 @@ from __future__ import annotations
 
 
 
+from ..ir.dims import is_static
 from ..kernel.ir import REDUCTION, SPATIAL, Expr, const
 from .common import prod
 from .window import UNROLL_TAPS, Window, dot, each_tap, inside_input, plus, row_major_strides, span_loop, tap_range
@@ -70,6 +71,8 @@ def _padded_planes(ctx, X, win: Window, group: int):
     elements."""
     S = list(X.shape[2:])
     strided = any(s != 1 for s in win.strides)
+    if not is_static(S):
+        return None        # planes of run-time size: the direct loops (variants per size class are not built)
     if len(S) != 2 or X.shape[1] // group != 1 or prod(win.kernel) > DEPTHWISE_ONE_PASS_TAPS \
             or not (strided or any(win.pads_begin + win.pads_end)):
         return None
@@ -186,7 +189,7 @@ def _direct_row(ctx, X, W, Bias, Y, win: Window, group: int, n, m, oo):
                 b.store(Y, dst + q, Y[dst + q] + w * X[plus(src_row, k_l * d_l - pb_l) + q * s_l])
 
         def taps():
-            if win.kernel[-1] > UNROLL_TAPS:
+            if win.kernel[-1] > UNROLL_TAPS or not is_static([S[-1], OLast]):     # (run-time sizes: tap by tap)
                 each_tap(b, win, S[-1], OLast, tap)
                 return
             # the positions every tap reaches take them all in one pass over the row
@@ -220,6 +223,8 @@ def _depthwise_one_pass(ctx, X, W, Bias, Y, win: Window, group: int, n, m) -> bo
     output row once per kernel row); the other rows as _direct_row, the other columns tap by
     tap. False (nothing emitted) for any other convolution."""
     C, S, O = X.shape[1], list(X.shape[2:]), list(Y.shape[2:])
+    if not is_static(S + O):
+        return False         # planes of run-time size: row by row (_direct_row)
     if len(S) != 2 or C // group != 1 or prod(win.kernel) > DEPTHWISE_ONE_PASS_TAPS \
             or max(win.kernel) > UNROLL_TAPS:
         return False

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..errors import ShapeError, UnsupportedError
 from ..kernel.ir import REDUCTION, SPATIAL, Load, binop, call, cast, const, maximum, minimum, select
-from .common import norm_axis, prod, shape_error
+from .common import count, norm_axis, prod, shape_error
 from .registry import register
 from .tensor import _bstrides, contiguous_strides
 
@@ -51,13 +51,13 @@ def _lower_rms(node, ctx):
         with b.loop(n, "j", role=REDUCTION) as j:
             v = b.local("v", Load(X, row + j))
             b.assign(sq, sq + v * v)
-        rinv = b.local("rinv", const(1.0, dt) / call("sqrt", sq / const(float(n), dt) + const(eps, dt)))
+        rinv = b.local("rinv", const(1.0, dt) / call("sqrt", sq / count(n, dt) + const(eps, dt)))
         with b.loops(norm, [f"j{k}" for k in range(len(norm))], role=SPATIAL) as idx:
             at = row + _dot(idx, contiguous_strides(norm))
             b.store(Y, at, cast(Load(X, at) * rinv, dt) * Load(S, _dot(idx, s_st)))
 
 
-register("RMSNormalization", lower=_lower_rms)(_rms_infer)
+register("RMSNormalization", lower=_lower_rms, run_time_dims=True)(_rms_infer)
 
 
 # ----------------------------------------------------------------------------- GroupNormalization
@@ -233,7 +233,7 @@ def _lower_bn(node, ctx):
             b.store(Y, at, X[at] * s + t)
 
 
-register("BatchNormalization", lower=_lower_bn)(_bn_infer)
+register("BatchNormalization", lower=_lower_bn, run_time_dims=True)(_bn_infer)
 
 
 def _in_infer(node, ins):

@@ -7,7 +7,8 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir import dtypes
-from ..kernel.ir import REDUCTION, SPATIAL, Expr, call, cast, const, maximum, minimum, select
+from ..ir.dims import is_static
+from ..kernel.ir import REDUCTION, SPATIAL, Expr, call, cast, const, maximum, minimum, select, wrap
 from .common import prod, shape_error
 from .registry import register
 from .window import UNROLL_TAPS, Nest, ceil_div, dot, plus, row_major_strides, sliding_window, tap_bounds, tap_range
@@ -71,7 +72,7 @@ def _lower_pool(node, ctx):
     b = ctx.b
     # the interior columns of the last dim: [left, right), every tap inside
     left, right = 0, 0
-    if POOL_BY_ROWS and is_max and I is None and win.kernel[-1] <= UNROLL_TAPS:
+    if POOL_BY_ROWS and is_max and I is None and win.kernel[-1] <= UNROLL_TAPS and is_static(S + O):
         ranges = [tap_range(k, win.strides[-1], win.dilations[-1], win.pads_begin[-1], S[-1], O[-1])
                   for k in range(win.kernel[-1])]
         left, right = max(lo for lo, _ in ranges), min(hi for _, hi in ranges)
@@ -156,7 +157,7 @@ def _lower_pool(node, ctx):
             if end - start == 1:
                 point(n, c, oo + [const(start)], outer_bounds)
             elif end > start:
-                with b.loop(const(end), f"o{r - 1}", role=SPATIAL, start=const(start)) as o:
+                with b.loop(wrap(end), f"o{r - 1}", role=SPATIAL, start=const(start)) as o:
                     point(n, c, oo + [o], outer_bounds)
         if right:
             interior(n, c, oo, outer_bounds)
@@ -181,8 +182,8 @@ def _lp_infer(node, ins):
     return (_avgpool_infer if node.op_type == "LpPool" else _global_infer)(node, ins)
 
 
-register("MaxPool", lower=_lower_pool)(_maxpool_infer)
-register("AveragePool", lower=_lower_pool)(_avgpool_infer)
+register("MaxPool", lower=_lower_pool, run_time_dims=True)(_maxpool_infer)
+register("AveragePool", lower=_lower_pool, run_time_dims=True)(_avgpool_infer)
 register("LpPool", lower=_lower_pool)(_lp_infer)       # taps outside (the padding) add |0|^p = 0
 
 
@@ -211,8 +212,8 @@ def _lower_global(node, ctx):
             b.store(Y, nc, acc if is_max else acc / const(SL, X.dtype))
 
 
-register("GlobalAveragePool", lower=_lower_global)(_global_infer)
-register("GlobalMaxPool", lower=_lower_global)(_global_infer)
+register("GlobalAveragePool", lower=_lower_global, run_time_dims=True)(_global_infer)
+register("GlobalMaxPool", lower=_lower_global, run_time_dims=True)(_global_infer)
 register("GlobalLpPool", lower=_lower_global)(_lp_infer)
 
 

@@ -20,7 +20,7 @@ from ..ir import dtypes
 from ..ir.internal import COERCE_2D
 from ..kernel.ir import (I32, ORDERED, REDUCTION, SPATIAL, Buffer, Builder, Expr, Load, Store, binop, call, cast,
                          const, maximum, select)
-from .common import ints, norm_axis, prod
+from .common import count, ints, norm_axis, prod
 from .registry import register
 from .tensor import _bstrides, contiguous_strides, strided_copy
 
@@ -73,7 +73,7 @@ def _sum_like(term, final=lambda s, n: s):
 
 _REDUCERS = {
     "ReduceSum": _sum_like(lambda x: x),
-    "ReduceMean": _sum_like(lambda x: x, lambda s, n: s / const(n, s.dtype)),
+    "ReduceMean": _sum_like(lambda x: x, lambda s, n: s / count(n, s.dtype)),
     "ReduceSumSquare": _sum_like(lambda x: x * x),
     "ReduceL1": _sum_like(lambda x: call("abs", x)),
     "ReduceL2": _sum_like(lambda x: x * x, lambda s, n: call("sqrt", s) if s.dtype.kind == "f"
@@ -167,7 +167,8 @@ def _reduce_infer(node, ins):
 # sums: zeros added to what they reduce change nothing (OpDef.zero_blind)
 _ZERO_BLIND = ("ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum")
 for _op in list(_REDUCERS) + ["ReduceLogSumExp"]:
-    register(_op, lower=_lower_reduce, bounded_rule="reduce", zero_blind=_op in _ZERO_BLIND)(_reduce_infer)
+    register(_op, lower=_lower_reduce, bounded_rule="reduce", zero_blind=_op in _ZERO_BLIND,
+             run_time_dims=True)(_reduce_infer)
 
 
 # ----------------------------------------------------------------------------- Softmax family
@@ -318,12 +319,12 @@ def _lower_layernorm(node, ctx):
         s = b.accumulator("sum", const(0.0, dt))
         with b.loop(n, "j", role=REDUCTION) as j:
             b.assign(s, s + Load(X, row + j))
-        mean = b.local("mean", s / const(float(n), dt))
+        mean = b.local("mean", s / count(n, dt))
         v = b.accumulator("var", const(0.0, dt))
         with b.loop(n, "j", role=REDUCTION) as j:
             d = b.local("d", Load(X, row + j) - mean)
             b.assign(v, v + d * d)
-        rstd = b.local("rstd", const(1.0, dt) / call("sqrt", v / const(float(n), dt) + const(eps, dt)))
+        rstd = b.local("rstd", const(1.0, dt) / call("sqrt", v / count(n, dt) + const(eps, dt)))
         with b.loops(norm, [f"j{k}" for k in range(len(norm))], role=SPATIAL) as idx:
             xo = row + sum((i * st for i, st in zip(idx, contiguous_strides(norm))), const(0))
             y = cast((Load(X, xo) - mean) * rstd, X.dtype)

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from ..kernel.ir import SPATIAL, Const, Expr, If, binop, const, maximum, minimum
+from ..ir.dims import RunTimeDim, decide, is_dim
+from ..kernel.ir import SPATIAL, Const, Expr, If, binop, const, maximum, minimum, wrap
 from .common import shape_error
 
 
@@ -160,7 +161,7 @@ def sliding_window(node, spatial, kernel, ceil_mode: bool = False) -> Window:
 def may_leave(w: Window, i: int, size: int) -> bool:
     """Can a tap of spatial dim i fall outside the input?"""
     last = (w.out[i] - 1) * w.strides[i] - w.pads_begin[i] + (w.kernel[i] - 1) * w.dilations[i]
-    return w.pads_begin[i] > 0 or last >= size
+    return w.pads_begin[i] > 0 or decide(last, ">=", size) is not False     # (run-time sizes: unless known not to)
 
 
 def inside_input(pos, S, w: Window):
@@ -182,13 +183,29 @@ UNROLL_TAPS = 11      # kernels at most this wide get one copy of the row loop p
 def tap_range(k, stride: int, dil: int, pad: int, size: int, n_out: int):
     """Output positions [lo, hi) whose input position o*stride - pad + k*dil is inside [0, size).
     Python ints when k is an int (the bounds are then constants), expressions otherwise."""
-    if isinstance(k, int):
+    if isinstance(k, int) and not (is_dim(size) or is_dim(n_out)):
         lo = min(n_out, -(-max(pad - k * dil, 0) // stride))
         hi = max(lo, min(n_out, -(-max(size + pad - k * dil, 0) // stride)))
         return lo, hi
-    lo = minimum(const(n_out), ceil_div(pad - k * dil, stride))
-    hi = maximum(lo, minimum(const(n_out), ceil_div(size + pad - k * dil, stride)))
+    if isinstance(k, int):            # run-time sizes: the same, where the ranges decide each step
+        try:
+            lo = _pick(min, n_out, -(-max(pad - k * dil, 0) // stride))
+            hi = _pick(max, lo, _pick(min, n_out, -(-_pick(max, size + pad - k * dil, 0) // stride)))
+            return lo, hi
+        except RunTimeDim:
+            pass                       # (then as expressions, computed by the run)
+    k = wrap(k)                       # (a run-time size or a tap loop's index: expressions)
+    lo = minimum(wrap(n_out), ceil_div(const(pad) - k * dil, stride))
+    hi = maximum(lo, minimum(wrap(n_out), ceil_div(wrap(size) + pad - k * dil, stride)))
     return lo, hi
+
+
+def _pick(fn, a, b):
+    """min or max of two sizes (ints or Dims) where the ranges decide it, else RunTimeDim."""
+    c = decide(a, "<=", b)
+    if c is None:
+        raise RunTimeDim(f"{fn.__name__}({a}, {b}) depends on the run-time sizes")
+    return (a if c else b) if fn is min else (b if c else a)
 
 
 def each_tap(b, win: Window, size: int, n_out: int, body) -> None:
@@ -198,7 +215,7 @@ def each_tap(b, win: Window, size: int, n_out: int, body) -> None:
     if K <= UNROLL_TAPS:
         for k in range(K):
             lo, hi = tap_range(k, s, d, pb, size, n_out)
-            body(const(k), const(lo), const(hi))
+            body(const(k), wrap(lo), wrap(hi))
         return
     with b.loop(K, f"k{len(win.kernel) - 1}") as k:
         lo, hi = tap_range(k, s, d, pb, size, n_out)

@@ -38,6 +38,7 @@ from fractions import Fraction as Fr
 import numpy as np
 
 from ..ir import dtypes
+from ..ir.dims import is_dim
 from ..ir.internal import WINOGRAD_CONV
 from ..kernel.ir import F32, SPATIAL, GemmDest, binop, const, matrix
 from .registry import register
@@ -86,7 +87,8 @@ def transform_weights(w: np.ndarray, m: int) -> np.ndarray:
 
 def geometry(x_shape, m: int, pads) -> dict:
     """Sizes of the tiling of an input [N, C, H, W] with pads [top, left, bottom, right]."""
-    N, C, H, W = (int(d) for d in x_shape)
+    N = x_shape[0] if is_dim(x_shape[0]) else int(x_shape[0])       # (a run-time batch stays a Dim)
+    C, H, W = (int(d) for d in x_shape[1:])
     pt, pl, pb, pr = (int(p) for p in pads)
     OH, OW = H + pt + pb - 2, W + pl + pr - 2
     TH, TW = -(-OH // m), -(-OW // m)
@@ -228,4 +230,5 @@ def _lower(node, ctx):
                             tile_row(th, OH % m)
 
 
-register(WINOGRAD_CONV, lower=_lower, how="Winograd F(m x m, 3 x 3) transforms + GEMMs")(_infer)
+register(WINOGRAD_CONV, lower=_lower, how="Winograd F(m x m, 3 x 3) transforms + GEMMs",
+         run_time_dims=True)(_infer)          # (a run-time batch; its planes are of fixed size)

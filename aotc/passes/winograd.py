@@ -21,6 +21,7 @@ counting that value's packing by the GEMM, relative to one multiply-add in the G
 from __future__ import annotations
 
 from ..ir import dtypes
+from ..ir.dims import is_static
 from ..ir.graph import Graph, Node
 from ..ir.internal import WINOGRAD_CONV
 from ..ir.verify import verify
@@ -94,7 +95,9 @@ def _rewrite(g: Graph, n: Node, tiles, block_bytes: int) -> Node:
         return n
     N, C = x.shape[:2]
     M, (OH, OW) = w.shape[0], win.out
-    m = choose_tile(N, C, M, OH, OW, tiles)
+    if not is_static(x.shape[1:]):
+        return n            # planes of run-time size: the convolution's own paths (no variants per size yet)
+    m = choose_tile(N if is_static(x.shape) else 1, C, M, OH, OW, tiles)    # (the batch scales both costs alike)
     if m is None:
         return n
     u = g.add_const(transform_weights(w, m), f"{n.inputs[1]}_winograd{m}")

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..abi import ctype
 from ...kernel.ir import (PARALLEL, UNROLLED, VECTORIZED, Buffer, BufPtr, Fail, Gemm, Kernel, Load, Loop, Stmt, Store, Var,
-                          free_variables, walk_stmts)
+                          free_variables, walk_stmts, wrap)
 from ..cstyle import SMALL_TYPE_CONVERSIONS, CStylePrinter, PrintError
 
 
@@ -180,8 +180,8 @@ class CPrinter(CStylePrinter):
         kept as one (8-bit operands, its constant one packed), of aotc_igemm."""
         pad = self.indent * ind
         A, B, C = s.a, s.b, s.c
-        def num(x) -> str:               # an int, or an expression of run-time sizes
-            return str(x) if isinstance(x, int) else self.expr(x)
+        def num(x) -> str:               # an int, or an expression of run-time sizes (or a Dim of them)
+            return str(x) if isinstance(x, int) else self.expr(wrap(x))
 
         fields = [("M", num(s.M)), ("N", num(s.N)), ("K", num(s.K)),
                   ("A", self.expr(_ptr(A))), ("rsa", num(A.rs)), ("csa", num(A.cs)),
@@ -206,7 +206,7 @@ class CPrinter(CStylePrinter):
         if B.layout == "im2col":
             w = B.window
             view = [("x", self.expr(_ptr(B)))] + [
-                (k, str(v)) for k, v in zip(("H", "W", "KH", "KW", "SH", "SW", "DH", "DW", "PH", "PW", "OH", "OW"),
+                (k, num(v)) for k, v in zip(("H", "W", "KH", "KW", "SH", "SW", "DH", "DW", "PH", "PW", "OH", "OW"),
                                             (*w.size, *w.kernel, *w.strides, *w.dilations, *w.pads, *w.out))]
             fields[6:9] = [("B", "NULL"), ("rsb", "0"), ("csb", "0"), ("bim2col", "&im2col")]
         struct = None
