@@ -1,11 +1,12 @@
 """Run-time dimensions (issue 28): what one ranged artifact costs against builds fixed to a size.
 
-python -m tools.dims_bench [--models mlp,bert,gpt2] [--threads 1,2] [--runs 40] [--rounds 8]
+python -m tools.dims_bench [--models mlp,bert,gpt2,cnn] [--threads 1,2] [--runs 40] [--rounds 8]
                            [--report docs/PERFORMANCE.md]
 
-For each zoo model (models/zoo.py, its small size, random weights) and each thread count, in one
-process: a *ranged* build (its batch or sequence dim given a range with --dim), a build *fixed*
-to the range's middle size, and one fixed to its largest size. Timed with aotc.bench's method
+For each model (the zoo's small MLP, BERT and GPT-2 over their batch or sequence dim, models/
+zoo.py; a small CNN exported by torch.onnx over its height and width; random weights) and each
+thread count, in one process: a *ranged* build (--dim, or a ranged --shape), a build *fixed* to
+the range's middle size, and one fixed to its largest size. Timed with aotc.bench's method
 (warm-up, rounds in which each engine runs its share back to back, engines alternating):
   * ranged at the middle size over fixed at the middle size (the issue's target: geomean <= 1.10,
     worst <= 1.25);
@@ -35,48 +36,68 @@ from models.zoo import ZOO
 
 BEGIN, END = "<!-- dims-bench:begin -->", "<!-- dims-bench:end -->"
 
-# model -> ({the dim given a range: (lo, hi)}, the middle size, the model's other dims, fixed)
+# model -> (how the ranged build is compiled, {point: shapes of the inputs there}): the zoo's
+# small models over their batch or sequence dim; a CNN over its height and width
 CASES = {
-    "mlp": ({"batch": (1, 64)}, 32, {}),
-    "bert": ({"sequence": (1, 32)}, 16, {"batch": 1}),     # (its small size has 32 positions)
-    "gpt2": ({"sequence": (1, 32)}, 16, {"batch": 1}),
+    "mlp": ({"dims": {"batch": (1, 64)}}, {"lo": {"x": (1, 64)}, "mid": {"x": (32, 64)}, "hi": {"x": (64, 64)}}),
+    "bert": ({"dims": {"sequence": (1, 32), "batch": (1, 1)}},            # (its small size has 32 positions)
+             {p: {"input_ids": (1, n), "attention_mask": (1, n)} for p, n in (("lo", 1), ("mid", 16), ("hi", 32))}),
+    "gpt2": ({"dims": {"sequence": (1, 32), "batch": (1, 1)}},
+             {p: {"input_ids": (1, n)} for p, n in (("lo", 1), ("mid", 16), ("hi", 32))}),
+    "cnn": ({"shapes": {"x": (1, 3, (32, 128, 4), (32, 128, 4))}},
+            {p: {"x": (1, 3, n, n)} for p, n in (("lo", 32), ("mid", 64), ("hi", 128))}),
 }
+RANGES = {"mlp": "batch 1..64", "bert": "sequence 1..32", "gpt2": "sequence 1..32", "cnn": "H, W 32..128%4"}
 
 
-def _feeds(path: Path, sizes: dict, seed: int) -> dict:
-    """Random inputs at `sizes` (dim_param -> size; other symbolic dims 1), ints as token ids
-    below 50 and masks of ones."""
-    import onnx
+def _cnn(path: Path) -> None:
+    """A small CNN exported by torch.onnx (dynamo) with dynamic height and width: 3 x 3 convolutions
+    with BatchNorm and ReLU, max pooling, a depthwise and a pointwise convolution, a strided one,
+    the global mean and a linear head (tests/test_run_time_dims.py's, wider)."""
+    import torch
+
+    class CNN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.b1 = torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.BatchNorm2d(32)
+            self.dw, self.pw = torch.nn.Conv2d(32, 32, 3, padding=1, groups=32), torch.nn.Conv2d(32, 64, 1)
+            self.c2 = torch.nn.Conv2d(64, 64, 3, padding=1)
+            self.c3, self.fc = torch.nn.Conv2d(64, 64, 3, stride=2, padding=1), torch.nn.Linear(64, 10)
+
+        def forward(self, x):
+            x = torch.nn.functional.max_pool2d(torch.relu(self.b1(self.c1(x))), 2)
+            x = torch.relu(self.c2(torch.relu(self.pw(torch.relu(self.dw(x))))))
+            x = torch.relu(self.c3(x))
+            return self.fc(torch.nn.functional.adaptive_avg_pool2d(x, 1).flatten(1))
+
+    torch.manual_seed(0)
+    h, w = torch.export.Dim("h", min=2, max=64), torch.export.Dim("w", min=2, max=64)
+    torch.onnx.export(CNN().eval(), (torch.randn(1, 3, 64, 64),), str(path), input_names=["x"], output_names=["y"],
+                      dynamic_shapes={"x": {2: 4 * h, 3: 4 * w}}, dynamo=True, external_data=False)
+
+
+def _feeds(shapes: dict, seed: int) -> dict:
+    """Random inputs of these shapes: token ids below 50 and masks of ones for int64 inputs."""
     rng = np.random.default_rng(seed)
-    m = onnx.load(str(path), load_external_data=False)
-    inits = {t.name for t in m.graph.initializer}
-    feeds = {}
-    for i in m.graph.input:
-        if i.name in inits:
-            continue
-        shape = [d.dim_value if d.HasField("dim_value") else sizes.get(d.dim_param, 1)
-                 for d in i.type.tensor_type.shape.dim]
-        if i.type.tensor_type.elem_type == onnx.TensorProto.INT64:
-            feeds[i.name] = np.ones(shape, np.int64) if "mask" in i.name else rng.integers(0, 50, shape)
+    out = {}
+    for name, shape in shapes.items():
+        if name == "attention_mask":
+            out[name] = np.ones(shape, np.int64)
+        elif name == "input_ids":
+            out[name] = rng.integers(0, 50, shape)
         else:
-            feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
-    return feeds
-
-
-def _shapes(feeds: dict) -> dict:
-    return {k: tuple(v.shape) for k, v in feeds.items()}
+            out[name] = rng.standard_normal(shape).astype(np.float32)
+    return out
 
 
 def bench_model(name: str, threads: int, runs: int, rounds: int, work: Path) -> dict:
-    rng_dims, mid, other = CASES[name]
-    (dim, (lo, hi)), = rng_dims.items()
+    ranged_kw, points = CASES[name]
     path = work / f"{name}.onnx"
     if not path.exists():
-        save(ZOO[name].build("small"), path)
-    at = {k: _feeds(path, {**other, dim: n}, seed) for seed, (k, n) in enumerate((("lo", lo), ("mid", mid), ("hi", hi)))}
+        _cnn(path) if name == "cnn" else save(ZOO[name].build("small"), path)
+    at = {k: _feeds(points[k], seed) for seed, k in enumerate(("lo", "mid", "hi"))}
     compile_s, outs = {}, {}
-    for key, kw in (("ranged", {"dims": {**rng_dims, **{k: (v, v) for k, v in other.items()}}}), ("fixed_mid", {"shapes": _shapes(at["mid"])}),
-                    ("fixed_hi", {"shapes": _shapes(at["hi"])})):
+    for key, kw in (("ranged", ranged_kw), ("fixed_mid", {"shapes": points["mid"]}), ("fixed_hi", {"shapes": points["hi"]})):
         t0 = time.perf_counter()
         outs[key] = compile_model(path, target="native", output_dir=work / f"{name}_{key}_{threads}", name=name,
                                   threads=threads, **kw)
@@ -93,7 +114,8 @@ def bench_model(name: str, threads: int, runs: int, rounds: int, work: Path) -> 
     med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
     import json
     ws = {k: json.loads((outs[k] / "manifest.json").read_text())["workspace_bytes"] for k in outs}
-    return {"model": name, "dim": f"{dim} {lo}..{hi}", "mid": mid, "threads": threads, "ms": med,
+    mid = "x".join(str(d) for d in next(iter(points["mid"].values())))
+    return {"model": name, "dim": RANGES[name], "mid": mid, "threads": threads, "ms": med,
             "ranged_over_fixed": med["ranged@mid"] / med["fixed@mid"],
             "small_over_padded": med["ranged@lo"] / med["fixed@hi"],
             "compile_ratio": compile_s["ranged"] / compile_s["fixed_mid"], "compile_s": compile_s,
@@ -109,7 +131,7 @@ def report(results: list[dict]) -> str:
          "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         ms = r["ms"]
-        L.append(f"| {r['model']} ({r['dim']}, mid {r['mid']}) | {r['threads']} | {ms['ranged@mid']:.3f} | "
+        L.append(f"| {r['model']} ({r['dim']}; mid {r['mid']}) | {r['threads']} | {ms['ranged@mid']:.3f} | "
                  f"{ms['fixed@mid']:.3f} | **{r['ranged_over_fixed']:.2f}** | {ms['ranged@lo']:.3f} | "
                  f"{ms['fixed@hi']:.3f} | {r['small_over_padded']:.2f} | {ms['ORT@mid']:.3f} | "
                  f"{r['compile_ratio']:.2f} | {r['workspace']['ranged']} / {r['workspace']['fixed_hi']} |")

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 
 
-from ..ir.dims import is_static
-from ..kernel.ir import REDUCTION, SPATIAL, Expr, const
+from ..ir.dims import RunTimeDim, decide, is_dim, is_static, lower, upper
+from ..kernel.ir import REDUCTION, SPATIAL, Expr, binop, const, wrap
 from .common import prod
-from .window import UNROLL_TAPS, Window, dot, each_tap, inside_input, plus, row_major_strides, span_loop, tap_range
+from .window import (UNROLL_TAPS, IfElse, Window, dot, each_tap, inside_input, pick_all, plus, row_major_strides,
+                     span_loop, tap_range)
 
 
 DEPTHWISE_ONE_PASS_TAPS = 49
@@ -31,13 +32,25 @@ def conv_direct(ctx, X, W, Bias, Y, win: Window, group: int):
     pass (`_depthwise_one_pass`)."""
     b = ctx.b
     M, O = W.shape[0], list(Y.shape[2:])
-    planes = _padded_planes(ctx, X, win, group)
-    with b.loops([X.shape[0], M], ["n", "m"], role=SPATIAL, private=planes or ()) as (n, m):
-        if planes:
-            _depthwise_padded(ctx, X, W, Bias, Y, win, group, n, m, *planes)
-        elif not _depthwise_one_pass(ctx, X, W, Bias, Y, win, group, n, m):
+    planes, when = _padded_planes(ctx, X, win, group)
+
+    def rows(n, m):
+        if not _depthwise_one_pass(ctx, X, W, Bias, Y, win, group, n, m):
             with b.loops(O[:-1], [f"o{i}" for i in range(len(O) - 1)], role=SPATIAL) as oo:
                 _direct_row(ctx, X, W, Bias, Y, win, group, n, m, oo)
+
+    with b.loops([X.shape[0], M], ["n", "m"], role=SPATIAL, private=planes or ()) as (n, m):
+        if planes and when is not None:
+            # run-time planes: the padded copy for the sizes it pays at, row by row above them
+            with IfElse(b, when) as (then, orelse):
+                with then:
+                    _depthwise_padded(ctx, X, W, Bias, Y, win, group, n, m, *planes)
+                with orelse:
+                    rows(n, m)
+        elif planes:
+            _depthwise_padded(ctx, X, W, Bias, Y, win, group, n, m, *planes)
+        else:
+            rows(n, m)
 
 
 # a depthwise 2-D convolution whose zero-padded input plane and wide output take at most this
@@ -64,24 +77,25 @@ def _plane_geometry(X, win: Window):
 
 
 def _padded_planes(ctx, X, win: Window, group: int):
-    """(padded input planes, wide output plane) scratch for `_depthwise_padded`, or None where
+    """((padded input planes, wide output plane) scratch for `_depthwise_padded`, or None where
     that does not apply: not a 2-D depthwise convolution with at most DEPTHWISE_ONE_PASS_TAPS
     taps, at stride 1 without padding (nothing to gain), strided with fewer than
     STRIDED_MIN_TAPS taps, or planes over PADDED_PLANE_MAX (STRIDED_PLANE_MAX when strided)
-    elements."""
+    elements; and the run-time condition for it, None where it applies at every size). Planes of
+    run-time size take it where their smallest size is within the limit, the scratch planned for
+    the largest, under the condition that the run's size is within it."""
     S = list(X.shape[2:])
     strided = any(s != 1 for s in win.strides)
-    if not is_static(S):
-        return None        # planes of run-time size: the direct loops (variants per size class are not built)
     if len(S) != 2 or X.shape[1] // group != 1 or prod(win.kernel) > DEPTHWISE_ONE_PASS_TAPS \
             or not (strided or any(win.pads_begin + win.pads_end)):
-        return None
+        return None, None
     Hp, Wp, Hq, Wq, tail = _plane_geometry(X, win)
     padded, wide = prod(win.strides) * Hq * Wq + tail, win.out[0] * Wq
-    if padded + wide > (STRIDED_PLANE_MAX if strided else PADDED_PLANE_MAX) \
-            or (strided and prod(win.kernel) < STRIDED_MIN_TAPS):
-        return None
-    return ctx.scratch((padded,), X.dtype, "padded"), ctx.scratch((wide,), X.dtype, "wide")
+    limit = STRIDED_PLANE_MAX if strided else PADDED_PLANE_MAX
+    if lower(padded + wide) > limit or (strided and prod(win.kernel) < STRIDED_MIN_TAPS):
+        return None, None
+    when = None if upper(padded + wide) <= limit else binop("<=", wrap(padded + wide), const(limit))
+    return (ctx.scratch((padded,), X.dtype, "padded"), ctx.scratch((wide,), X.dtype, "wide")), when
 
 
 def _depthwise_padded(ctx, X, W, Bias, Y, win: Window, group: int, n, m, padded, wide) -> None:
@@ -113,11 +127,11 @@ def _depthwise_padded(ctx, X, W, Bias, Y, win: Window, group: int, n, m, padded,
         # the padding only: rows above and below the input (and the tail the last taps read);
         # the columns right of each row (and left of the next) are zeroed as the row is copied
         for start, end in ((0, ph * Wp + pw), ((ph + H) * Wp - win.pads_end[1], padded.size)):
-            if end > start:
-                with b.loop(const(end), "e", role=SPATIAL, start=const(start)) as e:
+            if decide(end, ">", start) is not False:      # (run-time planes: unless known empty)
+                with b.loop(wrap(end), "e", role=SPATIAL, start=wrap(start)) as e:
                     b.store(padded, e, zero)
     else:
-        with b.loop(const(padded.size), "e", role=SPATIAL) as e:
+        with b.loop(wrap(padded.size), "e", role=SPATIAL) as e:
             b.store(padded, e, zero)
     def plane(a: int, c: int) -> int:
         return (a * sw + c) * (Hq * Wq)
@@ -131,11 +145,11 @@ def _depthwise_padded(ctx, X, W, Bias, Y, win: Window, group: int, n, m, padded,
         for c in range(sw):
             t0 = -(-(pw - c) // sw)
             q0, cols = t0 * sw + c - pw, -(-(Wd + pw - c) // sw) - t0
-            if rows <= 0 or cols <= 0:
-                continue
+            if decide(rows, "<=", 0) is True or decide(cols, "<=", 0) is True:
+                continue         # (where the run's sizes decide, an empty phase's loops run no iteration)
             base = plane(a, c) + i0 * Wq + t0
-            with b.loop(const(rows), "r", role=SPATIAL) as r:
-                with b.loop(const(cols), "p", role=SPATIAL) as q:
+            with b.loop(wrap(rows), "r", role=SPATIAL) as r:
+                with b.loop(wrap(cols), "p", role=SPATIAL) as q:
                     b.store(padded, base + r * Wq + q, X[x_plane + (r * sh + r0) * Wd + q * sw + q0])
                 if unit and (pw or win.pads_end[1]):
                     with b.loop(const(pw + win.pads_end[1]), "e", role=SPATIAL) as e:
@@ -143,7 +157,7 @@ def _depthwise_padded(ctx, X, W, Bias, Y, win: Window, group: int, n, m, padded,
     ws = [[b.local("w", W[m * (KH * KW) + k0 * KW + k1]) for k1 in range(KW)] for k0 in range(KH)]
     # (an iteration writes only its own element, from values the loop does not write: a
     # schedule may run one twice, so that OH * Wq outputs take whole vectors: Loop.rerun)
-    with b.loop(const(OH * Wq), "j", role=SPATIAL, rerun=True) as j:
+    with b.loop(wrap(OH * Wq), "j", role=SPATIAL, rerun=True) as j:
         acc: Expr = Bias[m] if Bias is not None else zero
         for k0 in range(KH):
             for k1 in range(KW):
@@ -223,8 +237,6 @@ def _depthwise_one_pass(ctx, X, W, Bias, Y, win: Window, group: int, n, m) -> bo
     output row once per kernel row); the other rows as _direct_row, the other columns tap by
     tap. False (nothing emitted) for any other convolution."""
     C, S, O = X.shape[1], list(X.shape[2:]), list(Y.shape[2:])
-    if not is_static(S + O):
-        return False         # planes of run-time size: row by row (_direct_row)
     if len(S) != 2 or C // group != 1 or prod(win.kernel) > DEPTHWISE_ONE_PASS_TAPS \
             or max(win.kernel) > UNROLL_TAPS:
         return False
@@ -232,9 +244,16 @@ def _depthwise_one_pass(ctx, X, W, Bias, Y, win: Window, group: int, n, m) -> bo
     (sh, sw), (dh, dw), (ph, pw) = win.strides, win.dilations, win.pads_begin
     rows = [tap_range(k, sh, dh, ph, H, OH) for k in range(KH)]
     cols = [tap_range(k, sw, dw, pw, Wd, OW) for k in range(KW)]
-    top, bottom = max(lo for lo, _ in rows), min(hi for _, hi in rows)
-    left, right = max(lo for lo, _ in cols), min(hi for _, hi in cols)
-    if bottom - top < 1 or right - left < 2:
+    if not all(isinstance(x, int) or is_dim(x) for r in rows + cols for x in r):
+        return False         # run-time planes whose tap ranges the sizes' ranges do not decide
+    try:
+        top, bottom = pick_all(max, [lo for lo, _ in rows]), pick_all(min, [hi for _, hi in rows])
+        left, right = pick_all(max, [lo for lo, _ in cols]), pick_all(min, [hi for _, hi in cols])
+        if decide(bottom - top, "<", 1) is not False or decide(right - left, "<", 2) is not False:
+            return False
+        edges = [[(pick_all(max, [lo, start]), pick_all(min, [hi, end])) for lo, hi in cols]
+                 for start, end in ((0, left), (right, OW))]
+    except RunTimeDim:
         return False
     b = ctx.b
     M = W.shape[0]
@@ -243,32 +262,32 @@ def _depthwise_one_pass(ctx, X, W, Bias, Y, win: Window, group: int, n, m) -> bo
     bias = Bias[m] if Bias is not None else const(0, Y.dtype)
 
     def edge_rows(start: int, end: int):
-        lp = span_loop(b, const(start), const(end), "o0")
+        lp = span_loop(b, wrap(start), wrap(end), "o0")
         if lp is not None:
             with lp as o:
                 _direct_row(ctx, X, W, Bias, Y, win, group, n, m, [o])
 
     edge_rows(0, top)
     ws = [[b.local("w", W[m * (KH * KW) + k0 * KW + k1]) for k1 in range(KW)] for k0 in range(KH)]
-    with b.loop(const(bottom), "o0", role=SPATIAL, start=const(top)) as o:
+    with b.loop(wrap(bottom), "o0", role=SPATIAL, start=wrap(top)) as o:
         dst = y_plane + o * OW
         src = [x_plane + plus(o * sh, const(k0 * dh - ph)) * Wd for k0 in range(KH)]
-        with b.loop(const(right), "p", role=SPATIAL, start=const(left)) as q:
+        with b.loop(wrap(right), "p", role=SPATIAL, start=wrap(left)) as q:
             acc: Expr = bias
             for k0 in range(KH):
                 for k1 in range(KW):
                     acc = acc + ws[k0][k1] * X[plus(src[k0], const(k1 * dw - pw)) + q * sw]
             b.store(Y, dst + q, acc)
         # the columns some tap misses: the bias, then each tap where it reaches
-        for start, end in ((0, left), (right, OW)):
-            lp = span_loop(b, const(start), const(end))
+        for (start, end), spans in zip(((0, left), (right, OW)), edges):
+            lp = span_loop(b, wrap(start), wrap(end))
             if lp is None:
                 continue
             with lp as q:
                 b.store(Y, dst + q, bias)
             for k0 in range(KH):
-                for k1, (lo, hi) in enumerate(cols):
-                    lp = span_loop(b, const(max(lo, start)), const(min(hi, end)))
+                for k1, (lo, hi) in enumerate(spans):
+                    lp = span_loop(b, wrap(lo), wrap(hi))
                     if lp is not None:
                         with lp as q:
                             b.store(Y, dst + q, Y[dst + q] + ws[k0][k1] * X[plus(src[k0], const(k1 * dw - pw)) + q * sw])

@@ -7,11 +7,12 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir import dtypes
-from ..ir.dims import is_static
+from ..ir.dims import RunTimeDim, decide, is_dim
 from ..kernel.ir import REDUCTION, SPATIAL, Expr, call, cast, const, maximum, minimum, select, wrap
 from .common import prod, shape_error
 from .registry import register
-from .window import UNROLL_TAPS, Nest, ceil_div, dot, plus, row_major_strides, sliding_window, tap_bounds, tap_range
+from .window import (UNROLL_TAPS, Nest, ceil_div, dot, pick_all, plus, row_major_strides, sliding_window, tap_bounds,
+                     tap_range)
 
 
 def _pool_window(node, x):
@@ -72,11 +73,16 @@ def _lower_pool(node, ctx):
     b = ctx.b
     # the interior columns of the last dim: [left, right), every tap inside
     left, right = 0, 0
-    if POOL_BY_ROWS and is_max and I is None and win.kernel[-1] <= UNROLL_TAPS and is_static(S + O):
+    if POOL_BY_ROWS and is_max and I is None and win.kernel[-1] <= UNROLL_TAPS:
         ranges = [tap_range(k, win.strides[-1], win.dilations[-1], win.pads_begin[-1], S[-1], O[-1])
                   for k in range(win.kernel[-1])]
-        left, right = max(lo for lo, _ in ranges), min(hi for _, hi in ranges)
-        if right - left < 2:
+        try:          # (run-time sizes: where the ranges decide the interior columns)
+            if not all(isinstance(x, int) or is_dim(x) for r in ranges for x in r):
+                raise RunTimeDim("tap ranges computed by the run")
+            left, right = pick_all(max, [lo for lo, _ in ranges]), pick_all(min, [hi for _, hi in ranges])
+            if decide(right - left, "<", 2) is not False:
+                left, right = 0, 0
+        except RunTimeDim:
             left, right = 0, 0
 
     def count(oo, bounds):
@@ -131,13 +137,13 @@ def _lower_pool(node, ctx):
         """Columns [left, right) of output row (n, c, oo...), tap row by tap row."""
         row = (n * C + c) * OL + dot(oo, ost[:-1])
         s_l, d_l, pb_l = win.strides[-1], win.dilations[-1], win.pads_begin[-1]
-        with b.loop(const(right), "p", role=SPATIAL, start=const(left)) as q:
+        with b.loop(wrap(right), "p", role=SPATIAL, start=wrap(left)) as q:
             b.store(Y, row + q, _lowest(X.dtype))
         inner = Nest(b, REDUCTION)
         ks = [inner.loop(outer_bounds[i][1], f"k{i}", start=outer_bounds[i][0]) for i in range(r - 1)]
         src = (n * C + c) * SL + dot([o * win.strides[i] - win.pads_begin[i] + k * win.dilations[i]
                                         for i, (o, k) in enumerate(zip(oo, ks))], xst[:-1])
-        with b.loop(const(right), "p", role=SPATIAL, start=const(left)) as q:
+        with b.loop(wrap(right), "p", role=SPATIAL, start=wrap(left)) as q:
             acc = b.local("acc", Y[row + q])
             for k in range(win.kernel[-1]):
                 v = b.local("v", X[plus(src, const(k * d_l - pb_l)) + q * s_l])
@@ -155,9 +161,9 @@ def _lower_pool(node, ctx):
             oo.append(o)
         for start, end in ((0, left), (right, O[-1])) if right else ((0, O[-1]),):
             if end - start == 1:
-                point(n, c, oo + [const(start)], outer_bounds)
-            elif end > start:
-                with b.loop(wrap(end), f"o{r - 1}", role=SPATIAL, start=const(start)) as o:
+                point(n, c, oo + [wrap(start)], outer_bounds)
+            elif decide(end, ">", start) is not False:        # (a run-time range may be empty: no iteration)
+                with b.loop(wrap(end), f"o{r - 1}", role=SPATIAL, start=wrap(start)) as o:
                     point(n, c, oo + [o], outer_bounds)
         if right:
             interior(n, c, oo, outer_bounds)

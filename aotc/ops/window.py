@@ -208,6 +208,14 @@ def _pick(fn, a, b):
     return (a if c else b) if fn is min else (b if c else a)
 
 
+def pick_all(fn, xs):
+    """min or max of sizes (ints or Dims) where the ranges decide it, else RunTimeDim."""
+    best = xs[0]
+    for x in xs[1:]:
+        best = _pick(fn, best, x)
+    return best
+
+
 def each_tap(b, win: Window, size: int, n_out: int, body) -> None:
     """body(k, lo, hi) for every tap k of the last kernel dim, with its valid output range:
     unrolled with constant bounds for small kernels, a loop with computed bounds otherwise."""

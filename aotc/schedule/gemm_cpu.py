@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..errors import AotcError
-from ..kernel.ir import (Assign, Decl, Expr, Gemm, Load, Loop, Matrix, Stmt, Store, children, const, evaluate,
-                         expr_vars, upper_bound, walk_expr)
+from ..kernel.ir import (Assign, Decl, Expr, Gemm, Load, Loop, Matrix, SizeVar, Stmt, Store, children, const,
+                         evaluate, expr_vars, stmt_exprs, upper_bound, walk_expr)
 from ..targets import GemmConfig, Target
 
 @dataclass(frozen=True)
@@ -387,8 +387,11 @@ def epilogue_in_tile(gm: Gemm, tiles: GemmTiles, c_dead: bool = False) -> bool:
     An integer GEMM's tile has rows only: its C needs contiguous columns."""
     stmts = gm.row_epilogue + gm.epilogue
     M, N, _ = capacity(gm)
-    if not (isinstance(gm.c.rs, int) and isinstance(gm.c.cs, int)):
-        return False        # C's strides are run-time sizes, which the tile function is not given
+    strides = [x for x in (gm.c.rs, gm.c.cs) if not isinstance(x, int)]
+    sizes = {v.name for x in strides for v in walk_expr(x) if isinstance(v, SizeVar)}
+    if sizes - {v.name for s in stmts for e in stmt_exprs(s) for v in walk_expr(e) if isinstance(v, SizeVar)}:
+        return False        # C's strides are run-time sizes that the tile function (given the epilogue's
+                            # variables) would not have
     if not gm.epilogue or M < tiles.mr or N < tiles.nr or 1 not in (gm.c.cs, gm.c.rs) \
             or gm.c.layout != "strided" \
             or not all(isinstance(s, (Store, Decl, Assign)) for s in stmts) or (gm.integer and gm.c.cs != 1):

@@ -269,7 +269,8 @@ class CPrinter(CStylePrinter):
 
         def body():
             self.out("    aotc_tile_vec aotc_sums[AOTC_GEMM_MR][AOTC_TILE_V];")
-            self.out(f"    aotc_sgemm_prefetch_c(aotc_c, {C.rs}, {C.cs}, AOTC_GEMM_MR, AOTC_GEMM_NR);")
+            self.out(f"    aotc_sgemm_prefetch_c(aotc_c, {self.expr(wrap(C.rs))}, {self.expr(wrap(C.cs))}, "
+                     "AOTC_GEMM_MR, AOTC_GEMM_NR);")
             self.out("    aotc_sgemm_tile_sums(AOTC_GEMM_MR, aotc_kc, aotc_a, aotc_b, aotc_sums);")
             if by_rows:          # for each row r, each vector v of its columns
                 self.out("    AOTC_UNROLL_FULLY")
@@ -344,7 +345,7 @@ class CPrinter(CStylePrinter):
             self.out("    if (aotc_accumulate)")
             self.out("        for (int aotc_r = 0; aotc_r < AOTC_GEMM_MR; ++aotc_r)")
             self.out("            for (int aotc_l = 0; aotc_l < AOTC_GEMM_NR; ++aotc_l)")
-            self.out(f"                aotc_sums[aotc_r][aotc_l] += aotc_c[aotc_r * {C.rs} + aotc_l];")
+            self.out(f"                aotc_sums[aotc_r][aotc_l] += aotc_c[aotc_r * {self.expr(wrap(C.rs))} + aotc_l];")
             self.out("    for (int aotc_r = 0; aotc_r < AOTC_GEMM_MR; ++aotc_r) {")
             self.out(f"        const {self.type_name(i.dtype)} {i.name} = aotc_i0 + aotc_r;")
             self.out(f"        (void){i.name};")
