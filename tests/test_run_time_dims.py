@@ -371,3 +371,19 @@ def test_cnn_over_height_and_width_matches_onnxruntime(cnn, tmp_path, target, th
         np.testing.assert_allclose(y, _ort(cnn, {"x": x})[0], rtol=1e-4, atol=1e-5)
     with pytest.raises(InputError, match="multiple of 4"):
         m.run({"x": np.ones((1, 3, 10, 8), np.float32)})
+
+
+@pytest.mark.parametrize("target", ["native", "native,winograd4"])
+def test_cnn_winograd_over_run_time_planes(cnn, tmp_path, target):
+    """Sides in 16..64%16: the 3 x 3 convolution of 32 channels becomes a Winograd one whose
+    tiles divide its output at every size (no partial tiles of run-time size), in blocks of
+    rows of tiles that divide them too; parity with ORT at four sizes, both ends included."""
+    out = compile_model(cnn, target=target, output_dir=tmp_path / "out", threads=1,
+                        shapes={"x": ((1, 2), 3, (16, 64, 16), (16, 64, 16))})
+    kernels = json.dumps(json.loads((out / "manifest.json").read_text())["kernels"])
+    assert "WinogradConv" in kernels
+    m = load(out, threads=1)
+    for batch, h, w in ((1, 16, 16), (2, 32, 48), (1, 64, 64), (2, 48, 16)):
+        x = np.random.default_rng(h + w).standard_normal((batch, 3, h, w)).astype(np.float32)
+        (y,) = m.run({"x": x})
+        np.testing.assert_allclose(y, _ort(cnn, {"x": x})[0], rtol=1e-4, atol=1e-5)

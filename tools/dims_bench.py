@@ -44,10 +44,10 @@ CASES = {
              {p: {"input_ids": (1, n), "attention_mask": (1, n)} for p, n in (("lo", 1), ("mid", 16), ("hi", 32))}),
     "gpt2": ({"dims": {"sequence": (1, 32), "batch": (1, 1)}},
              {p: {"input_ids": (1, n)} for p, n in (("lo", 1), ("mid", 16), ("hi", 32))}),
-    "cnn": ({"shapes": {"x": (1, 3, (32, 128, 4), (32, 128, 4))}},
+    "cnn": ({"shapes": {"x": (1, 3, (32, 128, 16), (32, 128, 16))}},
             {p: {"x": (1, 3, n, n)} for p, n in (("lo", 32), ("mid", 64), ("hi", 128))}),
 }
-RANGES = {"mlp": "batch 1..64", "bert": "sequence 1..32", "gpt2": "sequence 1..32", "cnn": "H, W 32..128%4"}
+RANGES = {"mlp": "batch 1..64", "bert": "sequence 1..32", "gpt2": "sequence 1..32", "cnn": "H, W 32..128%16"}
 
 
 def _cnn(path: Path) -> None:

@@ -38,9 +38,9 @@ from fractions import Fraction as Fr
 import numpy as np
 
 from ..ir import dtypes
-from ..ir.dims import is_dim
+from ..ir.dims import decide, is_dim
 from ..ir.internal import WINOGRAD_CONV
-from ..kernel.ir import F32, SPATIAL, GemmDest, binop, const, matrix
+from ..kernel.ir import F32, SPATIAL, GemmDest, binop, const, matrix, wrap
 from .registry import register
 from .window import IfElse
 
@@ -86,9 +86,10 @@ def transform_weights(w: np.ndarray, m: int) -> np.ndarray:
 
 
 def geometry(x_shape, m: int, pads) -> dict:
-    """Sizes of the tiling of an input [N, C, H, W] with pads [top, left, bottom, right]."""
-    N = x_shape[0] if is_dim(x_shape[0]) else int(x_shape[0])       # (a run-time batch stays a Dim)
-    C, H, W = (int(d) for d in x_shape[1:])
+    """Sizes of the tiling of an input [N, C, H, W] with pads [top, left, bottom, right]
+    (run-time sizes stay Dims: the pass makes these only where the tiles fit whole)."""
+    N, H, W = (d if is_dim(d) else int(d) for d in (x_shape[0], x_shape[2], x_shape[3]))
+    C = int(x_shape[1])
     pt, pl, pb, pr = (int(p) for p in pads)
     OH, OW = H + pt + pb - 2, W + pl + pr - 2
     TH, TW = -(-OH // m), -(-OW // m)
@@ -110,7 +111,7 @@ def _infer(node, ins):
     if len(u.shape) != 3 or u.shape[0] != a * a or u.shape[2] != x.shape[1]:
         raise _err(node, f"transformed weights {tuple(u.shape)} do not fit F({m}x{m}, 3x3) on {tuple(x.shape)}")
     geo = geometry(x.shape, m, pads)
-    if geo["OH"] < 1 or geo["OW"] < 1:
+    if decide(geo["OH"], "<", 1) is not False or decide(geo["OW"], "<", 1) is not False:
         raise _err(node, "the padded input is smaller than the 3 x 3 window")
     return [(x.dtype, (geo["N"], u.shape[1], geo["OH"], geo["OW"]))]
 
@@ -142,7 +143,7 @@ def _lower(node, ctx):
     geo = geometry(X.shape, m, node.attr("pads"))
     N, C, H, W, pt, pl = (geo[k] for k in ("N", "C", "H", "W", "pt", "pl"))
     OH, OW, TH, TW, Wp = (geo[k] for k in ("OH", "OW", "TH", "TW", "Wp"))
-    R = int(node.attr("block_rows", TH))
+    R = int(node.attr("block_rows", 1 if is_dim(TH) else TH))
     if R < 1 or TH % R:
         raise _err(node, f"block_rows {R} does not divide the {TH} rows of tiles")
     M = U.shape[1]
@@ -158,8 +159,8 @@ def _lower(node, ctx):
 
     def zeros(start: int, end: int, base=0):
         """plane[base + p] = 0 for p in [start, end)"""
-        if end > start:
-            with b.loop(end, "p", role=SPATIAL, start=start) as p:
+        if decide(end, ">", start) is not False:
+            with b.loop(wrap(end), "p", role=SPATIAL, start=wrap(start)) as p:
                 b.store(plane, base + p, zero)
 
     # each block (R rows of tiles of one batch entry) by itself: its tiles stay in cache
@@ -194,7 +195,7 @@ def _lower(node, ctx):
                    GemmDest(P, (xi, 0, 0), (1,), (2,)))
 
         # 3. Aᵀ P A (+ bias) of each tile, stored where it is inside the output
-        full_cols = OW // m
+        full_cols = OW // m           # (run-time planes: OW a multiple of m, the pass checked)
         with b.loop(M, "mo", role=SPATIAL) as mo:
             bias = Bias[mo] if Bias is not None else None
 
@@ -213,7 +214,7 @@ def _lower(node, ctx):
                         b.store_at(Y, (n, mo, oh + i, tw * m + j), v + bias if bias is not None else v)
 
             def tile_row(th, rows: int):
-                if full_cols:
+                if full_cols != 0:
                     with b.loop(full_cols, "tw", role=SPATIAL, rerun=True) as tw:
                         tile(th, tw, rows, m)
                 if OW % m:
