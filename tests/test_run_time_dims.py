@@ -234,12 +234,12 @@ def test_cli_parses_ranges():
 
 def test_an_op_without_run_time_dims_is_refused_by_name(tmp_path):
     model = helper.make_model(helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("CumSum", ["r", "axis"], ["y"], name="cum")], "g",
-        [helper.make_tensor_value_info("x", TP.FLOAT, ["n", 8])], [helper.make_tensor_value_info("y", TP.FLOAT, None)],
-        [helper.make_tensor("axis", TP.INT64, [], [1])]), opset_imports=[helper.make_opsetid("", 17)])
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("LpNormalization", ["r"], ["y"], name="lpn")], "g",
+        [helper.make_tensor_value_info("x", TP.FLOAT, ["n", 8])], [helper.make_tensor_value_info("y", TP.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 17)])
     path = tmp_path / "m.onnx"
     onnx.save(model, str(path))
-    with pytest.raises(RunTimeDim, match="CumSum node 'cum' does not take run-time dimensions yet"):
+    with pytest.raises(RunTimeDim, match="LpNormalization node 'lpn' does not take run-time dimensions yet"):
         compile_model(path, target="c", output_dir=tmp_path / "o", dims={"n": (1, 9)})
 
 
@@ -387,3 +387,67 @@ def test_cnn_winograd_over_run_time_planes(cnn, tmp_path, target):
         x = np.random.default_rng(h + w).standard_normal((batch, 3, h, w)).astype(np.float32)
         (y,) = m.run({"x": x})
         np.testing.assert_allclose(y, _ort(cnn, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- one op at a time
+def _tensor(name, vals, dt=TP.INT64, shape=None):
+    return helper.make_tensor(name, dt, [len(vals)] if shape is None else shape, vals)
+
+
+_W = [float(v) for v in np.random.default_rng(0).standard_normal(54)]
+# op -> (nodes, initializers, input kind): "rows" is x [n, 6], "planes" x4 [1, 3, n, n]
+OP_CASES = {
+    "ConstantOfShape": ([helper.make_node("Shape", ["x"], ["s"]),
+                         helper.make_node("ConstantOfShape", ["s"], ["c"],
+                                          value=helper.make_tensor("v", TP.FLOAT, [1], [2.5])),
+                         helper.make_node("Add", ["x", "c"], ["y"])], [], "rows"),
+    "Tile": ([helper.make_node("Tile", ["x", "r"], ["y"])], [_tensor("r", [2, 3])], "rows"),
+    "Pad": ([helper.make_node("Pad", ["x", "p"], ["y"], mode="constant")], [_tensor("p", [1, 2, 0, 1])], "rows"),
+    "Pad-reflect": ([helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")], [_tensor("p", [1, 2, 1, 1])],
+                    "rows"),
+    "CumSum": ([helper.make_node("CumSum", ["x", "a"], ["y"])], [_tensor("a", [0], shape=[])], "rows"),
+    "ArgMax": ([helper.make_node("ArgMax", ["x"], ["y"], axis=0, keepdims=1)], [], "rows"),
+    "TopK": ([helper.make_node("TopK", ["x", "k"], ["y", "i"], axis=1)], [_tensor("k", [3])], "rows"),
+    "Trilu": ([helper.make_node("Trilu", ["x"], ["y"])], [], "rows"),
+    "ReduceMax": ([helper.make_node("ReduceMax", ["x"], ["y"], keepdims=1)], [], "rows"),
+    "InstanceNormalization": ([helper.make_node("InstanceNormalization", ["x4", "sc", "bi"], ["y"])],
+                              [_tensor("sc", [1., 2., 3.], TP.FLOAT), _tensor("bi", [.1, .2, .3], TP.FLOAT)], "planes"),
+    "GroupNormalization": ([helper.make_node("GroupNormalization", ["x4", "sc", "bi"], ["y"], num_groups=3)],
+                           [_tensor("sc", [1., 2., 3.], TP.FLOAT), _tensor("bi", [.1, .2, .3], TP.FLOAT)], "planes"),
+    "DepthToSpace": ([helper.make_node("DepthToSpace", ["x4"], ["y"], blocksize=1)], [], "planes"),
+    "ConvTranspose": ([helper.make_node("ConvTranspose", ["x4", "w"], ["y"], strides=[2, 2])],
+                      [_tensor("w", _W, TP.FLOAT, [3, 2, 3, 3])], "planes"),
+}
+
+
+@pytest.mark.parametrize("op", sorted(OP_CASES))
+def test_op_over_a_run_time_dim(op, tmp_path):
+    """Each op of OP_CASES on an input with a run-time dim n in 2..12, at three sizes, against
+    ORT (a graph of the op alone, or with the nodes an exporter writes around it)."""
+    nodes, inits, kind = OP_CASES[op]
+    name, dims = ("x", ["n", 6]) if kind == "rows" else ("x4", [1, 3, "n", "n"])
+    outs = [helper.make_tensor_value_info(o, TP.INT64 if (o == "i" or op == "ArgMax") else TP.FLOAT, None)
+            for o in nodes[-1].output]
+    model = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info(name, TP.FLOAT, dims)],
+                                                outs, inits), opset_imports=[helper.make_opsetid("", 18)])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    m = load(compile_model(path, target="c", output_dir=tmp_path / "o", dims={"n": (2, 12)}, threads=1))
+    for n in (2, 7, 12):
+        shape = (n, 6) if kind == "rows" else (1, 3, n, n)
+        x = np.random.default_rng(n).standard_normal(shape).astype(np.float32)
+        for got, want in zip(m.run({name: x}), _ort(path, {name: x})):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["lstm", "gru"])
+def test_recurrent_zoo_models_over_sequence(name, tmp_path):
+    """The zoo's LSTM and GRU (their input [seq, 1, 16], seq a dim_param) over seq in 1..16."""
+    from models.zoo import ZOO
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(ZOO[name].build("small"), str(path))
+    m = load(compile_model(path, target="native", output_dir=tmp_path / "o", dims={"seq": (1, 16)}, threads=2))
+    for seq in (1, 7, 16):
+        x = np.random.default_rng(seq).standard_normal((seq, 1, 16)).astype(np.float32)
+        for got, want in zip(m.run({"x": x}), _ort(path, {"x": x})):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

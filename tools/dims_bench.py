@@ -18,6 +18,7 @@ ONNX Runtime at the middle size is timed beside them. Medians in milliseconds, a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import platform
 import statistics
@@ -72,8 +73,10 @@ def _cnn(path: Path) -> None:
 
     torch.manual_seed(0)
     h, w = torch.export.Dim("h", min=2, max=64), torch.export.Dim("w", min=2, max=64)
-    torch.onnx.export(CNN().eval(), (torch.randn(1, 3, 64, 64),), str(path), input_names=["x"], output_names=["y"],
-                      dynamic_shapes={"x": {2: 4 * h, 3: 4 * w}}, dynamo=True, external_data=False)
+    with contextlib.redirect_stdout(sys.stderr):         # (the exporter's progress: not the report)
+        torch.onnx.export(CNN().eval(), (torch.randn(1, 3, 64, 64),), str(path), input_names=["x"],
+                          output_names=["y"], dynamic_shapes={"x": {2: 4 * h, 3: 4 * w}}, dynamo=True,
+                          external_data=False)
 
 
 def _feeds(shapes: dict, seed: int) -> dict:

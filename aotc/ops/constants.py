@@ -68,14 +68,15 @@ def _lower_constant_of_shape(node, ctx):
         ctx.b.store(y, i, const(fill, y.dtype))
 
 
-@register("ConstantOfShape", lower=_lower_constant_of_shape, large_output=True)
+@register("ConstantOfShape", lower=_lower_constant_of_shape, large_output=True, run_time_dims=True,
+          shape_inputs=frozenset({0}))
 def _constant_of_shape(node, ins):
-    if ins[0].const is None:
+    if ins[0].const is None and ins[0].sym is None:
         raise ShapeError(f"ConstantOfShape node {node.name!r}: the shape input must be known at compile time",
                          "bind it with --const, or fix input shapes with --shape")
     v = node.attr("value")
     dt = np.asarray(v).dtype if v is not None else np.dtype(np.float32)
-    return [(dt, tuple(ints(ins[0].const)))]
+    return [(dt, tuple(ints(ins[0].sym if ins[0].sym is not None else ins[0].const)))]
 
 
 def _lower_size_values(node, ctx):

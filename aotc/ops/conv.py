@@ -265,6 +265,6 @@ def _lower_convt(node, ctx):
                 each_tap(b, win, O[-1], SLast, tap)
 
 
-register("ConvTranspose", lower=_lower_convt)(_convt_infer)
+register("ConvTranspose", lower=_lower_convt, run_time_dims=True)(_convt_infer)
 
 

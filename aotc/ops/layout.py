@@ -82,7 +82,7 @@ def _lower_s2d(node, ctx):
     strided_copy(ctx.b, Y, X, shape, dst, src)
 
 
-register("DepthToSpace", lower=_lower_d2s)(_d2s_infer)
+register("DepthToSpace", lower=_lower_d2s, run_time_dims=True)(_d2s_infer)
 register("SpaceToDepth", lower=_lower_s2d)(_s2d_infer)
 
 
@@ -138,7 +138,7 @@ def _lower_scan(node, ctx):
                 b.store(Y, row(p, k) * post + q, before * step if product else before + step)
 
 
-register(["CumSum", "CumProd"], lower=_lower_scan, accepts_epilogue=False)(_scan_infer)
+register(["CumSum", "CumProd"], lower=_lower_scan, accepts_epilogue=False, run_time_dims=True)(_scan_infer)
 
 
 # ----------------------------------------------------------------------------- EyeLike

@@ -100,12 +100,12 @@ def _lower_gn(node, ctx):
         s = b.accumulator("sum", const(0.0, dt))
         with b.loop(n_el, "j", role=REDUCTION) as j:
             b.assign(s, s + Load(X, base + j))
-        mean = b.local("mean", s / const(float(n_el), dt))
+        mean = b.local("mean", s / count(n_el, dt))
         v = b.accumulator("var", const(0.0, dt))
         with b.loop(n_el, "j", role=REDUCTION) as j:
             d = b.local("d", Load(X, base + j) - mean)
             b.assign(v, v + d * d)
-        rstd = b.local("rstd", const(1.0, dt) / call("sqrt", v / const(float(n_el), dt) + const(eps, dt)))
+        rstd = b.local("rstd", const(1.0, dt) / call("sqrt", v / count(n_el, dt) + const(eps, dt)))
         with b.loop(cg, "c", role=SPATIAL) as c:
             ch = q * cg + c if per_channel else q
             a = b.local("a", rstd * Load(S, ch))
@@ -115,7 +115,7 @@ def _lower_gn(node, ctx):
                 b.store(Y, at, cast(Load(X, at) * a + t, dt))
 
 
-register("GroupNormalization", lower=_lower_gn)(_gn_infer)
+register("GroupNormalization", lower=_lower_gn, run_time_dims=True)(_gn_infer)
 
 
 # ----------------------------------------------------------------------------- MVN, LpNormalization
@@ -145,20 +145,20 @@ def _lower_mvn(node, ctx):
     kept, red = _axes_split(node, X.shape, node.attr("axes", [0, 2, 3]))
     dt = X.dtype
     b = ctx.b
-    count = prod(X.shape[i] for i in red)
-    b.comment(f"mean-variance normalization over axes {red} ({count} elements each)")
+    n_red = prod(X.shape[i] for i in red)
+    b.comment(f"mean-variance normalization over axes {red} ({n_red} elements each)")
 
     def body(base, shape, strides):
         names = [f"r{i}" for i in red]
         s = b.accumulator("sum", const(0.0, dt))
         with b.loops(shape, names, role=REDUCTION) as ri:
             b.assign(s, s + Load(X, base + _dot(ri, strides)))
-        mean = b.local("mean", s / const(float(count), dt))
+        mean = b.local("mean", s / count(n_red, dt))
         v = b.accumulator("var", const(0.0, dt))
         with b.loops(shape, names, role=REDUCTION) as ri:
             d = b.local("d", Load(X, base + _dot(ri, strides)) - mean)
             b.assign(v, v + d * d)
-        inv = b.local("inv", const(1.0, dt) / (call("sqrt", v / const(float(count), dt)) + const(1e-9, dt)))
+        inv = b.local("inv", const(1.0, dt) / (call("sqrt", v / count(n_red, dt)) + const(1e-9, dt)))
         with b.loops(shape, names, role=SPATIAL) as ri:
             at = base + _dot(ri, strides)
             b.store(Y, at, cast((Load(X, at) - mean) * inv, dt))
@@ -256,18 +256,18 @@ def _lower_instnorm(node, ctx):
         acc = b.accumulator("sum", const(0.0, dt))
         with b.loop(SL, "p", role=REDUCTION) as p:
             b.assign(acc, acc + X[base + p])
-        mean = b.local("mean", acc / const(float(SL), dt))
+        mean = b.local("mean", acc / count(SL, dt))
         sq = b.accumulator("sq", const(0.0, dt))
         with b.loop(SL, "p", role=REDUCTION) as p:
             d = b.local("d", X[base + p] - mean)
             b.assign(sq, sq + d * d)
-        s = b.local("s", sc[c] / call("sqrt", sq / const(float(SL), dt) + const(eps, dt)))
+        s = b.local("s", sc[c] / call("sqrt", sq / count(SL, dt) + const(eps, dt)))
         t = b.local("t", bi[c] - mean * s)
         with b.loop(SL, "p", role=SPATIAL) as p:
             b.store(Y, base + p, X[base + p] * s + t)
 
 
-register("InstanceNormalization", lower=_lower_instnorm)(_in_infer)
+register("InstanceNormalization", lower=_lower_instnorm, run_time_dims=True)(_in_infer)
 
 
 def _lower_lrn(node, ctx):

@@ -94,6 +94,6 @@ def _lower_pad(node, ctx):
     nest.close()
 
 
-register("Pad", lower=_lower_pad)(_pad_infer)
+register("Pad", lower=_lower_pad, run_time_dims=True)(_pad_infer)
 
 

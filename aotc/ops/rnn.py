@@ -351,4 +351,4 @@ def _lower_rnn(node, ctx):
 
 
 for _op in RECURRENT_OPS:
-    register(_op, lower=_lower_rnn, fold=_rnn_fold, accepts_epilogue=False)(_rnn_infer)
+    register(_op, lower=_lower_rnn, fold=_rnn_fold, accepts_epilogue=False, run_time_dims=True)(_rnn_infer)

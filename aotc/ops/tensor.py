@@ -499,7 +499,7 @@ def _lower_tile(node, ctx):
     strided_copy(ctx.b, Y, X, shape, dst, src)
 
 
-@register("Tile", lower=_lower_tile, large_output=True)
+@register("Tile", lower=_lower_tile, large_output=True, run_time_dims=True)
 def _tile(node, ins):
     reps = const_ints(node, ins, 1, "repeats")
     if len(reps) != len(ins[0].shape) or any(r < 0 for r in reps):
@@ -560,7 +560,7 @@ def _lower_trilu(node, ctx):
         b.store(Y, off, select(keep, Load(X, off), const(0, X.dtype)))
 
 
-@register("Trilu", lower=_lower_trilu)
+@register("Trilu", lower=_lower_trilu, run_time_dims=True)
 def _trilu(node, ins):
     if len(ins[0].shape) < 2:
         raise ShapeError(f"Trilu node {node.name!r}: input rank must be at least 2")
@@ -601,7 +601,7 @@ def _lower_arg(node, ctx):
         b.store(Y, p * post + q, arg)
 
 
-@register(["ArgMax", "ArgMin"], lower=_lower_arg, bounded_rule="along_axis")
+@register(["ArgMax", "ArgMin"], lower=_lower_arg, bounded_rule="along_axis", run_time_dims=True)
 def _arg(node, ins):
     _, shape = _arg_dims(node, ins[0])
     return [(dtypes.INT64, shape)]
@@ -649,7 +649,7 @@ def _lower_topk(node, ctx):
             b.assign(pi, bi)
 
 
-@register("TopK", lower=_lower_topk, accepts_epilogue=False, bounded_rule="along_axis")
+@register("TopK", lower=_lower_topk, accepts_epilogue=False, bounded_rule="along_axis", run_time_dims=True)
 def _topk(node, ins):
     k = const_ints(node, ins, 1, "k")[0]
     _, shape = _topk_dims(node, ins[0], k)
