@@ -23,6 +23,7 @@ import numpy as np
 
 from .version import __version__
 from .errors import AotcError
+from .ir.dims import upper
 
 GEMM_LIKE = {"MatMul", "MatMulInteger", "QLinearMatMul", "Gemm"}
 CONV_LIKE = {"Conv", "ConvInteger", "QLinearConv"}
@@ -31,7 +32,8 @@ PER_INPUT_ELEMENT = ("Reduce", "ArgMax", "ArgMin", "GlobalAveragePool", "GlobalM
 
 
 def _prod(shape) -> int:
-    return int(np.prod([int(d) for d in shape], dtype=np.int64)) if len(shape) else 1
+    """Elements of a shape; a run-time dim (ir/dims.py) at its largest size."""
+    return int(np.prod([upper(d) for d in shape], dtype=np.int64)) if len(shape) else 1
 
 
 def node_flops(g, n) -> int:
@@ -42,7 +44,7 @@ def node_flops(g, n) -> int:
     a = shape(n.inputs[0]) if n.inputs else ()
     if n.op_type in GEMM_LIKE and len(a) >= 1:          # K: A's last dim (its first for Gemm transA)
         k = a[0] if n.op_type == "Gemm" and n.attr("transA", 0) else a[-1]
-        return 2 * out * int(k)
+        return 2 * out * upper(k)
     if n.op_type in CONV_LIKE:
         w = shape(n.inputs[3] if n.op_type == "QLinearConv" else n.inputs[1])
         return 2 * out * _prod(w[1:]) if w else out
@@ -119,7 +121,8 @@ def collect(model, target: str = "native", shapes: Optional[Mapping] = None, con
         "nodes_after": len(g.nodes),
         "op_histogram": before.op_histogram(),
         "op_histogram_after": g.op_histogram(),
-        "inputs": {n: [str(g.values[n].dtype), list(g.values[n].shape)] for n in g.inputs},
+        "inputs": {n: [str(g.values[n].dtype), [d if isinstance(d, int) else str(d) for d in g.values[n].shape]]
+                   for n in g.inputs},
         "outputs": {p.name: [str(p.dtype), list(p.shape)] for p in out_ports},
         "kernels": kernels,
         "memory": {"arena": plan.arena_bytes, "lower_bound": plan.lower_bound_bytes,

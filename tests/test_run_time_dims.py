@@ -451,3 +451,18 @@ def test_recurrent_zoo_models_over_sequence(name, tmp_path):
         x = np.random.default_rng(seq).standard_normal((seq, 1, 16)).astype(np.float32)
         for got, want in zip(m.run({"x": x}), _ort(path, {"x": x})):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_inspect_and_report_describe_run_time_dims(mlp):
+    """aotc inspect lists the dimensions and the shapes in their terms; the report's data (FLOPs
+    at the largest sizes) is JSON as the page embeds it."""
+    from aotc import report
+    from aotc.inspection import format_text, inspect_model
+    info = inspect_model(mlp, "c", dims={"batch": (1, 64)})
+    assert info["run_time_dims"] == {"batch": {"min": 1, "max": 64, "multiple": 1}}
+    assert info["inputs"] == {"x": ["batch", 64]} and info["output_dims"] == {"y": ["batch", "24"]}
+    assert "batch                    1..64   (x[0])" in format_text(info)
+    data = report.collect(mlp, "c", dims={"batch": (1, 64)})
+    assert data["inputs"]["x"][1] == ["batch", 64]
+    json.dumps(data)
+    assert sum(k["flops"] for k in data["kernels"]) >= 2 * 64 * (64 * 96 + 96 * 24)
