@@ -415,6 +415,13 @@ OP_CASES = {
     "GroupNormalization": ([helper.make_node("GroupNormalization", ["x4", "sc", "bi"], ["y"], num_groups=3)],
                            [_tensor("sc", [1., 2., 3.], TP.FLOAT), _tensor("bi", [.1, .2, .3], TP.FLOAT)], "planes"),
     "DepthToSpace": ([helper.make_node("DepthToSpace", ["x4"], ["y"], blocksize=1)], [], "planes"),
+    "Resize-nearest": ([helper.make_node("Resize", ["x4", "", "sc"], ["y"], mode="nearest")],
+                       [_tensor("sc", [1., 1., 2., 2.], TP.FLOAT)], "planes"),
+    "Resize-linear": ([helper.make_node("Resize", ["x4", "", "sc"], ["y"], mode="linear")],
+                      [_tensor("sc", [1., 1., 2., 2.], TP.FLOAT)], "planes"),
+    "Resize-align-corners": ([helper.make_node("Resize", ["x4", "", "sc"], ["y"], mode="linear",
+                                               coordinate_transformation_mode="align_corners")],
+                             [_tensor("sc", [1., 1., 2., 2.], TP.FLOAT)], "planes"),
     "ConvTranspose": ([helper.make_node("ConvTranspose", ["x4", "w"], ["y"], strides=[2, 2])],
                       [_tensor("w", _W, TP.FLOAT, [3, 2, 3, 3])], "planes"),
 }

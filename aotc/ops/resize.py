@@ -7,7 +7,8 @@ import itertools
 import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
-from ..kernel.ir import F32, I64, REDUCTION, SPATIAL, Expr, binop, call, cast, const, maximum, minimum, select
+from ..ir.dims import RunTimeDim, decide, is_dim
+from ..kernel.ir import F32, I64, REDUCTION, SPATIAL, Expr, binop, call, cast, const, maximum, minimum, select, wrap
 from .common import shape_error
 from .registry import register
 from .resize_filters import antialias_filter, filtered_axes
@@ -80,12 +81,19 @@ def _resize_spec(node, ins):
             scales[a] = np.float32(s)
             # (with tf_crop_and_resize too, as ONNX Runtime and the reference implementation do,
             # though the spec multiplies by the crop's extent)
-            out[a] = int(np.floor(np.float32(x.shape[a]) * np.float32(s)))
+            out[a] = _scaled(x.shape[a], s) if is_dim(x.shape[a]) else int(np.floor(np.float32(x.shape[a]) * np.float32(s)))
     else:
         raise shape_error(node, "needs scales or sizes")
     if any(o <= 0 for o in out):
         raise shape_error(node, f"output shape {out} is empty")
     return out, scales, mode, ct, roi
+
+
+def _scaled(d, s):
+    """floor(d * s) of a run-time dim d and a float32 scale s, exactly (s is p / 2^k)."""
+    from fractions import Fraction
+    q = Fraction(float(np.float32(s)))
+    return (d * q.numerator) // q.denominator
 
 
 def _resize_infer(node, ins):
@@ -94,12 +102,16 @@ def _resize_infer(node, ins):
 
 
 def _f(v) -> Expr:
-    return const(float(np.float32(v)), F32)
+    """A float32 constant, or a run-time size (ir/dims.py) as a float32."""
+    return cast(wrap(v), F32) if is_dim(v) else const(float(np.float32(v)), F32)
 
 
 def _original_coord(o: Expr, ct: str, scale, in_len: int, out_len: int, roi=(0.0, 1.0)) -> Expr:
     """The source coordinate of output index o, computed in float32 like ONNX Runtime."""
     of = cast(o, F32)
+    if is_dim(out_len) and decide(out_len, "==", 1) is not False and ct in ("tf_crop_and_resize", "align_corners",
+                                                                             "pytorch_half_pixel"):
+        raise RunTimeDim(f"Resize with {ct}: an output size of 1 takes another formula, and {out_len} may be 1")
     if ct == "tf_crop_and_resize":
         start, end = np.float32(roi[0]), np.float32(roi[1])
         if out_len == 1:
@@ -135,7 +147,7 @@ def _nearest_index(b, x: Expr, nearest_mode: str, in_len: int, hint: str) -> Exp
         tie = call("floor" if nearest_mode == "round_prefer_floor" else "ceil", xv)
         i = cast(select(half, tie, call("round", xv)), I64)
     i = b.local(hint + "i", i)
-    return maximum(const(0), minimum(const(in_len - 1), i))
+    return maximum(const(0), minimum(wrap(in_len - 1), i))
 
 
 def _nearest_table(ct: str, nearest_mode: str, scale, in_len: int, out_len: int) -> np.ndarray:
@@ -218,6 +230,9 @@ def _lower_resize(node, ctx):
             windows[i] = filters[i].window(b, o)
             idx_terms.append(None)            # (a loop over the taps, opened inside every output loop)
             continue
+        if not linear and (is_dim(L) or is_dim(out[i])):     # run-time sizes: each index computed
+            idx_terms.append([(b.local(f"s{i}", _nearest_index(b, x, nearest_mode, L, f"r{i}")), None)])
+            continue
         if not linear:
             table = _nearest_table(ct, nearest_mode, scales[i], L, out[i])
             g = int(np.gcd(L, out[i]))
@@ -271,8 +286,8 @@ def _linear_taps(b, x: Expr, L: int, i: int) -> list:
     """The two taps [(index, weight), (index, weight)] of source coordinate x on an axis of
     length L (clamped to it; at the edge both taps are the same index, weighted 1/2 each)."""
     xc = b.local(f"x{i}", maximum(_f(0.0), minimum(_f(L - 1), x)))
-    i0 = b.local(f"a{i}", minimum(const(L - 1), cast(xc, I64)))
-    i1 = b.local(f"b{i}", minimum(const(L - 1), i0 + 1))
+    i0 = b.local(f"a{i}", minimum(wrap(L - 1), cast(xc, I64)))
+    i1 = b.local(f"b{i}", minimum(wrap(L - 1), i0 + 1))
     eq = binop("==", i0, i1)
     d0 = b.local(f"da{i}", select(eq, _f(0.5), call("abs", xc - cast(i0, F32))))
     d1 = b.local(f"db{i}", select(eq, _f(0.5), call("abs", xc - cast(i1, F32))))
@@ -303,7 +318,7 @@ def _cubic_taps(b, x: Expr, L: int, i: int, A: float, exclude_outside: bool) -> 
         w = b.local(f"w{i}_{k + 1}", w)
         if exclude_outside:
             w = b.local(f"w{i}_{k + 1}", select(binop("&&", ix >= 0, ix < L), w, _f(0.0)))
-        taps.append((maximum(const(0), minimum(const(L - 1), ix)), w))
+        taps.append((maximum(const(0), minimum(wrap(L - 1), ix)), w))
     if exclude_outside:
         total = b.local(f"wsum{i}", taps[0][1] + taps[1][1] + taps[2][1] + taps[3][1])
         taps = [(ix, w / total) for ix, w in taps]
@@ -355,6 +370,6 @@ def _resize_linear_by_rows(ctx, X, Y, out, scales, ct) -> None:
                     cast(weights[OW + o], X.dtype) * row[taps[OW + o]])
 
 
-register("Resize", lower=_lower_resize)(_resize_infer)
+register("Resize", lower=_lower_resize, run_time_dims=True)(_resize_infer)
 
 
