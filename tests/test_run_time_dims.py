@@ -473,3 +473,25 @@ def test_inspect_and_report_describe_run_time_dims(mlp):
     assert data["inputs"]["x"][1] == ["batch", 64]
     json.dumps(data)
     assert sum(k["flops"] for k in data["kernels"]) >= 2 * 64 * (64 * 96 + 96 * 24)
+
+
+def test_run_time_if_over_a_run_time_dim(tmp_path):
+    """An If decided at run time whose branches compute over an input with a run-time dim: both
+    branches, at both ends of the range and between, against ORT."""
+    N = helper.make_node
+    then_g = helper.make_graph([N("Mul", ["x", "two"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", TP.FLOAT, None)],
+                               [helper.make_tensor("two", TP.FLOAT, [], [2.0])])
+    else_g = helper.make_graph([N("Softmax", ["x"], ["e"], axis=-1)], "else", [],
+                               [helper.make_tensor_value_info("e", TP.FLOAT, None)])
+    model = helper.make_model(helper.make_graph(
+        [N("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)], "g",
+        [helper.make_tensor_value_info("x", TP.FLOAT, ["n", 5]), helper.make_tensor_value_info("c", TP.BOOL, [])],
+        [helper.make_tensor_value_info("y", TP.FLOAT, None)]), opset_imports=[helper.make_opsetid("", 18)])
+    path = tmp_path / "if.onnx"
+    onnx.save(model, str(path))
+    m = load(compile_model(path, target="c", output_dir=tmp_path / "o", dims={"n": (1, 9)}, threads=1))
+    for n in (1, 4, 9):
+        for c in (True, False):
+            feeds = {"x": np.random.default_rng(n).standard_normal((n, 5)).astype(np.float32), "c": np.array(c)}
+            np.testing.assert_allclose(m.run(feeds)[0], _ort(path, feeds)[0], rtol=1e-6, atol=1e-7)
