@@ -1,7 +1,7 @@
 """Run-time dimensions (issue 28): what one ranged artifact costs against builds fixed to a size.
 
 python -m tools.dims_bench [--models mlp,bert,gpt2,cnn] [--threads 1,2] [--runs 40] [--rounds 8]
-                           [--report docs/PERFORMANCE.md]
+                           [--size small|full] [--report docs/PERFORMANCE.md]
 
 For each model (the zoo's small MLP, BERT and GPT-2 over their batch or sequence dim, models/
 zoo.py; a small CNN exported by torch.onnx over its height and width; random weights) and each
@@ -49,6 +49,14 @@ CASES = {
             {p: {"x": (1, 3, n, n)} for p, n in (("lo", 32), ("mid", 64), ("hi", 128))}),
 }
 RANGES = {"mlp": "batch 1..64", "bert": "sequence 1..32", "gpt2": "sequence 1..32", "cnn": "H, W 32..128%16"}
+# --size full: the zoo's full-size models (BERT-base over 1..128 positions, GPT-2 small over 1..64)
+FULL = {
+    "bert": ({"dims": {"sequence": (1, 128), "batch": (1, 1)}},
+             {p: {"input_ids": (1, n), "attention_mask": (1, n)} for p, n in (("lo", 1), ("mid", 64), ("hi", 128))}),
+    "gpt2": ({"dims": {"sequence": (1, 64), "batch": (1, 1)}},
+             {p: {"input_ids": (1, n)} for p, n in (("lo", 1), ("mid", 32), ("hi", 64))}),
+}
+FULL_RANGES = {"bert": "sequence 1..128", "gpt2": "sequence 1..64"}
 
 
 def _cnn(path: Path) -> None:
@@ -93,11 +101,11 @@ def _feeds(shapes: dict, seed: int) -> dict:
     return out
 
 
-def bench_model(name: str, threads: int, runs: int, rounds: int, work: Path) -> dict:
-    ranged_kw, points = CASES[name]
-    path = work / f"{name}.onnx"
+def bench_model(name: str, threads: int, runs: int, rounds: int, work: Path, size: str = "small") -> dict:
+    ranged_kw, points = (FULL if size == "full" else CASES)[name]
+    path = work / f"{name}_{size}.onnx"
     if not path.exists():
-        _cnn(path) if name == "cnn" else save(ZOO[name].build("small"), path)
+        _cnn(path) if name == "cnn" else save(ZOO[name].build(size), path)
     at = {k: _feeds(points[k], seed) for seed, k in enumerate(("lo", "mid", "hi"))}
     compile_s, outs = {}, {}
     for key, kw in (("ranged", ranged_kw), ("fixed_mid", {"shapes": points["mid"]}), ("fixed_hi", {"shapes": points["hi"]})):
@@ -118,7 +126,8 @@ def bench_model(name: str, threads: int, runs: int, rounds: int, work: Path) -> 
     import json
     ws = {k: json.loads((outs[k] / "manifest.json").read_text())["workspace_bytes"] for k in outs}
     mid = "x".join(str(d) for d in next(iter(points["mid"].values())))
-    return {"model": name, "dim": RANGES[name], "mid": mid, "threads": threads, "ms": med,
+    return {"model": name + (" (full)" if size == "full" else ""),
+            "dim": (FULL_RANGES if size == "full" else RANGES)[name], "mid": mid, "threads": threads, "ms": med,
             "ranged_over_fixed": med["ranged@mid"] / med["fixed@mid"],
             "small_over_padded": med["ranged@lo"] / med["fixed@hi"],
             "compile_ratio": compile_s["ranged"] / compile_s["fixed_mid"], "compile_s": compile_s,
@@ -153,13 +162,16 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--runs", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--size", choices=("small", "full"), default="small",
+                    help="the zoo's small models (and the CNN), or its full-size BERT-base and GPT-2")
     ap.add_argument("--report", type=Path, help="replace the dims-bench section of this markdown file")
     a = ap.parse_args(argv)
     results = []
+    models = a.models if a.size == "small" or a.models != ",".join(CASES) else ",".join(FULL)
     with tempfile.TemporaryDirectory(prefix="aotc-dims-bench-") as work:
-        for name in a.models.split(","):
+        for name in models.split(","):
             for t in (int(x) for x in a.threads.split(",")):
-                r = bench_model(name, t, a.runs, a.rounds, Path(work))
+                r = bench_model(name, t, a.runs, a.rounds, Path(work), a.size)
                 results.append(r)
                 print(f"{name} t={t}: ranged/fixed {r['ranged_over_fixed']:.2f}, lo/padded "
                       f"{r['small_over_padded']:.2f}, compile x{r['compile_ratio']:.2f}", file=sys.stderr)
