@@ -313,32 +313,11 @@ def test_shape_logic_folds_and_sizes_become_data_where_read(tmp_path):
 
 @pytest.fixture(scope="module")
 def cnn(tmp_path_factory) -> Path:
-    """Conv + BatchNorm + ReLU, MaxPool, a depthwise and a pointwise Conv, a 3 x 3 Conv of 32
-    channels (a Winograd one on the CPU targets), a strided Conv, a global average and a Linear
-    head, exported by torch.onnx (dynamo) with a dynamic batch."""
-    torch = pytest.importorskip("torch")
-
-    class CNN(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.c1, self.b1 = torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16)
-            self.dw, self.pw = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16), torch.nn.Conv2d(16, 32, 1)
-            self.c2 = torch.nn.Conv2d(32, 32, 3, padding=1)
-            self.c3, self.fc = torch.nn.Conv2d(32, 32, 3, stride=2, padding=1), torch.nn.Linear(32, 10)
-
-        def forward(self, x):
-            x = torch.nn.functional.max_pool2d(torch.relu(self.b1(self.c1(x))), 2)
-            x = torch.relu(self.c2(torch.relu(self.pw(torch.relu(self.dw(x))))))
-            x = torch.relu(self.c3(x))
-            return self.fc(torch.nn.functional.adaptive_avg_pool2d(x, 1).flatten(1))
-
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("cnn") / "cnn.onnx"
-    batch = torch.export.Dim("batch", min=1, max=8)
-    h, w = torch.export.Dim("h", min=2, max=16), torch.export.Dim("w", min=2, max=16)
-    torch.onnx.export(CNN().eval(), (torch.randn(2, 3, 32, 32),), str(path), input_names=["x"], output_names=["y"],
-                      dynamic_shapes={"x": {0: batch, 2: 4 * h, 3: 4 * w}}, dynamo=True, external_data=False)
-    return path
+    """models/dynamic_cnn.py's CNN (convolutions with BatchNorm, pooling, depthwise, Winograd-sized
+    and strided layers), exported by torch.onnx with a dynamic batch, height and width."""
+    pytest.importorskip("torch")
+    from models.dynamic_cnn import export_cnn
+    return export_cnn(tmp_path_factory.mktemp("cnn") / "cnn.onnx", width=16)
 
 
 @pytest.mark.parametrize("target,threads", [("c", 1), ("native", 2), ("native,winograd4", 1)])

@@ -18,7 +18,6 @@ ONNX Runtime at the middle size is timed beside them. Medians in milliseconds, a
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import platform
 import statistics
@@ -33,6 +32,7 @@ from aotc.bench import BoundInstance, ort_session, time_engines
 from aotc.compiler import compile_model
 
 from models.build import save
+from models.dynamic_cnn import export_cnn
 from models.zoo import ZOO
 
 BEGIN, END = "<!-- dims-bench:begin -->", "<!-- dims-bench:end -->"
@@ -59,34 +59,6 @@ FULL = {
 FULL_RANGES = {"bert": "sequence 1..128", "gpt2": "sequence 1..64"}
 
 
-def _cnn(path: Path) -> None:
-    """A small CNN exported by torch.onnx (dynamo) with dynamic height and width: 3 x 3 convolutions
-    with BatchNorm and ReLU, max pooling, a depthwise and a pointwise convolution, a strided one,
-    the global mean and a linear head (tests/test_run_time_dims.py's, wider)."""
-    import torch
-
-    class CNN(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.c1, self.b1 = torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.BatchNorm2d(32)
-            self.dw, self.pw = torch.nn.Conv2d(32, 32, 3, padding=1, groups=32), torch.nn.Conv2d(32, 64, 1)
-            self.c2 = torch.nn.Conv2d(64, 64, 3, padding=1)
-            self.c3, self.fc = torch.nn.Conv2d(64, 64, 3, stride=2, padding=1), torch.nn.Linear(64, 10)
-
-        def forward(self, x):
-            x = torch.nn.functional.max_pool2d(torch.relu(self.b1(self.c1(x))), 2)
-            x = torch.relu(self.c2(torch.relu(self.pw(torch.relu(self.dw(x))))))
-            x = torch.relu(self.c3(x))
-            return self.fc(torch.nn.functional.adaptive_avg_pool2d(x, 1).flatten(1))
-
-    torch.manual_seed(0)
-    h, w = torch.export.Dim("h", min=2, max=64), torch.export.Dim("w", min=2, max=64)
-    with contextlib.redirect_stdout(sys.stderr):         # (the exporter's progress: not the report)
-        torch.onnx.export(CNN().eval(), (torch.randn(1, 3, 64, 64),), str(path), input_names=["x"],
-                          output_names=["y"], dynamic_shapes={"x": {2: 4 * h, 3: 4 * w}}, dynamo=True,
-                          external_data=False)
-
-
 def _feeds(shapes: dict, seed: int) -> dict:
     """Random inputs of these shapes: token ids below 50 and masks of ones for int64 inputs."""
     rng = np.random.default_rng(seed)
@@ -105,7 +77,7 @@ def bench_model(name: str, threads: int, runs: int, rounds: int, work: Path, siz
     ranged_kw, points = (FULL if size == "full" else CASES)[name]
     path = work / f"{name}_{size}.onnx"
     if not path.exists():
-        _cnn(path) if name == "cnn" else save(ZOO[name].build(size), path)
+        export_cnn(path, width=32) if name == "cnn" else save(ZOO[name].build(size), path)
     at = {k: _feeds(points[k], seed) for seed, k in enumerate(("lo", "mid", "hi"))}
     compile_s, outs = {}, {}
     for key, kw in (("ranged", ranged_kw), ("fixed_mid", {"shapes": points["mid"]}), ("fixed_hi", {"shapes": points["hi"]})):

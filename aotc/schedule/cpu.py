@@ -216,42 +216,14 @@ def _share_work_buffer(st, gemms: list[Gemm], threads: int, line: int) -> None:
 
 
 # ----------------------------------------------------------------------------- parallel loops
-def work_estimate(stmts: list[Stmt], bounds: dict | None = None) -> int:
+def work_estimate(stmts: list[Stmt], bounds: dict | None = None, sizes: bool = False):
     """Rough cost of running a statement list once: statements times trip counts (a GEMM
     counts its multiply-adds / 16, what a vector unit does per step). A trip count that is
     not a constant is bounded through the locals it comes from (a pooling window's
-    `hi = min(3, ...)` has at most 3 trips), else counts as UNKNOWN_TRIPS."""
-    bounds = {} if bounds is None else bounds
-    total = 0
-    for s in stmts:
-        if isinstance(s, Decl):
-            ub = _upper(s.init, bounds)
-            if ub is not None:
-                bounds[s.var.name] = ub
-            total += _cost(s)
-        elif isinstance(s, Loop):
-            hi = _upper(s.extent, bounds)
-            lo = s.start.value if isinstance(s.start, Const) else 0
-            n = hi - lo if hi is not None else UNKNOWN_TRIPS
-            total += max(n, 0) * max(work_estimate(s.body, dict(bounds)), 1)
-        elif isinstance(s, If):
-            total += 1 + max(work_estimate(s.then, dict(bounds)), work_estimate(s.orelse, dict(bounds)))
-        elif isinstance(s, Gemm):
-            M, N, _ = capacity(s)
-            total += gemm_macs(s) // 16 + M * N * max(work_estimate(s.epilogue), 1)
-        elif isinstance(s, (Store, Assign, CallStmt)):
-            total += _cost(s)
-    return total
-
-
-def _has_size(e) -> bool:
-    return any(isinstance(x, SizeVar) for x in walk_expr(e))
-
-
-def run_time_work(stmts: list[Stmt], bounds: dict | None = None):
-    """work_estimate with the trip counts and GEMM sizes that are run-time sizes (kernel/ir.py
-    SizeVar; their sums and products) kept as such: a Dim polynomial (ir/dims.py) of the run's
-    work, or an int where nothing in it depends on a run-time size."""
+    `hi = min(3, ...)` has at most 3 trips), else counts as UNKNOWN_TRIPS; a run-time size
+    (kernel/ir.py SizeVar) at its largest. With `sizes`, the trip counts and GEMM sizes that are
+    run-time sizes are kept as such: the result is a Dim polynomial (ir/dims.py) of the run's
+    work, an int where nothing in it depends on a run-time size."""
     bounds = {} if bounds is None else bounds
     total = 0
     for s in stmts:
@@ -261,26 +233,31 @@ def run_time_work(stmts: list[Stmt], bounds: dict | None = None):
                 bounds[s.var.name] = ub
             total = total + _cost(s)
         elif isinstance(s, Loop):
-            n = as_dim(s.extent) if _has_size(s.extent) and isinstance(s.start, Const) and s.start.value == 0 \
-                else None
+            from_zero = isinstance(s.start, Const) and s.start.value == 0
+            n = as_dim(s.extent) if sizes and from_zero and _has_size(s.extent) else None
             if n is None:
                 hi = _upper(s.extent, bounds)
                 lo = s.start.value if isinstance(s.start, Const) else 0
                 n = max(hi - lo, 0) if hi is not None else UNKNOWN_TRIPS
-            inner = run_time_work(s.body, dict(bounds))
+            inner = work_estimate(s.body, dict(bounds), sizes)
             total = total + n * (inner if isinstance(inner, Dim) else max(inner, 1))
         elif isinstance(s, If):
             total = total + 1 + max(work_estimate(s.then, dict(bounds)), work_estimate(s.orelse, dict(bounds)))
         elif isinstance(s, Gemm):
-            M, N, K = (as_dim(x) if isinstance(x, Expr) else int(x) for x in (s.M, s.N, s.K))
-            if None in (M, N, K):
-                return work_estimate(stmts, bounds)
-            macs = M * N * K
+            M, N, K = capacity(s)
+            if sizes:
+                found = [as_dim(x) if isinstance(x, Expr) else int(x) for x in (s.M, s.N, s.K)]
+                M, N, K = (M, N, K) if None in found else found
+            macs = M * N * max(K, 1)
             total = total + (macs.estimate_div(16) if isinstance(macs, Dim) else macs // 16) \
                 + M * N * max(work_estimate(s.epilogue), 1)
         elif isinstance(s, (Store, Assign, CallStmt)):
             total = total + _cost(s)
     return total
+
+
+def _has_size(e) -> bool:
+    return any(isinstance(x, SizeVar) for x in walk_expr(e))
 
 
 def _when(work, need: int):
@@ -353,7 +330,7 @@ class _Parallelize(Rewriter):
         if _can_parallelize(s, self.threads) and work_estimate([s]) >= need:
             # (work that depends on run-time sizes: the hand-off only where the run's sizes make it)
             return replace(s, kind=PARALLEL, body=_serial_inside(s.body, self.line),
-                           when=_when(run_time_work([s]), need))
+                           when=_when(work_estimate([s], sizes=True), need))
         outer = self.nested
         self.nested = outer or s.role != SPATIAL or bool(s.private)
         try:
