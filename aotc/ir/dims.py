@@ -229,18 +229,17 @@ class Dim:
     def __hash__(self):
         return hash(("Dim", self.terms))
 
-    def _decide(self, op: str, o, yes: bool, no: bool):
-        if yes:
-            return True
-        if no:
-            return False
-        raise RunTimeDim(f"whether {self} {op} {o} depends on the size of the run-time dimension "
-                         f"{_symbols_text(self)}")
+    def _decide(self, op: str, o) -> bool:
+        c = decide(self, op, o)
+        if c is None:
+            raise RunTimeDim(f"whether {self} {op} {o} depends on the size of the run-time dimension "
+                             f"{_symbols_text(self)}")
+        return c
 
-    def __lt__(self, o): return self._decide("<", o, _known(self - o, "<"), _known(self - o, ">="))
-    def __le__(self, o): return self._decide("<=", o, _known(self - o, "<="), _known(self - o, ">"))
-    def __gt__(self, o): return self._decide(">", o, _known(self - o, ">"), _known(self - o, "<="))
-    def __ge__(self, o): return self._decide(">=", o, _known(self - o, ">="), _known(self - o, "<"))
+    def __lt__(self, o): return self._decide("<", o)
+    def __le__(self, o): return self._decide("<=", o)
+    def __gt__(self, o): return self._decide(">", o)
+    def __ge__(self, o): return self._decide(">=", o)
 
     # ------------------------------------------------------------------ no number
     def __int__(self):
@@ -254,7 +253,8 @@ class Dim:
                          "fixed size")
 
     def __bool__(self):
-        return True          # symbols are at least 1, and a Dim is never the constant 0
+        """Nonzero at every size (a Dim is never the constant 0, but `n - 1` is 0 where n is 1)."""
+        return not self._decide("==", 0)
 
     # ------------------------------------------------------------------ text
     def __str__(self) -> str:
@@ -274,14 +274,6 @@ class Dim:
         return "+".join(parts).replace("+-", "-")
 
     __repr__ = __str__
-
-
-def _known(d, op: str) -> bool:
-    """Whether `d op 0` holds for every size of d's symbols."""
-    if not isinstance(d, Dim):
-        return {"<": d < 0, "<=": d <= 0, ">": d > 0, ">=": d >= 0}[op]
-    lo, hi = d.lo, d.hi
-    return {"<": hi < 0, "<=": hi <= 0, ">": lo > 0, ">=": lo >= 0}[op]
 
 
 def _symbols_text(d: Dim) -> str:
