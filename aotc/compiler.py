@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -204,10 +205,9 @@ def _port(p) -> dict:
 def _multiple(d) -> int:
     """What every size of a dim is a multiple of (its coefficients' gcd: its symbols stand for their
     sizes over their multiples, ir/dims.py)."""
-    from math import gcd
     m = 0
     for _, coef in d.terms:
-        m = gcd(m, abs(coef))
+        m = math.gcd(m, abs(coef))
     return m or 1
 
 

@@ -190,13 +190,6 @@ def _value_info_type(vi: onnx.ValueInfoProto):
     return dt, dims
 
 
-def _value_info_dims(vi):
-    try:
-        return _value_info_type(vi)[1]
-    except Exception:
-        return None
-
-
 def _range_symbol(name: str, spec, flag: str) -> Symbol:
     """A Symbol from (lo, hi) or (lo, hi, multiple)."""
     try:
@@ -293,6 +286,7 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
             raise ShapeError(f"--shape/--const names {k!r}, which is not a graph input",
                              f"graph inputs are: {', '.join(input_names) or '(none)'}")
     unbound: list[tuple[str, str, str]] = []          # (input, its dims, an example --shape value)
+    declared: set[str] = set()                        # the inputs' dim_params (for --dim)
     for vi in gp.input:
         if vi.name in g.values and vi.name not in consts:
             continue                   # an initializer also listed as input (old exporters): its default
@@ -301,6 +295,7 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
             dt, dims = _value_info_type(vi)
         except dtypes.UnsupportedDtype as e:
             raise UnsupportedError([f"graph input {vi.name!r}: {e}"]) from None
+        declared.update(d for d in dims or [] if isinstance(d, str) and d != "?")
         if vi.name in consts:
             try:
                 arr = np.asarray(np.asarray(consts[vi.name]).astype(dt), order="C")
@@ -330,11 +325,10 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
             continue
         g.add_value(Value(vi.name, dt, tuple(dims)))
         g.inputs.append(vi.name)
-    declared = {d for vi in gp.input for d in (_value_info_dims(vi) or []) if isinstance(d, str)}
     unused = sorted(dim_flags - declared)
     if unused:
         raise ShapeError(f"--dim names {', '.join(map(repr, unused))}, which no graph input declares",
-                         "the inputs' symbolic dims (dim_param) are: " + (", ".join(sorted(declared - {"?"})) or "none"))
+                         "the inputs' symbolic dims (dim_param) are: " + (", ".join(sorted(declared)) or "none"))
     g.symbols = {s.name: s for n in g.inputs for s in shape_symbols(g.values[n].shape)}
     nodes = []
     for k, n in enumerate(gp.node):

@@ -310,13 +310,6 @@ def shape_text(shape) -> str:
     return "x".join(str(d) for d in shape) if shape else "scalar"
 
 
-def product(shape):
-    n = 1
-    for d in shape:
-        n = n * d
-    return n
-
-
 def parse_range(text: str):
     """'32..960%32' -> (32, 960, 32), '1..512' -> (1, 512), '7' -> 7 (the CLI's spelling of a
     dim); ValueError when it is none of these."""

@@ -1,4 +1,5 @@
-"""The graph IR: a typed SSA graph where every value has a dtype and a static shape.
+"""The graph IR: a typed SSA graph where every value has a dtype and a shape of sizes (a size may be
+a run-time dimension, ir/dims.py, where the user gave a range).
 
 Values are named; each is produced by exactly one node, or is a graph input, or a
 constant (an initializer or a folded result, held as a numpy array). Nodes keep ONNX's
@@ -10,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from .dims import upper
 
 
 @dataclass
@@ -40,7 +43,7 @@ class Value:
         """Bytes at the capacity: a run-time dimension (ir/dims.py) counts at its upper bound."""
         n = 1
         for d in self.shape:
-            n *= d if isinstance(d, int) else d.hi
+            n *= upper(d)
         return n * np.dtype(self.dtype).itemsize
 
 

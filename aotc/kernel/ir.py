@@ -39,7 +39,7 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from ..ir import dtypes
-from ..ir.dims import Dim, Symbol
+from ..ir.dims import Dim, Symbol, upper
 from .names import RESERVED, c_ident
 
 I64 = dtypes.INT64
@@ -169,11 +169,6 @@ def upper_bound(e) -> int:
     if d is None:
         raise ValueError(f"no upper bound for {e!r}")
     return d.hi if isinstance(d, Dim) else d
-
-
-def is_fixed(e) -> bool:
-    """Whether an extent is a number at compile time (not a run-time size)."""
-    return isinstance(e, int) or isinstance(e, Const)
 
 
 @dataclass(frozen=True, eq=False)
@@ -355,7 +350,7 @@ class Buffer:
         """Elements at the largest sizes of its run-time dims: what memory holds."""
         n = 1
         for d in self.shape:
-            n *= d.hi if isinstance(d, Dim) else d
+            n *= upper(d)
         return n
 
     @property
