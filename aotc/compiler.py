@@ -91,10 +91,6 @@ def compile_program(path, target: str = DEFAULT_TARGET, name: Optional[str] = No
         model = load_onnx(path)
     with step("importing graph"):
         g = import_model(model, name or default_name(path), shapes, consts, dims)
-    if g.symbols and tgt.is_gpu:
-        raise AotcError(f"target {tgt.name!r} does not take run-time dimensions yet "
-                        f"({', '.join(f'{s.name} in {s.spec()}' for s in g.symbols.values())})",
-                        "compile for a CPU target (native, c, c-avx2, c-avx512), or fix the sizes with --shape")
     hist = g.op_histogram()
     n_before = len(g.nodes)
     check_supported(g)

@@ -1,7 +1,7 @@
 """Run-time dimensions (issue 28): what one ranged artifact costs against builds fixed to a size.
 
 python -m tools.dims_bench [--models mlp,bert,gpt2,cnn] [--threads 1,2] [--runs 40] [--rounds 8]
-                           [--size small|full] [--report docs/PERFORMANCE.md]
+                           [--size small|full] [--target native] [--report docs/PERFORMANCE.md]
 
 For each model (the zoo's small MLP, BERT and GPT-2 over their batch or sequence dim, models/
 zoo.py; a small CNN exported by torch.onnx over its height and width; random weights) and each
@@ -13,7 +13,9 @@ the range's middle size, and one fixed to its largest size. Timed with aotc.benc
   * ranged at the smallest size over fixed at the largest (what a user padding every input to
     the largest size pays, against what the ranged artifact costs);
   * compile seconds (ranged over fixed) and workspace bytes (ranged, fixed at the largest).
-ONNX Runtime at the middle size is timed beside them. Medians in milliseconds, and ratios.
+ONNX Runtime (CPU) at the middle size is timed beside them on a CPU target. Medians in
+milliseconds, and ratios. --target cuda:sm_90 (on a GPU: tools/gpu_lease.sh) times the cuda
+artifacts instead, one thread.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import numpy as np
 
 from aotc.bench import BoundInstance, ort_session, time_engines
 from aotc.compiler import compile_model
+from aotc.targets import load_target
 
 from models.build import save
 from models.dynamic_cnn import export_cnn
@@ -73,7 +76,8 @@ def _feeds(shapes: dict, seed: int) -> dict:
     return out
 
 
-def bench_model(name: str, threads: int, runs: int, rounds: int, work: Path, size: str = "small") -> dict:
+def bench_model(name: str, threads: int, runs: int, rounds: int, work: Path, size: str = "small",
+                target: str = "native") -> dict:
     ranged_kw, points = (FULL if size == "full" else CASES)[name]
     path = work / f"{name}_{size}.onnx"
     if not path.exists():
@@ -82,7 +86,7 @@ def bench_model(name: str, threads: int, runs: int, rounds: int, work: Path, siz
     compile_s, outs = {}, {}
     for key, kw in (("ranged", ranged_kw), ("fixed_mid", {"shapes": points["mid"]}), ("fixed_hi", {"shapes": points["hi"]})):
         t0 = time.perf_counter()
-        outs[key] = compile_model(path, target="native", output_dir=work / f"{name}_{key}_{threads}", name=name,
+        outs[key] = compile_model(path, target=target, output_dir=work / f"{name}_{key}_{threads}", name=name,
                                   threads=threads, **kw)
         compile_s[key] = time.perf_counter() - t0
     engines = {
@@ -91,14 +95,15 @@ def bench_model(name: str, threads: int, runs: int, rounds: int, work: Path, siz
         "ranged@lo": BoundInstance(outs["ranged"], at["lo"], threads).run,
         "fixed@hi": BoundInstance(outs["fixed_hi"], at["hi"], threads).run,
     }
-    sess = ort_session(path, threads)
-    engines["ORT@mid"] = lambda: sess.run(None, at["mid"])
+    if not load_target(target).is_gpu:
+        sess = ort_session(path, threads)
+        engines["ORT@mid"] = lambda: sess.run(None, at["mid"])
     samples = time_engines(engines, runs, warmup=5, rounds=rounds)
     med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
     import json
     ws = {k: json.loads((outs[k] / "manifest.json").read_text())["workspace_bytes"] for k in outs}
     mid = "x".join(str(d) for d in next(iter(points["mid"].values())))
-    return {"model": name + (" (full)" if size == "full" else ""),
+    return {"model": name + (" (full)" if size == "full" else ""), "target": target,
             "dim": (FULL_RANGES if size == "full" else RANGES)[name], "mid": mid, "threads": threads, "ms": med,
             "ranged_over_fixed": med["ranged@mid"] / med["fixed@mid"],
             "small_over_padded": med["ranged@lo"] / med["fixed@hi"],
@@ -109,7 +114,7 @@ def bench_model(name: str, threads: int, runs: int, rounds: int, work: Path, siz
 def report(results: list[dict]) -> str:
     L = [BEGIN, "",
          f"`python -m tools.dims_bench` on {platform.machine()}, {len(set(r['threads'] for r in results))} thread "
-         "count(s), target native; medians in ms.", "",
+         f"count(s), target {results[0]['target'] if results else 'native'}; medians in ms.", "",
          "| model (range) | threads | ranged @ mid | fixed @ mid | ranged / fixed | ranged @ lo | fixed @ hi | "
          "lo / padded | ORT @ mid | compile ranged / fixed | workspace ranged / fixed@hi |",
          "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -117,7 +122,8 @@ def report(results: list[dict]) -> str:
         ms = r["ms"]
         L.append(f"| {r['model']} ({r['dim']}; mid {r['mid']}) | {r['threads']} | {ms['ranged@mid']:.3f} | "
                  f"{ms['fixed@mid']:.3f} | **{r['ranged_over_fixed']:.2f}** | {ms['ranged@lo']:.3f} | "
-                 f"{ms['fixed@hi']:.3f} | {r['small_over_padded']:.2f} | {ms['ORT@mid']:.3f} | "
+                 f"{ms['fixed@hi']:.3f} | {r['small_over_padded']:.2f} | "
+                 f"{format(ms['ORT@mid'], '.3f') if 'ORT@mid' in ms else '-'} | "
                  f"{r['compile_ratio']:.2f} | {r['workspace']['ranged']} / {r['workspace']['fixed_hi']} |")
     for t in sorted({r["threads"] for r in results}):
         ratios = [r["ranged_over_fixed"] for r in results if r["threads"] == t]
@@ -136,6 +142,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--size", choices=("small", "full"), default="small",
                     help="the zoo's small models (and the CNN), or its full-size BERT-base and GPT-2")
+    ap.add_argument("--target", default="native", help="the target compiled for (cuda:sm_90 on a GPU: one thread)")
     ap.add_argument("--report", type=Path, help="replace the dims-bench section of this markdown file")
     a = ap.parse_args(argv)
     results = []
@@ -143,7 +150,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="aotc-dims-bench-") as work:
         for name in models.split(","):
             for t in (int(x) for x in a.threads.split(",")):
-                r = bench_model(name, t, a.runs, a.rounds, Path(work), a.size)
+                r = bench_model(name, t, a.runs, a.rounds, Path(work), a.size, a.target)
                 results.append(r)
                 print(f"{name} t={t}: ranged/fixed {r['ranged_over_fixed']:.2f}, lo/padded "
                       f"{r['small_over_padded']:.2f}, compile x{r['compile_ratio']:.2f}", file=sys.stderr)

@@ -8,8 +8,9 @@
 #      at batch 1 (and TF32 at batch 32), 6. BERT's per-kernel profile, 7. the tests that run
 #      the cuda target on its CPU emulation, run on the GPU instead (AOTC_TEST_ON_GPU=1: run-time
 #      Ifs and Loops, bounded outputs, bfloat16, random and integer operators, which no zoo
-#      model has), 8. the contrib-operator models in .gpufiles/ when carried (ORT's optimizer's
-#      and onnxruntime-genai's, written here by `python -m tools.contrib_files .gpufiles`),
+#      model has; run-time dimensions), 8. the contrib-operator models in .gpufiles/ when carried
+#      (ORT's optimizer's and onnxruntime-genai's, written here by `python -m tools.contrib_files
+#      .gpufiles`), 9. one ranged BERT-base against fixed builds (tools/dims_bench.py),
 # each timed alone and written to OUTDIR as it finishes.
 #
 #   bash tools/gpu_lease.sh OUTDIR
@@ -72,7 +73,7 @@ AOTC_TEST_ON_GPU=1 timeout -k 5 240 python3 -m pytest -q -n 8 -k cuda -p no:cach
     tests/test_runtime_if.py tests/test_runtime_loop.py tests/test_bounded.py tests/test_bfloat16.py \
     tests/test_float16.py tests/test_random_ops.py tests/test_integer_gemm.py tests/test_narrow_types.py \
     tests/test_nan_semantics.py tests/test_attention.py tests/test_im2col_packing.py tests/test_gpu_schedule.py \
-    tests/test_contrib_nbits.py tests/test_cuda_emulated.py >"$OUT/gpu_tests.txt" 2>&1
+    tests/test_contrib_nbits.py tests/test_cuda_emulated.py tests/test_run_time_dims_gpu.py >"$OUT/gpu_tests.txt" 2>&1
 tail -n 15 "$OUT/gpu_tests.txt" | log
 # 8. the contrib-operator models (ORT's optimizer, onnxruntime-genai's builder: neither on the lent
 #    machine), written beforehand by `python -m tools.contrib_files .gpufiles` and carried
@@ -80,4 +81,8 @@ if [ -d .gpufiles ]; then
     echo "== files $(date -u +%T)" | log
     timeout -k 5 200 $G files --dir .gpufiles --jobs 8 --runs 30 --workdir build/gpu-files --report "$OUT/files.md" 2>&1 | log
 fi
+# 9. run-time dimensions: one BERT-base artifact over 1..128 positions against builds fixed to 64 and 128
+echo "== dims $(date -u +%T)" | log
+timeout -k 5 240 python3 -m tools.dims_bench --target cuda:sm_90 --size full --models bert --threads 1 --runs 30 \
+    --rounds 5 --report "$OUT/dims.md" 2>&1 | tail -n 12 | log
 echo "== done $(date -u +%T)" | log

@@ -42,6 +42,7 @@ class GpuPrinter(CStylePrinter):
             else:
                 decls.append(f"{self.pointer(self.type_name(b.dtype), b.role == 'in')}{self.restrict} {b.name}")
         decls += [f"{self.index_type} {v.name}" for v in k.scalars]
+        decls += [f"{self.index_type} {v.name}" for v in k.size_vars]      # the run's sizes
         if k.can_fail:
             decls.append(f"{self.pointer('int', False)}aotc_status")
         return [f"{self.kernel_qualifier} {k.name}({', '.join(decls) or 'void'})"]

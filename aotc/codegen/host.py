@@ -4,8 +4,8 @@
     while loops on a flag, guards as `if` blocks; a backend spells a loop head, a launch and the
     read of a bool the kernels computed;
   * `DeviceHost`: the GPU backends' invoke and ABI functions, with hooks for the device API;
-  * `run_time_dims`: the reading and checking of the inputs' run-time dimensions at the start of
-    a run and the outputs' shapes at its end;
+  * `RunTimeDims`: the reading and checking of the inputs' run-time dimensions at the start of
+    a run and the outputs' shapes at its end (`DeviceDims`: as a GPU invoke keeps them);
   * the pieces all three print alike: `strerror_function`, `c_string`, `port_bytes`,
     `fusion_kernel_names`."""
 from __future__ import annotations
@@ -33,6 +33,32 @@ def c_dim(d) -> str:
     return " + ".join(parts).replace("+ -", "- ")
 
 
+def c_expr(e) -> str:
+    """A kernel-IR index expression of run-time sizes (a grid over them, say) as host C."""
+    from .c.printer import CPrinter
+    return CPrinter().expr(e)
+
+
+def launch_groups(grid, block: int) -> str:
+    """Work-groups on one axis of a launch (program/ir.py Launch): the grid's work-items, an int
+    (a multiple of the block) or an expression of the run's sizes, over the block, rounded up."""
+    if isinstance(grid, int):
+        return str(-(-grid // block))
+    n = c_expr(grid)
+    return n if block == 1 else f"({n} + {block - 1}) / {block}"
+
+
+def port_run_bytes(p) -> str:
+    """The bytes of a graph input or output in this run, as C: its full shape's, or over its
+    run-time dimensions the product of the run's sizes (the caller's array is dense at them)."""
+    if not p.dims:
+        return str(port_bytes(p))
+    ranged = dict(p.dims)
+    sizes = [ranged.get(a, d) for a, d in enumerate(p.shape)]
+    fixed = int(np.prod([d for d in sizes if not isinstance(d, Dim)], dtype=np.int64)) * np.dtype(p.dtype).itemsize
+    return " * ".join([f"(size_t)({c_dim(d)})" for d in sizes if isinstance(d, Dim)] + [str(fixed)])
+
+
 class RunTimeDims:
     """What a run does with run-time dimensions (ir/dims.py) on the host, before and after its
     launches: `prologue` reads each dimension's size from the first input shape that names it
@@ -46,6 +72,7 @@ class RunTimeDims:
         self.prologue: list[str] = []
         self.messages: list[str] = []
         self.epilogue: list[str] = []
+        self.idents: list[str] = []          # the sizes' C names, sorted
         ranged_in = [p for p in in_ports if p.dims]
         ranged_out = [p for p in out_ports if p.dims]
         if not ranged_in and not ranged_out:
@@ -86,7 +113,8 @@ class RunTimeDims:
                                       else "")))
                 else:
                     checks.append((f"in->{p.shape_field}[{a}] != {d}", f"input '{p.name}' dim {a} must be {d}"))
-        for var in sorted(idents):
+        self.idents = sorted(idents)
+        for var in self.idents:
             L.append(f"(void){var};")
         for k, (cond, message) in enumerate(checks):
             L.append(f"if ({cond}) {fail(first_check + k)}")
@@ -95,6 +123,30 @@ class RunTimeDims:
             ranged = dict(p.dims)
             for a, size in enumerate(p.shape):
                 self.epilogue.append(f"out->{p.shape_field}[{a}] = {c_dim(ranged.get(a, size))};")
+
+
+class DeviceDims(RunTimeDims):
+    """RunTimeDims in a GPU backend's invoke: a failed check records its index after the fusion
+    kernels' (the names table holds its words there, `names`), and the run's sizes are kept in
+    the instance (`field`, `store`), where the host program (`load`) finds them for the
+    launches' grids and arguments."""
+
+    def __init__(self, in_ports: list[Port], out_ports: list[Port], n_fusion: int):
+        super().__init__(in_ports, out_ports, lambda k: f"{{ m->failed = {k}; return AOTC_ERR_SHAPE; }}", n_fusion)
+
+    def names(self) -> list[str]:
+        return [f'    "shape check: {c_string(m, 200)}",' for m in self.messages]
+
+    def field(self) -> list[str]:
+        return [f"    int64_t dims[{len(self.idents)}];         /* this run's sizes, for the host program */"] \
+            if self.idents else []
+
+    def store(self) -> list[str]:
+        return [f"    m->dims[{k}] = {v};" for k, v in enumerate(self.idents)]
+
+    def load(self) -> list[str]:
+        return [line for k, v in enumerate(self.idents)
+                for line in (f"    const int64_t {v} = m->dims[{k}];", f"    (void){v};")]
 
 
 def host_statements(program: Program, loop_head, launch, test, depth: int = 1, read_once: bool = False) -> list[str]:
@@ -135,7 +187,7 @@ def host_statements(program: Program, loop_head, launch, test, depth: int = 1, r
         pad = "    " * depth
         if isinstance(op, (HostLoop, HostWhile)):
             held.clear()
-            head = loop_head(op.var, op.extent) if isinstance(op, HostLoop) else f"while ({test(op.test)})"
+            head = loop_head(op.var, c_dim(op.extent)) if isinstance(op, HostLoop) else f"while ({test(op.test)})"
             lines.append(f"{pad}{head} {{")
             walk(op.body, depth + 1)
             lines.append(f"{pad}}}")
@@ -233,7 +285,7 @@ class DeviceHost:
     def profile_body(self, prefix: str, n_launches: int) -> list[str]:
         raise NotImplementedError
 
-    def invoke(self, prefix: str, ins, outs, program: Program) -> list[str]:
+    def invoke(self, prefix: str, ins, outs, program: Program, dims: DeviceDims) -> list[str]:
         draw, offsets = program.draw, count_offsets(program)
         checks = ["!m", "!in", "!out"] + [f"!in->{p.field}" for p in ins] + [f"!out->{p.field}" for p in outs]
         L = [f"{self.extern}int {prefix}_invoke({prefix}_model *m, const {prefix}_inputs *in, {prefix}_outputs *out)",
@@ -241,6 +293,7 @@ class DeviceHost:
              *([f"    {self.count_type} counts[{len(offsets)}];      /* run-time sizes of outputs */"] if offsets else []),
              f"    if ({' || '.join(checks)})", "        return AOTC_ERR_NULL_ARGUMENT;", "    m->failed = -1;",
              *self.invoke_prelude()]
+        L += ["    " + line for line in dims.prologue] + dims.store()
         if draw is not None:
             L += ["    m->draw = m->draws++;        /* the draw number the random ops read */", self.write_draw(draw)]
         L += [self.copy_in(i, p) for i, p in enumerate(ins) if port_bytes(p)]
@@ -250,6 +303,7 @@ class DeviceHost:
         L += self.read_status()
         L += ["    if (st[0] != AOTC_OK) {", "        m->failed = st[1];", "        return st[0];", "    }"]
         L += ["    " + line for line in bounded_epilogue(program, outs, lambda off: f"counts[{offsets.index(off)}]")]
+        L += ["    " + line for line in dims.epilogue]
         L += ["    return AOTC_OK;", "}", ""]
         return L
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..errors import AotcError
+from ..ir.dims import Dim, upper
 from ..kernel.ir import (BOUND, F32, I64, SPATIAL, Assign, BufPtr, Buffer, Comment, Const, Decl, Expr, Gemm, GemmDest,
-                         GpuIndex, Kernel, Load, Loop, Matrix, Mma, Rewriter, Stmt, Store, Var, const, free_variables,
-                         walk_stmts)
+                         GpuIndex, Kernel, Load, Loop, Matrix, Mma, Rewriter, SizeVar, Stmt, Store, Var, as_dim, const,
+                         free_variables, upper_bound, walk_stmts, wrap)
 from ..kernel.integer_gemm import expand_integer_gemms
 from ..kernel.retype import widen_accumulators
 from ..targets import GpuConfig, Target
@@ -37,16 +38,20 @@ from .gpu_group import work_group_form
 
 @dataclass
 class DeviceLaunch:
+    """One launch: `grid` gives the work-items per axis, an int (a multiple of the block) or, over
+    run-time dimensions, an index expression of their sizes that the host rounds up to whole
+    work-groups; the kernel takes the host loop indices `scalars` after its buffers, then the
+    run-time sizes it reads (Kernel.size_vars)."""
     kernel: Kernel
     scalars: list[Var]            # host loop indices the kernel takes, after its buffers
-    grid: tuple                   # work-items per axis (a multiple of block)
+    grid: tuple                   # work-items per axis (an int, a multiple of block; or an Expr)
     block: tuple                  # work-group size per axis
 
 
 @dataclass
 class DeviceLoop:
     var: Var
-    extent: int
+    extent: object                # an int, or a Dim (ir/dims.py) over the run's sizes
     body: list = field(default_factory=list)
 
 
@@ -165,10 +170,19 @@ def _rebase(stmts: list[Stmt], old: Buffer, new: Buffer, offset: Expr) -> list[S
 
 
 
-def _const_extent(lp: Loop) -> int | None:
-    if isinstance(lp.extent, Const) and isinstance(lp.start, Const):
-        return lp.extent.value - lp.start.value
-    return None
+def _const_extent(lp: Loop):
+    """A loop's iteration count: an int, or a Dim (ir/dims.py) where its extent is a polynomial
+    of run-time sizes (the grid then covers the run's count, the schedule's choices are made
+    for the largest); None for any other extent, or a loop not starting at a constant."""
+    if not isinstance(lp.start, Const):
+        return None
+    n = as_dim(lp.extent)
+    return None if n is None else n - lp.start.value
+
+
+def _positive(n) -> bool:
+    """An iteration count (int or Dim) that is more than 0 at its largest."""
+    return n is not None and upper(n) > 0
 
 
 def _has_gemm(stmts) -> bool:
@@ -176,7 +190,7 @@ def _has_gemm(stmts) -> bool:
 
 
 def _has_spatial_loop(stmts) -> bool:
-    return any(isinstance(s, Loop) and s.role == SPATIAL and _const_extent(s) for s in walk_stmts(stmts))
+    return any(isinstance(s, Loop) and s.role == SPATIAL and _positive(_const_extent(s)) for s in walk_stmts(stmts))
 
 
 class LaunchFormer:
@@ -228,7 +242,7 @@ class LaunchFormer:
                 spread = self.distribute(s) if ext is not None and s.role == SPATIAL and _has_gemm(s.body) \
                     and self.gemm_batch(s) is None else None
                 if ext is not None and s.role != SPATIAL and (_has_gemm(s.body) or _has_spatial_loop(s.body)) \
-                        and ext <= self.p.host_loop_max and isinstance(s.start, Const):
+                        and upper(ext) <= self.p.host_loop_max and isinstance(s.start, Const):
                     body = self.form(s.body, host_vars + [s.var], pending)
                     if s.start.value:
                         raise NotImplementedError("host loops start at 0")
@@ -238,7 +252,7 @@ class LaunchFormer:
                     ops += self.gemm(g, host_vars, pending, batch)
                 elif spread is not None:
                     ops += self.form(spread, host_vars, pending)
-                elif ext is not None and s.role == SPATIAL and _has_gemm(s.body) and ext <= self.p.host_loop_max:
+                elif ext is not None and s.role == SPATIAL and _has_gemm(s.body) and upper(ext) <= self.p.host_loop_max:
                     ops.append(DeviceLoop(s.var, ext, self.form(s.body, host_vars + [s.var], pending)))
                 elif ext is not None and s.role == SPATIAL and not _has_gemm(s.body) \
                         and (copied := self.with_private_copies(s)) is not None:
@@ -256,7 +270,7 @@ class LaunchFormer:
         full = needed + body
         bufs, free = free_variables(full)
         host = {v.name for v in host_vars}
-        stray = [v.name for v in free if v.name not in host]
+        stray = [v.name for v in free if v.name not in host and not isinstance(v, SizeVar)]
         if stray:
             raise AssertionError(f"{self.k.name}: {stray} defined outside the launch")
         bufs = [b for b in sorted(bufs, key=lambda b: self.rank.get(id(b), 1 << 30)) if b.role != "local"]
@@ -264,7 +278,7 @@ class LaunchFormer:
         self.count += 1
         kern = Kernel(name, f"{self.k.comment}: {what}", bufs, full, names_used=set(self.k.names_used))
         kern.index = self.index
-        kern.scalars = [v for v in host_vars if v.name in {f.name for f in free}]
+        kern.scalars = [v for v in host_vars if v.name in {f.name for f in free}]      # (size_vars follow)
         return kern, kern.scalars
 
     def _needed(self, body, pending: list[Stmt]) -> list[Stmt]:
@@ -308,12 +322,12 @@ class LaunchFormer:
         extents = [_const_extent(lp) for lp in nest]
         total = 1
         for e in extents:
-            total *= e
+            total = total * e
         flat = Var(self.k.fresh("gid"), I64)
         decls: list[Stmt] = []
         inner = 1
         for lp, e in zip(reversed(nest), reversed(extents)):
-            idx = flat / inner if inner != 1 else flat
+            idx = flat / inner if isinstance(inner, Dim) or inner != 1 else flat
             if lp is not nest[0]:
                 idx = idx % e
             decls.insert(0, Decl(lp.var, lp.start + idx if not (isinstance(lp.start, Const) and lp.start.value == 0)
@@ -328,27 +342,32 @@ class LaunchFormer:
             stmts, T, _ = coop
             body = [stmts[0], Decl(flat, GpuIndex("group.0"))] + decls + stmts[1:]
             kern, scalars = self._kernel(body, host_vars, pending, f"{total} work-groups of {T}")
-            return DeviceLaunch(kern, scalars, (total * T,), (T,))
-        bound = Loop(flat, const(total), decls + list(body), BOUND, const(0), SPATIAL, "global.0")
+            return DeviceLaunch(kern, scalars, (total * T if isinstance(total, int) else wrap(total) * T,), (T,))
+        bound = Loop(flat, wrap(total), decls + list(body), BOUND, const(0), SPATIAL, "global.0")
         kern, scalars = self._kernel([bound], host_vars, pending, f"{total} work-items")
-        blk = min(self.p.block, max(total, 1))
+        blk = min(self.p.block, max(upper(total), 1))
+        if isinstance(total, Dim):           # the run's count, rounded up to work-groups by the host
+            return DeviceLaunch(kern, scalars, (wrap(total),), (blk,))
         return DeviceLaunch(kern, scalars, (-(-total // blk) * blk,), (blk,))
 
     def gemm(self, gm: Gemm, host_vars, pending, batch: tuple = ()) -> list[DeviceLaunch]:
         """A GEMM launch (over `batch`, spatial loops around the Gemm, on grid axis 2); a
         split-K GEMM also a second launch summing its chunks. Where the target allows TF32
         ([numerics] tf32) a float32 GEMM runs on tensor cores (`mma_kernel`)."""
-        if not batch and gm.M <= self.p.gemv_rows and gm.K <= GEMV_MAX_K and not (gm.a.packed or gm.b.packed):
+        if not batch and upper_bound(gm.M) <= self.p.gemv_rows and upper_bound(gm.K) <= GEMV_MAX_K \
+                and not (gm.a.packed or gm.b.packed):
             return [self.spatial(gemv_loop(gm, self.k), host_vars, pending, share=False)]
         tensor = self.tf32 and gm.a.buf.value_dtype == F32 and gm.b.buf.value_dtype == F32
         shape = (mma_shape if tensor else gemm_shape)(gm, self.p, batch)
         depth = "".join(f"{e}x" for _, e in batch)
         partial = None
         if shape.split > 1:
-            partial = Buffer(self.k.fresh("partial"), F32, (shape.split * gm.M * gm.N,), "scratch")
+            partial = Buffer(self.k.fresh("partial"), F32, (shape.split * upper_bound(gm.M) * upper_bound(gm.N),),
+                             "scratch")
             self.k.scratch.append(partial)
         body, grid, block = (mma_kernel if tensor else gemm_kernel)(gm, shape, self.k, partial)
-        kern, scalars = self._kernel(body, host_vars, pending, f"GEMM {depth}{gm.M}x{gm.N}x{gm.K}")
+        kern, scalars = self._kernel(body, host_vars, pending, f"GEMM {depth}{size_text(gm.M)}x{size_text(gm.N)}"
+                                     f"x{size_text(gm.K)}")
         out = [DeviceLaunch(kern, scalars, grid, block)]
         if partial is not None:
             out.append(self.spatial(split_sum_kernel(gm, shape, partial, self.k), host_vars, pending))
@@ -359,7 +378,7 @@ class LaunchFormer:
         next, and the statements inside the innermost."""
         nest, body = [], [s]
         while len(body) == 1 and isinstance(body[0], Loop) and body[0].role == SPATIAL \
-                and _const_extent(body[0]) and isinstance(body[0].start, Const) and body[0].start.value == 0:
+                and _positive(_const_extent(body[0])) and isinstance(body[0].start, Const) and body[0].start.value == 0:
             nest.append(body[0])
             body = [x for x in body[0].body if not isinstance(x, Comment)]
         return nest, body
@@ -371,16 +390,16 @@ class LaunchFormer:
         private = {n for lp in nest for n in lp.private}
         by_name = {b.name: b for b in self.k.scratch}
         depth, z = 1, const(0)
-        for lp in reversed(nest):
+        for lp in reversed(nest):          # (over run-time dims: a copy per iteration at the largest count)
             z = z + lp.var * depth
-            depth *= _const_extent(lp)
+            depth *= upper(_const_extent(lp))
         if not private <= set(by_name) or sum(by_name[n].nbytes for n in private) * depth > EXPAND_MAX_BYTES:
             return None
         for name in private:
             old = by_name[name]
-            new = Buffer(old.name, old.dtype, (depth * old.size,), old.role, old.space, old.compute)
+            new = Buffer(old.name, old.dtype, (depth * old.capacity,), old.role, old.space, old.compute)
             self.k.scratch[self.k.scratch.index(old)] = new
-            body = _rebase(body, old, new, z * old.size)
+            body = _rebase(body, old, new, z * old.capacity)
         return body
 
     def with_private_copies(self, s: Loop) -> Loop | None:
@@ -423,10 +442,16 @@ class LaunchFormer:
             return None
         depth = 1
         for lp in nest:
-            depth *= _const_extent(lp)
+            depth *= upper(_const_extent(lp))
         if depth > self.p.max_grid_z:
             return None
         return tuple((lp.var, _const_extent(lp)) for lp in nest), body[0]
+
+
+def size_text(n) -> str:
+    """An extent for the comments: 64, or its polynomial of run-time sizes (4*batch)."""
+    d = as_dim(n)
+    return str(d if d is not None else n)
 
 
 def device_launches(ops) -> list[DeviceLaunch]:

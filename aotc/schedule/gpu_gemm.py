@@ -18,14 +18,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..ir.dims import upper
 from ..kernel.ir import (F32, I64, LOCAL, MMA_A, MMA_B, MMA_C, MMA_K, MMA_M, MMA_N, PRIVATE, REDUCTION, SPATIAL,
                          UNROLLED, Barrier, Buffer, Builder, Decl, Expr, Gemm, GpuIndex, Kernel, Load, Loop, Matrix,
-                         Mma, Stmt, Var, binop, const, select)
+                         Mma, Stmt, Var, as_dim, binop, const, select, upper_bound, wrap)
 from ..targets import GpuConfig
 
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def _ceil_expr(n, q: int):
+    """ceil(n / q) of an int, or of a size over run-time dimensions (an Expr or a Dim: then an
+    index expression the host evaluates)."""
+    if isinstance(n, int):
+        return -(-n // q)
+    return (wrap(n) + (q - 1)) / q if q > 1 else wrap(n)
+
+
+def _largest(gm: Gemm, batch: tuple) -> tuple[int, int, int, int]:
+    """M, N, K and the batch's depth at their largest: what a GEMM over run-time dimensions is
+    cut for (every size in the range then runs the same tiles, the grid covering its own C)."""
+    depth = 1
+    for _, e in batch:
+        depth *= upper(e)
+    return upper_bound(gm.M), upper_bound(gm.N), upper_bound(gm.K), depth
 
 
 @dataclass(frozen=True)
@@ -39,10 +57,11 @@ class GemmShape:
     chunk: int = 0
 
     @property
-    def depth(self) -> int:
+    def depth(self):
+        """Products on grid axis 2: an int, or a Dim where the batch loops run over run-time sizes."""
         n = self.split
         for _, e in self.batch:
-            n *= e
+            n = n * e
         return n
 
 
@@ -52,12 +71,10 @@ def gemm_shape(gm: Gemm, p: GpuConfig, batch: tuple = ()) -> GemmShape:
     then K split while it still would. A product that even so has fewer than `floor_groups`
     groups (K too short to split) gets tiles halved further, down to 2 x 2 results. Halved
     tiles stage K `small_tk` at a time where that is set (fewer barriers per multiply-add)."""
-    depth = 1
-    for _, e in batch:
-        depth *= e
+    M, N, K, depth = _largest(gm, batch)
 
     def groups(q):
-        return -(-gm.M // q.tm) * -(-gm.N // q.tn) * depth
+        return -(-M // q.tm) * -(-N // q.tn) * depth
 
     def halved(q, least):
         # (2 x 2 at least: one loads two operands per multiply-add)
@@ -71,7 +88,7 @@ def gemm_shape(gm: Gemm, p: GpuConfig, batch: tuple = ()) -> GemmShape:
 
     def split_of(q):
         if q.min_groups and not batch and groups(q) < q.min_groups:
-            return max(1, min(-(-q.min_groups // groups(q)), gm.K // max(q.split_min_k, q.tk)))
+            return max(1, min(-(-q.min_groups // groups(q)), K // max(q.split_min_k, q.tk)))
         return 1
 
     p = halved(p, p.min_results)
@@ -81,8 +98,8 @@ def gemm_shape(gm: Gemm, p: GpuConfig, batch: tuple = ()) -> GemmShape:
         split = split_of(p)
     if split < 2:
         return GemmShape(p, batch)
-    chunk = _ceil(_ceil(gm.K, split), p.tk) * p.tk           # a whole number of K steps
-    return GemmShape(p, (), _ceil(gm.K, chunk), chunk)
+    chunk = _ceil(_ceil(K, split), p.tk) * p.tk           # a whole number of K steps
+    return GemmShape(p, (), _ceil(K, chunk), chunk)
 
 
 BANKS = 32                   # local-memory banks, 4 bytes wide (NVIDIA's shared memory)
@@ -131,20 +148,21 @@ class _GemmFrame:
             flat = b.local("z", GpuIndex("group.2"))
             inner = 1
             for var, e in reversed(shape.batch):
-                idx = flat / inner if inner != 1 else flat
+                idx = flat / inner if not isinstance(inner, int) or inner != 1 else flat
                 b.emit(Decl(var, idx % e if var is not shape.batch[0][0] else idx))
-                inner *= e
-        self.k_lo, self.k_hi, self.z = const(0), const(gm.K), None
+                inner = inner * e
+        self.k_lo, self.k_hi, self.z = const(0), wrap(gm.K), None
         if shape.split > 1:
             self.z = b.local("z", GpuIndex("group.2"))
             self.k_lo = b.local("k_lo", self.z * shape.chunk)
-            self.k_hi = b.local("k_hi", binop("min", self.k_lo + shape.chunk, const(gm.K)))
+            self.k_hi = b.local("k_hi", binop("min", self.k_lo + shape.chunk, wrap(gm.K)))
         self.tid = b.local("tid", GpuIndex("local.0"))
 
     @property
     def grid(self) -> tuple:
-        g = self.g
-        return (-(-g.N // self.tn) * self.T, -(-g.M // self.tm), self.shape.depth), (self.T, 1, 1)
+        g, depth = self.g, self.shape.depth
+        return (_ceil_expr(g.N, self.tn) * self.T, _ceil_expr(g.M, self.tm),
+                depth if isinstance(depth, int) else wrap(depth)), (self.T, 1, 1)
 
     def k_loop(self, a_at, b_at, As: Buffer, Bs: Buffer, body) -> None:
         """for each TK-slice of K: stage it (A's element (r, k) of the slice at As[a_at(k, r)],
@@ -167,8 +185,11 @@ class _GemmFrame:
                 ok = binop("&&", gk < self.k_hi, gj < g.N)
                 b.store(b_next, l_, select(ok, B.element(gk, gj, b.local), const(0.0, F32)))
 
-        steps = -(-(self.shape.chunk if self.shape.split > 1 else max(g.K, 0)) // tk)
-        if steps:
+        # K steps: a whole chunk's, or K's (over a run-time K, computed by the kernel: every
+        # fetch is guarded by k_hi)
+        steps = _ceil_expr(self.shape.chunk if self.shape.split > 1 else
+                           (max(g.K, 0) if isinstance(g.K, int) else g.K), tk)
+        if not isinstance(steps, int) or steps:
             fetch(self.k_lo)
         with b.loop(steps, "kt", role=REDUCTION) as kt:
             with _unrolled(b, na, "l") as l_:
@@ -178,7 +199,7 @@ class _GemmFrame:
                 kc, c = _tile_walk(B, "rs", self.tn, tk, self.tid + l_ * T)
                 b.store(Bs, b_at(kc, c), b_next[l_])
             b.emit(Barrier("local"))
-            if steps > 1:
+            if not isinstance(steps, int) or steps > 1:
                 with b.if_(kt + 1 < steps):
                     fetch(self.k_lo + (kt + 1) * tk)
             body()
@@ -205,7 +226,8 @@ class _GemmFrame:
 def _describe(gm: Gemm, shape: GemmShape, tm: int, tn: int, tk: int) -> str:
     what = f" of {shape.depth} products" if shape.batch else \
         f", K in {shape.split} chunks of {shape.chunk} summed by the next launch" if shape.split > 1 else ""
-    return f"C[{gm.M}, {gm.N}] = A[{gm.M}, {gm.K}] . B[{gm.K}, {gm.N}]{what}: {tm}x{tn} tiles, K in steps of {tk}"
+    M, N, K = (str(as_dim(x)) for x in (gm.M, gm.N, gm.K))
+    return f"C[{M}, {N}] = A[{M}, {K}] . B[{K}, {N}]{what}: {tm}x{tn} tiles, K in steps of {tk}"
 
 
 def gemm_kernel(gm: Gemm, shape: GemmShape, k: Kernel, partial: Buffer | None = None
@@ -276,22 +298,20 @@ def mma_shape(gm: Gemm, p: GpuConfig, batch: tuple = ()) -> GemmShape:
     """The tile of a TF32 tensor-core GEMM: 128 x 128 (64 x 64 where the target's tiles are
     smaller), halved down to 64 x 64 while the launch would have fewer than min_groups groups,
     then K split as for `gemm_shape`."""
-    depth = 1
-    for _, e in batch:
-        depth *= e
+    M, N, K, depth = _largest(gm, batch)
     q = replace(p, tk=MMA_TK, tm=128 if p.tm >= 128 else 64, tn=128 if p.tn >= 128 else 64)
 
     def groups(q):
-        return -(-gm.M // q.tm) * -(-gm.N // q.tn) * depth
+        return -(-M // q.tm) * -(-N // q.tn) * depth
     while q.min_groups and groups(q) < q.min_groups and q.tm > 64 and q.tn > 64:
         q = replace(q, tm=q.tm // 2, tn=q.tn // 2)
     split = 1
     if q.min_groups and not batch and groups(q) < q.min_groups:
-        split = min(-(-q.min_groups // groups(q)), gm.K // max(q.split_min_k, q.tk))
+        split = min(-(-q.min_groups // groups(q)), K // max(q.split_min_k, q.tk))
     if split < 2:
         return GemmShape(q, batch)
-    chunk = _ceil(_ceil(gm.K, split), q.tk) * q.tk
-    return GemmShape(q, (), _ceil(gm.K, chunk), chunk)
+    chunk = _ceil(_ceil(K, split), q.tk) * q.tk
+    return GemmShape(q, (), _ceil(K, chunk), chunk)
 
 
 def mma_kernel(gm: Gemm, shape: GemmShape, k: Kernel, partial: Buffer | None = None

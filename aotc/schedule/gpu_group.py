@@ -27,9 +27,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..ir.dims import upper
 from ..kernel.ir import (I64, LOCAL, PRIVATE, REDUCTION, SPATIAL, WARP_XOR, Assign, Barrier, BinOp, Buffer, Call,
                          CallStmt, Cast, Comment, Const, Decl, Expr, Fail, Gemm, GpuIndex, If, Load, Loop, Select, Stmt,
-                         Store, Var, binop, const, map_expr, select, stmt_exprs, walk_expr, walk_stmts)
+                         Store, Var, as_dim, binop, const, map_expr, select, stmt_exprs, walk_expr, walk_stmts)
 
 SMALL_INNER = 32           # a spatial loop whose inner spatial loops are all shorter is shared whole
 DYNAMIC_EXTENT = 64        # the guess for a loop whose extent is computed at run time
@@ -40,8 +41,13 @@ class _Reject(Exception):
 
 
 def _extent(lp: Loop) -> int | None:
+    """A loop's iteration count, at its largest over run-time dimensions; None when the kernel
+    computes it."""
     if isinstance(lp.extent, Const) and isinstance(lp.start, Const):
         return max(lp.extent.value - lp.start.value, 0)
+    n = as_dim(lp.extent)
+    if n is not None and isinstance(lp.start, Const):
+        return max(upper(n - lp.start.value), 0)
     return None
 
 

@@ -21,7 +21,8 @@ from ...memory.planner import MemoryPlan
 from ...program.ir import Launch, Program, storage_args
 from ...targets import Target
 from ..abi import ports
-from ..host import DeviceHost, c_string, fusion_kernel_names, host_statements, port_bytes
+from ..host import DeviceDims, DeviceHost, c_string, fusion_kernel_names, host_statements, launch_groups, port_bytes,\
+    port_run_bytes
 from .printer import CudaPrinter
 
 
@@ -54,8 +55,9 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
          f"#define {P}_MIN_COMPUTE_CAPABILITY {min_cc}", ""]
     L += texts
     L.append("")
-    L += [f"static const char *const {prefix}_kernel_names[{n_fusion}] = {{"]
-    L += [f'    "{fusion.get(t, "")}",' for t in range(n_fusion)]
+    dims = DeviceDims(ins, outs, n_fusion)
+    L += [f"static const char *const {prefix}_kernel_names[{n_fusion + len(dims.messages)}] = {{"]
+    L += [f'    "{fusion.get(t, "")}",' for t in range(n_fusion)] + dims.names()
     L += ["};", ""]
     # kernel timing is per device kernel: a fused ONNX kernel is often several launches
     L += [f"static const char *const {prefix}_launch_names[{len(kernels) or 1}] = {{"]
@@ -73,23 +75,24 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
           "    cudaEvent_t ev[2];",
           f"    double ms[{len(kernels) or 1}];        /* milliseconds per device kernel, summed over invokes */",
           f"    void *in[{max(len(ins), 1)}];", f"    void *out[{max(len(outs), 1)}];",
-          "    int failed;"]
+          "    int failed;", *dims.field()]
     if program.draw is not None:
         L += ["    uint64_t draws;              /* invokes so far: the next invoke's draw number */",
               "    uint64_t draw;               /* this invoke's, copied into ws before the graph runs */"]
     L += ["};", ""]
     L += _execute(prefix, program, {p.value: i for i, p in enumerate(ins)}, {p.value: i for i, p in enumerate(outs)},
-                  {id(k): i for i, k in enumerate(kernels)})
-    host = CudaHost(prefix, program.reads_back())
+                  {id(k): i for i, k in enumerate(kernels)}, dims)
+    host = CudaHost(prefix, program.reads_back(), bool(dims.idents))
     L += host.create(prefix, external, ins, outs)
-    L += host.invoke(prefix, ins, outs, program)
-    L += host.abi_functions(prefix, external, n_fusion, len(kernels))
+    L += host.invoke(prefix, ins, outs, program, dims)
+    L += host.abi_functions(prefix, external, n_fusion + len(dims.messages), len(kernels))
     return "\n".join(L)
 
 
-def _execute(prefix: str, program: Program, in_index: dict, out_index: dict, kernel_index: dict) -> list[str]:
+def _execute(prefix: str, program: Program, in_index: dict, out_index: dict, kernel_index: dict,
+             dims: DeviceDims) -> list[str]:
     L = ["/* The host program: every launch in order on the instance's stream (captured into a graph). */",
-         f"static int {prefix}_execute({prefix}_model *m)", "{", "    int status;", "    (void)status;"]
+         f"static int {prefix}_execute({prefix}_model *m)", "{", "    int status;", "    (void)status;", *dims.load()]
     printer = CudaPrinter()
 
     def arg(slot, buf) -> str:
@@ -104,9 +107,10 @@ def _execute(prefix: str, program: Program, in_index: dict, out_index: dict, ker
     def launch(op: Launch) -> list[str]:
         k = op.kernel
         args = [arg(slot, buf) for slot, buf in storage_args(k, op.slots)] + list(op.scalars)
+        args += [v.name for v in k.size_vars]                  # the run's sizes
         if k.can_fail:
             args.append("m->status")
-        grid = ", ".join(str(-(-op.grid[d] // op.block[d])) for d in range(len(op.grid)))
+        grid = ", ".join(launch_groups(op.grid[d], op.block[d]) for d in range(len(op.grid)))
         block = ", ".join(str(b) for b in op.block)
         return ["if (m->profile) cudaEventRecord(m->ev[0], m->stream);",
                 f"{k.name}<<<dim3({grid}), dim3({block}), 0, m->stream>>>({', '.join(args)});",
@@ -141,8 +145,8 @@ class CudaHost(DeviceHost):
 
     extern = 'extern "C" '
 
-    def __init__(self, prefix: str, reads_back: bool):
-        self.P, self.reads_back = prefix.upper(), reads_back
+    def __init__(self, prefix: str, reads_back: bool, sized: bool = False):
+        self.P, self.reads_back, self.sized = prefix.upper(), reads_back, sized
 
     def invoke_locals(self) -> list[str]:
         return ["    int st[2];"]
@@ -155,7 +159,7 @@ class CudaHost(DeviceHost):
                 "m->stream));")
 
     def copy_in(self, i: int, p) -> str:
-        return (f"    AOTC_CUDA_CHECK(cudaMemcpyAsync(m->in[{i}], in->{p.field}, {port_bytes(p)}, "
+        return (f"    AOTC_CUDA_CHECK(cudaMemcpyAsync(m->in[{i}], in->{p.field}, {port_run_bytes(p)}, "
                 "cudaMemcpyHostToDevice, m->stream));")
 
     def run(self, prefix: str) -> list[str]:
@@ -164,7 +168,7 @@ class CudaHost(DeviceHost):
                 f"        int status = {prefix}_execute(m);", "        if (status != AOTC_OK) return status;", "    }"]
 
     def copy_out(self, i: int, p) -> str:
-        return (f"    AOTC_CUDA_CHECK(cudaMemcpyAsync(out->{p.field}, m->out[{i}], {port_bytes(p)}, "
+        return (f"    AOTC_CUDA_CHECK(cudaMemcpyAsync(out->{p.field}, m->out[{i}], {port_run_bytes(p)}, "
                 "cudaMemcpyDeviceToHost, m->stream));")
 
     def read_count(self, j: int, offset: int) -> str:
@@ -230,7 +234,10 @@ class CudaHost(DeviceHost):
                 "    }",
                 *(["    /* an If or a Loop decided at run time: the host program reads conditions back between",
                    "       launches, so it runs launch by launch (no graph) */", "    *model = m;", "    return AOTC_OK;"]
-                  if self.reads_back else []),
+                  if self.reads_back else
+                  ["    /* run-time dimensions: each invoke's grids and arguments follow its sizes, so the host",
+                   "       program runs launch by launch (no graph) */", "    *model = m;", "    return AOTC_OK;"]
+                  if self.sized else []),
                 "    /* the whole host program as one graph: an invoke is one launch, whatever the kernel count */",
                 "    AOTC_CUDA_OR_FAIL(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));",
                 f"    status = {prefix}_execute(m);",

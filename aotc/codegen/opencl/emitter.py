@@ -21,7 +21,8 @@ from ...memory.planner import MemoryPlan
 from ...program.ir import Launch, Program
 from ...targets import Target
 from ..abi import ports
-from ..host import DeviceHost, fusion_kernel_names, host_statements, port_bytes
+from ..host import DeviceDims, DeviceHost, fusion_kernel_names, host_statements, launch_groups, port_bytes,\
+    port_run_bytes
 from .printer import OpenCLPrinter
 
 
@@ -91,9 +92,10 @@ def emit_host(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     L += ["};", "",
           f"static const char *const {prefix}_device_kernels[{max(len(kernels), 1)}] = {{"]
     L += [f'    "{k.name}",' for k in kernels] or ['    "",']
-    L += ["};", "", f"static const char *const {prefix}_kernel_names[{max(len(fusion), 1)}] = {{"]
     n_fusion = max(fusion) + 1 if fusion else 1
-    L += [f'    "{fusion.get(t, "")}",' for t in range(n_fusion)]
+    dims = DeviceDims(ins, outs, n_fusion)
+    L += ["};", "", f"static const char *const {prefix}_kernel_names[{max(len(fusion), 1) + len(dims.messages)}] = {{"]
+    L += [f'    "{fusion.get(t, "")}",' for t in range(n_fusion)] + dims.names()
     L += ["};", ""]
     if not external:
         L += [f"extern const uint64_t {prefix}_weights_data[];", ""]
@@ -104,23 +106,24 @@ def emit_host(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
           "    cl_mem w;                 /* the weights, uploaded at create */",
           "    cl_mem status;            /* a kernel's failure: status, kernel index */",
           f"    cl_mem in[{max(len(ins), 1)}];", f"    cl_mem out[{max(len(outs), 1)}];",
-          "    int failed;"]
+          "    int failed;", *dims.field()]
     if program.draw is not None:
         L += ["    cl_ulong draws;           /* invokes so far: the next invoke's draw number */",
               "    cl_ulong draw;            /* this invoke's, as the write into ws reads it */"]
     L += ["};", ""]
-    L += _execute(prefix, program, kidx, in_index, out_index)
+    L += _execute(prefix, program, kidx, in_index, out_index, dims)
     host = OpenCLHost(prefix)
     L += host.create(prefix, external, ins, outs)
-    L += host.invoke(prefix, ins, outs, program)
-    L += host.abi_functions(prefix, external, n_fusion, len(kernels))
+    L += host.invoke(prefix, ins, outs, program, dims)
+    L += host.abi_functions(prefix, external, n_fusion + len(dims.messages), len(kernels))
     return "\n".join(L)
 
 
-def _execute(prefix: str, program: Program, kidx: dict, in_index: dict, out_index: dict) -> list[str]:
+def _execute(prefix: str, program: Program, kidx: dict, in_index: dict, out_index: dict, dims: DeviceDims
+             ) -> list[str]:
     L = ["/* The host program: every launch in order on the instance's in-order queue. */",
          f"static int {prefix}_execute({prefix}_model *m)", "{", "    cl_kernel k;", "    size_t global[3], local[3];",
-         "    (void)k;", "    (void)global;", "    (void)local;"]
+         "    (void)k;", "    (void)global;", "    (void)local;", *dims.load()]
 
     def mem(slot) -> str:
         if slot.kind == "arena":
@@ -136,13 +139,18 @@ def _execute(prefix: str, program: Program, kidx: dict, in_index: dict, out_inde
         lines = [f"/* {k.name}: {k.comment} */", f"k = m->kernels[{kidx[id(k)]}];"]
         args = [("sizeof(cl_mem)", mem(slot)) for slot in op.args]
         args += [("sizeof(cl_long)", f"&{v}") for v in op.scalars]
+        args += [("sizeof(cl_long)", f"&{v.name}") for v in k.size_vars]      # the run's sizes (int64_t)
         if k.can_fail:
             args.append(("sizeof(cl_mem)", "&m->status"))
         lines += [f"AOTC_CL_CHECK(clSetKernelArg(k, {a}, {size}, {value}));" for a, (size, value) in enumerate(args)]
-        dims = len(op.grid)
-        lines.append(" ".join(f"global[{d}] = {op.grid[d]};" for d in range(dims)) + " "
-                     + " ".join(f"local[{d}] = {op.block[d]};" for d in range(dims)))
-        lines.append(f"AOTC_CL_CHECK(clEnqueueNDRangeKernel(m->queue, k, {dims}, NULL, global, local, 0, NULL, NULL));")
+        n = len(op.grid)
+
+        def glob(d):             # work-items: over run-time sizes, whole work-groups of the run's count
+            g = op.grid[d]
+            return str(g) if isinstance(g, int) else f"({launch_groups(g, op.block[d])}) * {op.block[d]}"
+        lines.append(" ".join(f"global[{d}] = {glob(d)};" for d in range(n)) + " "
+                     + " ".join(f"local[{d}] = {op.block[d]};" for d in range(n)))
+        lines.append(f"AOTC_CL_CHECK(clEnqueueNDRangeKernel(m->queue, k, {n}, NULL, global, local, 0, NULL, NULL));")
         return lines
 
     def test(slot) -> str:           # a condition, read back to the host (the queue waits)
@@ -176,7 +184,7 @@ class OpenCLHost(DeviceHost):
                 "NULL, NULL));")
 
     def copy_in(self, i: int, p) -> str:
-        return (f"    AOTC_CL_CHECK(clEnqueueWriteBuffer(m->queue, m->in[{i}], CL_FALSE, 0, {port_bytes(p)}, "
+        return (f"    AOTC_CL_CHECK(clEnqueueWriteBuffer(m->queue, m->in[{i}], CL_FALSE, 0, {port_run_bytes(p)}, "
                 f"in->{p.field}, 0, NULL, NULL));")
 
     def run(self, prefix: str) -> list[str]:
@@ -185,7 +193,7 @@ class OpenCLHost(DeviceHost):
                 "        return status;", "    }"]
 
     def copy_out(self, i: int, p) -> str:
-        return (f"    AOTC_CL_CHECK(clEnqueueReadBuffer(m->queue, m->out[{i}], CL_FALSE, 0, {port_bytes(p)}, "
+        return (f"    AOTC_CL_CHECK(clEnqueueReadBuffer(m->queue, m->out[{i}], CL_FALSE, 0, {port_run_bytes(p)}, "
                 f"out->{p.field}, 0, NULL, NULL));")
 
     def read_count(self, j: int, offset: int) -> str:
