@@ -11,6 +11,7 @@ bytes in and out, and returns AOTC_ERR_SHAPE for a size out of range, as the CPU
 (tests/test_run_time_dims.py)."""
 from __future__ import annotations
 
+import re
 import shutil
 
 import numpy as np
@@ -50,9 +51,15 @@ def _compile(path, target: str, tmp_path, **kw):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_mlp_over_batch(mlp, tmp_path, target):
-    """torch's MLP (two GEMMs with bias, GELU, softmax) over batch 1..64; out-of-range and
-    disagreeing shapes refused by the run itself (the loader's check bypassed)."""
+    """torch's MLP (two GEMMs with bias, GELU, softmax) over batch 1..64, each GEMM in two
+    variants; out-of-range and disagreeing shapes refused by the run itself (the loader's check
+    bypassed)."""
     out = _compile(mlp, target, tmp_path, name="mlp", dims={"batch": (1, 64)})
+    # each GEMM in variants the run picks by its size: one work-item per result for a few rows
+    # (batch 1 and 2 below), tiles for more (33, 64), each launched under its test of the sizes
+    host = (out / ("mlp.cu" if target.startswith("cuda") else "mlp.c")).read_text()
+    tests = re.findall(r"if \(\((\d+) \* aotc_dim_batch\) (<=|>) \d+\) \{", host)
+    assert set(tests) == {("2304", "<="), ("2304", ">"), ("6144", "<="), ("6144", ">")}, tests
     m = load(out)
     rng = np.random.default_rng(7)
     for batch in (1, 2, 33, 64, 5):
@@ -127,6 +134,7 @@ def test_op_over_a_run_time_dim(op, tmp_path, target):
             for o in nodes[-1].output]
     model = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info(name, TP.FLOAT, dims)],
                                                 outs, inits), opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8            # what opset 18 needs: an older ONNX Runtime (a GPU machine's) reads it
     path = tmp_path / "m.onnx"
     onnx.save(model, str(path))
     m = load(_compile(path, target, tmp_path, dims={"n": (2, 12)}))

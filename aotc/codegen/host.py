@@ -197,7 +197,12 @@ def host_statements(program: Program, loop_head, launch, test, depth: int = 1, r
             covered = {s for alt in op.guard or () for s, _ in alt}
             for slot in [s for s in held if s not in covered]:
                 del held[slot]
-            lines.extend(pad + line for line in launch(op))
+            if op.when is not None:          # a variant for some of the run's sizes
+                lines.append(f"{pad}if ({c_expr(op.when)}) {{")
+                lines.extend(pad + "    " + line for line in launch(op))
+                lines.append(f"{pad}}}")
+            else:
+                lines.extend(pad + line for line in launch(op))
 
     def walk(ops, depth):
         k = 0

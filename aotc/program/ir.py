@@ -49,6 +49,7 @@ class Launch:
     block: tuple = ()                # GPU: work-group size per axis (empty: the driver's choice)
     slots: dict = field(default_factory=dict)    # GPU: buffer name -> Slot, for the device printer
     guard: Optional[frozenset] = None            # when it runs (see above); None: always
+    when: Optional[object] = None    # GPU: a test of the run's sizes (a kernel-IR Expr): one of a GEMM's variants
 
 
 @dataclass
@@ -224,7 +225,7 @@ def build_device_program(steps, plan) -> Program:
             if hasattr(op, "grid"):
                 args = [s for s, _ in storage_args(op.kernel, slots)]
                 out.append(Launch(t, op.kernel, args, [v.name for v in op.scalars], op.grid, op.block, slots,
-                                  guard))
+                                  guard, op.when))
             else:
                 out.append(HostLoop(op.var.name, op.extent, convert(op.body, t, slots), guard))
         return out

@@ -21,13 +21,14 @@ Tiles and work-group sizes are the target's [gpu] table; accumulation precision 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from ..errors import AotcError
 from ..ir.dims import Dim, upper
 from ..kernel.ir import (BOUND, F32, I64, SPATIAL, Assign, BufPtr, Buffer, Comment, Const, Decl, Expr, Gemm, GemmDest,
-                         GpuIndex, Kernel, Load, Loop, Matrix, Mma, Rewriter, SizeVar, Stmt, Store, Var, as_dim, const,
-                         free_variables, upper_bound, walk_stmts, wrap)
+                         GpuIndex, Kernel, Load, Loop, Matrix, Mma, Rewriter, SizeVar, Stmt, Store, Var, as_dim, binop,
+                         const, free_variables, upper_bound, walk_stmts, wrap)
 from ..kernel.integer_gemm import expand_integer_gemms
 from ..kernel.retype import widen_accumulators
 from ..targets import GpuConfig, Target
@@ -46,6 +47,7 @@ class DeviceLaunch:
     scalars: list[Var]            # host loop indices the kernel takes, after its buffers
     grid: tuple                   # work-items per axis (an int, a multiple of block; or an Expr)
     block: tuple                  # work-group size per axis
+    when: Expr | None = None      # a test of the run's sizes: launched only where it holds (a variant)
 
 
 @dataclass
@@ -296,7 +298,7 @@ class LaunchFormer:
     def group_work(self, items: int) -> int:
         """The least loop work per spatial iteration for which a work-group shares it: the
         target's group_min_work, or (a launch too small to fill the device) a warp's worth."""
-        if self.p.min_items and items < self.p.min_items:
+        if self.p.min_items and upper(items) < self.p.min_items:       # (over run-time sizes: at the largest)
             return min(self.p.group_min_work, SMALL_GROUP_WORK)
         return self.p.group_min_work
 
@@ -353,24 +355,81 @@ class LaunchFormer:
     def gemm(self, gm: Gemm, host_vars, pending, batch: tuple = ()) -> list[DeviceLaunch]:
         """A GEMM launch (over `batch`, spatial loops around the Gemm, on grid axis 2); a
         split-K GEMM also a second launch summing its chunks. Where the target allows TF32
-        ([numerics] tf32) a float32 GEMM runs on tensor cores (`mma_kernel`)."""
-        if not batch and upper_bound(gm.M) <= self.p.gemv_rows and upper_bound(gm.K) <= GEMV_MAX_K \
-                and not (gm.a.packed or gm.b.packed):
-            return [self.spatial(gemv_loop(gm, self.k), host_vars, pending, share=False)]
+        ([numerics] tf32) a float32 GEMM runs on tensor cores (`mma_kernel`). Over run-time
+        dimensions, one variant per way of cutting it that sizes in the range call for, each
+        launched where the run's sizes fall in its part of the range (`gemm_variants`)."""
         tensor = self.tf32 and gm.a.buf.value_dtype == F32 and gm.b.buf.value_dtype == F32
-        shape = (mma_shape if tensor else gemm_shape)(gm, self.p, batch)
+        variants = self.gemm_variants(gm, batch, tensor)
         depth = "".join(f"{e}x" for _, e in batch)
+        splits = [shape.split for _, shape in variants if shape is not None and shape.split > 1]
         partial = None
-        if shape.split > 1:
-            partial = Buffer(self.k.fresh("partial"), F32, (shape.split * upper_bound(gm.M) * upper_bound(gm.N),),
+        if splits:          # one buffer of K chunks' partial sums, for the variant that splits most
+            partial = Buffer(self.k.fresh("partial"), F32, (max(splits) * upper_bound(gm.M) * upper_bound(gm.N),),
                              "scratch")
             self.k.scratch.append(partial)
-        body, grid, block = (mma_kernel if tensor else gemm_kernel)(gm, shape, self.k, partial)
-        kern, scalars = self._kernel(body, host_vars, pending, f"GEMM {depth}{size_text(gm.M)}x{size_text(gm.N)}"
-                                     f"x{size_text(gm.K)}")
-        out = [DeviceLaunch(kern, scalars, grid, block)]
-        if partial is not None:
-            out.append(self.spatial(split_sum_kernel(gm, shape, partial, self.k), host_vars, pending))
+        out = []
+        for when, shape in variants:
+            if shape is None:
+                launches = [self.spatial(gemv_loop(gm, self.k), host_vars, pending, share=False)]
+            else:
+                part = partial if shape.split > 1 else None
+                body, grid, block = (mma_kernel if tensor else gemm_kernel)(gm, shape, self.k, part)
+                kern, scalars = self._kernel(body, host_vars, pending, f"GEMM {depth}{size_text(gm.M)}x"
+                                             f"{size_text(gm.N)}x{size_text(gm.K)}")
+                launches = [DeviceLaunch(kern, scalars, grid, block)]
+                if part is not None:
+                    launches.append(self.spatial(split_sum_kernel(gm, shape, part, self.k), host_vars, pending))
+            for ln in launches:
+                ln.when = when
+            out += launches
+        return out
+
+    def gemm_variants(self, gm: Gemm, batch: tuple, tensor: bool) -> list[tuple]:
+        """[(when, shape)]: how the GEMM is cut (a GemmShape; None: one work-item per result,
+        `gemv_loop`), and where (None: always; else a test of the run's sizes). A GEMM of fixed
+        sizes has one. Over run-time dimensions, the cut a build fixed to each of a few sizes
+        would make (VARIANT_POINTS: every symbol at the same place in its range, geometrically)
+        is made there; sizes whose cuts agree share one variant, and the run picks the variant
+        by its multiply-adds, M x N x K x depth, against the geometric middle between the
+        points where the cuts change."""
+        M, N, K = (as_dim(x) for x in (gm.M, gm.N, gm.K))
+        polynomial = None not in (M, N, K)
+        work = M * N * K if polynomial else 1
+        for _, e in batch:
+            work = work * e
+        syms = work.symbols() if isinstance(work, Dim) and polynomial else []
+
+        def cut(at):          # at: M, N, K, depth of one variant (None: the largest)
+            rows = at[0] if at else upper_bound(gm.M)
+            if not batch and rows <= self.p.gemv_rows and upper_bound(gm.K) <= GEMV_MAX_K \
+                    and not (gm.a.packed or gm.b.packed):
+                return None
+            return (mma_shape if tensor else gemm_shape)(gm, self.p, batch, at)
+        if not syms:
+            return [(None, cut(None))]
+        points = []
+        for f in VARIANT_POINTS:
+            sizes = {s.name: _size_at(s, f) for s in syms}
+            at = tuple(x.evaluate(sizes) if isinstance(x, Dim) else x for x in (M, N, K))
+            depth = 1
+            for _, e in batch:
+                depth *= e.evaluate(sizes) if isinstance(e, Dim) else e
+            points.append((at[0] * at[1] * at[2] * depth, cut(at + (depth,))))
+        groups: list[list] = []          # [[first work, last work, cut]] in order
+        for w, c in points:
+            if groups and groups[-1][2] == c:
+                groups[-1][1] = w
+            else:
+                groups.append([w, w, c])
+        if len(groups) == 1:
+            return [(None, groups[0][2])]
+        bounds = [math.isqrt(a[1] * b[0]) for a, b in zip(groups, groups[1:])]
+        key = wrap(work)
+        out = []
+        for i, (_, _, c) in enumerate(groups):
+            lo = key > bounds[i - 1] if i else None
+            hi = key <= bounds[i] if i < len(bounds) else None
+            out.append((hi if lo is None else lo if hi is None else binop("&&", lo, hi), c))
         return out
 
     def _nest(self, s: Loop) -> tuple[list[Loop], list[Stmt]]:
@@ -446,6 +505,16 @@ class LaunchFormer:
         if depth > self.p.max_grid_z:
             return None
         return tuple((lp.var, _const_extent(lp)) for lp in nest), body[0]
+
+
+VARIANT_POINTS = (0.0, 0.25, 0.5, 0.75, 1.0)    # where in the ranges a GEMM's variants are cut (gemm_variants)
+
+
+def _size_at(s, f: float) -> int:
+    """Symbol s's size at fraction f of its range, geometrically, on a multiple of its multiple."""
+    m = s.multiple
+    v = s.lo * (s.hi / s.lo) ** f
+    return min(s.hi, max(s.lo, int(round(v / m)) * m))
 
 
 def size_text(n) -> str:

@@ -65,13 +65,16 @@ class GemmShape:
         return n
 
 
-def gemm_shape(gm: Gemm, p: GpuConfig, batch: tuple = ()) -> GemmShape:
+def gemm_shape(gm: Gemm, p: GpuConfig, batch: tuple = (), at: tuple | None = None) -> GemmShape:
     """The target's tile, halved while the launch would have fewer than `min_groups` groups (a
     small product leaves most of the device idle) down to `min_results` results per work-item,
     then K split while it still would. A product that even so has fewer than `floor_groups`
     groups (K too short to split) gets tiles halved further, down to 2 x 2 results. Halved
-    tiles stage K `small_tk` at a time where that is set (fewer barriers per multiply-add)."""
-    M, N, K, depth = _largest(gm, batch)
+    tiles stage K `small_tk` at a time where that is set (fewer barriers per multiply-add).
+    Over run-time dimensions the cut is made for M, N, K and depth `at` (ints: one variant's
+    sizes, schedule/gpu.py gemm_variants), else for the largest; K's chunks then cover the
+    largest K."""
+    M, N, K, depth = at or _largest(gm, batch)
 
     def groups(q):
         return -(-M // q.tm) * -(-N // q.tn) * depth
@@ -99,7 +102,7 @@ def gemm_shape(gm: Gemm, p: GpuConfig, batch: tuple = ()) -> GemmShape:
     if split < 2:
         return GemmShape(p, batch)
     chunk = _ceil(_ceil(K, split), p.tk) * p.tk           # a whole number of K steps
-    return GemmShape(p, (), _ceil(K, chunk), chunk)
+    return GemmShape(p, (), _ceil(upper_bound(gm.K), chunk), chunk)
 
 
 BANKS = 32                   # local-memory banks, 4 bytes wide (NVIDIA's shared memory)
@@ -294,11 +297,11 @@ MMA_WARPS = (4, 2)           # a TF32 GEMM work-group's warps, down and across i
 MMA_TK = 16                  # K staged per step (two tensor-core steps)
 
 
-def mma_shape(gm: Gemm, p: GpuConfig, batch: tuple = ()) -> GemmShape:
+def mma_shape(gm: Gemm, p: GpuConfig, batch: tuple = (), at: tuple | None = None) -> GemmShape:
     """The tile of a TF32 tensor-core GEMM: 128 x 128 (64 x 64 where the target's tiles are
     smaller), halved down to 64 x 64 while the launch would have fewer than min_groups groups,
-    then K split as for `gemm_shape`."""
-    M, N, K, depth = _largest(gm, batch)
+    then K split as for `gemm_shape` (`at` too)."""
+    M, N, K, depth = at or _largest(gm, batch)
     q = replace(p, tk=MMA_TK, tm=128 if p.tm >= 128 else 64, tn=128 if p.tn >= 128 else 64)
 
     def groups(q):
@@ -311,7 +314,7 @@ def mma_shape(gm: Gemm, p: GpuConfig, batch: tuple = ()) -> GemmShape:
     if split < 2:
         return GemmShape(q, batch)
     chunk = _ceil(_ceil(K, split), q.tk) * q.tk
-    return GemmShape(q, (), _ceil(K, chunk), chunk)
+    return GemmShape(q, (), _ceil(upper_bound(gm.K), chunk), chunk)
 
 
 def mma_kernel(gm: Gemm, shape: GemmShape, k: Kernel, partial: Buffer | None = None

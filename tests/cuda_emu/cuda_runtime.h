@@ -42,7 +42,7 @@ enum cudaError {
     cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInsufficientDriver = 35,
     cudaErrorNoDevice = 100, cudaErrorInvalidDevice = 101, cudaErrorNoKernelImageForDevice = 209,
     cudaErrorUnsupportedPtxVersion = 222, cudaErrorSystemDriverMismatch = 803,
-    cudaErrorCompatNotSupportedOnDevice = 804, cudaErrorLaunchFailure = 719
+    cudaErrorCompatNotSupportedOnDevice = 804, cudaErrorLaunchFailure = 719, cudaErrorGraphExecUpdateFailure = 910
 };
 typedef enum cudaError cudaError_t;
 enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
@@ -338,6 +338,19 @@ inline cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
 inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t g, unsigned long long)
 {
     *exec = new aotc_emu::Graph(*g);
+    return cudaSuccess;
+}
+struct cudaGraphExecUpdateResultInfo { int result; };
+/* as CUDA's: the instantiated graph takes the new one's launches (their grids and arguments)
+   when both have the same launches in the same order; else cudaErrorGraphExecUpdateFailure */
+inline cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t g, cudaGraphExecUpdateResultInfo *info)
+{
+    if (exec->work.size() != g->work.size()) {
+        if (info) info->result = 1;
+        return cudaErrorGraphExecUpdateFailure;
+    }
+    exec->work = g->work;
+    if (info) info->result = 0;
     return cudaSuccess;
 }
 inline cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s)

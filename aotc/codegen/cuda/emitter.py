@@ -47,6 +47,7 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
          f"{target.name}", f"   (architectures {', '.join(archs)}). {len(kernels)} kernels; device workspace "
          f"{plan.arena_bytes} bytes; weights {plan.weights_bytes} bytes. Do not edit. */",
          "#include <cstdint>", "#include <cstdio>", "#include <cstdlib>", "#include <cmath>",
+         *(["#include <cstring>"] if any(p.dims for p in ins) else []),
          "#include <cuda_runtime.h>"] + (["#include <cuda_fp16.h>"] if half else []) + \
         (["#include <cuda_bf16.h>"] if bfloat16 else []) + \
         (["#include <mma.h>", "namespace wmma = nvcuda::wmma;"] if any("wmma::" in t for t in texts) else []) + [
@@ -79,10 +80,15 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     if program.draw is not None:
         L += ["    uint64_t draws;              /* invokes so far: the next invoke's draw number */",
               "    uint64_t draw;               /* this invoke's, copied into ws before the graph runs */"]
+    sized = bool(dims.idents) and not program.reads_back()       # a graph per run's sizes (CudaHost)
+    if sized:
+        L.append(f"    int64_t graph_dims[{len(dims.idents)}];   /* the sizes the graph was captured at */")
     L += ["};", ""]
     L += _execute(prefix, program, {p.value: i for i, p in enumerate(ins)}, {p.value: i for i, p in enumerate(outs)},
                   {id(k): i for i, k in enumerate(kernels)}, dims)
-    host = CudaHost(prefix, program.reads_back(), bool(dims.idents))
+    if sized:
+        L += _capture(prefix)
+    host = CudaHost(prefix, program.reads_back(), sized)
     L += host.create(prefix, external, ins, outs)
     L += host.invoke(prefix, ins, outs, program, dims)
     L += host.abi_functions(prefix, external, n_fusion + len(dims.messages), len(kernels))
@@ -135,6 +141,28 @@ def _execute(prefix: str, program: Program, in_index: dict, out_index: dict, ker
     return L
 
 
+def _capture(prefix: str) -> list[str]:
+    """<prefix>_capture: the host program captured at the run's sizes into the instance's graph, by
+    an update of the graph already instantiated where CUDA allows it (the same launches, other
+    grids and arguments), else as a new one."""
+    return ["/* The host program at this run's sizes as the instance's graph: the graph instantiated",
+            "   before takes the new grids and arguments where its launches are the same (an update),",
+            "   else it is made anew (a host loop of run-time count changes the launches). */",
+            f"static int {prefix}_capture({prefix}_model *m)", "{",
+            "    cudaGraph_t graph = NULL;", "    cudaError_t end;", "    int status;",
+            "    AOTC_CUDA_CHECK(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));",
+            f"    status = {prefix}_execute(m);", "    end = cudaStreamEndCapture(m->stream, &graph);",
+            "    if (status == AOTC_OK && end != cudaSuccess) status = aotc_cuda_status(end);",
+            "    if (status == AOTC_OK && m->graph) {", "        cudaGraphExecUpdateResultInfo info;",
+            "        if (cudaGraphExecUpdate(m->graph, graph, &info) != cudaSuccess) {",
+            "            (void)cudaGetLastError();          /* the update's failure is no error of the run */",
+            "            cudaGraphExecDestroy(m->graph);", "            m->graph = NULL;", "        }", "    }",
+            "    if (status == AOTC_OK && !m->graph) {", "        cudaError_t e = cudaGraphInstantiate(&m->graph, graph, 0);",
+            "        if (e != cudaSuccess) {", "            m->graph = NULL;", "            status = aotc_cuda_status(e);",
+            "        }", "    }", "    if (graph) cudaGraphDestroy(graph);",
+            "    if (status == AOTC_OK) memcpy(m->graph_dims, m->dims, sizeof m->dims);", "    return status;", "}", ""]
+
+
 class CudaHost(DeviceHost):
     """The CUDA runtime's calls in the host skeleton (codegen/host.py). create captures the host
     program into a graph, unless the instance profiles or the program reads values back (Ifs and
@@ -163,7 +191,10 @@ class CudaHost(DeviceHost):
                 "cudaMemcpyHostToDevice, m->stream));")
 
     def run(self, prefix: str) -> list[str]:
-        return ["    AOTC_CUDA_CHECK(cudaMemsetAsync(m->status, 0, 2 * sizeof(int), m->stream));",
+        capture = ["    if (!m->profile && (!m->graph || memcmp(m->graph_dims, m->dims, sizeof m->dims) != 0)) {",
+                   f"        int status = {prefix}_capture(m);        /* sizes other than the graph's */",
+                   "        if (status != AOTC_OK) return status;", "    }"] if self.sized else []
+        return ["    AOTC_CUDA_CHECK(cudaMemsetAsync(m->status, 0, 2 * sizeof(int), m->stream));", *capture,
                 "    if (m->graph) {", "        AOTC_CUDA_CHECK(cudaGraphLaunch(m->graph, m->stream));", "    } else {",
                 f"        int status = {prefix}_execute(m);", "        if (status != AOTC_OK) return status;", "    }"]
 
@@ -235,8 +266,8 @@ class CudaHost(DeviceHost):
                 *(["    /* an If or a Loop decided at run time: the host program reads conditions back between",
                    "       launches, so it runs launch by launch (no graph) */", "    *model = m;", "    return AOTC_OK;"]
                   if self.reads_back else
-                  ["    /* run-time dimensions: each invoke's grids and arguments follow its sizes, so the host",
-                   "       program runs launch by launch (no graph) */", "    *model = m;", "    return AOTC_OK;"]
+                  ["    /* run-time dimensions: the graph is captured by the first invoke, at its sizes, and again",
+                   "       by an invoke at other sizes (<name>_capture) */", "    *model = m;", "    return AOTC_OK;"]
                   if self.sized else []),
                 "    /* the whole host program as one graph: an invoke is one launch, whatever the kernel count */",
                 "    AOTC_CUDA_OR_FAIL(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));",
