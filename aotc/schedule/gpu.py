@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from ..errors import AotcError
-from ..ir.dims import Dim, upper
+from ..ir.dims import Dim, lower, upper
 from ..kernel.ir import (BOUND, F32, I64, SPATIAL, Assign, BufPtr, Buffer, Comment, Const, Decl, Expr, Gemm, GemmDest,
                          GpuIndex, Kernel, Load, Loop, Matrix, Mma, Rewriter, SizeVar, Stmt, Store, Var, as_dim, binop,
                          const, free_variables, upper_bound, walk_stmts, wrap)
@@ -361,14 +361,13 @@ class LaunchFormer:
         tensor = self.tf32 and gm.a.buf.value_dtype == F32 and gm.b.buf.value_dtype == F32
         variants = self.gemm_variants(gm, batch, tensor)
         depth = "".join(f"{e}x" for _, e in batch)
-        splits = [shape.split for _, shape in variants if shape is not None and shape.split > 1]
+        sums = [shape.split * most for _, shape, most in variants if shape is not None and shape.split > 1]
         partial = None
-        if splits:          # one buffer of K chunks' partial sums, for the variant that splits most
-            partial = Buffer(self.k.fresh("partial"), F32, (max(splits) * upper_bound(gm.M) * upper_bound(gm.N),),
-                             "scratch")
+        if sums:          # one buffer of K chunks' partial sums, for the variant that needs most
+            partial = Buffer(self.k.fresh("partial"), F32, (max(sums),), "scratch")
             self.k.scratch.append(partial)
         out = []
-        for when, shape in variants:
+        for when, shape, _ in variants:
             if shape is None:
                 launches = [self.spatial(gemv_loop(gm, self.k), host_vars, pending, share=False)]
             else:
@@ -385,8 +384,9 @@ class LaunchFormer:
         return out
 
     def gemm_variants(self, gm: Gemm, batch: tuple, tensor: bool) -> list[tuple]:
-        """[(when, shape)]: how the GEMM is cut (a GemmShape; None: one work-item per result,
-        `gemv_loop`), and where (None: always; else a test of the run's sizes). A GEMM of fixed
+        """[(when, shape, most)]: how the GEMM is cut (a GemmShape; None: one work-item per result,
+        `gemv_loop`), where (None: always; else a test of the run's sizes), and the most
+        elements of C it computes there (what K chunks' partial sums take). A GEMM of fixed
         sizes has one. Over run-time dimensions, the cut a build fixed to each of a few sizes
         would make (VARIANT_POINTS: every symbol at the same place in its range, geometrically)
         is made there; sizes whose cuts agree share one variant, and the run picks the variant
@@ -400,13 +400,17 @@ class LaunchFormer:
         syms = work.symbols() if isinstance(work, Dim) and polynomial else []
 
         def cut(at):          # at: M, N, K, depth of one variant (None: the largest)
-            rows = at[0] if at else upper_bound(gm.M)
+            # (one work-item per result only for a fixed few rows: over a run-time M, the H200
+            # ran BERT-base's one-token GEMMs, 768 results of 768 or 3072 products, 2x faster
+            # in tiles split along K, docs/GPU.md)
+            rows = upper_bound(gm.M) if at is None or isinstance(M, Dim) and M.hi > self.p.gemv_rows else at[0]
             if not batch and rows <= self.p.gemv_rows and upper_bound(gm.K) <= GEMV_MAX_K \
                     and not (gm.a.packed or gm.b.packed):
                 return None
             return (mma_shape if tensor else gemm_shape)(gm, self.p, batch, at)
+        c_max = upper_bound(gm.M) * upper_bound(gm.N)
         if not syms:
-            return [(None, cut(None))]
+            return [(None, cut(None), c_max)]
         points = []
         for f in VARIANT_POINTS:
             sizes = {s.name: _size_at(s, f) for s in syms}
@@ -422,14 +426,17 @@ class LaunchFormer:
             else:
                 groups.append([w, w, c])
         if len(groups) == 1:
-            return [(None, groups[0][2])]
+            return [(None, groups[0][2], c_max)]
         bounds = [math.isqrt(a[1] * b[0]) for a, b in zip(groups, groups[1:])]
         key = wrap(work)
         out = []
         for i, (_, _, c) in enumerate(groups):
             lo = key > bounds[i - 1] if i else None
             hi = key <= bounds[i] if i < len(bounds) else None
-            out.append((hi if lo is None else lo if hi is None else binop("&&", lo, hi), c))
+            # C's elements in this variant's part of the range (what its K chunks' partial sums
+            # take): M x N <= its multiply-adds over K, at K's smallest
+            most = min(c_max, bounds[i] // max(lower(K), 1)) if i < len(bounds) and not batch else c_max
+            out.append((hi if lo is None else lo if hi is None else binop("&&", lo, hi), c, most))
         return out
 
     def _nest(self, s: Loop) -> tuple[list[Loop], list[Stmt]]:
