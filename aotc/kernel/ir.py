@@ -39,7 +39,7 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from ..ir import dtypes
-from ..ir.dims import Dim, Symbol, upper
+from ..ir.dims import Dim, Symbol, decide, upper
 from .names import RESERVED, c_ident
 
 I64 = dtypes.INT64
@@ -268,6 +268,12 @@ def binop(op: str, a, b) -> Expr:
         if op == "*": return const(x * y, dtype)
         if op == "/" and y != 0 and x >= 0 and y > 0: return const(x // y, dtype)
         if op == "%" and y > 0 and x >= 0: return const(x % y, dtype)
+        if op == "min": return const(min(x, y), dtype)
+        if op == "max": return const(max(x, y), dtype)
+    if dtype.kind in "iu" and (op in ("min", "max") or op == "/" and isinstance(b, Const)):
+        folded = _fold_sizes(op, a, b)
+        if folded is not None:
+            return folded
     if dtype.kind in "iu":
         if op == "+":
             if _is(a, 0): return b
@@ -280,6 +286,24 @@ def binop(op: str, a, b) -> Expr:
         if op == "/" and _is(b, 1): return a
         if op == "%" and _is(b, 1): return const(0, dtype)
     return BinOp(op, a, b, dtype)
+
+
+def _fold_sizes(op: str, a: Expr, b: Expr) -> Expr | None:
+    """min / max of index expressions over run-time sizes where their ranges decide it (a tap
+    range's bound against the plane's side), and an exact division of such an expression by a
+    positive constant (2 * w + 2 over 2: w + 1); None otherwise."""
+    da, db = as_dim(a), as_dim(b)
+    if da is None or db is None or not (isinstance(da, Dim) or isinstance(db, Dim)):
+        return None
+    if op == "/":
+        q = da.divide(db) if isinstance(da, Dim) and isinstance(db, int) and db > 0 else None
+        return None if q is None else dim_expr(q)
+    le = decide(da, "<=", db)
+    if le is None:
+        le = False if decide(db, "<=", da) else None       # (b <= a everywhere: b is the min)
+    if le is None:
+        return None
+    return (a if le else b) if op == "min" else (b if le else a)
 
 
 def _is(e: Expr, v) -> bool:
@@ -589,19 +613,20 @@ class Matrix:
         (H, W), (KH, KW), (SH, SW), (DH, DW), (PH, PW), (OH, OW) = \
             w.size, w.kernel, w.strides, w.dilations, w.pads, w.out
         r, c = wrap(r), wrap(c)
-        if self.buf.size < IM2COL_U32_LIMIT:
+        if self.buf.capacity < IM2COL_U32_LIMIT:
             r, c = cast(r, U32), cast(c, U32)
-        oh, ow = (c / OW, c % OW) if OH > 1 else (wrap(0, c), c)
+        oh, ow = (c / OW, c % OW) if isinstance(OH, Dim) or OH > 1 else (wrap(0, c), c)
         ih = local("ih", oh * SH + (r / KW) % KH * DH - PH)
         iw = local("iw", ow * SW + r % KW * DW - PW)
         value = Load(self.buf, self.offset + cast((r / (KH * KW) * H + ih) * W + iw, I64))
         inside = []
         for x, pad, last, n in ((ih, PH, (OH - 1) * SH - PH + (KH - 1) * DH, H),
                                 (iw, PW, (OW - 1) * SW - PW + (KW - 1) * DW, W)):
-            if x.dtype == U32 and (pad > 0 or last >= n):
+            past = decide(last, ">=", n) is not False        # (over run-time sizes: unless never)
+            if x.dtype == U32 and (pad > 0 or past):
                 inside.append(x < n)
             elif x.dtype != U32:
-                inside += ([x >= 0] if pad > 0 else []) + ([x < n] if last >= n else [])
+                inside += ([x >= 0] if pad > 0 else []) + ([x < n] if past else [])
         if not inside:
             return value
         cond = inside[0]

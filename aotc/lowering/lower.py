@@ -8,6 +8,7 @@ import numpy as np
 
 from ..fusion.groups import Group, group_shapes
 from ..ir import dtypes
+from ..ir.dims import RunTimeDim
 from ..ir.graph import Graph, Value
 from ..ir.internal import CARRY
 from ..kernel.context import LowerCtx
@@ -168,7 +169,12 @@ def _lower_group(g: Graph, grp: Group, consumers, k: int, host_reads: set) -> Ke
                                     "(its inputs were expected to be compile-time constants)"],
                                    "bind the inputs that feed it with --const or --shape")
         ctx = LowerCtx(node, g, ins, outs, b, lambda v, name: params.get(v, "in", name=name))
-        op.lower(node, ctx)
+        try:
+            op.lower(node, ctx)
+        except RunTimeDim as e:          # name the node whose code needed a fixed size
+            if f"node {node.name!r}" in e.message:
+                raise
+            raise RunTimeDim(f"{node.op_type} node {node.name!r}: {e.message}", e.hint) from e
         scratch.extend(ctx.scratch_buffers)
 
     if grp.chain:

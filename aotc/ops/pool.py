@@ -9,7 +9,7 @@ from ..errors import UnsupportedError
 from ..ir import dtypes
 from ..ir.dims import RunTimeDim, decide, is_dim
 from ..kernel.ir import REDUCTION, SPATIAL, Expr, call, cast, const, maximum, minimum, select, wrap
-from .common import prod, shape_error
+from .common import count, prod, shape_error
 from .registry import register
 from .window import (UNROLL_TAPS, Nest, ceil_div, dot, pick_all, plus, row_major_strides, sliding_window, tap_bounds,
                      tap_range)
@@ -215,7 +215,7 @@ def _lower_global(node, ctx):
         if lp is not None:
             b.store(Y, nc, cast(_lp_root(acc, lp), X.dtype))
         else:
-            b.store(Y, nc, acc if is_max else acc / const(SL, X.dtype))
+            b.store(Y, nc, acc if is_max else acc / count(SL, X.dtype))
 
 
 register("GlobalAveragePool", lower=_lower_global, run_time_dims=True)(_global_infer)
