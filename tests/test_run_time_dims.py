@@ -472,3 +472,41 @@ def test_run_time_if_over_a_run_time_dim(tmp_path):
         for c in (True, False):
             feeds = {"x": np.random.default_rng(n).standard_normal((n, 5)).astype(np.float32), "c": np.array(c)}
             np.testing.assert_allclose(m.run(feeds)[0], _ort(path, feeds)[0], rtol=1e-6, atol=1e-7)
+
+
+# ----------------------------------------------------------------------------- a dynamic OCR pair
+@pytest.fixture(scope="module")
+def ocr(tmp_path_factory) -> tuple[Path, Path]:
+    """models/dynamic_ocr.py's text detector ([batch, 3, 32*h, 32*w], its feature pyramid resizing
+    maps to sizes read from the graph) and recognizer ([batch, 3, 48, 4*w] into a bidirectional
+    LSTM over width / 4 steps), exported by torch.onnx with those dynamic axes."""
+    pytest.importorskip("torch")
+    from models.dynamic_ocr import export_detector, export_recognizer
+    d = tmp_path_factory.mktemp("ocr")
+    return export_detector(d / "det.onnx"), export_recognizer(d / "rec.onnx")
+
+
+OCR_CASES = {
+    "det": ({"x": ((1, 2), 3, (32, 256, 32), (32, 256, 32))}, [(1, 3, 32, 32), (2, 3, 64, 256), (1, 3, 256, 96),
+                                                              (2, 3, 256, 256)]),
+    "rec": ({"x": ((1, 4), 3, 48, (8, 320, 4))}, [(1, 3, 48, 8), (3, 3, 48, 100), (2, 3, 48, 164), (4, 3, 48, 320)]),
+}
+
+
+@pytest.mark.parametrize("target,threads", [("c", 1), ("native", 2)])
+@pytest.mark.parametrize("which", sorted(OCR_CASES))
+def test_ocr_pair_over_page_and_line_sizes(ocr, which, target, threads, tmp_path):
+    """One artifact for pages (detector) or text lines (recognizer) of any size in range, at both
+    ends and two sizes between, against ORT: the detector's Resize to a neighbour map's size
+    (`sizes` from Shape) takes the ratio of the two run-time sizes, the recognizer's LSTM runs
+    over a run-time batch and sequence."""
+    path = ocr[0] if which == "det" else ocr[1]
+    shapes, sizes = OCR_CASES[which]
+    m = load(compile_model(path, target=target, output_dir=tmp_path / "o", shapes=shapes, threads=threads),
+             threads=threads)
+    for shape in sizes:
+        x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+        (got,) = m.run({"x": x})
+        (want,) = _ort(path, {"x": x})
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -27,7 +27,7 @@ from aotc.compiler import compile_model
 from aotc.errors import InputError
 from tests.helpers import eager_cuda_target, eager_gpu_target
 from tests.test_opencl import _opencl_missing
-from tests.test_run_time_dims import OP_CASES, _ort, bert, cnn, mlp  # noqa: F401  (fixtures)
+from tests.test_run_time_dims import OCR_CASES, OP_CASES, _ort, bert, cnn, mlp, ocr  # noqa: F401  (fixtures)
 
 CXX = shutil.which("g++")
 
@@ -180,3 +180,19 @@ def test_op_over_a_run_time_dim(op, tmp_path, target):
         x = np.random.default_rng(n).standard_normal(shape).astype(np.float32)
         for got, want in zip(m.run({name: x}), _ort(path, {name: x})):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("target", [t for t in TARGETS if "eager" not in t.values[0]])
+@pytest.mark.parametrize("which", sorted(OCR_CASES))
+def test_ocr_pair(ocr, which, target, tmp_path):
+    """tests/test_run_time_dims.py's dynamic OCR pair (the detector's Resize to sizes read from
+    the graph, the recognizer's bidirectional LSTM over run-time batch and steps), at smaller
+    sizes than on the CPU (the emulation is slow)."""
+    path = ocr[0] if which == "det" else ocr[1]
+    shapes, _ = OCR_CASES[which]
+    sizes = [(1, 3, 32, 32), (2, 3, 64, 96)] if which == "det" else [(1, 3, 48, 8), (3, 3, 48, 100)]
+    m = load(_compile(path, target, tmp_path, shapes=shapes))
+    for shape in sizes:
+        x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+        (got,) = m.run({"x": x})
+        np.testing.assert_allclose(got, _ort(path, {"x": x})[0], rtol=1e-4, atol=1e-5)

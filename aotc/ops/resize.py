@@ -39,6 +39,8 @@ def _resize_spec(node, ins):
     axes = list(range(r)) if axes is None else [a + r if a < 0 else int(a) for a in axes]
 
     def given(pos):
+        if pos == 3 and len(ins) > pos and ins[pos] is not None and ins[pos].sym is not None:
+            return ins[pos].sym.reshape(-1)          # sizes of run-time dims (passes/symbolic.py)
         if len(ins) > pos and ins[pos] is not None:
             if ins[pos].const is None:
                 raise ShapeError(f"Resize node {node.name!r}: {'scales' if pos == 2 else 'sizes'} must be "
@@ -64,8 +66,14 @@ def _resize_spec(node, ins):
             raise shape_error(node, f"{len(sizes_in)} sizes for {len(axes)} axes")
         if policy == "stretch":
             for a, s in zip(axes, sizes_in):
+                if is_dim(s) or is_dim(x.shape[a]):
+                    out[a], scales[a] = s, _ratio(node, s, x.shape[a])
+                    continue
                 out[a] = int(s)
                 scales[a] = np.float32(int(s)) / np.float32(x.shape[a])
+        elif any(is_dim(v) for v in list(sizes_in) + [x.shape[a] for a in axes]):
+            raise RunTimeDim(f"Resize node {node.name!r}: keep_aspect_ratio_policy {policy!r} over run-time "
+                             "dimensions", "fix the input sizes with --shape")
         else:
             # one scale for every axis: the smallest (not_larger) or largest (not_smaller) of
             # sizes / input sizes, the output sizes rounded from it (halves up)
@@ -87,6 +95,21 @@ def _resize_spec(node, ins):
     if any(o <= 0 for o in out):
         raise shape_error(node, f"output shape {out} is empty")
     return out, scales, mode, ct, roi
+
+
+def _ratio(node, size, d) -> np.float32:
+    """The scale of an output size over an input size where either is a run-time dim: a constant
+    for every size in range (the output an exact multiple of the input, or the input of the
+    output), as the float32 ONNX Runtime computes from the two at run time; else refused."""
+    from fractions import Fraction
+    up = size.divide(d) if is_dim(size) else None
+    down = d.divide(size) if is_dim(d) else None
+    if isinstance(up, int) and up > 0:
+        return np.float32(up)
+    if isinstance(down, int) and down > 0:
+        return np.float32(float(Fraction(1, down)))
+    raise RunTimeDim(f"Resize node {node.name!r}: output size {size} over input size {d} is not one ratio for "
+                     "every size in range", "fix the input sizes with --shape")
 
 
 def _scaled(d, s):
@@ -370,6 +393,6 @@ def _resize_linear_by_rows(ctx, X, Y, out, scales, ct) -> None:
                     cast(weights[OW + o], X.dtype) * row[taps[OW + o]])
 
 
-register("Resize", lower=_lower_resize, run_time_dims=True)(_resize_infer)
+register("Resize", lower=_lower_resize, run_time_dims=True, shape_inputs=frozenset({3}))(_resize_infer)
 
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
+from ..ir.dims import is_dim
 from ..ir.internal import PACKED_ATTR
 from ..kernel.ir import ORDERED, SPATIAL, Const, GemmDest, call, cast, const, matrix, select
 from .registry import register
@@ -260,7 +261,7 @@ def _lower_rnn(node, ctx):
             def elementwise(body):
                 """Run body(bi, j, t) over the batch and units, masked by sequence length."""
                 with contextlib.ExitStack() as scope:
-                    bi = scope.enter_context(b.loop(B, "bi", role=SPATIAL)) if B > 1 else const(0)
+                    bi = scope.enter_context(b.loop(B, "bi", role=SPATIAL)) if is_dim(B) or B > 1 else const(0)
                     t = step_t
                     if masked:
                         length = b.local("len", cast(seq[bi], dtypes.INT64))
