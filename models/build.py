@@ -17,6 +17,20 @@ def save(model: onnx.ModelProto, path: Path) -> None:
         onnx.save(model, str(path))
 
 
+def symbolic_input(model: onnx.ModelProto, names: list) -> onnx.ModelProto:
+    """The model with its first input's dims renamed to the dim_params in `names` (None keeps a
+    dim fixed) and the shapes inside it and of its outputs dropped: a zoo model built at fixed
+    sizes as an exporter with dynamic axes writes it (run-time dimensions, issue 28)."""
+    for d, name in zip(model.graph.input[0].type.tensor_type.shape.dim, names):
+        if name:
+            d.ClearField("dim_value")
+            d.dim_param = name
+    del model.graph.value_info[:]
+    for o in model.graph.output:
+        o.type.tensor_type.ClearField("shape")
+    return model
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("name", help=f"one of: {', '.join(ZOO)}, or all")

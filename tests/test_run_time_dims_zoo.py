@@ -3,7 +3,7 @@ batch, height and width, ViT over batch, BERT and GPT-2 over batch and sequence,
 each, against ONNX Runtime at both ends of every range and two sizes between, on fresh random
 inputs. The transformers name their dims (dim_param) as exporters write them; the CNNs are built
 with fixed input sizes, so their inputs are renamed to symbolic dims first, as an exporter with
-dynamic axes writes them (`_symbolic`).
+dynamic axes writes them (models/build.py `symbolic_input`).
 
 Not here: the zoo's YOLO, whose hand-built Reshape targets are constants (a real dynamic export
 computes them from Shape: tests/test_run_time_dims.py's BERT shows that path), and
@@ -20,20 +20,8 @@ import pytest
 
 from aotc.api import load
 from aotc.compiler import compile_model
+from models.build import symbolic_input
 from models.zoo import ZOO
-
-
-def _symbolic(model: onnx.ModelProto, names: list) -> onnx.ModelProto:
-    """The model with its first input's dims renamed (None keeps a dim fixed) and the shapes
-    inside and of the outputs dropped, as an exporter with dynamic axes writes it."""
-    for d, name in zip(model.graph.input[0].type.tensor_type.shape.dim, names):
-        if name:
-            d.ClearField("dim_value")
-            d.dim_param = name
-    del model.graph.value_info[:]
-    for o in model.graph.output:
-        o.type.tensor_type.ClearField("shape")
-    return model
 
 
 # model -> (symbolic names of its input's dims or None, compile kwargs, the sizes tried: {input: shape})
@@ -71,7 +59,7 @@ def test_zoo_model_over_run_time_dims(name, tmp_path):
     names, kw, sizes = CASES[name]
     model = ZOO[name].build("small")
     if names:
-        model = _symbolic(model, names)
+        model = symbolic_input(model, names)
     path = Path(tmp_path) / f"{name}.onnx"
     onnx.save(model, str(path))
     m = load(compile_model(path, target="native", output_dir=tmp_path / "out", threads=2, **kw), threads=2)

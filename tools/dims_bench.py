@@ -1,10 +1,13 @@
 """Run-time dimensions (issue 28): what one ranged artifact costs against builds fixed to a size.
 
-python -m tools.dims_bench [--models mlp,bert,gpt2,cnn] [--threads 1,2] [--runs 40] [--rounds 8]
-                           [--size small|full] [--target native] [--report docs/PERFORMANCE.md]
+python -m tools.dims_bench [--models mlp,bert,gpt2,cnn,resnet50,mobilenetv2,ocr_det,ocr_rec]
+                           [--threads 1,2] [--runs 40] [--rounds 8] [--size small|full]
+                           [--target native] [--report docs/PERFORMANCE.md]
 
-For each model (the zoo's small MLP, BERT and GPT-2 over their batch or sequence dim, models/
-zoo.py; a small CNN exported by torch.onnx over its height and width; random weights) and each
+For each model (the zoo's small MLP, BERT and GPT-2 over their batch or sequence dim, its small
+ResNet-50 and MobileNetV2 over height and width, models/zoo.py; a small CNN and a text detector
+and recognizer exported by torch.onnx over their sides, models/dynamic_cnn.py and
+dynamic_ocr.py; random weights) and each
 thread count, in one process: a *ranged* build (--dim, or a ranged --shape), a build *fixed* to
 the range's middle size, and one fixed to its largest size. Timed with aotc.bench's method
 (warm-up, rounds in which each engine runs its share back to back, engines alternating):
@@ -35,8 +38,9 @@ from aotc.bench import BoundInstance, ort_session, time_engines
 from aotc.compiler import compile_model
 from aotc.targets import load_target
 
-from models.build import save
+from models.build import save, symbolic_input
 from models.dynamic_cnn import export_cnn
+from models.dynamic_ocr import export_detector, export_recognizer
 from models.zoo import ZOO
 
 BEGIN, END = "<!-- dims-bench:begin -->", "<!-- dims-bench:end -->"
@@ -52,7 +56,21 @@ CASES = {
     "cnn": ({"shapes": {"x": (1, 3, (32, 128, 16), (32, 128, 16))}},
             {p: {"x": (1, 3, n, n)} for p, n in (("lo", 32), ("mid", 64), ("hi", 128))}),
 }
-RANGES = {"mlp": "batch 1..64", "bert": "sequence 1..32", "gpt2": "sequence 1..32", "cnn": "H, W 32..128%16"}
+CASES.update({
+    # the zoo's small CNNs with their input made symbolic (models/build.py symbolic_input)
+    "resnet50": ({"shapes": {"x": (1, 3, (32, 128, 32), (32, 128, 32))}},
+                 {p: {"x": (1, 3, n, n)} for p, n in (("lo", 32), ("mid", 64), ("hi", 128))}),
+    "mobilenetv2": ({"shapes": {"x": (1, 3, (32, 128, 32), (32, 128, 32))}},
+                    {p: {"x": (1, 3, n, n)} for p, n in (("lo", 32), ("mid", 64), ("hi", 128))}),
+    # models/dynamic_ocr.py: pages and text lines
+    "ocr_det": ({"shapes": {"x": (1, 3, (32, 256, 32), (32, 256, 32))}},
+                {p: {"x": (1, 3, n, n)} for p, n in (("lo", 32), ("mid", 128), ("hi", 256))}),
+    "ocr_rec": ({"shapes": {"x": (1, 3, 48, (8, 320, 4))}},
+                {p: {"x": (1, 3, 48, n)} for p, n in (("lo", 8), ("mid", 160), ("hi", 320))}),
+})
+RANGES = {"mlp": "batch 1..64", "bert": "sequence 1..32", "gpt2": "sequence 1..32", "cnn": "H, W 32..128%16",
+          "resnet50": "H, W 32..128%32", "mobilenetv2": "H, W 32..128%32", "ocr_det": "H, W 32..256%32",
+          "ocr_rec": "W 8..320%4"}
 # --size full: the zoo's full-size models (BERT-base over 1..128 positions, GPT-2 small over 1..64)
 FULL = {
     "bert": ({"dims": {"sequence": (1, 128), "batch": (1, 1)}},
@@ -82,7 +100,16 @@ def bench_model(name: str, threads: int, runs: int, rounds: int, work: Path, siz
     ranged_kw, points = (FULL if size == "full" else CASES)[name]
     path = work / f"{name}_{size}.onnx"
     if not path.exists():
-        export_cnn(path, width=32) if name == "cnn" else save(ZOO[name].build(size), path)
+        if name == "cnn":
+            export_cnn(path, width=32)
+        elif name == "ocr_det":
+            export_detector(path)
+        elif name == "ocr_rec":
+            export_recognizer(path)
+        elif name in ("resnet50", "mobilenetv2"):
+            save(symbolic_input(ZOO[name].build(size), ["batch", None, "h", "w"]), path)
+        else:
+            save(ZOO[name].build(size), path)
     at = {k: _feeds(points[k], seed) for seed, k in enumerate(("lo", "mid", "hi"))}
     compile_s, outs = {}, {}
     for key, kw in (("ranged", ranged_kw), ("fixed_mid", {"shapes": points["mid"]}), ("fixed_hi", {"shapes": points["hi"]}),
