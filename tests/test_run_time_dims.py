@@ -404,18 +404,25 @@ OP_CASES = {
 }
 
 
-@pytest.mark.parametrize("op", sorted(OP_CASES))
-def test_op_over_a_run_time_dim(op, tmp_path):
-    """Each op of OP_CASES on an input with a run-time dim n in 2..12, at three sizes, against
-    ORT (a graph of the op alone, or with the nodes an exporter writes around it)."""
+def op_case(op: str, directory: Path) -> tuple[Path, str, str]:
+    """OP_CASES[op] as a model file in `directory`: (its path, its input's name, its kind)."""
     nodes, inits, kind = OP_CASES[op]
     name, dims = ("x", ["n", 6]) if kind == "rows" else ("x4", [1, 3, "n", "n"])
     outs = [helper.make_tensor_value_info(o, TP.INT64 if (o == "i" or op == "ArgMax") else TP.FLOAT, None)
             for o in nodes[-1].output]
     model = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info(name, TP.FLOAT, dims)],
                                                 outs, inits), opset_imports=[helper.make_opsetid("", 18)])
-    path = tmp_path / "m.onnx"
+    model.ir_version = 8            # what opset 18 needs: an older ONNX Runtime (a GPU machine's) reads it
+    path = directory / "m.onnx"
     onnx.save(model, str(path))
+    return path, name, kind
+
+
+@pytest.mark.parametrize("op", sorted(OP_CASES))
+def test_op_over_a_run_time_dim(op, tmp_path):
+    """Each op of OP_CASES on an input with a run-time dim n in 2..12, at three sizes, against
+    ORT (a graph of the op alone, or with the nodes an exporter writes around it)."""
+    path, name, kind = op_case(op, tmp_path)
     m = load(compile_model(path, target="c", output_dir=tmp_path / "o", dims={"n": (2, 12)}, threads=1))
     for n in (2, 7, 12):
         shape = (n, 6) if kind == "rows" else (1, 3, n, n)

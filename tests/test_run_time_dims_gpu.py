@@ -18,8 +18,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto as TP
-from onnx import helper
 
 from aotc.api import load
 from aotc.build.loader import Library
@@ -27,7 +25,7 @@ from aotc.compiler import compile_model
 from aotc.errors import InputError
 from tests.helpers import eager_cuda_target, eager_gpu_target
 from tests.test_opencl import _opencl_missing
-from tests.test_run_time_dims import OCR_CASES, OP_CASES, _ort, bert, cnn, mlp, ocr  # noqa: F401  (fixtures)
+from tests.test_run_time_dims import OCR_CASES, OP_CASES, _ort, bert, cnn, mlp, ocr, op_case  # noqa: F401
 
 CXX = shutil.which("g++")
 
@@ -165,15 +163,7 @@ def test_op_over_a_run_time_dim(op, tmp_path, target):
         pytest.skip(str(_opencl_missing()))
     if target == "cuda" and CXX is None:
         pytest.skip("g++ is not installed")
-    nodes, inits, kind = OP_CASES[op]
-    name, dims = ("x", ["n", 6]) if kind == "rows" else ("x4", [1, 3, "n", "n"])
-    outs = [helper.make_tensor_value_info(o, TP.INT64 if (o == "i" or op == "ArgMax") else TP.FLOAT, None)
-            for o in nodes[-1].output]
-    model = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info(name, TP.FLOAT, dims)],
-                                                outs, inits), opset_imports=[helper.make_opsetid("", 18)])
-    model.ir_version = 8            # what opset 18 needs: an older ONNX Runtime (a GPU machine's) reads it
-    path = tmp_path / "m.onnx"
-    onnx.save(model, str(path))
+    path, name, kind = op_case(op, tmp_path)
     m = load(_compile(path, target, tmp_path, dims={"n": (2, 12)}))
     for n in (2, 12, 7):
         shape = (n, 6) if kind == "rows" else (1, 3, n, n)
