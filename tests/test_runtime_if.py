@@ -240,6 +240,33 @@ def test_a_branch_that_cannot_run_at_the_compiled_size_is_a_run_time_status(kind
             assert "cannot run at the compiled input sizes" in str(e.value) and "Reshape" in str(e.value)
 
 
+@pytest.mark.parametrize("kind", ["c", "opencl", "cuda-eager"])
+def test_both_rates_from_one_artifact_over_a_run_time_chunk_length(kind, tmp_path):
+    """The two-rate model compiled once with its chunk length a run-time dim of two sizes
+    (samples in 288..576%288): neither branch can be shaped over both, so each becomes an If on
+    the run's length whose copy at the length it was written for runs (passes/control.py
+    specialize_branch). Both rates match ONNX Runtime, alternating, from one instance; a rate
+    with the other rate's chunk length returns AOTC_ERR_BRANCH naming the branch and why."""
+    import onnxruntime as ort
+
+    from aotc.errors import RunError
+    target, build, threads = _target(kind, tmp_path)
+    path = tmp_path / "vad.onnx"
+    _two_rate_vad(path)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    out = compile_model(path, target=target, output_dir=tmp_path / "out", threads=threads, build=build,
+                        dims={"samples": (288, 576, 288)})
+    m = load(out)
+    rng = np.random.default_rng()
+    for n, rate in ((576, 16000), (288, 8000), (288, 8000), (576, 16000)):
+        feeds = {"x": rng.standard_normal((1, n)).astype(np.float32), "sr": np.array(rate, np.int64)}
+        np.testing.assert_allclose(m.run(feeds)[0], sess.run(None, feeds)[0], rtol=1e-5, atol=1e-6)
+    for n, rate in ((576, 8000), (288, 16000)):
+        with pytest.raises(RunError, match="status 16") as e:
+            m.run({"x": rng.standard_normal((1, n)).astype(np.float32), "sr": np.array(rate, np.int64)})
+        assert "cannot run at the compiled input sizes" in str(e.value), str(e.value)
+
+
 def test_an_if_neither_of_whose_branches_can_be_shaped_fails_the_compile(tmp_path):
     path = tmp_path / "vad.onnx"
     _two_rate_vad(path)

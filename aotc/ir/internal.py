@@ -33,6 +33,11 @@ Node kinds that compile (each is an entry of the op registry, in the module name
     SIZE_VALUES   `aotc.SizeValues`: an int64 tensor of sizes computed from run-time dimensions
                   (a Shape of them that an op reads as data), attribute SIZES_ATTR
                   (ops/constants.py, written by passes/symbolic.py)
+    ASSUME_SIZES  `aotc.AssumeSizes`: its input, with the run-time dimensions its attribute
+                  `sizes` ((symbol name, size), ...) names fixed at those sizes: how a branch
+                  specialized to one size reads its outer inputs, under the If on the run's size
+                  that chose it (ops/constants.py, written by passes/control.py
+                  specialize_branch; the If carries SPECIALIZED_ATTR)
 
 Node kinds of shape inference's work list only (passes/control.py; never in a finished graph):
     IF_MERGE      both branches of a run-time If are inferred: make its outputs
@@ -85,6 +90,8 @@ MATMUL_NBITS = "aotc.MatMulNBits"
 GATHER_NBITS = "aotc.GatherBlockQuantized"
 BRANCH_FAIL = "aotc.BranchFail"
 SIZE_VALUES = "aotc.SizeValues"
+ASSUME_SIZES = "aotc.AssumeSizes"
+SPECIALIZED_ATTR = "aotc_specialized"   # an If that specialize_branch made (passes/control.py)
 
 # node kinds of shape inference's work list
 IF_MERGE = "aotc.IfMerge"

@@ -7,7 +7,8 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
-from ..ir.internal import SIZE_VALUES, SIZES_ATTR
+from ..ir.dims import Dim
+from ..ir.internal import ASSUME_SIZES, SIZE_VALUES, SIZES_ATTR
 from ..kernel.ir import SPATIAL, cast, const, dim_expr
 from .common import ints
 from .registry import register
@@ -90,3 +91,29 @@ def _lower_size_values(node, ctx):
           how="sizes of run-time dimensions that an op reads as data (passes/symbolic.py)")
 def _size_values(node, ins):
     return [(dtypes.from_name(node.attr("dtype")), tuple(node.attr("shape")))]
+
+
+def _assumed(d, sizes: dict):
+    """Dim d at the sizes given by symbol name where it has no other symbols; else d."""
+    if isinstance(d, Dim) and all(sym.name in sizes for sym in d.symbols()):
+        return d.evaluate(sizes)
+    return d
+
+
+def _lower_assume_sizes(node, ctx):
+    """The input's elements as they are: under the guard that chose this copy the run's sizes
+    are the assumed ones, so the input's dense layout is the output's."""
+    x, y = ctx.ins[0], ctx.outs[0]
+    n = 1
+    for d in y.shape:
+        n = n * d
+    with ctx.b.loops([n], ["i"], role=SPATIAL) as (i,):
+        ctx.b.store(y, i, x[i])
+
+
+@register(ASSUME_SIZES, lower=_lower_assume_sizes, run_time_dims=True, reference_fold=False,
+          how="a value of run-time size read where a guard has fixed the sizes (passes/control.py "
+              "specialize_branch)")
+def _assume_sizes(node, ins):
+    sizes = dict(node.attr("sizes"))          # ((symbol name, size), ...)
+    return [(ins[0].dtype, tuple(_assumed(d, sizes) for d in ins[0].shape))]

@@ -41,7 +41,9 @@ import numpy as np
 
 from ..errors import ModelError, ShapeError, UnsupportedError
 from ..ir.graph import Graph, Node, Subgraph, Value, subgraphs
-from ..ir.internal import BRANCH_ATTR, BRANCH_FAIL, CARRY, IF_MERGE, LOOP_CLOSE, LOOP_STEP, SCOPE_ATTR
+from ..ir import dims
+from ..ir.internal import (ASSUME_SIZES, BRANCH_ATTR, BRANCH_FAIL, CARRY, IF_MERGE, LOOP_CLOSE, LOOP_STEP, SCOPE_ATTR,
+                           SPECIALIZED_ATTR)
 from . import decompose, sequences
 
 
@@ -137,6 +139,68 @@ def branch_prefix(n: Node, key: str) -> str:
     return f"{n.name}/{key[:4]}/"
 
 
+MAX_SPECIALIZED = 8     # sizes of a run-time dim a branch is tried at (specialize_branch)
+
+
+def specialize_branch(g: Graph, merge: Node, key: str) -> list[Node] | None:
+    """Run-time If's branch `key` could not be shaped over the run's sizes (a Reshape to one chunk
+    length, as a model serving two sample rates has): when a run-time dim its outer inputs have
+    takes at most MAX_SPECIALIZED sizes, the branch becomes, in place of its nodes, an If on the
+    run's size: for each size v, the branch reading those inputs through an aotc.AssumeSizes
+    (their shapes with the dim at v), else the next size, and last the branch as it was (which
+    fails again and becomes the aotc.BranchFail of unshapeable_branch). The copies that cannot
+    be shaped at their size fail alike, so only the sizes the branch was written for run it.
+    Returns the nodes to infer in place of the branch's; None where no dim qualifies (or the
+    branch was specialized before)."""
+    n = merge.attrs["if"]
+    done = merge.attrs.setdefault("specialized", set())
+    if key in done or n.attr(SPECIALIZED_ATTR):
+        return None
+    branch = _subgraph(n, key)
+    scope = n.attr(SCOPE_ATTR, {})
+    outer = sorted(x for x in branch.free_names() if scope.get(x, x) in g.values)
+    found = None
+    for x in outer:
+        for a, d in enumerate(g.values[scope.get(x, x)].shape):
+            for sym in (d.symbols() if isinstance(d, dims.Dim) else []):
+                count = (sym.hi - sym.lo) // sym.multiple + 1
+                if found is None and count <= MAX_SPECIALIZED:
+                    found = (sym, x, a, d)
+    if found is None:
+        return None
+    done.add(key)
+    sym, probe, axis, probe_dim = found
+    sizes = list(range(sym.lo, sym.hi + 1, sym.multiple))
+    fixed = [x for x in outer if any(isinstance(d, dims.Dim) and sym in d.symbols()
+                                     for d in g.values[scope.get(x, x)].shape)]
+
+    def at(v: int) -> Subgraph:               # the branch reading `fixed` with sym at v
+        tag = f"@{sym.name}={v}"
+        assume = [Node(ASSUME_SIZES, [x], [x + tag], {"sizes": ((sym.name, v),)}, f"assume{tag}/{x}") for x in fixed]
+        renamed = [Node(m.op_type, [i + tag if i in fixed else i for i in m.inputs], list(m.outputs), dict(m.attrs),
+                        m.name, m.domain) for m in branch.nodes]
+        return Subgraph(list(branch.inputs), list(branch.outputs), assume + renamed, dict(branch.initializers),
+                        list(branch.unreadable))
+
+    def chain(rest: list[int]) -> Subgraph:
+        if not rest:
+            return branch
+        v = rest[0]
+        tag = f"{sym.name}={v}"
+        outs = [f"{o}@{tag}" for o in branch.outputs]
+        nodes = [Node("Shape", [probe], [f"shape@{tag}"], {"start": axis, "end": axis + 1}, f"shape@{tag}"),
+                 Node("Equal", [f"shape@{tag}", f"size@{tag}"], [f"is@{tag}"], {}, f"is@{tag}"),
+                 Node("Squeeze", [f"is@{tag}"], [f"cond@{tag}"], {}, f"cond@{tag}"),
+                 Node("If", [f"cond@{tag}"], outs, {"then_branch": at(v), "else_branch": chain(rest[1:]),
+                                                   SPECIALIZED_ATTR: True}, f"if@{tag}")]
+        size = np.array([probe_dim.evaluate({sym.name: v})], np.int64)
+        return Subgraph([], outs, nodes, {f"size@{tag}": size})
+
+    body, names = _inline(g, chain(sizes), scope, branch_prefix(n, key), {}, n, key)
+    merge.attrs["then" if key == "then_branch" else "else"] = names
+    return body
+
+
 def unshapeable_branch(merge: Node, key: str, reason: str) -> None:
     """Shape inference found that run-time If's branch `key` cannot be shaped at the compiled
     sizes (`reason`); merge_branches makes its outputs an aotc.BranchFail, which stops the run
@@ -151,7 +215,9 @@ def merge_branches(g: Graph, m: Node) -> list[Node]:
     failed = m.attrs["failed"]
     if len(failed) == 2:
         raise ShapeError(f"If node {n.name!r}: neither branch can be shaped at these input sizes: "
-                         f"then_branch: {failed['then_branch']}; else_branch: {failed['else_branch']}")
+                         f"then_branch: {failed['then_branch']}; else_branch: {failed['else_branch']}",
+                         "fix the input sizes with --shape; or, for branches written for different sizes, "
+                         f"declare a run-time dim of at most {MAX_SPECIALIZED} sizes (LO..HI%M) that takes them")
     nodes: list[Node] = []
     cond = _scalar(g, n, n.inputs[0], "the condition", np.bool_, nodes)
     if failed:

@@ -43,10 +43,16 @@ def infer_shapes(g: Graph, fold: bool = True, int8_gemm: bool = False) -> Graph:
             if not inside:
                 raise
             prefix = max(inside, key=len)        # the innermost run-time branch holding n
-            merge, key = branches.pop(prefix)
-            control.unshapeable_branch(merge, key, str(e))
+            merge, key = branches[prefix]
             work = deque(m for m in work if not m.name.startswith(prefix))
             kept = [m for m in kept if not m.name.startswith(prefix)]
+            special = control.specialize_branch(g, merge, key) if g.symbols else None
+            if special is not None:         # the branch again, under an If on the run's size
+                normalize_nodes(g, special)
+                work.extendleft(reversed(special))
+                continue
+            del branches[prefix]
+            control.unshapeable_branch(merge, key, str(e))
     bounded.check_outputs(g, bounds)
     made = {m.outputs[0] for m in kept if m.op_type == SIZE_VALUES}
     for o in g.outputs:                   # sizes of run-time dims as an output: written by the run
