@@ -2,7 +2,8 @@
 
 A fusion kernel becomes a short host program of device launches (`DeviceLaunch`) and host
 loops (`DeviceLoop`), formed from the op's loop roles:
-  * a `spatial` loop nest with constant extents is one launch: the nest is collapsed into one
+  * a `spatial` loop nest whose extents are numbers, or polynomials of run-time sizes (the grid
+    then an expression of the run's sizes), is one launch: the nest is collapsed into one
     index space bound to the grid (axis global.0), one work-item per iteration, guarded
     against the rounded-up grid; what is inside the nest runs serially per work-item;
   * an ordered loop that holds a GEMM (a Conv's batch / group loop reusing its im2col scratch,
@@ -17,7 +18,10 @@ loops (`DeviceLoop`), formed from the op's loop roles:
     (`mma_kernel`, `Mma` statements only the CUDA printer prints);
   * scalar statements between loops are recomputed inside each launch that uses them;
     anything else (an ordered loop without a GEMM, a lone store) runs as a one-work-item launch.
-Tiles and work-group sizes are the target's [gpu] table; accumulation precision its [numerics].
+A GEMM whose sizes are run-time ones comes in variants, each cut as a build fixed to a size in
+its part of the range would cut it and launched where the run's sizes fall there
+(`LaunchFormer.gemm_variants`, `DeviceLaunch.when`). Tiles and work-group sizes are the
+target's [gpu] table; accumulation precision its [numerics].
 """
 from __future__ import annotations
 
@@ -172,7 +176,7 @@ def _rebase(stmts: list[Stmt], old: Buffer, new: Buffer, offset: Expr) -> list[S
 
 
 
-def _const_extent(lp: Loop):
+def _loop_count(lp: Loop):
     """A loop's iteration count: an int, or a Dim (ir/dims.py) where its extent is a polynomial
     of run-time sizes (the grid then covers the run's count, the schedule's choices are made
     for the largest); None for any other extent, or a loop not starting at a constant."""
@@ -192,7 +196,7 @@ def _has_gemm(stmts) -> bool:
 
 
 def _has_spatial_loop(stmts) -> bool:
-    return any(isinstance(s, Loop) and s.role == SPATIAL and _positive(_const_extent(s)) for s in walk_stmts(stmts))
+    return any(isinstance(s, Loop) and s.role == SPATIAL and _positive(_loop_count(s)) for s in walk_stmts(stmts))
 
 
 class LaunchFormer:
@@ -200,7 +204,7 @@ class LaunchFormer:
     and makes each a launch or a host loop, as the module's docstring lists:
       * `single`: statements run by one work-item (a lone store, an ordered loop without a GEMM,
         statements passing values through mutable locals: `_units` keeps those together);
-      * `spatial`: a nest of constant-extent spatial loops collapsed onto the grid, or given a
+      * `spatial`: a nest of spatial loops of counted extent collapsed onto the grid, or given a
         work-group per iteration (`group_work`, schedule/gpu_group.py work_group_form) where the
         loops inside are worth sharing;
       * `gemm`: a Gemm's launches (tiled, TF32, few-row, split along K: schedule/gpu_gemm.py),
@@ -240,7 +244,7 @@ class LaunchFormer:
             elif isinstance(s, Gemm):
                 ops += self.gemm(s, host_vars, pending)
             elif isinstance(s, Loop):
-                ext = _const_extent(s)
+                ext = _loop_count(s)
                 spread = self.distribute(s) if ext is not None and s.role == SPATIAL and _has_gemm(s.body) \
                     and self.gemm_batch(s) is None else None
                 if ext is not None and s.role != SPATIAL and (_has_gemm(s.body) or _has_spatial_loop(s.body)) \
@@ -318,10 +322,10 @@ class LaunchFormer:
         nest = [s]
         body = s.body
         while len(body) == 1 and isinstance(body[0], Loop) and body[0].role == SPATIAL \
-                and _const_extent(body[0]) is not None and not _has_gemm(body[0].body):
+                and _loop_count(body[0]) is not None and not _has_gemm(body[0].body):
             nest.append(body[0])
             body = body[0].body
-        extents = [_const_extent(lp) for lp in nest]
+        extents = [_loop_count(lp) for lp in nest]
         total = 1
         for e in extents:
             total = total * e
@@ -440,11 +444,11 @@ class LaunchFormer:
         return out
 
     def _nest(self, s: Loop) -> tuple[list[Loop], list[Stmt]]:
-        """The spatial loops of constant extent from s inward, as long as each holds just the
+        """The spatial loops of counted extent from s inward, as long as each holds just the
         next, and the statements inside the innermost."""
         nest, body = [], [s]
         while len(body) == 1 and isinstance(body[0], Loop) and body[0].role == SPATIAL \
-                and _positive(_const_extent(body[0])) and isinstance(body[0].start, Const) and body[0].start.value == 0:
+                and _positive(_loop_count(body[0])) and isinstance(body[0].start, Const) and body[0].start.value == 0:
             nest.append(body[0])
             body = [x for x in body[0].body if not isinstance(x, Comment)]
         return nest, body
@@ -458,7 +462,7 @@ class LaunchFormer:
         depth, z = 1, const(0)
         for lp in reversed(nest):          # (over run-time dims: a copy per iteration at the largest count)
             z = z + lp.var * depth
-            depth *= upper(_const_extent(lp))
+            depth *= upper(_loop_count(lp))
         if not private <= set(by_name) or sum(by_name[n].nbytes for n in private) * depth > EXPAND_MAX_BYTES:
             return None
         for name in private:
@@ -508,10 +512,10 @@ class LaunchFormer:
             return None
         depth = 1
         for lp in nest:
-            depth *= upper(_const_extent(lp))
+            depth *= upper(_loop_count(lp))
         if depth > self.p.max_grid_z:
             return None
-        return tuple((lp.var, _const_extent(lp)) for lp in nest), body[0]
+        return tuple((lp.var, _loop_count(lp)) for lp in nest), body[0]
 
 
 VARIANT_POINTS = (0.0, 0.25, 0.5, 0.75, 1.0)    # where in the ranges a GEMM's variants are cut (gemm_variants)
