@@ -101,13 +101,12 @@ def _ratio(node, size, d) -> np.float32:
     """The scale of an output size over an input size where either is a run-time dim: a constant
     for every size in range (the output an exact multiple of the input, or the input of the
     output), as the float32 ONNX Runtime computes from the two at run time; else refused."""
-    from fractions import Fraction
     up = size.divide(d) if is_dim(size) else None
     down = d.divide(size) if is_dim(d) else None
     if isinstance(up, int) and up > 0:
         return np.float32(up)
     if isinstance(down, int) and down > 0:
-        return np.float32(float(Fraction(1, down)))
+        return np.float32(1.0 / down)
     raise RunTimeDim(f"Resize node {node.name!r}: output size {size} over input size {d} is not one ratio for "
                      "every size in range", "fix the input sizes with --shape")
 

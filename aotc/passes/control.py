@@ -159,13 +159,10 @@ def specialize_branch(g: Graph, merge: Node, key: str) -> list[Node] | None:
     branch = _subgraph(n, key)
     scope = n.attr(SCOPE_ATTR, {})
     outer = sorted(x for x in branch.free_names() if scope.get(x, x) in g.values)
-    found = None
-    for x in outer:
-        for a, d in enumerate(g.values[scope.get(x, x)].shape):
-            for sym in (d.symbols() if isinstance(d, dims.Dim) else []):
-                count = (sym.hi - sym.lo) // sym.multiple + 1
-                if found is None and count <= MAX_SPECIALIZED:
-                    found = (sym, x, a, d)
+    # the first run-time dim of few sizes in an outer input's shape, and where it is read from
+    found = next(((sym, x, a, d) for x in outer for a, d in enumerate(g.values[scope.get(x, x)].shape)
+                  if isinstance(d, dims.Dim) for sym in d.symbols()
+                  if (sym.hi - sym.lo) // sym.multiple + 1 <= MAX_SPECIALIZED), None)
     if found is None:
         return None
     done.add(key)
