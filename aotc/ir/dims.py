@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Union
+from typing import Iterable, Mapping, Sequence, Union
 
 from ..errors import AotcError, ShapeError
 
@@ -143,11 +143,11 @@ class Dim:
     __rmul__ = __mul__
 
     def divide(self, o) -> Union["Dim", int, None]:
-        """self / o when it is exact for every value of the symbols (o an int, or a one-term
-        Dim whose symbols every term has), else None."""
+        """self / o when it is exact for every value of the symbols (o an int or a Dim), else
+        None."""
         if isinstance(o, Dim):
             if len(o.terms) != 1:
-                return 1 if o == self else None
+                return 1 if o == self else self._divide_polynomial(o)
             mono, coef = o.terms[0]
         else:
             mono, coef = (), int(o)
@@ -164,6 +164,39 @@ class Dim:
                 return None
             out[tuple(rest)] = c // coef
         return Dim._make(out)
+
+    def _divide_polynomial(self, o: "Dim") -> Union["Dim", int, None]:
+        """self / o for a divisor of several terms, by long division in graded order (the
+        leading term of what is left over the divisor's, until nothing is left): the quotient
+        where it is a polynomial with integer coefficients, else None. (h-4)*(w-4) / (w-4) is
+        h-4: an output plane's size over its row's.)"""
+        syms = sorted({x for m, _ in self.terms + o.terms for x in m})
+
+        def order(term):
+            m = term[0]
+            return len(m), tuple(m.count(x) for x in syms)
+
+        lead, lead_coef = max(o.terms, key=order)
+        left, out = dict(self.terms), {}
+        for _ in range(len(self.terms) * (1 + max(len(m) for m, _ in self.terms)) + 1):
+            if not left:
+                return Dim._make(out)
+            m, c = max(left.items(), key=order)
+            rest = list(m)
+            for x in lead:
+                if x not in rest:
+                    return None
+                rest.remove(x)
+            if c % lead_coef:
+                return None
+            q, k = tuple(rest), c // lead_coef
+            out[q] = out.get(q, 0) + k
+            for dm, dc in o.terms:
+                t = tuple(sorted(q + dm))
+                left[t] = left.get(t, 0) - k * dc
+                if not left[t]:
+                    del left[t]
+        return None
 
     def estimate_div(self, k: int):
         """Each coefficient floor-divided by k: an estimate (of work, say), not an exact size."""
@@ -304,6 +337,32 @@ def upper_shape(shape) -> tuple[int, ...]:
 
 def shape_symbols(shape) -> list[Symbol]:
     return sorted({s for d in shape if isinstance(d, Dim) for s in d.symbols()})
+
+
+# where in their ranges the schedule looks at run-time sizes when a choice depends on them
+# (schedule/gpu.py's GEMM variants, schedule/gemm_cpu.py's orientation): every symbol at the
+# same fraction of its range, geometrically
+RANGE_POINTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def size_at(s: Symbol, f: float) -> int:
+    """Symbol s's size at fraction f of its range, geometrically, on a multiple of its multiple."""
+    m = s.multiple
+    v = s.lo * (s.hi / s.lo) ** f
+    return min(s.hi, max(s.lo, int(round(v / m)) * m))
+
+
+def range_points(values: Sequence) -> list[tuple[int, ...]]:
+    """values (ints and Dims) at each of RANGE_POINTS (in order; the same value where no Dim
+    has a symbol): what a build fixed to a few sizes across the range would see."""
+    syms = shape_symbols(values)
+    if not syms:
+        return [tuple(int(v) for v in values)]
+    out = []
+    for f in RANGE_POINTS:
+        sizes = {s.name: size_at(s, f) for s in syms}
+        out.append(tuple(v.evaluate(sizes) if isinstance(v, Dim) else int(v) for v in values))
+    return out
 
 
 def shape_text(shape) -> str:

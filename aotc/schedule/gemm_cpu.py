@@ -14,12 +14,14 @@ macros; packed constants depend on them, so they are made per target.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..errors import AotcError
-from ..kernel.ir import (Assign, Decl, Expr, Gemm, Load, Loop, Matrix, SizeVar, Stmt, Store, children, const,
+from ..ir.dims import range_points
+from ..kernel.ir import (Assign, Decl, Expr, Gemm, as_dim, Load, Loop, Matrix, SizeVar, Stmt, Store, children, const,
                          evaluate, expr_vars, stmt_exprs, upper_bound, walk_expr)
 from ..targets import GemmConfig, Target
 
@@ -112,9 +114,13 @@ class GemmTiles:
         """True when computing Cᵀ = Bᵀ·Aᵀ (the roles of M and N swapped) and transposing the
         result back is `margin` cheaper than computing C: an N of 49 pads to 64 on a 32-wide
         tile, where an M of 49 pads to 56 on an 8-row one."""
+        return self.transposed_cost(M, N, K) < 1 - margin
+
+    def transposed_cost(self, M: int, N: int, K: int) -> float:
+        """What computing Cᵀ and transposing it back costs, over computing C."""
         plain = self.padded_madds(M, N) * K
         swapped = self.padded_madds(N, M) * K + self.transpose_cost * M * N
-        return swapped < (1 - margin) * plain
+        return swapped / plain if plain else 1.0
 
     def work_floats(self, M: int, N: int, K: int, a_packed: bool, b_packed: bool) -> int:
         """Scratch floats aotc_sgemm_packed needs for the blocks of its strided operands."""
@@ -215,6 +221,21 @@ def capacity(gm: Gemm) -> tuple[int, int, int]:
     schedule's choices (orientation, packing, threads, tiles) and its scratch are made for
     these until choices per size class exist (docs/journal/run-time-dims-plan.md)."""
     return upper_bound(gm.M), upper_bound(gm.N), upper_bound(gm.K)
+
+
+def computes_transposed(gm: Gemm, tiles: GemmTiles, margin: float = 0.05) -> bool:
+    """Is gm computed as Cᵀ = Bᵀ·Aᵀ (GemmTiles.prefers_transposed)? Over run-time sizes, by
+    the geometric mean of transposed_cost at the range's points (ir/dims.py range_points), each
+    size counting alike: a 1x1 convolution of 192 channels over planes of 4 to 64 positions
+    costs 0.14 of the plain product transposed on 4 (an 8-row tile against a 32-column one),
+    0.56 on 16, 1.13 on 64; decided at the largest plane, it would run plain everywhere, at
+    twice what a build fixed to 16 costs."""
+    sizes = [as_dim(x) for x in (gm.M, gm.N, gm.K)]
+    points = range_points(sizes) if None not in sizes else [capacity(gm)]
+    if len(points) == 1:
+        return tiles.prefers_transposed(*points[0], margin)
+    cost = math.exp(sum(math.log(tiles.transposed_cost(*p)) for p in points) / len(points))
+    return cost < 1 - margin
 
 
 def gemm_macs(gm: Gemm) -> int:

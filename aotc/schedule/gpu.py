@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from ..errors import AotcError
-from ..ir.dims import Dim, lower, upper
+from ..ir.dims import Dim, lower, range_points, upper
 from ..kernel.ir import (BOUND, F32, I64, SPATIAL, Assign, BufPtr, Buffer, Comment, Const, Decl, Expr, Gemm, GemmDest,
                          GpuIndex, Kernel, Load, Loop, Matrix, Mma, Rewriter, SizeVar, Stmt, Store, Var, as_dim, binop,
                          const, free_variables, upper_bound, walk_stmts, wrap)
@@ -392,7 +392,7 @@ class LaunchFormer:
         `gemv_loop`), where (None: always; else a test of the run's sizes), and the most
         elements of C it computes there (what K chunks' partial sums take). A GEMM of fixed
         sizes has one. Over run-time dimensions, the cut a build fixed to each of a few sizes
-        would make (VARIANT_POINTS: every symbol at the same place in its range, geometrically)
+        would make (ir/dims.py range_points: every symbol at the same place in its range)
         is made there; sizes whose cuts agree share one variant, and the run picks the variant
         by its multiply-adds, M x N x K x depth, against the geometric middle between the
         points where the cuts change."""
@@ -416,13 +416,9 @@ class LaunchFormer:
         if not syms:
             return [(None, cut(None), c_max)]
         points = []
-        for f in VARIANT_POINTS:
-            sizes = {s.name: _size_at(s, f) for s in syms}
-            at = tuple(x.evaluate(sizes) if isinstance(x, Dim) else x for x in (M, N, K))
-            depth = 1
-            for _, e in batch:
-                depth *= e.evaluate(sizes) if isinstance(e, Dim) else e
-            points.append((at[0] * at[1] * at[2] * depth, cut(at + (depth,))))
+        for at in range_points([M, N, K, *(e for _, e in batch)]):
+            depth = math.prod(at[3:])
+            points.append((at[0] * at[1] * at[2] * depth, cut(at[:3] + (depth,))))
         groups: list[list] = []          # [[first work, last work, cut]] in order
         for w, c in points:
             if groups and groups[-1][2] == c:
@@ -516,16 +512,6 @@ class LaunchFormer:
         if depth > self.p.max_grid_z:
             return None
         return tuple((lp.var, _loop_count(lp)) for lp in nest), body[0]
-
-
-VARIANT_POINTS = (0.0, 0.25, 0.5, 0.75, 1.0)    # where in the ranges a GEMM's variants are cut (gemm_variants)
-
-
-def _size_at(s, f: float) -> int:
-    """Symbol s's size at fraction f of its range, geometrically, on a multiple of its multiple."""
-    m = s.multiple
-    v = s.lo * (s.hi / s.lo) ** f
-    return min(s.hi, max(s.lo, int(round(v / m)) * m))
 
 
 def size_text(n) -> str:
