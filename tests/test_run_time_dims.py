@@ -28,7 +28,7 @@ from aotc.build.loader import Library
 from aotc.check.runner import run_check
 from aotc.compiler import compile_model
 from aotc.errors import AotcError, InputError, ShapeError
-from aotc.ir.dims import Dim, RunTimeDim, Symbol, parse_range
+from aotc.ir.dims import Dim, RunTimeDim, Symbol, parse_range, range_points
 
 CC = shutil.which("cc") or shutil.which("gcc")
 
@@ -44,6 +44,13 @@ def test_dim_arithmetic_and_bounds():
     assert s * 3 == 3 * s and hash(s * 3) == hash(3 * s) and s != b and s != 1
     assert b % 2 == 0 and (b + 1) % 2 == 1 and s >= 1 and not (s > 512)
     assert (s * 4).divide(8) is None
+    # by a divisor of several terms: long division, exact or None
+    assert ((s - 4) * (b - 4)).divide(b - 4) == s - 4 and (s * s * s - 1).divide(s - 1) == s * s + s + 1
+    assert (2 * s * b - 8 * s).divide(2 * b - 8) == s and (s * b + 3).divide(b - 4) is None
+    assert ((s - 4) * (b - 4)).divide(2 * b - 8) is None           # (s - 4) / 2: not integral
+    # the points of the ranges the schedule weighs a choice at: geometric, on the multiples
+    assert range_points([b * s, 7]) == [(2, 7), (2 * 5, 7), (4 * 23, 7), (6 * 108, 7), (8 * 512, 7)]
+    assert [p[0] for p in range_points([b])] == [2, 2, 4, 6, 8] and range_points([3, 4]) == [(3, 4)]
     with pytest.raises(RunTimeDim):
         int(s)
     with pytest.raises(RunTimeDim):
@@ -364,6 +371,57 @@ def test_cnn_winograd_over_run_time_planes(cnn, tmp_path, target):
         x = np.random.default_rng(h + w).standard_normal((batch, 3, h, w)).astype(np.float32)
         (y,) = m.run({"x": x})
         np.testing.assert_allclose(y, _ort(cnn, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+# depthwise geometries: (kernel, stride, pads, dilation, smallest side, sides a multiple of):
+# each output at least 1, and a whole number at every size (a stride 2 over even sides)
+DEPTHWISE = {
+    "3x3": (3, 1, [1, 1, 1, 1], 1, 1, 1),
+    "3x3 stride 2": (3, 2, [1, 1, 1, 1], 1, 2, 2),
+    "5x5 stride 2": (5, 2, [2, 2, 2, 2], 1, 2, 2),
+    "3x3 stride 2 asymmetric": (3, 2, [0, 1, 1, 0], 1, 2, 2),
+    "3x3 dilated, no padding": (3, 1, [0, 0, 0, 0], 2, 5, 1),
+    "7x7": (7, 1, [3, 3, 3, 3], 1, 1, 1),
+}
+
+
+def depthwise_case(case: str, directory: Path) -> tuple[Path, dict, list]:
+    """DEPTHWISE[case] as a model (a depthwise convolution of 6 channels and a ReLU over planes
+    of run-time height and width): its path, its ranged shapes, and the sides to run it at:
+    both ends, sides where no output row or column sees every tap (the middle of the one-pass
+    loops is empty), where the middle is shorter than a vector, between half a vector and one,
+    and longer."""
+    k, s, pads, d, lo, mult = DEPTHWISE[case]
+    C, hi = 6, 72
+    rng = np.random.default_rng(k * 10 + s)
+    w = helper.make_tensor("w", TP.FLOAT, (C, 1, k, k), rng.standard_normal(C * k * k).astype(np.float32))
+    bias = helper.make_tensor("b", TP.FLOAT, (C,), rng.standard_normal(C).astype(np.float32))
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=C, kernel_shape=[k, k], strides=[s, s],
+                              pads=pads, dilations=[d, d]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "dw", [helper.make_tensor_value_info("x", TP.FLOAT, [1, C, "h", "w"])],
+                              [helper.make_tensor_value_info("y", TP.FLOAT, None)], [w, bias])
+    path = directory / "dw.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    sides = [tuple(max(lo, -(-v // mult) * mult) for v in hw)
+             for hw in ((lo, lo), (lo + 1, lo + 2), (3, 7), (13, 20), (40, 33), (hi, hi), (9, hi))]
+    return path, {"x": (1, C, (lo, hi, mult), (lo, hi, mult))}, [(1, C, h, wd) for h, wd in sides]
+
+
+@pytest.mark.parametrize("target", ["c", "native"])
+@pytest.mark.parametrize("case", list(DEPTHWISE))
+def test_depthwise_over_run_time_planes(case, target, tmp_path):
+    """depthwise_case's model at its sides against ONNX Runtime (ops/conv_direct.py
+    _depthwise_guarded and _depthwise_padded; the whole-vector runs of schedule/cpu.py
+    _in_sized_runs)."""
+    path, shapes, runs = depthwise_case(case, tmp_path)
+    out = compile_model(path, target=target, output_dir=tmp_path / "out", threads=1, shapes=shapes)
+    m = load(out, threads=1)
+    rng = np.random.default_rng(len(case))
+    for shape in runs:
+        x = rng.standard_normal(shape).astype(np.float32)
+        (y,) = m.run({"x": x})
+        np.testing.assert_allclose(y, _ort(path, {"x": x})[0], rtol=1e-5, atol=1e-5, err_msg=str(shape))
 
 
 # ----------------------------------------------------------------------------- one op at a time

@@ -25,7 +25,8 @@ from aotc.compiler import compile_model
 from aotc.errors import InputError
 from tests.helpers import eager_cuda_target, eager_gpu_target
 from tests.test_opencl import _opencl_missing
-from tests.test_run_time_dims import OCR_CASES, OP_CASES, _ort, bert, cnn, mlp, ocr, op_case  # noqa: F401
+from tests.test_run_time_dims import (OCR_CASES, OP_CASES, _ort, bert, cnn, depthwise_case,  # noqa: F401
+                                      mlp, ocr, op_case)
 
 CXX = shutil.which("g++")
 
@@ -139,6 +140,20 @@ def test_cnn_over_batch_height_and_width(cnn, tmp_path, target):
         x = np.random.default_rng(h * w).standard_normal((batch, 3, h, w)).astype(np.float32)
         (y,) = m.run({"x": x})
         np.testing.assert_allclose(y, _ort(cnn, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("target", ["opencl", "cuda"])
+@pytest.mark.parametrize("case", ["3x3", "3x3 stride 2 asymmetric", "7x7"])
+def test_depthwise_over_run_time_planes(case, target, tmp_path):
+    """Depthwise convolutions over planes of run-time sides, down to those where no output sees
+    every tap (tests/test_run_time_dims.py depthwise_case)."""
+    path, shapes, runs = depthwise_case(case, tmp_path)
+    m = load(_compile(path, target, tmp_path, shapes=shapes))
+    rng = np.random.default_rng(len(case))
+    for shape in runs:
+        x = rng.standard_normal(shape).astype(np.float32)
+        (y,) = m.run({"x": x})
+        np.testing.assert_allclose(y, _ort(path, {"x": x})[0], rtol=1e-5, atol=1e-5, err_msg=str(shape))
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 
 from ..ir.dims import RunTimeDim, decide, is_dim, is_static, lower, upper
-from ..kernel.ir import REDUCTION, SPATIAL, Expr, binop, const, wrap
+from ..kernel.ir import REDUCTION, SPATIAL, Const, Expr, as_dim, binop, const, maximum, minimum, select, wrap
 from .common import prod
-from .window import (UNROLL_TAPS, IfElse, Window, dot, each_tap, inside_input, pick_all, plus, row_major_strides,
+from .window import (UNROLL_TAPS, IfElse, Window, all_of, dot, each_tap, inside_input, pick_all, plus, row_major_strides,
                      span_loop, tap_range)
 
 
@@ -123,15 +123,21 @@ def _depthwise_padded(ctx, X, W, Bias, Y, win: Window, group: int, n, m, padded,
     x_plane = (n * C + m / (M // group)) * (H * Wd)
     zero = const(0, X.dtype)
     unit = sh == sw == 1
+
+    def sized(*extents) -> bool:
+        # a copy's iterations may run twice (Loop.rerun): said where the count is the run's,
+        # which a schedule may walk in whole vectors (the compiler sees a constant count whole)
+        return not is_static(extents)
+
     if unit:
         # the padding only: rows above and below the input (and the tail the last taps read);
         # the columns right of each row (and left of the next) are zeroed as the row is copied
         for start, end in ((0, ph * Wp + pw), ((ph + H) * Wp - win.pads_end[1], padded.size)):
             if decide(end, ">", start) is not False:      # (run-time planes: unless known empty)
-                with b.loop(wrap(end), "e", role=SPATIAL, start=wrap(start)) as e:
+                with b.loop(wrap(end), "e", role=SPATIAL, start=wrap(start), rerun=sized(start, end)) as e:
                     b.store(padded, e, zero)
     else:
-        with b.loop(wrap(padded.size), "e", role=SPATIAL) as e:
+        with b.loop(wrap(padded.size), "e", role=SPATIAL, rerun=sized(padded.size)) as e:
             b.store(padded, e, zero)
     def plane(a: int, c: int) -> int:
         return (a * sw + c) * (Hq * Wq)
@@ -149,7 +155,7 @@ def _depthwise_padded(ctx, X, W, Bias, Y, win: Window, group: int, n, m, padded,
                 continue         # (where the run's sizes decide, an empty phase's loops run no iteration)
             base = plane(a, c) + i0 * Wq + t0
             with b.loop(wrap(rows), "r", role=SPATIAL) as r:
-                with b.loop(wrap(cols), "p", role=SPATIAL) as q:
+                with b.loop(wrap(cols), "p", role=SPATIAL, rerun=sized(cols)) as q:
                     b.store(padded, base + r * Wq + q, X[x_plane + (r * sh + r0) * Wd + q * sw + q0])
                 if unit and (pw or win.pads_end[1]):
                     with b.loop(const(pw + win.pads_end[1]), "e", role=SPATIAL) as e:
@@ -166,7 +172,7 @@ def _depthwise_padded(ctx, X, W, Bias, Y, win: Window, group: int, n, m, padded,
         b.store(wide, j, acc)
     y_plane = (n * M + m) * (OH * OW)
     with b.loop(OH, "o0", role=SPATIAL) as o:
-        with b.loop(OW, "p", role=SPATIAL) as q:
+        with b.loop(OW, "p", role=SPATIAL, rerun=sized(OW)) as q:
             b.store(Y, y_plane + o * OW + q, wide[o * Wq + q])
 
 
@@ -240,6 +246,9 @@ def _depthwise_one_pass(ctx, X, W, Bias, Y, win: Window, group: int, n, m) -> bo
     if len(S) != 2 or C // group != 1 or prod(win.kernel) > DEPTHWISE_ONE_PASS_TAPS \
             or max(win.kernel) > UNROLL_TAPS:
         return False
+    if not is_static(S + O):
+        _depthwise_guarded(ctx, X, W, Bias, Y, win, group, n, m)
+        return True
     (H, Wd), (OH, OW), (KH, KW) = S, O, win.kernel
     (sh, sw), (dh, dw), (ph, pw) = win.strides, win.dilations, win.pads_begin
     rows = [tap_range(k, sh, dh, ph, H, OH) for k in range(KH)]
@@ -295,3 +304,79 @@ def _depthwise_one_pass(ctx, X, W, Bias, Y, win: Window, group: int, n, m) -> bo
     return True
 
 
+
+
+def _depthwise_guarded(ctx, X, W, Bias, Y, win: Window, group: int, n, m) -> None:
+    """`_depthwise_one_pass` over run-time planes: the output rows every kernel row reaches,
+    and in them the columns every tap reaches, one sum of all taps from the bias, as there;
+    every other element (the rows and columns along the edges, at most a few each) one sum of
+    all taps too, each tap added where it falls inside the input (zero where it does not).
+    Interior and edges are bounded by min / max of the run's sizes, so each may be empty at
+    some sizes; no tap-by-tap pass over a row, whose loops of one or two elements and
+    row-sized read-modify-writes cost more than the taps at small planes (a build fixed to a
+    size unrolls those; a ranged one cannot)."""
+    b = ctx.b
+    C, S, O = X.shape[1], list(X.shape[2:]), list(Y.shape[2:])
+    (H, Wd), (OH, OW), (KH, KW) = S, O, win.kernel
+    (sh, sw), (dh, dw), (ph, pw) = win.strides, win.dilations, win.pads_begin
+    M = W.shape[0]
+    x_plane = (n * C + m / (M // group)) * (H * Wd)
+    y_plane = (n * M + m) * (OH * OW)
+    bias = Bias[m] if Bias is not None else const(0, Y.dtype)
+    zero = const(0, Y.dtype)
+
+    def bounds(ranges):
+        """[first, last) of the positions every tap reaches, last >= first (an empty middle)."""
+        first = last = None
+        for lo, hi in ranges:
+            first = wrap(lo) if first is None else maximum(first, wrap(lo))
+            last = wrap(hi) if last is None else minimum(last, wrap(hi))
+        return first, maximum(first, last)
+
+    def named(hint: str, e: Expr) -> Expr:       # (a bound the sizes' ranges leave open: a local)
+        return e if isinstance(e, Const) or as_dim(e) is not None else b.local(hint, e)
+
+    top, bottom = (named(h, e) for h, e in zip(("top", "bottom"),
+                                               bounds([tap_range(k, sh, dh, ph, H, OH) for k in range(KH)])))
+    left, right = (named(h, e) for h, e in zip(("left", "right"),
+                                               bounds([tap_range(k, sw, dw, pw, Wd, OW) for k in range(KW)])))
+    ws = [[b.local("w", W[m * (KH * KW) + k0 * KW + k1]) for k1 in range(KW)] for k0 in range(KH)]
+
+    def inside(pos: Expr, offset: int, size) -> Expr | None:
+        """pos + offset in [0, size) (pos >= 0)."""
+        at = plus(pos, const(offset))
+        return all_of(([at >= 0] if offset < 0 else []) + [at < wrap(size)])
+
+    def element(o: Expr, q: Expr, edge_row: bool):
+        """Output (o, q): the bias and every tap that falls inside the input."""
+        acc: Expr = bias
+        for k0 in range(KH):
+            row_ok = inside(o * sh, k0 * dh - ph, H) if edge_row else None
+            for k1 in range(KW):
+                col_ok = inside(q * sw, k1 * dw - pw, Wd)
+                src = x_plane + plus(o * sh, const(k0 * dh - ph)) * Wd + plus(q * sw, const(k1 * dw - pw))
+                ok = all_of([c for c in (row_ok, col_ok) if c is not None])
+                tap = ws[k0][k1] * X[src]
+                acc = acc + (tap if ok is None else select(ok, tap, zero))
+        b.store(Y, y_plane + o * OW + q, acc)
+
+    def edge_rows(start: Expr, end: Expr):
+        with b.loop(end, "o0", role=SPATIAL, start=start) as o:
+            with b.loop(wrap(OW), "p", role=SPATIAL, rerun=True) as q:
+                element(o, q, True)
+
+    edge_rows(const(0), top)
+    with b.loop(bottom, "o0", role=SPATIAL, start=top) as o:
+        dst = y_plane + o * OW
+        src = [x_plane + plus(o * sh, const(k0 * dh - ph)) * Wd for k0 in range(KH)]
+        # (an iteration writes its own element from the input: it may run twice, Loop.rerun)
+        with b.loop(right, "p", role=SPATIAL, start=left, rerun=True) as q:
+            acc: Expr = bias
+            for k0 in range(KH):
+                for k1 in range(KW):
+                    acc = acc + ws[k0][k1] * X[plus(src[k0], const(k1 * dw - pw)) + q * sw]
+            b.store(Y, dst + q, acc)
+        for start, end in ((const(0), left), (right, wrap(OW))):
+            with b.loop(end, "p", role=SPATIAL, start=start) as q:
+                element(o, q, False)
+    edge_rows(bottom, wrap(OH))
