@@ -144,7 +144,9 @@ def _lower(node, ctx):
     N, C, H, W, pt, pl = (geo[k] for k in ("N", "C", "H", "W", "pt", "pl"))
     OH, OW, TH, TW, Wp = (geo[k] for k in ("OH", "OW", "TH", "TW", "Wp"))
     R = int(node.attr("block_rows", 1 if is_dim(TH) else TH))
-    if R < 1 or TH % R:
+    if R == 0:              # (passes/winograd.py WHOLE_PLANE: one block of the run's rows of tiles)
+        R = TH
+    elif R < 1 or TH % R:
         raise _err(node, f"block_rows {R} does not divide the {TH} rows of tiles")
     M = U.shape[1]
     T = R * TW                                # tiles a block

@@ -116,7 +116,9 @@ def _run_time_tile(C: int, M: int, OH, OW, tiles, block_bytes: int):
     """(tile, block rows) for planes of run-time size, or (None, None): the cost model's choice
     at the smallest planes (the least gain: tiles and their edges weigh most there), among the
     tiles that divide the output's sides at every size (its kernel has no partial tiles of
-    run-time size), in blocks of as many rows of tiles as the largest planes take and as divide
+    run-time size), in one block of the whole plane where the largest planes fit in one
+    (WHOLE_PLANE: ResNet-50's 3 x 3 convolutions of 64..256 channels on planes of 2 to 8 sides),
+    else in blocks of as many rows of tiles as the largest planes take and as divide
     the rows of tiles at every size; not where that is one row and the largest planes take more
     (GEMMs a row of tiles wide measured slower than the im2col GEMM: 801 vs 745 us on 64
     channels at 32 x 32)."""
@@ -126,8 +128,14 @@ def _run_time_tile(C: int, M: int, OH, OW, tiles, block_bytes: int):
         return None, None
     TH, TW = OH // m, OW // m
     most = block_rows(C, M, m, upper(TH), upper(TW), block_bytes)
+    if most >= upper(TH):
+        return m, WHOLE_PLANE          # (the largest plane is one block: so is every plane)
     rows = max(r for r in range(1, most + 1) if _divides(TH, r))
     return (m, rows) if rows > 1 or most == 1 else (None, None)
+
+
+# block_rows of a WinogradConv whose block is the whole plane at every run-time size
+WHOLE_PLANE = 0
 
 
 def _divides(d, m: int) -> bool:
