@@ -170,10 +170,12 @@ def _upsample(b: ModelBuilder, x: str) -> str:
                 nearest_mode="floor")
 
 
-def yolo(size: str = "small"):
+def yolo(size: str = "small", dynamic: bool = False):
     """A YOLOv5/v8-style detector: CSP backbone (C2f) with SiLU, SPPF, a PAN neck with nearest
     upsampling, and an anchor-based head decoded with Reshape/Transpose/Sigmoid into
-    [1, boxes, 5 + classes]. full: 320x320, widths 16..256 (the "n" scale); small: 64x64, half width."""
+    [1, boxes, 5 + classes]. full: 320x320, widths 16..256 (the "n" scale); small: 64x64, half width.
+    dynamic: the head's grid sizes read from the map's Shape, as torch.onnx writes them with
+    dynamic axes (the input's sizes left to models/build.py symbolic_input)."""
     full = size == "full"
     res, w, depth, nc = (320, [16, 32, 64, 128, 256], [1, 2, 2, 1], 80) if full else \
         (64, [8, 16, 32, 64, 128], [1, 1, 1, 1], 3)
@@ -203,10 +205,19 @@ def yolo(size: str = "small"):
     for feat, c, stride in ((n3, w[2], 8), (n4b, w[3], 16), (n5b, w[4], 32)):
         g = res // stride
         p = b.conv(feat, c, na * no, 1, bias=True, gain=1.0)
-        p = b.op("Reshape", [p, b.const(np.array([1, na, no, g, g], np.int64), "shape")])
+        if dynamic:         # batch and grid from the map's shape
+            shape = b.op("Shape", [p])
+            batch, grid = (b.op("Slice", [shape, b.const(np.array([i], np.int64), "start"),
+                                          b.const(np.array([j], np.int64), "end")]) for i, j in ((0, 1), (2, 4)))
+            target = b.op("Concat", [batch, b.const(np.array([na, no], np.int64), "head"), grid], axis=0)
+            flat = b.op("Concat", [batch, b.const(np.array([-1, no], np.int64), "rows")], axis=0)
+        else:
+            target = b.const(np.array([1, na, no, g, g], np.int64), "shape")
+            flat = None
+        p = b.op("Reshape", [p, target])
         p = b.op("Transpose", [p], perm=[0, 1, 3, 4, 2])
         p = b.op("Sigmoid", [p])
-        outs.append(b.op("Reshape", [p, b.const(np.array([1, -1, no], np.int64), "shape")]))
+        outs.append(b.op("Reshape", [p, flat or b.const(np.array([1, -1, no], np.int64), "shape")]))
     boxes = sum(na * (res // s) ** 2 for s in (8, 16, 32))
     b.op("Concat", outs, outputs=["detections"], axis=1)
     b.output("detections", [1, boxes, no])
