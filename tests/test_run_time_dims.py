@@ -385,13 +385,14 @@ DEPTHWISE = {
 }
 
 
-def depthwise_case(case: str, directory: Path) -> tuple[Path, dict, list]:
+def depthwise_case(case: str, directory: Path, lo: int | None = None) -> tuple[Path, dict, list]:
     """DEPTHWISE[case] as a model (a depthwise convolution of 6 channels and a ReLU over planes
-    of run-time height and width): its path, its ranged shapes, and the sides to run it at:
-    both ends, sides where no output row or column sees every tap (the middle of the one-pass
-    loops is empty), where the middle is shorter than a vector, between half a vector and one,
-    and longer."""
-    k, s, pads, d, lo, mult = DEPTHWISE[case]
+    of run-time height and width, from side `lo` or the case's smallest): its path, its ranged
+    shapes, and the sides to run it at: both ends, sides where no output row or column sees
+    every tap (the middle of the one-pass loops is empty), where the middle is shorter than a
+    vector, between half a vector and one, and longer."""
+    k, s, pads, d, smallest, mult = DEPTHWISE[case]
+    lo = max(lo or smallest, smallest)
     C, hi = 6, 72
     rng = np.random.default_rng(k * 10 + s)
     w = helper.make_tensor("w", TP.FLOAT, (C, 1, k, k), rng.standard_normal(C * k * k).astype(np.float32))
@@ -409,12 +410,14 @@ def depthwise_case(case: str, directory: Path) -> tuple[Path, dict, list]:
 
 
 @pytest.mark.parametrize("target", ["c", "native"])
+@pytest.mark.parametrize("lo", [None, 32])
 @pytest.mark.parametrize("case", list(DEPTHWISE))
-def test_depthwise_over_run_time_planes(case, target, tmp_path):
+def test_depthwise_over_run_time_planes(case, lo, target, tmp_path):
     """depthwise_case's model at its sides against ONNX Runtime (ops/conv_direct.py
     _depthwise_guarded and _depthwise_padded; the whole-vector runs of schedule/cpu.py
-    _in_sized_runs)."""
-    path, shapes, runs = depthwise_case(case, tmp_path)
+    _in_sized_runs): over sides from the smallest (the edge rows' outputs guarded sums) and
+    from 32 (a pass per kernel row)."""
+    path, shapes, runs = depthwise_case(case, tmp_path, lo)
     out = compile_model(path, target=target, output_dir=tmp_path / "out", threads=1, shapes=shapes)
     m = load(out, threads=1)
     rng = np.random.default_rng(len(case))

@@ -155,14 +155,10 @@ class Dim:
             return None
         out = {}
         for m, c in self.terms:
-            rest = list(m)
-            for s in mono:
-                if s not in rest:
-                    return None
-                rest.remove(s)
-            if c % coef:
+            q = _term_quotient(m, c, mono, coef)
+            if q is None:
                 return None
-            out[tuple(rest)] = c // coef
+            out[q[0]] = q[1]
         return Dim._make(out)
 
     def _divide_polynomial(self, o: "Dim") -> Union["Dim", int, None]:
@@ -181,15 +177,10 @@ class Dim:
         for _ in range(len(self.terms) * (1 + max(len(m) for m, _ in self.terms)) + 1):
             if not left:
                 return Dim._make(out)
-            m, c = max(left.items(), key=order)
-            rest = list(m)
-            for x in lead:
-                if x not in rest:
-                    return None
-                rest.remove(x)
-            if c % lead_coef:
+            quotient = _term_quotient(*max(left.items(), key=order), lead, lead_coef)
+            if quotient is None:
                 return None
-            q, k = tuple(rest), c // lead_coef
+            q, k = quotient
             out[q] = out.get(q, 0) + k
             for dm, dc in o.terms:
                 t = tuple(sorted(q + dm))
@@ -307,6 +298,17 @@ class Dim:
         return "+".join(parts).replace("+-", "-")
 
     __repr__ = __str__
+
+
+def _term_quotient(m: Monomial, c: int, mono: Monomial, coef: int):
+    """(monomial, coefficient) of c*m / (coef*mono) where it is a term with an integer
+    coefficient, else None."""
+    rest = list(m)
+    for s in mono:
+        if s not in rest:
+            return None
+        rest.remove(s)
+    return (tuple(rest), c // coef) if c % coef == 0 else None
 
 
 def _symbols_text(d: Dim) -> str:

@@ -411,8 +411,10 @@ def _in_runs(lp: Loop, run: int, max_stmts: int, fresh) -> Stmt | None:
     if not lp.rerun or lp.role != SPATIAL or lp.kind != SERIAL or len(lp.body) > max_stmts \
             or any(children(x) or isinstance(x, Gemm) for x in lp.body):
         return None
-    if not (isinstance(lp.extent, Const) and isinstance(lp.start, Const) and lp.start.value == 0):
+    if not (isinstance(lp.extent, Const) and isinstance(lp.start, Const)):
         return _in_sized_runs(lp, run, fresh)
+    if lp.start.value != 0:
+        return None
     n = int(lp.extent.value)
     r = next((r for r in (run, run // 2, run // 4) if 1 < r <= n and -(-n // r) * r <= (1 + RUN_WASTE) * n), 0)
     if not r or n % r == 0:             # (whole vectors already)

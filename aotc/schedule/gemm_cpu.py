@@ -21,8 +21,8 @@ import numpy as np
 
 from ..errors import AotcError
 from ..ir.dims import range_points
-from ..kernel.ir import (Assign, Decl, Expr, Gemm, as_dim, Load, Loop, Matrix, SizeVar, Stmt, Store, children, const,
-                         evaluate, expr_vars, stmt_exprs, upper_bound, walk_expr)
+from ..kernel.ir import (Assign, Decl, Expr, Gemm, Load, Loop, Matrix, SizeVar, Stmt, Store, as_dim, children,
+                         const, evaluate, expr_vars, stmt_exprs, upper_bound, walk_expr)
 from ..targets import GemmConfig, Target
 
 @dataclass(frozen=True)
