@@ -71,14 +71,21 @@ CASES.update({
 RANGES = {"mlp": "batch 1..64", "bert": "sequence 1..32", "gpt2": "sequence 1..32", "cnn": "H, W 32..128%16",
           "resnet50": "H, W 32..128%32", "mobilenetv2": "H, W 32..128%32", "ocr_det": "H, W 32..256%32",
           "ocr_rec": "W 8..320%4"}
-# --size full: the zoo's full-size models (BERT-base over 1..128 positions, GPT-2 small over 1..64)
+# --size full: the zoo's full-size models (BERT-base over 1..128 positions, GPT-2 small over 1..64,
+# ResNet-50 and MobileNetV2 over sides of 128..320)
 FULL = {
     "bert": ({"dims": {"sequence": (1, 128), "batch": (1, 1)}},
              {p: {"input_ids": (1, n), "attention_mask": (1, n)} for p, n in (("lo", 1), ("mid", 64), ("hi", 128))}),
     "gpt2": ({"dims": {"sequence": (1, 64), "batch": (1, 1)}},
              {p: {"input_ids": (1, n)} for p, n in (("lo", 1), ("mid", 32), ("hi", 64))}),
 }
-FULL_RANGES = {"bert": "sequence 1..128", "gpt2": "sequence 1..64"}
+FULL.update({
+    # the full-size CNNs over height and width around their 224 x 224
+    name: ({"shapes": {"x": (1, 3, (128, 320, 32), (128, 320, 32))}},
+           {p: {"x": (1, 3, n, n)} for p, n in (("lo", 128), ("mid", 224), ("hi", 320))})
+    for name in ("resnet50", "mobilenetv2")})
+FULL_RANGES = {"bert": "sequence 1..128", "gpt2": "sequence 1..64", "resnet50": "H, W 128..320%32",
+               "mobilenetv2": "H, W 128..320%32"}
 
 
 def _feeds(shapes: dict, seed: int) -> dict:
@@ -174,7 +181,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--size", choices=("small", "full"), default="small",
-                    help="the zoo's small models (and the CNN), or its full-size BERT-base and GPT-2")
+                    help="the zoo's small models (and the CNN), or its full-size BERT-base, GPT-2, ResNet-50 "
+                         "and MobileNetV2")
     ap.add_argument("--target", default="native", help="the target compiled for (cuda:sm_90 on a GPU: one thread)")
     ap.add_argument("--report", type=Path, help="replace the dims-bench section of this markdown file")
     a = ap.parse_args(argv)
