@@ -117,7 +117,7 @@ def _run_time_tile(C: int, M: int, OH, OW, tiles, block_bytes: int):
     at the smallest planes (the least gain: tiles and their edges weigh most there), among the
     tiles that divide the output's sides at every size (its kernel has no partial tiles of
     run-time size), in one block of the whole plane where the largest planes fit in one
-    (WHOLE_PLANE: ResNet-50's 3 x 3 convolutions of 64..256 channels on planes of 2 to 8 sides),
+    (WHOLE_PLANE: the small ResNet-50's 3 x 3 convolution of 64 channels on planes of 2 to 8 sides),
     else in blocks of as many rows of tiles as the largest planes take and as divide
     the rows of tiles at every size; not where that is one row and the largest planes take more
     (GEMMs a row of tiles wide measured slower than the im2col GEMM: 801 vs 745 us on 64
