@@ -419,12 +419,17 @@ def _in_runs(lp: Loop, run: int, max_stmts: int, fresh) -> Stmt | None:
     r = next((r for r in (run, run // 2, run // 4) if 1 < r <= n and -(-n // r) * r <= (1 + RUN_WASTE) * n), 0)
     if not r or n % r == 0:             # (whole vectors already)
         return None
+    return _runs_of(lp, r, const(n), fresh)
+
+
+def _runs_of(lp: Loop, r: int, n: Expr, fresh) -> Loop:
+    """lp's n >= r iterations as ceil(n / r) runs of r, the last moved back to end at n."""
     outer, first, inner = Var(fresh(f"{lp.var.name}_run")), Var(fresh(f"{lp.var.name}0")), Var(fresh(lp.var.name))
-    decls = [Decl(first, BinOp("min", BinOp("*", outer, const(r), outer.dtype), const(n - r), outer.dtype))]
+    decls = [Decl(first, binop("+", lp.start, binop("min", binop("*", outer, const(r)), binop("-", n, const(r)))))]
     index = BinOp("+", first, inner, inner.dtype)
     body = map_stmts(lp.body, lambda e: index if isinstance(e, Var) and e.name == lp.var.name else e)
-    return Loop(outer, const(-(-n // r)), decls + [replace(lp, var=inner, extent=const(r), body=body)],
-                role=SPATIAL)
+    return Loop(outer, binop("/", binop("+", n, const(r - 1)), const(r)),
+                decls + [replace(lp, var=inner, extent=const(r), start=const(0), body=body)], role=SPATIAL)
 
 
 # runs shorter than this are not worth the test (and a compiler unrolls a loop of two whole,
@@ -446,12 +451,7 @@ def _in_sized_runs(lp: Loop, run: int, fresh) -> Stmt | None:
     for r in (run // 2, run):                         # (built inside out: the longest tested first)
         if r < SIZED_RUN_MIN or hi is not None and hi < r:
             continue
-        outer, first, inner = Var(fresh(f"{lp.var.name}_run")), Var(fresh(f"{lp.var.name}0")), Var(fresh(lp.var.name))
-        decls = [Decl(first, binop("+", lp.start, binop("min", binop("*", outer, const(r)), binop("-", n, const(r)))))]
-        index = BinOp("+", first, inner, inner.dtype)
-        body = map_stmts(lp.body, lambda e: index if isinstance(e, Var) and e.name == lp.var.name else e)
-        runs = Loop(outer, binop("/", binop("+", n, const(r - 1)), const(r)),
-                    decls + [replace(lp, var=inner, extent=const(r), start=const(0), body=body)], role=SPATIAL)
+        runs = _runs_of(lp, r, n, fresh)
         out = runs if lo >= r else If(binop(">=", n, const(r)), [runs], [out])
     return None if out is lp else out
 
