@@ -1,14 +1,17 @@
-"""ONNX Runtime's GroupQueryAttention (aotc/frontend/contrib.py, fixed shapes) against its CPU
-kernel: prompts (padded or not), decoding steps into the shared max-length KV buffer and into a
-past that grows, rotary embedding, the local window, soft cap, packed QKV. The present buffers
+"""ONNX Runtime's GroupQueryAttention (aotc/frontend/contrib.py) against its CPU kernel, at
+fixed shapes and over run-time batch and sequence: prompts (padded or not), decoding steps
+into the shared max-length KV buffer and into a past that grows, rotary embedding, the local
+window, soft cap, packed QKV. The present buffers
 are compared where ONNX Runtime defines them (each entry's first seqlens_k + 1 positions)."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
+import aotc
 from aotc.errors import UnsupportedError
 from tests.test_contrib_ops import contrib_model, rand, run_aotc
 
@@ -71,3 +74,38 @@ def test_group_query_attention_refuses_smooth_softmax(tmp_path):
     m.graph.node[0].attribute.append(helper.make_attribute("smooth_softmax", 1))
     with pytest.raises(UnsupportedError, match="smooth_softmax"):
         run_aotc(m, tmp_path, feeds)
+
+
+def _symbolic(m, names: dict) -> None:
+    """The model's inputs with dims named: names[input] lists a dim_param (or None: kept) per axis."""
+    for vi in m.graph.input:
+        for d, p in zip(vi.type.tensor_type.shape.dim, names.get(vi.name, [])):
+            if p is not None:
+                d.dim_param = p
+
+
+@pytest.mark.parametrize("packed,rot", [(False, False), (True, True)])
+def test_group_query_attention_over_run_time_sizes(packed, rot, tmp_path):
+    """One artifact over batch 1..2 and sequence 1..8 (the shared max-length buffer of 16):
+    prompts of several lengths and a one-token step, each against ONNX Runtime."""
+    m, _ = _case(S=6, P=16, seqlens=[5, 5], total=6, packed=packed, rot=rot)
+    seq = ["batch", "seq", None]
+    _symbolic(m, {"q": seq, "k": seq, "v": seq, "pk": ["batch"], "pv": ["batch"], "sl": ["batch"]})
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    art = aotc.compile(path, target="c", output_dir=tmp_path / "out", dims={"batch": (1, 2), "seq": (1, 8)})
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for b, S, seqlens, total in ((2, 6, [5, 3], 6), (1, 8, [7], 8), (2, 1, [9, 4], 10), (1, 3, [6], 7)):
+        # a prompt when S is the total, else S new tokens after seqlens + 1 - S past ones
+        feeds = {"q": rand(b, S, (N + 2 * KV) * H if packed else N * H, seed=S),
+                 "pk": rand(b, KV, 16, H, seed=4), "pv": rand(b, KV, 16, H, seed=5),
+                 "sl": np.array(seqlens, np.int32), "tot": np.array(total, np.int32)}
+        if not packed:
+            feeds.update(k=rand(b, S, KV * H, seed=2), v=rand(b, S, KV * H, seed=3))
+        feeds = {i.name: feeds[i.name] for i in m.graph.input}
+        want = sess.run(None, feeds)
+        got = art.run(feeds)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=2e-6, err_msg=f"b={b} S={S}")
+        for i in (1, 2):
+            for e, n in enumerate(seqlens):
+                np.testing.assert_allclose(got[i][e, :, :n + 1], want[i][e, :, :n + 1], rtol=1e-5, atol=1e-6)

@@ -37,7 +37,7 @@ LAYERS = [
     ("build",),
     ("codegen",),
     ("compiler", "cache"),
-    ("api",),
+    ("api", "generate"),
     ("check",),
     ("inspection", "report", "bench", "support", "cli", "__init__"),
 ]

@@ -83,6 +83,34 @@ def _known(e: Emit, value: str, what: str) -> tuple:
     return s
 
 
+def _declared(e: Emit, value: str) -> list:
+    """The shape of `value` for a declaration: ints, and the names of the dims it leaves
+    symbolic (None where unnamed); raises Deferred while its rank is not known."""
+    _shape(e, value)
+    return [int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or None)
+            for d in e.types[value].tensor_type.shape.dim]
+
+
+def _agrees(shape: tuple, want: tuple) -> bool:
+    """`shape` is `want` where both are known (None: a run-time or don't-care dim)."""
+    return len(shape) == len(want) and all(a is None or b is None or a == b for a, b in zip(shape, want))
+
+
+def _extent(e: Emit, x: str, axis: int, size: int | None) -> str:
+    """Dim `axis` of `x` as a [1] int64 tensor: a constant where known, else read by Shape (the
+    symbolic folding turns it into the run-time dim)."""
+    if size is not None:
+        return _ints(e, [size])
+    return e.op("Shape", [x], start=axis, end=axis + 1)
+
+
+def _arange(e: Emit, extent: str, size: int | None) -> str:
+    """0, 1, ..., n - 1 for the [1] tensor `extent` = n (a constant where n is known)."""
+    if size is not None:
+        return _ints(e, np.arange(size))
+    return e.op("Range", [_ints(e, 0), e.op("Squeeze", [extent, _ints(e, [0])]), _ints(e, 1)])
+
+
 def _floats(e: Emit, v) -> str:
     return e.const(np.asarray(v, np.float32))
 
@@ -598,7 +626,8 @@ _GQA_ATTRS = {"num_heads", "kv_num_heads", "scale", "softcap", "do_rotary", "rot
 
 
 def _gqa(e: Emit, a: dict):
-    """GroupQueryAttention, with fixed shapes: the new keys and values are written into the
+    """GroupQueryAttention (batch and sequence may be run-time dims: the sizes it needs are
+    read by Shape where they are not numbers): the new keys and values are written into the
     present buffers at each batch entry's past length (TensorScatter), and every query sees the
     keys up to its own position (past + i), within the entry's total length (seqlens_k + 1) and
     the local window. Both read at run time, as ONNX Runtime does: a prompt (S equal to
@@ -624,7 +653,10 @@ def _gqa(e: Emit, a: dict):
         e.refuse("output output_qk")
     if seqlens is None or total is None:
         raise ModelError(f"{e.label}: seqlens_k and total_sequence_length are required")
-    B, S, D = _known(e, q, "query")
+    qsh = _shape(e, q)
+    if len(qsh) != 3 or qsh[2] is None:
+        raise ShapeError(f"{e.label}: query {qsh} is not (batch, sequence, hidden) with a known hidden size")
+    B, S, D = qsh                              # B, S: None where run-time (a symbolic dim)
     if k is None:                              # packed QKV: (B, S, (N + 2 KV) H)
         if v is not None:
             raise ModelError(f"{e.label}: a packed query takes no value")
@@ -637,18 +669,20 @@ def _gqa(e: Emit, a: dict):
         if D % N:
             raise ShapeError(f"{e.label}: query hidden {D} is not a multiple of {N} heads")
         H = D // N
-        if v is None or _known(e, k, "key") != (B, S, KV * H) or _known(e, v, "value") != (B, S, KV * H):
-            raise ShapeError(f"{e.label}: key and value must be (batch, seq, kv_num_heads * head) = {(B, S, KV * H)}")
+        if v is None or not all(_agrees(_shape(e, x), (B, S, KV * H)) for x in (k, v)):
+            raise ShapeError(f"{e.label}: key and value must be (batch, seq, kv_num_heads * head) = "
+                             f"{(B or 'batch', S or 'seq', KV * H)}")
 
     def heads(x, n):                         # (B, S, n H) -> (B, n, S, H)
-        return e.op("Transpose", [_reshape(e, x, [B, S, n, H])], perm=[0, 2, 1, 3])
+        return e.op("Transpose", [_reshape(e, x, [0, 0, n, H])], perm=[0, 2, 1, 3])
     q4, k4, v4 = heads(q, N), heads(k, KV), heads(v, KV)
     # per batch entry: total length, past length (0 for a prompt), the queries' positions
+    seq = _extent(e, q, 1, S)                                                                     # [S]
     total_b = e.op("Add", [e.op("Cast", [seqlens], to=TensorProto.INT64), _ints(e, 1)])             # (B,)
     tot = e.op("Cast", [_reshape(e, total, [1]), ], to=TensorProto.INT64)
-    prompt = e.op("Equal", [tot, _ints(e, [S])])
-    past_b = e.op("Where", [prompt, _ints(e, [0]), e.op("Sub", [total_b, _ints(e, S)])])              # (B,)
-    qpos = e.op("Add", [e.unsqueeze(past_b, 1), _ints(e, np.arange(S).reshape(1, S))])              # (B, S)
+    prompt = e.op("Equal", [tot, seq])
+    past_b = e.op("Where", [prompt, _ints(e, [0]), e.op("Sub", [total_b, seq])])                    # (B,)
+    qpos = e.op("Add", [e.unsqueeze(past_b, 1), e.unsqueeze(_arange(e, seq, S), 0)])               # (B, S)
     if int(a.get("do_rotary", 0)):
         if cos is None or sin is None:
             raise ModelError(f"{e.label}: do_rotary needs cos_cache and sin_cache")
@@ -664,18 +698,21 @@ def _gqa(e: Emit, a: dict):
     if (past_k is None) != (past_v is None):
         raise ModelError(f"{e.label}: past_key and past_value must be given together")
     if past_k is None:
+        present_k, present_v, keys_of = k4, v4, k
         L = S
-        present_k, present_v = k4, v4
     else:
-        psh = _known(e, past_k, "past_key")
-        if len(psh) != 4 or psh[:2] != (B, KV) or psh[3] != H:
+        psh = _shape(e, past_k)
+        if len(psh) != 4 or not _agrees(psh, (B, KV, None, H)):
             raise ShapeError(f"{e.label}: past_key {psh} is not (batch, {KV}, length, {H})")
         L = psh[2]
         try:
             declared = _shape(e, pk_out) if pk_out else None
         except Deferred:
             declared = None
-        grow = declared is not None and len(declared) == 4 and declared[2] == L + S
+        # a past that grows each step: the model declares the present S longer (known sizes
+        # only; with a run-time length the present is the past buffer, ORT's shared buffer)
+        grow = L is not None and S is not None and declared is not None and len(declared) == 4 \
+            and declared[2] == L + S
         if grow:
             L += S
         def buffer(past):
@@ -684,14 +721,16 @@ def _gqa(e: Emit, a: dict):
             return past
         present_k = _at(e, 24, "TensorScatter", [buffer(past_k), k4, past_b], axis=2)
         present_v = _at(e, 24, "TensorScatter", [buffer(past_v), v4, past_b], axis=2)
+        keys_of = present_k
     for src, out in ((present_k, pk_out), (present_v, pv_out)):
         if out:
             e.op("Identity", [src], out=out)
     # which keys each query sees: j <= its position, j < the entry's total, within the window
-    keys = _ints(e, np.arange(L).reshape(1, 1, L))
+    axis = 1 if past_k is None else 2
+    keys = e.op("Unsqueeze", [_arange(e, _extent(e, keys_of, axis, L), L), _ints(e, [0, 1])])       # (1, 1, L)
     qp = e.unsqueeze(qpos, 2)                                                                     # (B, S, 1)
     ok = e.op("And", [e.op("LessOrEqual", [keys, qp]),
-                      e.op("Less", [keys, _reshape(e, total_b, [B, 1, 1])])])
+                      e.op("Less", [keys, e.op("Unsqueeze", [total_b, _ints(e, [1, 2])])])])
     window = int(a.get("local_window_size", -1))
     if window > 0:
         ok = e.op("And", [ok, e.op("Greater", [keys, e.op("Sub", [qp, _ints(e, window)])])])
@@ -705,7 +744,7 @@ def _gqa(e: Emit, a: dict):
     if float(a.get("softcap", 0.0)):
         kw["softcap"] = float(a["softcap"])
     e.nodes.append(helper.make_node("Attention", [q4, present_k, present_v, mask], [y4], **kw, **{OPSET_ATTR: 23}))
-    _reshape(e, e.op("Transpose", [y4], perm=[0, 2, 1, 3]), [B, S, N * H], out=e.node.output[0])
+    _reshape(e, e.op("Transpose", [y4], perm=[0, 2, 1, 3]), [0, 0, N * H], out=e.node.output[0])
 
 
 def _rotary(e: Emit, a: dict):

@@ -27,7 +27,7 @@ from onnx import TensorProto, helper
 
 from ..errors import ModelError, ShapeError
 from ..ir.internal import GATHER_NBITS, MATMUL_NBITS
-from .contrib import _at, _known, _reject_attrs, after_inputs
+from .contrib import _at, _declared, _known, _reject_attrs, after_inputs
 from .emit import Emit
 
 MS = "com.microsoft"
@@ -76,9 +76,9 @@ def _matmul_nbits(e: Emit, a: dict):
     if tuple(bsh) != (N, kb, blob) and tuple(bsh) != (N, kb * blob):
         raise ShapeError(f"{e.label}: B {bsh} is not ({N}, {kb}, {blob}) for K={K}, N={N}, block_size={bs}, "
                          f"bits={bits}")
-    ash = _known(e, A, "A")
-    if ash[-1] != K:
-        raise ShapeError(f"{e.label}: A's last dim {ash[-1]} is not K={K}")
+    ash = _declared(e, A)                       # (its leading dims may be run-time ones)
+    if not ash or ash[-1] != K:
+        raise ShapeError(f"{e.label}: A {ash} does not end in K={K}")
     if g_idx is None and e.elem_type(A) == e.elem_type(scales) == TensorProto.FLOAT and \
             (zps is None or e.elem_type(zps) in (TensorProto.UINT8, TensorProto.FLOAT)):
         # the weights stay packed: aotc.MatMulNBits unpacks them in its inner loop (ops/nbits.py)
@@ -161,7 +161,7 @@ def _gather_block_quantized(e: Emit, a: dict):
         y = e.node.output[0]
         e.nodes.append(helper.make_node(GATHER_NBITS, [data, idx, scales] + ([zps] if zps else []), [y],
                                         bits=bits, block_size=bs))
-        e.declare(y, TensorProto.FLOAT, list(_known(e, idx, "indices")) + [dsh[-1] * 8 // bits])
+        e.declare(y, TensorProto.FLOAT, _declared(e, idx) + [dsh[-1] * 8 // bits])
         return
     if t in _SUB_BYTE:
         if bits != 4:

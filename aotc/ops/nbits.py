@@ -21,9 +21,11 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
+from ..ir.dims import decide
 from ..ir.internal import GATHER_NBITS, MATMUL_NBITS
-from ..kernel.ir import F32, I32, I64, REDUCTION, SPATIAL, Expr, GemmDest, Load, binop, cast, const, matrix, select
+from ..kernel.ir import F32, I32, I64, REDUCTION, SPATIAL, Expr, GemmDest, Load, binop, cast, const, matrix, select, wrap
 from .common import prod
+from .window import IfElse
 from .registry import register
 
 U8 = np.dtype(np.uint8)
@@ -113,22 +115,21 @@ def _byte_order(ctx, A, M: int, K: int, bs: int, blob: int, per: int):
 
 def _lower(node, ctx):
     K, N, bits, bs = _attrs(node)
-    A, B, S = ctx.ins[0], ctx.ins[1], ctx.ins[2]
-    Z = ctx.ins[3] if ctx.has_input(3) else None
-    Y = ctx.outs[0]
+    A, Z = ctx.ins[0], ctx.ins[3] if ctx.has_input(3) else None
     M = prod(A.shape[:-1])
     blocks = -(-K // bs)
     blob = bs * bits // 8                  # bytes of one block
-    per = 8 // bits                        # values in a byte
-    full, tail = K // bs, K % bs
+    full = K // bs
     b = ctx.b
     b.comment(f"{M} x {N} outputs of {K}-long rows: {bits}-bit weights in blocks of {bs}, unpacked here")
     packed_zero = Z is not None and Z.dtype == U8
     # each row's packed zero points as floats, unpacked before its blocks: read in the block
     # loop, their byte and shift (blk / per, blk % per) keep GCC 12 from vectorizing it (3x)
     zeros = ctx.scratch((blocks,), F32, "zeros") if packed_zero else None
+    # GEMM from GEMM_ROWS rows of A on; over run-time rows, whichever the run's count picks
+    few = decide(M, "<", GEMM_ROWS)
     # the lanes of a row's sum (below)
-    part = ctx.scratch((blob,), F32, "part") if full and M < GEMM_ROWS else None
+    part = ctx.scratch((blob,), F32, "part") if full and few is not False else None
 
     def zero(n: Expr, blk: Expr) -> Expr:
         if Z is None:
@@ -141,9 +142,24 @@ def _lower(node, ctx):
         """Value t of a byte (low bits first), dequantized: (q - zero) * scale, in float32."""
         return (cast(_field(byte, t, bits), F32) - z) * s
 
-    if M >= GEMM_ROWS:
+    if few is False:
         _lower_gemm(ctx, M, K, N, bits, bs, zero, weight, zeros)
-        return
+    elif few is True:
+        _lower_rows(ctx, M, K, N, bits, bs, zero, weight, zeros, part)
+    else:
+        with IfElse(b, binop(">=", wrap(M), const(GEMM_ROWS))) as (then, orelse):
+            with then:
+                _lower_gemm(ctx, M, K, N, bits, bs, zero, weight, zeros)
+            with orelse:
+                _lower_rows(ctx, M, K, N, bits, bs, zero, weight, zeros, part)
+
+
+def _lower_rows(ctx, M, K: int, N: int, bits: int, bs: int, zero, weight, zeros, part) -> None:
+    """Few rows of A: each output's products summed as its bytes are unpacked."""
+    A, B, S, Z, Y = ctx.ins[0], ctx.ins[1], ctx.ins[2], ctx.ins[3] if ctx.has_input(3) else None, ctx.outs[0]
+    b = ctx.b
+    blocks, blob, per = -(-K // bs), bs * bits // 8, 8 // bits
+    full, tail = K // bs, K % bs
     a = _byte_order(ctx, A, M, K, bs, blob, per)
 
     def lanes(n: Expr, m: Expr, blk: Expr, first: bool) -> None:
@@ -194,7 +210,7 @@ def _lower(node, ctx):
             b.store(Y, m * N + n, acc)
 
 
-def _lower_gemm(ctx, M: int, K: int, N: int, bits: int, bs: int, zero, weight, zeros) -> None:
+def _lower_gemm(ctx, M, K: int, N: int, bits: int, bs: int, zero, weight, zeros) -> None:
     """Several rows of A: TILE rows of B at a time are dequantized into a float32 scratch
     (TILE x K), which a Gemm statement multiplies (the schedule's GEMM, as MatMul's): each
     weight is unpacked once per run, not once per row of A. Within each whole block the
@@ -245,7 +261,7 @@ def _lower_gemm(ctx, M: int, K: int, N: int, bits: int, bs: int, zero, weight, z
         rows(const(whole * tile), rest)
 
 
-register(MATMUL_NBITS, lower=_lower, reference_fold=False,
+register(MATMUL_NBITS, lower=_lower, reference_fold=False, run_time_dims=True,
          how="packed 2/4/8-bit weights read in place, unpacked in the inner loop")(_infer)
 
 
@@ -302,6 +318,6 @@ def _gather_lower(node, ctx):
                 b.store(Y, t * cols + j * per + v, (cast(_field(byte, v, bits), F32) - z) * s)
 
 
-register(GATHER_NBITS, lower=_gather_lower, reference_fold=False, index_inputs=lambda node, ins: (
+register(GATHER_NBITS, lower=_gather_lower, reference_fold=False, run_time_dims=True, index_inputs=lambda node, ins: (
     {1: ins[0].shape[0]} if ins and ins[0] is not None and ins[0].shape else {}),
     how="rows of a packed 4/8-bit table dequantized as they are gathered")(_gather_infer)

@@ -78,7 +78,7 @@ def _lower(node, ctx):
                     b.store(Y, base + const(rot) + k, Load(X, base + const(rot) + k))
 
 
-@register("RotaryEmbedding", lower=_lower)
+@register("RotaryEmbedding", lower=_lower, run_time_dims=True)
 def _rotary(node, ins):
     _geometry(node, ins)
     return [(ins[0].dtype, tuple(ins[0].shape))]

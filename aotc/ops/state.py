@@ -22,7 +22,9 @@ scale q^T S. A column of S at a time: its retrieval, its update and the outputs 
 from __future__ import annotations
 
 from ..errors import ShapeError, UnsupportedError
+from ..ir.dims import RunTimeDim, decide
 from ..kernel.ir import I64, ORDERED, REDUCTION, SPATIAL, Load, binop, call, cast, const, select
+from .common import prod
 from .registry import register
 
 
@@ -43,9 +45,13 @@ def _scatter_geometry(node, ins):
     if len(upd.shape) != rank or any(u != p for k, (u, p) in enumerate(zip(upd.shape, past.shape)) if k != axis):
         raise ShapeError(f"{name}: update {tuple(upd.shape)} must match the cache {tuple(past.shape)} "
                          f"in every dim but the sequence axis {axis}")
-    if upd.shape[axis] > past.shape[axis]:
+    fits = decide(upd.shape[axis], "<=", past.shape[axis])
+    if fits is False:
         raise ShapeError(f"{name}: the update's {upd.shape[axis]} positions do not fit the cache's "
                          f"{past.shape[axis]}")
+    if fits is None:
+        raise RunTimeDim(f"{name}: whether the update's {upd.shape[axis]} positions fit the cache's "
+                         f"{past.shape[axis]} depends on the run-time sizes")
     if widx is not None:
         if widx.dtype.kind != "i":
             raise ShapeError(f"{name}: write_indices must be integers, not {widx.dtype}")
@@ -54,13 +60,8 @@ def _scatter_geometry(node, ins):
     mode = node.attr("mode", "linear")
     if mode not in ("linear", "circular"):
         raise UnsupportedError([f"{name} with mode {mode!r} (linear and circular)"])
-    prefix = 1
-    for n in past.shape[1:axis]:
-        prefix *= int(n)
-    inner = 1
-    for n in past.shape[axis + 1:]:
-        inner *= int(n)
-    return axis, prefix, int(past.shape[0]), int(past.shape[axis]), int(upd.shape[axis]), inner, mode
+    return axis, prod(past.shape[1:axis]), past.shape[0], past.shape[axis], upd.shape[axis], \
+        prod(past.shape[axis + 1:]), mode
 
 
 def _lower_scatter(node, ctx):
@@ -92,7 +93,7 @@ def _lower_scatter(node, ctx):
                 b.store(Y, row * inner + k, select(mine, Load(U, urow * inner + k), Load(P, row * inner + k)))
 
 
-@register("TensorScatter", lower=_lower_scatter, accepts_epilogue=False)
+@register("TensorScatter", lower=_lower_scatter, accepts_epilogue=False, run_time_dims=True)
 def _scatter_infer(node, ins):
     _scatter_geometry(node, ins)
     return [(ins[0].dtype, tuple(ins[0].shape))]

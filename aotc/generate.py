@@ -1,0 +1,117 @@
+"""Greedy generation with a compiled decoder: the loop an app runs around a language model's
+artifact, a prompt (prefill) then one token per step, the cache fed back each time.
+
+The artifact is one compiled with run-time dimensions for the sequence (and, where the model's
+cache grows, for the past length), so that the prompt and the single-token steps run on one
+build. The forms recognized, by their inputs' names:
+
+- input_ids [1, seq] (required), attention_mask [1, past + seq] (ones), position_ids
+  [1, seq] (past, past + 1, ...), each where the model has it;
+- caches: every input named past_key_values.* (or past.*) with the output of the same name
+  under present.* that the next step takes as it. A cache whose length is fixed (onnxruntime-
+  genai's model builder: the shared max-length buffer) starts as zeros of that length; one
+  whose length is a run-time dimension (Hugging Face exports with past_key_values) starts
+  empty and grows by the step's tokens.
+
+Tokenizers are out of scope: ids in, ids out."""
+from __future__ import annotations
+
+import re
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .errors import ShapeError, UnsupportedError
+
+_PAST = re.compile(r"^(past_key_values|past)([._].*)$")
+
+
+class Generator:
+    """The feeds a decoder artifact takes at each step, worked out once from its manifest."""
+
+    def __init__(self, model):
+        self.model = model
+        ports = {p["name"]: p for p in model.manifest["inputs"]}
+        outs = [p["name"] for p in model.manifest["outputs"]]
+        if "input_ids" not in ports:
+            raise UnsupportedError([f"a decoder without an input named input_ids (inputs: {sorted(ports)})"])
+        self.logits = "logits" if "logits" in outs else outs[0]
+        self.caches: dict[str, str] = {}       # past input -> the present output that feeds it next
+        for name in ports:
+            m = _PAST.match(name)
+            if m:
+                present = "present" + m.group(2)
+                if present not in outs:
+                    raise UnsupportedError([f"cache input {name!r} has no output {present!r} to feed it"])
+                self.caches[name] = present
+        known = {"input_ids", "attention_mask", "position_ids", *self.caches}
+        other = sorted(set(ports) - known)
+        if other:
+            raise UnsupportedError([f"decoder input(s) {', '.join(map(repr, other))}: generate() feeds "
+                                    "input_ids, attention_mask, position_ids and past_key_values.*"])
+        self.ports = ports
+        # the longest sequence the artifact takes: input_ids' (and the mask's) largest length
+        self.max_total = _largest(ports.get("attention_mask", ports["input_ids"]), 1)
+        self.growing = {}                      # cache -> its run-time length axis (a cache that grows)
+        for name in self.caches:
+            for d in ports[name].get("dims", []):
+                if d["axis"] != 0:
+                    self.growing[name] = d
+        for name, d in self.growing.items():
+            if d["min"] > 0:
+                raise ShapeError(f"cache {name!r} takes lengths {d['min']}..{d['max']}: a prompt starts "
+                                 "with an empty one", f"compile with --dim {d['dim']}=0..{d['max']}")
+
+    def _empty(self, name: str) -> np.ndarray:
+        p = self.ports[name]
+        shape = list(p["shape"])
+        shape[0] = 1
+        if name in self.growing:
+            shape[self.growing[name]["axis"]] = 0
+        return np.zeros(shape, _dtype(p))
+
+    def step(self, ids: Sequence[int], past: int, caches: dict) -> tuple[np.ndarray, dict]:
+        """Runs `ids` after `past` tokens whose cache is `caches`: (the last position's logits,
+        the caches for the next step)."""
+        n = len(ids)
+        if past + n > self.max_total:
+            raise ShapeError(f"{past + n} tokens: the artifact takes at most {self.max_total}",
+                             "compile with a larger sequence range")
+        feeds = {"input_ids": np.array([ids], _dtype(self.ports["input_ids"]))}
+        if "attention_mask" in self.ports:
+            feeds["attention_mask"] = np.ones((1, past + n), _dtype(self.ports["attention_mask"]))
+        if "position_ids" in self.ports:
+            feeds["position_ids"] = np.arange(past, past + n, dtype=_dtype(self.ports["position_ids"]))[None]
+        feeds.update(caches)
+        out = dict(zip(self.model.output_names, self.model.run(feeds)))
+        return out[self.logits][0, -1], {k: out[v] for k, v in self.caches.items()}
+
+    def generate(self, prompt: Sequence[int], steps: int, eos: Optional[int] = None) -> list[int]:
+        """Greedy decoding: the prompt, then `steps` tokens each the argmax of the logits
+        (fewer when `eos` comes); returns the generated ids."""
+        if not prompt:
+            raise ShapeError("generate needs a prompt of at least one token")
+        caches = {k: self._empty(k) for k in self.caches}
+        logits, caches = self.step(list(prompt), 0, caches)
+        done, out = len(prompt), []
+        while True:
+            token = int(np.argmax(logits))
+            out.append(token)
+            if len(out) == steps or token == eos:
+                return out
+            logits, caches = self.step([token], done, caches)
+            done += 1
+
+
+def generate(model, prompt: Sequence[int], steps: int, eos: Optional[int] = None) -> list[int]:
+    """Greedy decoding of `steps` tokens after `prompt` with a loaded decoder artifact
+    (aotc.load / aotc.compile); see the module's doc for the forms it takes."""
+    return Generator(model).generate(prompt, steps, eos)
+
+
+def _largest(port: dict, axis: int) -> int:
+    return int(port["shape"][axis])
+
+
+def _dtype(port: dict) -> np.dtype:
+    return np.dtype(port["dtype"])
