@@ -271,3 +271,20 @@ def test_builder_decoder_generates_like_onnx_runtime(name, target, built, tmp_pa
     # and it still moves between two tokens)
     assert len(got) == GEN_STEPS and len(set(got)) > 1, got
     assert got == want
+
+
+@pytest.mark.parametrize("target", ["opencl", "cuda"])
+def test_builder_int4_decoder_generates_on_gpu_targets(target, built, tmp_path):
+    """The int4 decoder's one artifact on opencl (PoCL) and cuda (the CUDA emulation): the
+    prompt's MatMulNBits launches its GEMM, each step's the row-by-row kernel (the host
+    choosing by the run's rows); 8 tokens, as ONNX Runtime's at accuracy_level 0."""
+    from tests.test_run_time_dims_gpu import TARGETS, _compile
+    mark = next(p for p in TARGETS if p.values[0] == target).marks
+    if mark and mark[0].args[0]:
+        pytest.skip(mark[0].kwargs["reason"])
+    path = built("llama_int4")
+    ref = _with_accuracy_level(path, tmp_path / "level0.onnx", 0)
+    art = aotc.load(_compile(path, target, tmp_path, dims=GEN_DIMS))
+    prompt = [int(t) for t in np.random.default_rng(11).integers(0, VOCAB - 3, GEN_PROMPT)]
+    got = aotc.generate(art, prompt, 8)
+    assert got == aotc.generate(_OrtDecoder(ref, art.manifest), prompt, 8)

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import AotcError
 from ..ir.dims import Dim, lower, range_points, upper
-from ..kernel.ir import (BOUND, F32, I64, SPATIAL, Assign, BufPtr, Buffer, Comment, Const, Decl, Expr, Gemm, GemmDest,
-                         GpuIndex, Kernel, Load, Loop, Matrix, Mma, Rewriter, SizeVar, Stmt, Store, Var, as_dim, binop,
-                         const, free_variables, upper_bound, walk_stmts, wrap)
+from ..kernel.ir import (BOUND, F32, I64, SPATIAL, Assign, BinOp, BufPtr, Buffer, Comment, Const, Decl, Expr, Gemm, GemmDest,
+                         GpuIndex, If, Kernel, Load, Loop, Matrix, Mma, Rewriter, SizeVar, Stmt, Store, Var, as_dim, binop,
+                         const, free_variables, upper_bound, walk_expr, walk_stmts, wrap)
 from ..kernel.integer_gemm import expand_integer_gemms
 from ..kernel.retype import widen_accumulators
 from ..targets import GpuConfig, Target
@@ -195,6 +195,32 @@ def _has_gemm(stmts) -> bool:
     return any(isinstance(s, Gemm) for s in walk_stmts(stmts))
 
 
+def _reads_sizes_only(e: Expr, host_vars: list[Var]) -> bool:
+    """Whether the host can evaluate `e`: it reads the run's sizes and host loop indices only."""
+    host = {v.name for v in host_vars}
+    return all(isinstance(v, SizeVar) or v.name in host for v in walk_expr(e) if isinstance(v, Var))
+
+
+_OPPOSITE = {"<": ">=", ">=": "<", ">": "<=", "<=": ">", "==": "!=", "!=": "=="}
+
+
+def _negated(cond: Expr) -> Expr:
+    """not cond, as a comparison the other way where it is one."""
+    if isinstance(cond, BinOp) and cond.op in _OPPOSITE:
+        return binop(_OPPOSITE[cond.op], cond.a, cond.b)
+    return binop("==", cond, const(0))
+
+
+def _launched_when(ops: list, cond: Expr) -> list:
+    """`ops` with every launch in them (host loops' too) run only where `cond` holds."""
+    for op in ops:
+        if isinstance(op, DeviceLoop):
+            _launched_when(op.body, cond)
+        else:
+            op.when = cond if op.when is None else binop("&&", cond, op.when)
+    return ops
+
+
 def _has_spatial_loop(stmts) -> bool:
     return any(isinstance(s, Loop) and s.role == SPATIAL and _positive(_loop_count(s)) for s in walk_stmts(stmts))
 
@@ -243,6 +269,11 @@ class LaunchFormer:
                 continue
             elif isinstance(s, Gemm):
                 ops += self.gemm(s, host_vars, pending)
+            elif isinstance(s, If) and _has_gemm([s]) and _reads_sizes_only(s.cond, host_vars):
+                # a choice between two ways by the run's sizes (ops/nbits.py: a GEMM from some
+                # rows on): each branch's launches run where the test says
+                ops += _launched_when(self.form(s.then, host_vars, pending), s.cond)
+                ops += _launched_when(self.form(s.orelse, host_vars, pending), _negated(s.cond))
             elif isinstance(s, Loop):
                 ext = _loop_count(s)
                 spread = self.distribute(s) if ext is not None and s.role == SPATIAL and _has_gemm(s.body) \
