@@ -211,7 +211,8 @@ def compile_cmd(
                                     "the artifact takes at run time: x=1x3x32..960x32..960. Repeatable."),
     dim: List[str] = typer.Option([], "--dim", metavar="NAME=LO..HI",
                                   help="Let a symbolic dim of the model (dim_param) take any size in a range at "
-                                  "run time: seq=1..512 (%M: multiples of M). Repeatable."),
+                                  "run time: seq=1..512 (%M: multiples of M; a range may start at 0, a decoder's empty "
+                                  "past). Repeatable."),
     const: List[str] = typer.Option([], "--const", metavar=_FILE,
                                     help="Bind an input to a constant from a .npy file. Repeatable."),
     weights: Weights = typer.Option(Weights.auto, "--weights", help="embed (static const C data), external "

@@ -829,9 +829,9 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
     /* a B packed here is packed NC columns at a time, or fewer when that block would be larger
        than MC x KC floats (A's block, which the tiles find in L2): packed blocks then stay in L2
        too, instead of being written out to L3 and read back (a convolution's 144 x 2048 im2col
-       block is 1.2 MB) */
+       block is 1.2 MB); K = 0 (a run-time size) returns below */
     const int64_t nc_step = b_packed ? AOTC_GEMM_NC
-        : aotc_gemm_min(AOTC_GEMM_NC, aotc_gemm_max(AOTC_GEMM_NR, AOTC_GEMM_MC * AOTC_GEMM_KC / kstep / AOTC_GEMM_NR * AOTC_GEMM_NR));
+        : aotc_gemm_min(AOTC_GEMM_NC, aotc_gemm_max(AOTC_GEMM_NR, AOTC_GEMM_MC * AOTC_GEMM_KC / (kstep ? kstep : 1) / AOTC_GEMM_NR * AOTC_GEMM_NR));
     const int64_t nc_max = aotc_gemm_min(nc_step, N);
     const int64_t Mpad = (g->M + AOTC_GEMM_MR - 1) / AOTC_GEMM_MR * AOTC_GEMM_MR;
     const int64_t Npad = (g->N + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR;

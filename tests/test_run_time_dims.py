@@ -28,7 +28,7 @@ from aotc.build.loader import Library
 from aotc.check.runner import run_check
 from aotc.compiler import compile_model
 from aotc.errors import AotcError, InputError, ShapeError
-from aotc.ir.dims import Dim, RunTimeDim, Symbol, parse_range, range_points
+from aotc.ir.dims import Dim, RunTimeDim, Symbol, parse_range, range_points, size_at
 
 CC = shutil.which("cc") or shutil.which("gcc")
 
@@ -60,7 +60,12 @@ def test_dim_arithmetic_and_bounds():
     assert seq.sizes() == [1, 256, 512] and batch.sizes() == [2, 4, 8]
     assert Symbol("x.2", 32, 960, 32).sizes() == [32, 480, 960]
     with pytest.raises(ShapeError):
-        Symbol("bad", 0, 4)
+        Symbol("bad", -1, 4)
+    with pytest.raises(ShapeError):
+        Symbol("bad", 0, 0)            # (only the empty size)
+    past = Symbol("past", 0, 63)       # (a decoder's empty past: from 0)
+    # (the points weighing a choice over the range start at its first nonzero size)
+    assert past.sizes() == [0, 31, 63] and size_at(past, 0.0) == 1 and size_at(past, 0.5) == 8
     with pytest.raises(ShapeError):
         Symbol("bad", 4, 3)
     with pytest.raises(ShapeError):
@@ -578,3 +583,44 @@ def test_ocr_pair_over_page_and_line_sizes(ocr, which, target, threads, tmp_path
         (want,) = _ort(path, {"x": x})
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def zero_case(directory: Path) -> Path:
+    """A model over a run-time n from 0 (a decoder's empty past): a GEMM over an empty K (zeros,
+    and its bias), a Concat with an empty input, reductions over no elements and over some, a
+    softmax of n rows."""
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["ab"]),                    # [4, n] x [n, 5]
+             helper.make_node("Add", ["ab", "bias"], ["y0"]),
+             helper.make_node("Transpose", ["b"], ["bt"], perm=[1, 0]),           # [5, n]
+             helper.make_node("Concat", ["bt", "c"], ["y1"], axis=1),            # [5, n + 3]
+             helper.make_node("ReduceSum", ["a", "ax"], ["y2"], keepdims=0),     # [4]
+             helper.make_node("ReduceMax", ["y1", "ax"], ["y3"], keepdims=1),    # [5, 1]
+             helper.make_node("Softmax", ["b"], ["y4"], axis=1)]                 # [n, 5]
+    f = lambda name, dims: helper.make_tensor_value_info(name, TP.FLOAT, dims)   # noqa: E731
+    graph = helper.make_graph(nodes, "g", [f("a", [4, "n"]), f("b", ["n", 5]), f("c", [5, 3])],
+                              [f(f"y{k}", None) for k in range(5)],
+                              [_tensor("bias", np.linspace(-1, 1, 5), TP.FLOAT), _tensor("ax", [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    path = directory / "zero.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def check_zero_case(path: Path, m) -> None:
+    """zero_case's artifact `m` (n in 0..40) at n = 0 and a few sizes, against ONNX Runtime."""
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 17, 40):
+        feeds = {"a": rng.standard_normal((4, n)).astype(np.float32),
+                 "b": rng.standard_normal((n, 5)).astype(np.float32),
+                 "c": rng.standard_normal((5, 3)).astype(np.float32)}
+        for k, (got, want) in enumerate(zip(m.run(feeds), _ort(path, feeds))):
+            assert got.shape == want.shape, (n, k)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"n={n} y{k}")
+
+
+@pytest.mark.parametrize("target", ["c", "native"])
+def test_a_run_time_dim_may_be_zero(target, tmp_path):
+    """A range from 0: the runtime's GEMM over K = 0 (no K blocks) and loops that run no times."""
+    path = zero_case(tmp_path)
+    check_zero_case(path, load(compile_model(path, target=target, output_dir=tmp_path / "o", dims={"n": (0, 40)})))

@@ -25,8 +25,8 @@ from aotc.compiler import compile_model
 from aotc.errors import InputError
 from tests.helpers import eager_cuda_target, eager_gpu_target
 from tests.test_opencl import _opencl_missing
-from tests.test_run_time_dims import (OCR_CASES, OP_CASES, _ort, bert, cnn, depthwise_case,  # noqa: F401
-                                      mlp, ocr, op_case)
+from tests.test_run_time_dims import (OCR_CASES, OP_CASES, _ort, bert, check_zero_case, cnn,  # noqa: F401
+                                      depthwise_case, mlp, ocr, op_case, zero_case)
 
 CXX = shutil.which("g++")
 
@@ -201,3 +201,11 @@ def test_ocr_pair(ocr, which, target, tmp_path):
         x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
         (got,) = m.run({"x": x})
         np.testing.assert_allclose(got, _ort(path, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_run_time_dim_may_be_zero(tmp_path, target):
+    """A range from 0 on the GPU targets: a launch whose grid is empty at the run's sizes is
+    skipped (CUDA and OpenCL 1.2 refuse it), and so is an OpenCL copy of no bytes."""
+    path = zero_case(tmp_path)
+    check_zero_case(path, load(_compile(path, target, tmp_path, dims={"n": (0, 40)})))

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import AotcError
 from ..ir.dims import Dim
-from ..kernel.ir import dim_ident
+from ..kernel.ir import as_dim, dim_ident
 from ..program.ir import HostLoop, HostWhile, Launch, Program
 from .abi import Port, bounded_epilogue, count_offsets
 from .weights_check import read_weights_call
@@ -46,6 +46,21 @@ def launch_groups(grid, block: int) -> str:
         return str(-(-grid // block))
     n = c_expr(grid)
     return n if block == 1 else f"({n} + {block - 1}) / {block}"
+
+
+def _may_be_zero(grid) -> bool:
+    """Whether a launch's work-items on one axis, an expression of the run's sizes, can be 0 at
+    some size in the ranges."""
+    if isinstance(grid, int):
+        return False            # (a fixed empty grid: host_statements leaves its launch out)
+    d = as_dim(grid)
+    return d is None or (d.lo if isinstance(d, Dim) else d) <= 0
+
+
+def port_may_be_empty(p) -> bool:
+    """Whether a port's run-time dims may make it empty (a range from 0): OpenCL 1.2 refuses a
+    copy of 0 bytes, so its host copies such a port only where it has bytes."""
+    return any(isinstance(d, Dim) and d.lo == 0 for _, d in p.dims)
 
 
 def port_run_bytes(p) -> str:
@@ -197,8 +212,15 @@ def host_statements(program: Program, loop_head, launch, test, depth: int = 1, r
             covered = {s for alt in op.guard or () for s, _ in alt}
             for slot in [s for s in held if s not in covered]:
                 del held[slot]
-            if op.when is not None:          # a variant for some of the run's sizes
-                lines.append(f"{pad}if ({c_expr(op.when)}) {{")
+            # a variant for some of the run's sizes; a grid that is empty (an empty tensor), or
+            # that the run's sizes may make empty (a dim from 0), which OpenCL 1.2 and CUDA
+            # refuse to launch, is left out or skipped
+            tests = ([c_expr(op.when)] if op.when is not None else []) + \
+                [f"{c_expr(g)} > 0" for g in op.grid if _may_be_zero(g)]
+            if any(isinstance(g, int) and g == 0 for g in op.grid):
+                lines.append(f"{pad}/* {op.kernel.name}: no work-items (an empty tensor) */")
+            elif tests:
+                lines.append(f"{pad}if ({' && '.join(tests)}) {{")
                 lines.extend(pad + "    " + line for line in launch(op))
                 lines.append(f"{pad}}}")
             else:

@@ -41,9 +41,10 @@ class Symbol:
     def __post_init__(self):
         if not (isinstance(self.lo, int) and isinstance(self.hi, int) and isinstance(self.multiple, int)):
             raise ShapeError(f"dimension {self.name!r}: bounds must be integers")
-        if self.lo < 1 or self.hi < self.lo:
-            raise ShapeError(f"dimension {self.name!r}: the range {self.lo}..{self.hi} is empty or starts below 1",
-                             "a run-time dimension is LO..HI with 1 <= LO <= HI")
+        if self.lo < 0 or self.hi < max(self.lo, 1):
+            raise ShapeError(f"dimension {self.name!r}: the range {self.lo}..{self.hi} is empty or starts below 0",
+                             "a run-time dimension is LO..HI with 0 <= LO <= HI, HI >= 1 (0: an empty past, "
+                             "say)")
         if self.multiple < 1 or self.lo % self.multiple or self.hi % self.multiple:
             raise ShapeError(f"dimension {self.name!r}: {self.lo}..{self.hi} must start and end on multiples "
                              f"of {self.multiple}")
@@ -350,7 +351,8 @@ RANGE_POINTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 def size_at(s: Symbol, f: float) -> int:
     """Symbol s's size at fraction f of its range, geometrically, on a multiple of its multiple."""
     m = s.multiple
-    v = s.lo * (s.hi / s.lo) ** f
+    lo = max(s.lo, m)              # (a range from 0: its points from the first nonzero size)
+    v = lo * (s.hi / lo) ** f
     return min(s.hi, max(s.lo, int(round(v / m)) * m))
 
 

@@ -114,7 +114,7 @@ def _lower_concat(node, ctx):
         if X is None:
             continue
         n = X.shape[axis]
-        if n:
+        if is_dim(n) or n:            # (a run-time size may be 0: its loops then run no times)
             ctx.b.comment(f"input {k}: [{off}, {off + n}) along axis {axis}")
             strided_copy(ctx.b, Y, X, X.shape, ys, contiguous_strides(X.shape), dst_off=off * ys[axis])
         off += n

@@ -22,7 +22,7 @@ from ...program.ir import Launch, Program
 from ...targets import Target
 from ..abi import ports
 from ..host import DeviceDims, DeviceHost, fusion_kernel_names, host_statements, launch_groups, port_bytes,\
-    port_run_bytes
+    port_may_be_empty, port_run_bytes
 from .printer import OpenCLPrinter
 
 
@@ -184,8 +184,8 @@ class OpenCLHost(DeviceHost):
                 "NULL, NULL));")
 
     def copy_in(self, i: int, p) -> str:
-        return (f"    AOTC_CL_CHECK(clEnqueueWriteBuffer(m->queue, m->in[{i}], CL_FALSE, 0, {port_run_bytes(p)}, "
-                f"in->{p.field}, 0, NULL, NULL));")
+        return _when_bytes(p, f"AOTC_CL_CHECK(clEnqueueWriteBuffer(m->queue, m->in[{i}], CL_FALSE, 0, "
+                              f"{port_run_bytes(p)}, in->{p.field}, 0, NULL, NULL));")
 
     def run(self, prefix: str) -> list[str]:
         return ["    AOTC_CL_CHECK(clEnqueueWriteBuffer(m->queue, m->status, CL_FALSE, 0, sizeof zero, zero, 0, NULL, NULL));",
@@ -193,8 +193,8 @@ class OpenCLHost(DeviceHost):
                 "        return status;", "    }"]
 
     def copy_out(self, i: int, p) -> str:
-        return (f"    AOTC_CL_CHECK(clEnqueueReadBuffer(m->queue, m->out[{i}], CL_FALSE, 0, {port_run_bytes(p)}, "
-                f"out->{p.field}, 0, NULL, NULL));")
+        return _when_bytes(p, f"AOTC_CL_CHECK(clEnqueueReadBuffer(m->queue, m->out[{i}], CL_FALSE, 0, "
+                              f"{port_run_bytes(p)}, out->{p.field}, 0, NULL, NULL));")
 
     def read_count(self, j: int, offset: int) -> str:
         return (f"    AOTC_CL_CHECK(clEnqueueReadBuffer(m->queue, m->ws, CL_FALSE, {offset}, sizeof counts[{j}], "
@@ -262,3 +262,8 @@ class OpenCLHost(DeviceHost):
     def finish_create(self, prefix: str) -> list[str]:
         return ["    *model = m;", "    return AOTC_OK;", "fail:", "    free(weights_raw);", f"    {prefix}_destroy(m);",
                 "    return status;"]
+
+
+def _when_bytes(p, copy: str) -> str:
+    """A host copy of port p, skipped in a run where p has no bytes (OpenCL 1.2 refuses those)."""
+    return f"    if ({port_run_bytes(p)} > 0) {copy}" if port_may_be_empty(p) else f"    {copy}"
