@@ -1,0 +1,74 @@
+"""Language-model decoding (issue 31): a decoder compiled once with run-time dimensions runs
+its prompt and every one-token step, generating the same greedy tokens as ONNX Runtime.
+
+The form here: Hugging Face models exported with past_key_values (models/decoders.py:
+torch.onnx's TorchScript exporter on transformers' LLaMA and GPT-2 with random weights; the
+cache's length a run-time dim from 0, the prompt's run with an empty one, each step's present
+the next step's past). onnxruntime-genai's model builder's decoders (the shared max-length
+buffer): tests/test_contrib_genai.py."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import aotc  # noqa: E402
+from models import decoders  # noqa: E402
+
+LONGEST, PROMPT, STEPS = 64, 20, 32
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("decoders")
+    cache = {}
+
+    def get(kind: str):
+        if kind not in cache:
+            cache[kind] = decoders.export_with_past(kind, root / f"{kind}.onnx")
+        return cache[kind]
+    return get
+
+
+class OrtDecoder:
+    """ONNX Runtime behind the interface aotc.generate drives (an artifact's manifest for the
+    ports), so that both run the same loop."""
+
+    def __init__(self, path, manifest: dict):
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        self.sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        self.manifest = manifest
+        self.output_names = [o.name for o in self.sess.get_outputs()]
+
+    def run(self, feeds):
+        return self.sess.run(None, feeds)
+
+
+@pytest.mark.parametrize("kind,target", [("llama", "native"), ("llama", "c"), ("gpt2", "native")])
+def test_exported_decoder_generates_like_onnx_runtime(kind, target, exported, tmp_path):
+    """One artifact for up to 64 tokens (past 0..63, seq 1..64): a 20-token prompt on an empty
+    cache, then 32 tokens, each step's present fed back: ONNX Runtime's tokens."""
+    path = exported(kind)
+    art = aotc.compile(path, target=target, output_dir=tmp_path / "out", dims=decoders.dims(LONGEST))
+    prompt = [int(t) for t in np.random.default_rng(5).integers(0, 250, PROMPT)]
+    got = aotc.generate(art, prompt, STEPS)
+    assert len(got) == STEPS and len(set(got)) > 3, got          # (not one token repeated)
+    assert got == aotc.generate(OrtDecoder(path, art.manifest), prompt, STEPS)
+
+
+def test_generate_checks_its_decoder(exported, tmp_path):
+    """A cache that cannot start empty, and a prompt longer than the artifact takes, are refused
+    with the fix named."""
+    path = exported("llama")
+    art = aotc.compile(path, target="c", output_dir=tmp_path / "one",
+                       dims={"batch": (1, 1), "seq": (1, 8), "total": (1, 16), "past": (1, 15)})
+    with pytest.raises(aotc.AotcError, match="takes lengths 1..15: a prompt starts with an empty one") as e:
+        aotc.generate(art, [1, 2, 3], 4)
+    assert e.value.hint == "compile with --dim past=0..15"
+    art = aotc.compile(path, target="c", output_dir=tmp_path / "two", dims=decoders.dims(16))
+    with pytest.raises(aotc.AotcError, match="17 tokens: the artifact takes at most 16"):
+        aotc.generate(art, list(range(10)), 8)
