@@ -25,6 +25,7 @@
 #define AOTC_ERR_WEIGHTS_CHECKSUM 15  /* create(): the weights file has the right size, but not the compiled CRC-32 */
 #define AOTC_ERR_BRANCH 16            /* run: an If took a branch that cannot run at the sizes the artifact was compiled for */
 #define AOTC_ERR_SHAPE 17             /* run: an input's shape is outside the ranges the artifact was compiled for */
+#define AOTC_ERR_NO_SUCH_PORT 18      /* set_input / set_output: a port index the model does not have */
 
 #define AOTC_STRERROR_CASES                                                        \
     case AOTC_OK: return "ok";                                                     \
@@ -44,7 +45,8 @@
     case AOTC_ERR_DEVICE_MISMATCH: return "the device, its driver or the architecture the artifact was compiled for do not fit"; \
     case AOTC_ERR_DIVIDE_BY_ZERO: return "an integer division (Div or Mod) by zero"; \
     case AOTC_ERR_BRANCH: return "an If took a branch that cannot run at the input sizes compiled for (the failing kernel's name says why)"; \
-    case AOTC_ERR_SHAPE: return "an input's shape is outside the ranges the artifact was compiled for (<name>_failure says which rule)";
+    case AOTC_ERR_SHAPE: return "an input's shape is outside the ranges the artifact was compiled for (<name>_failure says which rule)"; \
+    case AOTC_ERR_NO_SUCH_PORT: return "the model has no input or output of that index";
 
 /* Options of <name>_create_with_options; zero-initialize, then set what you need. */
 typedef struct {

@@ -584,3 +584,52 @@ def test_a_prefix_that_extends_another_does_not_clash(mlp_model, tmp_path):
     clash = {s for s in symbols[0] & symbols[1] if s.startswith("mlp")}
     assert not clash, f"symbols defined by both libraries: {sorted(clash)}"
     assert "mlp_run" in symbols[0] and "mlp_model_run" in symbols[1]
+
+
+PORTS_C = r"""
+#include <stdio.h>
+#include "mlp.h"
+
+int main(void)
+{
+    static float x[3 * 64], y[MLP_X_DIM0_MAX * 10];
+    int64_t lo[4], hi[4];
+    const int64_t shape[2] = {3, 64};
+    int i = mlp_input_index("x"), o = mlp_output_index("logits"), rank;
+    mlp_inputs in = {0};
+    mlp_outputs out = {0};
+    mlp_model *model;
+    for (int k = 0; k < 3 * 64; ++k) x[k] = (float)(k % 7) / 7.0f;
+    printf("index: %d %d %d\n", i, o, mlp_input_index("nope"));
+    printf("names: %s %s %s\n", mlp_input_name(0), mlp_output_name(0), mlp_input_name(1) ? "?" : "NULL");
+    printf("types: %s %s %s\n", mlp_input_type(i), mlp_output_type(o), mlp_output_type(-1) ? "?" : "NULL");
+    rank = mlp_input_shape(i, lo, hi);
+    printf("input shape: %d %lld..%lld %lld..%lld\n", rank, (long long)lo[0], (long long)hi[0],
+           (long long)lo[1], (long long)hi[1]);
+    rank = mlp_output_shape(o, NULL, hi);
+    printf("output shape: %d %lld %lld %d\n", rank, (long long)hi[0], (long long)hi[1], mlp_output_shape(5, NULL, NULL));
+    printf("set: %d %d %d %d\n", mlp_set_input(&in, i, x, shape), mlp_set_output(&out, o, y),
+           mlp_set_input(&in, 7, x, shape), mlp_set_input(&in, i, x, NULL));
+    if (mlp_create(NULL, &model) != AOTC_OK || mlp_invoke(model, &in, &out) != AOTC_OK) return 1;
+    const int64_t *dims = mlp_output_dims(&out, o);
+    printf("run: %lld %lld %s\n", (long long)dims[0], (long long)dims[1], mlp_output_dims(&out, 3) ? "?" : "NULL");
+    for (int k = 0; k < 30; ++k) printf("%.6g\n", y[k]);
+    mlp_destroy(model);
+    return 0;
+}
+"""
+
+
+def test_ports_by_index_and_name(mlp_model, tmp_path):
+    """The header's port functions, which a program written for any model uses (examples/llm):
+    positions and names, types, shape bounds, set_input / set_output (with the run's shape of
+    an input with run-time dims) and the output's shape after a run; wrong indices refused."""
+    out = compile_model(mlp_model, output_dir=tmp_path / "out", dims={"batch": (1, 8)})
+    exe = build(tmp_path, PORTS_C, [(out, "mlp")])
+    lines = run(exe).splitlines()
+    assert lines[:7] == ["index: 0 0 -1", "names: x logits NULL", "types: float32 float32 NULL",
+                         "input shape: 2 1..8 64..64", "output shape: 2 8 10 -1",
+                         "set: 0 0 18 1", "run: 3 10 NULL"]
+    x = (np.arange(3 * 64) % 7 / 7.0).astype(np.float32).reshape(3, 64)
+    want = ort_run(mlp_model, {"x": x})[0]
+    np.testing.assert_allclose(np.array(lines[7:], np.float32).reshape(3, 10), want, rtol=1e-5, atol=1e-5)

@@ -5,8 +5,16 @@ The form here: Hugging Face models exported with past_key_values (models/decoder
 torch.onnx's TorchScript exporter on transformers' LLaMA and GPT-2 with random weights; the
 cache's length a run-time dim from 0, the prompt's run with an empty one, each step's present
 the next step's past). onnxruntime-genai's model builder's decoders (the shared max-length
-buffer): tests/test_contrib_genai.py."""
+buffer): tests/test_contrib_genai.py. The example app in C (examples/llm/generate.c) runs both
+forms."""
 from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -72,3 +80,60 @@ def test_generate_checks_its_decoder(exported, tmp_path):
     art = aotc.compile(path, target="c", output_dir=tmp_path / "two", dims=decoders.dims(16))
     with pytest.raises(aotc.AotcError, match="17 tokens: the artifact takes at most 16"):
         aotc.generate(art, list(range(10)), 8)
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "llm" / "generate.c"
+
+
+def _example_app(artifact: Path, tmp_path: Path) -> Path:
+    """examples/llm/generate.c built against the artifact (compiled with --name llm), warnings
+    as errors."""
+    exe = tmp_path / "generate"
+    cc = shutil.which("cc") or shutil.which("gcc")
+    build = subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{artifact}", str(EXAMPLE),
+                            f"-L{artifact}", "-lllm", f"-Wl,-rpath,{artifact}", "-o", str(exe)],
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    return exe
+
+
+def _run_example(exe: Path, prompt: list, steps: int) -> list:
+    run = subprocess.run([str(exe), "-n", str(steps), *map(str, prompt)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    ids, speed = run.stdout.splitlines()
+    assert re.fullmatch(rf"prefill: {len(prompt)} tokens in [0-9.]+ ms; decode: {steps - 1} tokens in [0-9.]+ ms, "
+                        r"[0-9.]+ tokens/s", speed), speed
+    return [int(t) for t in ids.split()]
+
+
+def test_c_example_generates_like_onnx_runtime(exported, tmp_path):
+    """The example app in C (examples/llm/generate.c), built against a Hugging Face LLaMA export
+    compiled with a growing past: the prompt's ids in, ONNX Runtime's greedy ids out."""
+    path = exported("llama")
+    out = tmp_path / "llm"
+    aotc.compile(path, target="native", output_dir=out, name="llm", dims=decoders.dims(LONGEST))
+    prompt = [int(t) for t in np.random.default_rng(9).integers(0, 250, PROMPT)]
+    got = _run_example(_example_app(out, tmp_path), prompt, STEPS)
+    assert got == aotc.generate(OrtDecoder(path, aotc.load(out).manifest), prompt, STEPS)
+
+
+def test_c_example_runs_a_genai_builder_decoder(tmp_path):
+    """The same app on onnxruntime-genai's model builder's LLaMA (int4, the shared max-length KV
+    buffer; compared with ONNX Runtime at accuracy_level 0, the exact product aotc computes)."""
+    pytest.importorskip("onnxruntime_genai.models.builder", reason="onnxruntime-genai (the model builder) is not installed")
+    from tests.test_contrib_genai import GEN_DIMS, _hf_model, _with_accuracy_level
+    hf, built = tmp_path / "hf", tmp_path / "built"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _hf_model("llama", hf)
+    run = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf), "-o", str(built),
+                          "-p", "int4", "-e", "cpu", "-c", str(tmp_path / "cache")], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    path = built / "model.onnx"
+    out = tmp_path / "llm"
+    aotc.compile(path, target="native", output_dir=out, name="llm", dims=GEN_DIMS)
+    prompt = [int(t) for t in np.random.default_rng(9).integers(0, 250, PROMPT)]
+    got = _run_example(_example_app(out, tmp_path), prompt, STEPS)
+    ref = _with_accuracy_level(path, tmp_path / "level0.onnx", 0)
+    assert got == aotc.generate(OrtDecoder(ref, aotc.load(out).manifest), prompt, STEPS)

@@ -99,6 +99,100 @@ def shape_comment(p: Port) -> str:
     return f"{dtypes.name(p.dtype)}[{', '.join(dims)}]"
 
 
+PORT_DECLARATIONS = [
+    "/* Inputs and outputs by position (graph order, 0 .. <P>_NUM_INPUTS - 1) and by name, for code",
+    "   written for any model (a language binding; examples/llm's decoder loop). _index: the",
+    "   position of a name, -1 if none. _name, _type (\"float32\", \"int64\", ...): NULL outside.",
+    "   _shape: the rank (-1 outside), and each dim's smallest and largest size in min / max",
+    "   (either may be NULL; fixed dims give their size twice). set_input: the array and, for an",
+    "   input with run-time dims, its shape (copied); set_output: the array, allocated at the",
+    "   largest shape; output_dims: the shape the last run gave an output (its fixed one where it",
+    "   has no run-time dims). */",
+    "int {p}_input_index(const char *name);",
+    "int {p}_output_index(const char *name);",
+    "const char *{p}_input_name(int i);",
+    "const char *{p}_output_name(int i);",
+    "const char *{p}_input_type(int i);",
+    "const char *{p}_output_type(int i);",
+    "int {p}_input_shape(int i, int64_t *min, int64_t *max);",
+    "int {p}_output_shape(int i, int64_t *min, int64_t *max);",
+    "int {p}_set_input({p}_inputs *in, int i, const void *data, const int64_t *shape);",
+    "int {p}_set_output({p}_outputs *out, int i, void *data);",
+    "const int64_t *{p}_output_dims(const {p}_outputs *out, int i);",
+]
+
+
+def port_functions(prefix: str, ins: list[Port], outs: list[Port]) -> list[str]:
+    """The definitions of PORT_DECLARATIONS: tables of the ports' names, types and bounds, and
+    switches over the structs' fields."""
+    p = prefix
+    L = []
+
+    def table(kind: str, ports_: list[Port]) -> None:
+        n = max(len(ports_), 1)
+        names = ", ".join(f'"{c_string(x.name)}"' for x in ports_) or "NULL"
+        types = ", ".join(f'"{dtypes.name(x.dtype)}"' for x in ports_) or "NULL"
+        ranks = ", ".join(str(len(x.shape)) for x in ports_) or "0"
+        lows, highs = [], []
+        for x in ports_:
+            ranged = dict(x.dims)
+            lows.append([ranged[a].lo if a in ranged else (0 if a in x.run_time_axes else d)
+                         for a, d in enumerate(x.shape)])
+            highs.append(list(x.shape))
+        width = max([len(x.shape) for x in ports_] + [1])
+        rows = lambda vals: ", ".join("{" + ", ".join(map(str, v or [0])) + "}" for v in vals) or "{0}"  # noqa: E731
+        L.extend([f"static const char *const {p}_{kind}_names[{n}] = {{{names}}};",
+                  f"static const char *const {p}_{kind}_types[{n}] = {{{types}}};",
+                  f"static const int {p}_{kind}_ranks[{n}] = {{{ranks}}};",
+                  f"static const int64_t {p}_{kind}_min[{n}][{width}] = {{{rows(lows)}}};",
+                  f"static const int64_t {p}_{kind}_max[{n}][{width}] = {{{rows(highs)}}};", "",
+                  f"int {p}_{kind}_index(const char *name)", "{",
+                  f"    for (int i = 0; name && i < {len(ports_)}; ++i)",
+                  f"        if (strcmp({p}_{kind}_names[i], name) == 0) return i;",
+                  "    return -1;", "}", "",
+                  f"const char *{p}_{kind}_name(int i)", "{",
+                  f"    return i >= 0 && i < {len(ports_)} ? {p}_{kind}_names[i] : NULL;", "}", "",
+                  f"const char *{p}_{kind}_type(int i)", "{",
+                  f"    return i >= 0 && i < {len(ports_)} ? {p}_{kind}_types[i] : NULL;", "}", "",
+                  f"int {p}_{kind}_shape(int i, int64_t *min, int64_t *max)", "{",
+                  f"    if (i < 0 || i >= {len(ports_)}) return -1;",
+                  f"    for (int a = 0; a < {p}_{kind}_ranks[i]; ++a) {{",
+                  f"        if (min) min[a] = {p}_{kind}_min[i][a];",
+                  f"        if (max) max[a] = {p}_{kind}_max[i][a];", "    }",
+                  f"    return {p}_{kind}_ranks[i];", "}", ""])
+
+    table("input", ins)
+    table("output", outs)
+    L += [f"int {p}_set_input({p}_inputs *in, int i, const void *data, const int64_t *shape)", "{",
+          "    if (!in) return AOTC_ERR_NULL_ARGUMENT;", "    switch (i) {"]
+    for i, x in enumerate(ins):
+        body = f"in->{x.field} = ({'const ' + ctype(x.dtype)} *)data;"
+        if x.dims:
+            body = (f"if (!shape) return AOTC_ERR_NULL_ARGUMENT; {body}"
+                    f" memcpy(in->{x.shape_field}, shape, sizeof in->{x.shape_field});")
+        L.append(f"    case {i}: {body} return AOTC_OK;")
+    L += ["    default: (void)data; (void)shape; return AOTC_ERR_NO_SUCH_PORT;", "    }", "}", "",
+          f"int {p}_set_output({p}_outputs *out, int i, void *data)", "{",
+          "    if (!out) return AOTC_ERR_NULL_ARGUMENT;", "    switch (i) {"]
+    for i, x in enumerate(outs):
+        L.append(f"    case {i}: out->{x.field} = ({ctype(x.dtype)} *)data; return AOTC_OK;")
+    L += ["    default: (void)data; return AOTC_ERR_NO_SUCH_PORT;", "    }", "}", "",
+          f"const int64_t *{p}_output_dims(const {p}_outputs *out, int i)", "{",
+          "    if (!out) return NULL;", "    switch (i) {"]
+    for i, x in enumerate(outs):
+        where = f"out->{x.shape_field}" if x.run_time_axes else f"{p}_output_max[{i}]"
+        L.append(f"    case {i}: return {where};")
+    L += ["    default: return NULL;", "    }", "}", ""]
+    return L
+
+
+def c_string(s: str, limit: int | None = None) -> str:
+    """s inside a C string literal (backslashes and quotes escaped, newlines as spaces), cut to
+    `limit` characters."""
+    s = s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+    return s if limit is None else s[:limit]
+
+
 def dim_macros(prefix: str, ins: list[Port]) -> list[str]:
     """#define <P>_<INPUT>_DIM<k>_MIN / _MAX (and _MULTIPLE where it is not 1) of each input axis
     whose size is chosen at run time."""
@@ -220,7 +314,8 @@ def emit_header(prefix: str, g: Graph, plan: MemoryPlan, external: bool, threads
           "/* With aotc_options.profile set at create: the number of kernels, and in *ms the milliseconds",
           "   each took summed over the invokes so far, in *names what each computes (0 otherwise). */",
           f"int {prefix}_profile(const {prefix}_model *model, const double **ms, const char *const **names);",
-          f"void {prefix}_destroy({prefix}_model *model);",
+          f"void {prefix}_destroy({prefix}_model *model);", "",
+          *(line.replace("<P>", P).replace("{p}", prefix) for line in PORT_DECLARATIONS),
           "", "#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {P}_H */", ""]
     return "\n".join(L)
 

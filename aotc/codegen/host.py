@@ -6,7 +6,7 @@
   * `DeviceHost`: the GPU backends' invoke and ABI functions, with hooks for the device API;
   * `RunTimeDims`: the reading and checking of the inputs' run-time dimensions at the start of
     a run and the outputs' shapes at its end (`DeviceDims`: as a GPU invoke keeps them);
-  * the pieces all three print alike: `strerror_function`, `c_string`, `port_bytes`,
+  * the pieces all three print alike: `strerror_function`, `port_bytes`,
     `fusion_kernel_names`."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ..errors import AotcError
 from ..ir.dims import Dim
 from ..kernel.ir import as_dim, dim_ident
 from ..program.ir import HostLoop, HostWhile, Launch, Program
-from .abi import Port, bounded_epilogue, count_offsets
+from .abi import Port, bounded_epilogue, c_string, count_offsets
 from .weights_check import read_weights_call
 
 
@@ -249,13 +249,6 @@ def strerror_function(prefix: str) -> list[str]:
     """<name>_strerror: the runtime header's messages (runtime/aotc_runtime.h AOTC_STRERROR_CASES)."""
     return [f"const char *{prefix}_strerror(int status)", "{", "    switch (status) {", "    AOTC_STRERROR_CASES",
             "    default: return \"unknown status code\";", "    }", "}", ""]
-
-
-def c_string(s: str, limit: int | None = None) -> str:
-    """s inside a C string literal (backslashes and quotes escaped, newlines as spaces), cut to
-    `limit` characters."""
-    s = s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
-    return s if limit is None else s[:limit]
 
 
 def port_bytes(p) -> int:

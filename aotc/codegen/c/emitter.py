@@ -14,8 +14,8 @@ from ...memory.planner import MemoryPlan
 from ...program.ir import Launch, Program, Slot
 from ...schedule.gemm_cpu import GemmTiles
 from ...targets import Target
-from ..abi import bounded_epilogue, ctype, ports
-from ..host import RunTimeDims, c_string, host_statements, strerror_function
+from ..abi import bounded_epilogue, c_string, ctype, port_functions, ports
+from ..host import RunTimeDims, host_statements, strerror_function
 from ..weights_check import read_weights_call
 from .printer import CPrinter, uses_pool
 
@@ -51,7 +51,7 @@ def emit_source(prefix: str, g: Graph, program: Program, plan: MemoryPlan, exter
          f"   {len(kernels)} kernels; workspace {plan.arena_bytes} bytes for {threads} thread(s); "
          f"weights {plan.weights_bytes} bytes. */",
          "#define _POSIX_C_SOURCE 200809L", "#include <math.h>", "#include <stdint.h>", "#include <stdio.h>",
-         "#include <stdlib.h>", "", f'#include "{prefix}.h"']
+         "#include <stdlib.h>", "#include <string.h>", "", f'#include "{prefix}.h"']
     for h in runtime_headers(program)[1:]:
         if h == "aotc_gemm_packed.h":
             L.append(f"/* aotc_gemm_packed.h configured for target {target.name} */")
@@ -83,6 +83,7 @@ def emit_source(prefix: str, g: Graph, program: Program, plan: MemoryPlan, exter
         L += [f"    return {prefix}_run_with_weights({prefix}_weights_data, in, out, workspace);"]
     L += ["}", ""]
     L += strerror_function(prefix)
+    L += port_functions(prefix, ports(g, g.inputs), ports(g, g.outputs))
     L += _model_functions(prefix, external, program, flush, dims.messages)
     return "\n".join(L)
 

@@ -20,8 +20,8 @@ from ...ir.graph import Graph
 from ...memory.planner import MemoryPlan
 from ...program.ir import Launch, Program, storage_args
 from ...targets import Target
-from ..abi import ports
-from ..host import DeviceDims, DeviceHost, c_string, fusion_kernel_names, host_statements, launch_groups, port_bytes,\
+from ..abi import c_string, port_functions, ports
+from ..host import DeviceDims, DeviceHost, fusion_kernel_names, host_statements, launch_groups, port_bytes,\
     port_run_bytes
 from .printer import CudaPrinter
 
@@ -47,7 +47,7 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
          f"{target.name}", f"   (architectures {', '.join(archs)}). {len(kernels)} kernels; device workspace "
          f"{plan.arena_bytes} bytes; weights {plan.weights_bytes} bytes. Do not edit. */",
          "#include <cstdint>", "#include <cstdio>", "#include <cstdlib>", "#include <cmath>",
-         *(["#include <cstring>"] if any(p.dims for p in ins) else []),
+         "#include <cstring>",
          "#include <cuda_runtime.h>"] + (["#include <cuda_fp16.h>"] if half else []) + \
         (["#include <cuda_bf16.h>"] if bfloat16 else []) + \
         (["#include <mma.h>", "namespace wmma = nvcuda::wmma;"] if any("wmma::" in t for t in texts) else []) + [
@@ -92,6 +92,7 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     L += host.create(prefix, external, ins, outs)
     L += host.invoke(prefix, ins, outs, program, dims)
     L += host.abi_functions(prefix, external, n_fusion + len(dims.messages), len(kernels))
+    L += port_functions(prefix, ins, outs)
     return "\n".join(L)
 
 
