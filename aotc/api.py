@@ -11,6 +11,7 @@ from typing import Mapping, Optional, Sequence, Union
 import numpy as np
 
 from .build.loader import Library, check_inputs
+from .errors import InputError
 
 
 class CompiledModel:
@@ -42,12 +43,19 @@ class CompiledModel:
     def output_names(self) -> list[str]:
         return [x[0] for x in self._lib.outputs]
 
-    def run(self, inputs: Union[Mapping[str, np.ndarray], Sequence[np.ndarray]]) -> list[np.ndarray]:
+    def run(self, inputs: Union[Mapping[str, np.ndarray], Sequence[np.ndarray]],
+            into: Optional[Mapping[str, np.ndarray]] = None) -> list[np.ndarray]:
         """Run on a dict {name: array} or a list in graph-input order; returns the outputs
-        as a list in graph-output order. Not thread-safe on one instance (one workspace);
-        load one instance per thread."""
+        as a list in graph-output order. `into` {output name: array} has outputs written into
+        arrays of the caller's (returned as they are): a cache the artifact updates in place
+        (its manifest's outputs say "in_place_of") may be given its input's own array. Not
+        thread-safe on one instance (one workspace); load one instance per thread."""
         arrays = check_inputs(self._lib, inputs)
-        return self._lib.run(self._instance, arrays)
+        names = self.output_names
+        unknown = sorted(set(into or {}) - set(names))
+        if unknown:
+            raise InputError(f"no output named {', '.join(map(repr, unknown))}", f"the outputs are {names}")
+        return self._lib.run(self._instance, arrays, {names.index(k): v for k, v in (into or {}).items()})
 
     def __repr__(self) -> str:
         return f"CompiledModel({str(self.directory)!r}, inputs={self.input_names}, outputs={self.output_names})"

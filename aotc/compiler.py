@@ -155,6 +155,8 @@ def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathL
     with step(f"compiling {sum(1 for _ in c.program.launches())} kernels with {c.target.cc}"):
         srcs = [out / f for f in sorted(files) if f.endswith((".c", ".cu"))]
         (build or backend.build)(srcs, lib, c.target, [out])
+    ins, outs = abi.ports(g, g.inputs), abi.ports(g, g.outputs)
+    shared = abi.in_place(g, ins, outs)
     manifest = {
         "aotc_version": __version__,
         "name": prefix,
@@ -167,8 +169,10 @@ def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathL
         "library": lib.name,
         "header": f"{prefix}.h",
         "sources": sorted(files) + headers,
-        "inputs": [_port(p) for p in abi.ports(g, g.inputs)],
-        "outputs": [_port(p) for p in abi.ports(g, g.outputs)],
+        "inputs": [_port(p) for p in ins],
+        # an output that may share an input's array ("in_place_of": that input's name)
+        "outputs": [_port(p) | ({"in_place_of": ins[shared[o]].name} if o in shared else {})
+                    for o, p in enumerate(outs)],
         "workspace_bytes": plan.arena_bytes,
         "workspace_alignment": plan.alignment,
         "weights": {"mode": "external" if external else "embedded", "file": weights_file,

@@ -11,7 +11,8 @@ build. The forms recognized, by their inputs' names:
   under present.* that the next step takes as it. A cache whose length is fixed (onnxruntime-
   genai's model builder: the shared max-length buffer) starts as zeros of that length; one
   whose length is a run-time dimension (Hugging Face exports with past_key_values) starts
-  empty and grows by the step's tokens.
+  empty and grows by the step's tokens. A cache the artifact updates in place (its manifest's
+  "in_place_of") is one array throughout, given as the input and as the output.
 
 Tokenizers are out of scope: ids in, ids out."""
 from __future__ import annotations
@@ -44,6 +45,8 @@ class Generator:
                 if present not in outs:
                     raise UnsupportedError([f"cache input {name!r} has no output {present!r} to feed it"])
                 self.caches[name] = present
+        # caches the artifact updates in place: one array, passed as the input and the output
+        self.in_place = {p["in_place_of"]: p["name"] for p in model.manifest["outputs"] if p.get("in_place_of")}
         known = {"input_ids", "attention_mask", "position_ids", *self.caches}
         other = sorted(set(ports) - known)
         if other:
@@ -83,7 +86,8 @@ class Generator:
         if "position_ids" in self.ports:
             feeds["position_ids"] = np.arange(past, past + n, dtype=_dtype(self.ports["position_ids"]))[None]
         feeds.update(caches)
-        out = dict(zip(self.model.output_names, self.model.run(feeds)))
+        into = {self.in_place[k]: v for k, v in caches.items() if k in self.in_place}
+        out = dict(zip(self.model.output_names, self.model.run(feeds, into=into) if into else self.model.run(feeds)))
         return out[self.logits][0, -1], {k: out[v] for k, v in self.caches.items()}
 
     def generate(self, prompt: Sequence[int], steps: int, eos: Optional[int] = None) -> list[int]:

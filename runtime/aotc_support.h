@@ -13,6 +13,14 @@
 
 #include "aotc_runtime.h"
 
+/* A cache updated in place (a TensorScatter the caller may give one array for its input and
+ * its output): the input's bytes copied into the output only where they are two arrays. */
+static inline void aotc_copy_unless_same(void *dst, const void *src, size_t bytes)
+{
+    if (dst != src)
+        memcpy(dst, src, bytes);
+}
+
 /* `bytes` of memory aligned to `align` (a power of two); *raw is what to free(). */
 static inline void *aotc_aligned_alloc(size_t bytes, size_t align, void **raw)
 {

@@ -37,6 +37,7 @@ pytest.importorskip("onnxruntime_genai.models.builder", reason="onnxruntime-gena
 import onnxruntime as ort  # noqa: E402
 
 import aotc  # noqa: E402
+from tests.helpers import OrtDecoder  # noqa: E402
 
 HID, LAYERS, HEADS, KV_HEADS, VOCAB = 64, 2, 4, 2, 256
 HEAD = HID // HEADS
@@ -237,21 +238,6 @@ GEN_DIMS = {"batch_size": (1, 1), "sequence_length": (1, GEN_MAX), "total_sequen
             "past_sequence_length": (GEN_MAX, GEN_MAX), "kv_cache_dim": (HEAD, HEAD)}
 
 
-class _OrtDecoder:
-    """ONNX Runtime behind the interface aotc.generate drives (the artifact's manifest for the
-    ports), so that both run the same loop."""
-
-    def __init__(self, path: Path, manifest: dict):
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        self.sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        self.manifest = manifest
-        self.output_names = [o.name for o in self.sess.get_outputs()]
-
-    def run(self, feeds):
-        return self.sess.run(None, feeds)
-
-
 @pytest.mark.parametrize("name,target", [("llama_fp32", "c"), ("llama_fp32", "native"), ("phi3_fp32", "native"),
                                          ("llama_int4", "native"), ("qwen2_int4", "c")])
 def test_builder_decoder_generates_like_onnx_runtime(name, target, built, tmp_path):
@@ -264,9 +250,12 @@ def test_builder_decoder_generates_like_onnx_runtime(name, target, built, tmp_pa
     art = aotc.compile(path, target=target, output_dir=tmp_path / "out", dims=GEN_DIMS)
     dims = {d["dim"] for p in art.manifest["inputs"] for d in p.get("dims", [])}
     assert dims == {"sequence_length", "total_sequence_length"}, dims
+    # the KV buffers are updated in place (aotc.generate passes one array as past and present)
+    shared = {p["name"]: p.get("in_place_of") for p in art.manifest["outputs"] if p["name"].startswith("present")}
+    assert shared == {k: k.replace("present", "past_key_values") for k in shared} and len(shared) == 2 * LAYERS
     prompt = [int(t) for t in np.random.default_rng(11).integers(0, VOCAB - 3, GEN_PROMPT)]
     got = aotc.generate(art, prompt, GEN_STEPS)
-    want = aotc.generate(_OrtDecoder(ref, art.manifest), prompt, GEN_STEPS)
+    want = aotc.generate(OrtDecoder(ref, art.manifest), prompt, GEN_STEPS)
     # (not one token repeated: qwen2's tied embeddings make a random model echo its input,
     # and it still moves between two tokens)
     assert len(got) == GEN_STEPS and len(set(got)) > 1, got
@@ -287,4 +276,4 @@ def test_builder_int4_decoder_generates_on_gpu_targets(target, built, tmp_path):
     art = aotc.load(_compile(path, target, tmp_path, dims=GEN_DIMS))
     prompt = [int(t) for t in np.random.default_rng(11).integers(0, VOCAB - 3, GEN_PROMPT)]
     got = aotc.generate(art, prompt, 8)
-    assert got == aotc.generate(_OrtDecoder(ref, art.manifest), prompt, 8)
+    assert got == aotc.generate(OrtDecoder(ref, art.manifest), prompt, 8)

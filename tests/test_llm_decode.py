@@ -17,7 +17,6 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 pytest.importorskip("torch")
@@ -25,6 +24,7 @@ pytest.importorskip("transformers")
 
 import aotc  # noqa: E402
 from models import decoders  # noqa: E402
+from tests.helpers import OrtDecoder  # noqa: E402
 
 LONGEST, PROMPT, STEPS = 64, 20, 32
 
@@ -39,21 +39,6 @@ def exported(tmp_path_factory):
             cache[kind] = decoders.export_with_past(kind, root / f"{kind}.onnx")
         return cache[kind]
     return get
-
-
-class OrtDecoder:
-    """ONNX Runtime behind the interface aotc.generate drives (an artifact's manifest for the
-    ports), so that both run the same loop."""
-
-    def __init__(self, path, manifest: dict):
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        self.sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        self.manifest = manifest
-        self.output_names = [o.name for o in self.sess.get_outputs()]
-
-    def run(self, feeds):
-        return self.sess.run(None, feeds)
 
 
 @pytest.mark.parametrize("kind,target", [("llama", "native"), ("llama", "c"), ("gpt2", "native")])

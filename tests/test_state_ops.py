@@ -9,6 +9,7 @@ from aotc.api import load
 from aotc.compiler import compile_model
 from aotc.errors import RunError, ShapeError
 from tests.helpers import assert_parity, eager_gpu_target, graph_model, rand
+from tests.test_embed_c import ort_run
 
 
 def _scatter(past, upd, widx, **attrs):
@@ -38,6 +39,26 @@ def test_tensor_scatter(mode, past_shape, seq, axis, widx, tmp_path):
     w = np.array(widx, np.int64) if widx is not None else None
     m, feeds = _scatter(rand(*past_shape, seed=1), rand(*upd_shape, seed=2), w, **attrs)
     assert_parity(m, tmp_path, feeds)
+
+
+@pytest.mark.parametrize("target", ["c", "native"])
+@pytest.mark.parametrize("mode, widx", [("linear", [1, 5]), ("circular", [6, 3])])
+def test_tensor_scatter_updates_a_cache_in_place(target, mode, widx, tmp_path):
+    """A cache the caller passes as the input and as the output (the manifest says the output
+    may be the input's array): the run writes only the update's positions into it, and the
+    result is ONNX Runtime's; then the same with two arrays."""
+    past, upd = rand(2, 3, 8, 4, seed=5), rand(2, 3, 3, 4, seed=6)
+    m, feeds = _scatter(past, upd, np.array(widx, np.int64), mode=mode)
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    art = load(compile_model(path, target=target, output_dir=tmp_path / "out"))
+    assert [o.get("in_place_of") for o in art.manifest["outputs"]] == ["p"]
+    want = ort_run(path, feeds)[0]
+    cache = past.copy()
+    (got,) = art.run(feeds | {"p": cache}, into={"y": cache})
+    assert got is cache
+    np.testing.assert_array_equal(cache, want)
+    np.testing.assert_array_equal(art.run(feeds)[0], want)
 
 
 def test_tensor_scatter_circular_wraps_around(tmp_path):

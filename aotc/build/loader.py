@@ -142,8 +142,12 @@ class Library:
     def threads(self, instance) -> int:
         return int(self._fn("threads")(instance))
 
-    def run(self, instance, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    def run(self, instance, arrays: list[np.ndarray], into: dict[int, np.ndarray] | None = None) -> list[np.ndarray]:
+        """The outputs of a run on `arrays` (graph order); `into` gives arrays for outputs to be
+        written into (by position: C-contiguous, of the output's type and largest size), an
+        input's own where the manifest says the output may share it (in_place_of)."""
         ffi, p = self.ffi, self.prefix
+        into = into or {}
         cin = ffi.new(f"{p}_inputs *")
         cout = ffi.new(f"{p}_outputs *")
         keep = []
@@ -154,8 +158,13 @@ class Library:
             if name in self.input_dims:
                 getattr(cin, self.input_dims[name][1])[0:a.ndim] = list(a.shape)
         outs = []
-        for name, field, dt, shape in self.outputs:
-            o = np.empty(shape, dtype=dt)
+        for k, (name, field, dt, shape) in enumerate(self.outputs):
+            o = into.get(k)
+            if o is None:
+                o = np.empty(shape, dtype=dt)
+            elif o.dtype != dt or not o.flags.c_contiguous or not o.flags.writeable or o.size < np.prod(shape):
+                raise InputError(f"{p}: the array given for output {name!r} is {o.dtype}{list(o.shape)}",
+                                 f"give a writeable C-contiguous {dtypes.name(dt)} array of {list(shape)}")
             outs.append(o)
             setattr(cout, field, ffi.from_buffer(o))
         status = self._fn("invoke")(instance, cin, cout)

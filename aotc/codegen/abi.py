@@ -22,6 +22,7 @@ import numpy as np
 from ..ir import dtypes
 from ..ir.dims import Dim, is_dim, upper_shape
 from ..ir.graph import Graph
+from ..ir.internal import IN_PLACE
 from ..kernel.names import c_ident
 from ..memory.planner import MemoryPlan
 from ..targets import Target
@@ -107,7 +108,8 @@ PORT_DECLARATIONS = [
     "   (either may be NULL; fixed dims give their size twice). set_input: the array and, for an",
     "   input with run-time dims, its shape (copied); set_output: the array, allocated at the",
     "   largest shape; output_dims: the shape the last run gave an output (its fixed one where it",
-    "   has no run-time dims). */",
+    "   has no run-time dims); output_in_place: the input whose array an output may be (a cache",
+    "   the run updates in place, writing only its new positions), -1 if none. */",
     "int {p}_input_index(const char *name);",
     "int {p}_output_index(const char *name);",
     "const char *{p}_input_name(int i);",
@@ -119,10 +121,19 @@ PORT_DECLARATIONS = [
     "int {p}_set_input({p}_inputs *in, int i, const void *data, const int64_t *shape);",
     "int {p}_set_output({p}_outputs *out, int i, void *data);",
     "const int64_t *{p}_output_dims(const {p}_outputs *out, int i);",
+    "int {p}_output_in_place(int i);",
 ]
 
 
-def port_functions(prefix: str, ins: list[Port], outs: list[Port]) -> list[str]:
+def in_place(g: Graph, ins: list[Port], outs: list[Port]) -> dict[int, int]:
+    """Output position -> the input position whose array it may be (a cache its TensorScatter
+    updates in place: passes/caches.py)."""
+    pairs = {n.outputs[0]: n.inputs[0] for n in g.nodes if n.attrs.get(IN_PLACE)}
+    at = {p.value: i for i, p in enumerate(ins)}
+    return {o: at[pairs[p.value]] for o, p in enumerate(outs) if p.value in pairs and pairs[p.value] in at}
+
+
+def port_functions(prefix: str, ins: list[Port], outs: list[Port], shared: dict[int, int]) -> list[str]:
     """The definitions of PORT_DECLARATIONS: tables of the ports' names, types and bounds, and
     switches over the structs' fields."""
     p = prefix
@@ -182,7 +193,10 @@ def port_functions(prefix: str, ins: list[Port], outs: list[Port]) -> list[str]:
     for i, x in enumerate(outs):
         where = f"out->{x.shape_field}" if x.run_time_axes else f"{p}_output_max[{i}]"
         L.append(f"    case {i}: return {where};")
-    L += ["    default: return NULL;", "    }", "}", ""]
+    L += ["    default: return NULL;", "    }", "}", "",
+          f"int {p}_output_in_place(int i)", "{", "    switch (i) {",
+          *(f"    case {o}: return {i};" for o, i in sorted(shared.items())),
+          "    default: return -1;", "    }", "}", ""]
     return L
 
 
@@ -274,7 +288,10 @@ def emit_header(prefix: str, g: Graph, plan: MemoryPlan, external: bool, threads
               "   row-major order of that shape, from the start of the array."]
     L[-1] += " */"
     L.append("typedef struct {")
-    for p in outs:
+    shared = in_place(g, ins, outs)
+    for o, p in enumerate(outs):
+        if o in shared:
+            L.append(f"    /* may be the array of in->{ins[shared[o]].field}, which the run then updates in place */")
         if not p.run_time_axes:
             L.append(f"    {ctype(p.dtype)} *{p.field};  /* '{p.name}': {dtypes.name(p.dtype)}{list(p.shape)} */")
             continue

@@ -72,6 +72,10 @@ Attributes:
     COERCE_2D        on a Softmax, LogSoftmax or Hardmax of opset < 13: it works over the input
                      flattened to 2-D at `axis` (passes/normalize.py, ops/reduce.py)
     SIZES_ATTR       on an aotc.SizeValues: its values, ints and run-time Dims (ir/dims.py)
+    IN_PLACE         on a TensorScatter whose cache is a graph input that it alone reads and
+                     whose result is a graph output of the same shape: the caller may pass one
+                     array for both, and the kernel copies the cache only where they differ, then
+                     writes the update's positions (passes/caches.py, ops/state.py)
 """
 from __future__ import annotations
 
@@ -112,6 +116,7 @@ RUN_TIME_CONCAT = "_run_time_concat"
 RUN_TIME_AXES = "_run_time_axes"
 SIZES_ATTR = "_sizes"
 COERCE_2D = "_coerce_2d"
+IN_PLACE = "_in_place"
 
 
 def is_carry(n: Node, end: bool) -> bool:

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir.dims import RunTimeDim, decide
-from ..kernel.ir import I64, ORDERED, REDUCTION, SPATIAL, Load, binop, call, cast, const, select
+from ..ir.internal import IN_PLACE
+from ..kernel.ir import I64, ORDERED, REDUCTION, SPATIAL, BufPtr, Load, binop, call, cast, const, select, wrap
 from .common import prod
 from .registry import register
 
@@ -69,8 +70,13 @@ def _lower_scatter(node, ctx):
     W = ctx.ins[2] if len(ctx.ins) > 2 else None
     axis, prefix, batch, cap, seq, inner, mode = _scatter_geometry(node, [P, U] + ([W] if W is not None else []))
     b = ctx.b
+    in_place = bool(node.attrs.get(IN_PLACE))
     b.comment(f"TensorScatter ({mode}): {seq} of {cap} positions along axis {axis} written from each "
-              "batch's write index")
+              "batch's write index" + (" (in place where the cache and the result are one array)"
+                                       if in_place else ""))
+    if in_place:
+        # the caller's one array for both (passes/caches.py): only the update's positions move
+        b.call("aotc_copy_unless_same", BufPtr(Y), BufPtr(P), wrap(prod(P.shape) * P.dtype.itemsize))
     with b.loop(batch, "n", role=SPATIAL) as n:
         w = b.local("w", cast(Load(W, n), I64) if W is not None else const(0, I64))
         bad = w < 0 if mode == "circular" else binop("||", w < 0, w > cap - seq)
@@ -79,18 +85,36 @@ def _lower_scatter(node, ctx):
                    "a write index is negative" if mode == "circular" else
                    f"a write index is outside [0, {cap - seq}] (the update's {seq} positions must fit "
                    f"the cache's {cap})")
-        with b.loops([prefix, cap], ["p", "s"], role=SPATIAL) as (p, s):
-            u = s - w
-            if mode == "circular":
-                u = b.local("u", u % cap)
-                u = b.local("u", select(u < 0, u + cap, u))
-            else:
-                u = b.local("u", u)
-            row = (n * prefix + p) * cap + s
-            urow = (n * prefix + p) * seq + u
-            mine = binop("&&", u >= 0, u < seq)
-            with b.loop(inner, "k", role=SPATIAL) as k:
-                b.store(Y, row * inner + k, select(mine, Load(U, urow * inner + k), Load(P, row * inner + k)))
+        if in_place:
+            _write_window(b, U, Y, n, w, prefix, cap, seq, inner, mode)
+        else:
+            _write_all(b, P, U, Y, n, w, prefix, cap, seq, inner, mode)
+
+
+def _write_window(b, U, Y, n, w, prefix, cap, seq, inner, mode) -> None:
+    """Batch n's update into its positions w, w + 1, ... (modulo cap when circular)."""
+    with b.loops([prefix, seq], ["p", "u"], role=SPATIAL) as (p, u):
+        s = w + u
+        if mode == "circular":
+            s = b.local("s", s % cap)
+        with b.loop(inner, "k", role=SPATIAL) as k:
+            b.store(Y, ((n * prefix + p) * cap + s) * inner + k, Load(U, ((n * prefix + p) * seq + u) * inner + k))
+
+
+def _write_all(b, P, U, Y, n, w, prefix, cap, seq, inner, mode) -> None:
+    """Batch n's whole result: each position the update's where it falls in it, else the past's."""
+    with b.loops([prefix, cap], ["p", "s"], role=SPATIAL) as (p, s):
+        u = s - w
+        if mode == "circular":
+            u = b.local("u", u % cap)
+            u = b.local("u", select(u < 0, u + cap, u))
+        else:
+            u = b.local("u", u)
+        row = (n * prefix + p) * cap + s
+        urow = (n * prefix + p) * seq + u
+        mine = binop("&&", u >= 0, u < seq)
+        with b.loop(inner, "k", role=SPATIAL) as k:
+            b.store(Y, row * inner + k, select(mine, Load(U, urow * inner + k), Load(P, row * inner + k)))
 
 
 @register("TensorScatter", lower=_lower_scatter, accepts_epilogue=False, run_time_dims=True)

@@ -21,6 +21,7 @@ from ..ir.verify import verify
 from . import bounded, simplify
 from .attention import fuse_attention
 from .branches import node_conditions
+from .caches import caches_in_place
 from .infer import infer_shapes
 from .loops import order_loop_bodies
 from .normalize import normalize_opset
@@ -75,6 +76,10 @@ def _winograd(g: Graph, ctx: PassContext) -> Graph:
     return winograd_convs(g, ctx.target) if ctx.target is not None else g
 
 
+def _caches(g: Graph, ctx: PassContext) -> Graph:
+    return caches_in_place(g) if ctx.target is not None and not ctx.target.is_gpu else g
+
+
 def _subnormals(g: Graph, ctx: PassContext) -> Graph:
     if not ctx.flushes_subnormals:
         return g
@@ -124,6 +129,9 @@ def pipeline() -> list[Pass]:
         _plain("canonicalize_views_again", simplify.canonicalize_views),
         _plain("eliminate_dead_code_again", simplify.eliminate_dead_code),
         _plain("materialize_outputs", simplify.materialize_outputs),
+        # CPU targets: a KV cache the caller may pass as its own update's output (the GPU
+        # targets copy every input to the device anyway)
+        Pass("caches_in_place", _caches),
         # which values of the final graph have a size known only at run time
         _plain("bounded_dimensions", bounded.analyze),
         # 3 x 3 convolutions by Winograd where the target allows and the cost model says it pays

@@ -6,8 +6,9 @@
  * position_ids where the model has them, and every past_key_values.* input with the present.*
  * output that feeds it next. A cache of fixed length (onnxruntime-genai's shared max-length
  * buffer) starts as zeros; one whose length is a run-time dimension (Hugging Face exports with
- * past_key_values) starts empty and grows. Each cache has two arrays of its largest size,
- * past and present, that swap roles after every step: nothing is copied here.
+ * past_key_values) starts empty and grows. A cache the header says the run updates in place
+ * (<name>_output_in_place) is one array, passed as both; any other has two of its largest
+ * size, past and present, that swap roles after every step. Nothing is copied here.
  *
  * Build against an artifact compiled with --name llm (another name: -DMODEL=name
  * -DMODEL_HEADER='"name.h"'):
@@ -129,7 +130,8 @@ int main(int argc, char **argv)
         FN(output_shape)(c->output, NULL, most);
         size_t bytes = (size_t)elements(most, c->rank) * sizeof(float);
         c->past = calloc(1, bytes);
-        c->present = calloc(1, bytes);
+        /* the run writes only the new positions into the one array it updates in place */
+        c->present = FN(output_in_place)(c->output) == i ? c->past : calloc(1, bytes);
         if (!c->past || !c->present)
             return fail("allocating the caches", AOTC_ERR_OUT_OF_MEMORY);
     }
@@ -205,8 +207,9 @@ int main(int argc, char **argv)
            1e3 * prefill, steps - 1, 1e3 * decode, decode > 0 ? (steps - 1) / decode : 0.0);
     FN(destroy)(model);
     for (int k = 0; k < n_caches; ++k) {
+        if (caches[k].present != caches[k].past)
+            free(caches[k].present);
         free(caches[k].past);
-        free(caches[k].present);
     }
     free(prompt);
     free(generated);

@@ -14,7 +14,7 @@ from ...memory.planner import MemoryPlan
 from ...program.ir import Launch, Program, Slot
 from ...schedule.gemm_cpu import GemmTiles
 from ...targets import Target
-from ..abi import bounded_epilogue, c_string, ctype, port_functions, ports
+from ..abi import bounded_epilogue, c_string, ctype, in_place, port_functions, ports
 from ..host import RunTimeDims, host_statements, strerror_function
 from ..weights_check import read_weights_call
 from .printer import CPrinter, uses_pool
@@ -83,7 +83,8 @@ def emit_source(prefix: str, g: Graph, program: Program, plan: MemoryPlan, exter
         L += [f"    return {prefix}_run_with_weights({prefix}_weights_data, in, out, workspace);"]
     L += ["}", ""]
     L += strerror_function(prefix)
-    L += port_functions(prefix, ports(g, g.inputs), ports(g, g.outputs))
+    ins, outs = ports(g, g.inputs), ports(g, g.outputs)
+    L += port_functions(prefix, ins, outs, in_place(g, ins, outs))
     L += _model_functions(prefix, external, program, flush, dims.messages)
     return "\n".join(L)
 

@@ -20,7 +20,7 @@ from ...ir.graph import Graph
 from ...memory.planner import MemoryPlan
 from ...program.ir import Launch, Program, storage_args
 from ...targets import Target
-from ..abi import c_string, port_functions, ports
+from ..abi import c_string, in_place, port_functions, ports
 from ..host import DeviceDims, DeviceHost, fusion_kernel_names, host_statements, launch_groups, port_bytes,\
     port_run_bytes
 from .printer import CudaPrinter
@@ -92,7 +92,7 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     L += host.create(prefix, external, ins, outs)
     L += host.invoke(prefix, ins, outs, program, dims)
     L += host.abi_functions(prefix, external, n_fusion + len(dims.messages), len(kernels))
-    L += port_functions(prefix, ins, outs)
+    L += port_functions(prefix, ins, outs, in_place(g, ins, outs))
     return "\n".join(L)
 
 

@@ -20,7 +20,7 @@ from ...kernel.ir import F64, walk_stmts
 from ...memory.planner import MemoryPlan
 from ...program.ir import Launch, Program
 from ...targets import Target
-from ..abi import port_functions, ports
+from ..abi import in_place, port_functions, ports
 from ..host import DeviceDims, DeviceHost, fusion_kernel_names, host_statements, launch_groups, port_bytes,\
     port_may_be_empty, port_run_bytes
 from .printer import OpenCLPrinter
@@ -117,7 +117,7 @@ def emit_host(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     L += host.create(prefix, external, ins, outs)
     L += host.invoke(prefix, ins, outs, program, dims)
     L += host.abi_functions(prefix, external, n_fusion + len(dims.messages), len(kernels))
-    L += port_functions(prefix, ins, outs)
+    L += port_functions(prefix, ins, outs, in_place(g, ins, outs))
     return "\n".join(L)
 
 

@@ -1,0 +1,28 @@
+"""Caches updated in place: a decoder's KV cache as onnxruntime-genai's model builder passes it
+(the shared max-length buffer) is a graph input that a TensorScatter alone reads, writing the
+new positions into a copy that is a graph output of the same shape. Marked IN_PLACE, the
+caller may pass one array as both, as the genai runtime does: the kernel then writes only the
+update's positions (ops/state.py), where a copy would read and write the whole cache every
+step; given two arrays, it copies the cache first, as before. The header says which outputs
+may share their input's array (codegen/abi.py, `<name>_output_in_place`)."""
+from __future__ import annotations
+
+from ..ir.graph import Graph
+from ..ir.internal import IN_PLACE
+
+
+def caches_in_place(g: Graph) -> Graph:
+    consumers = g.consumers()
+    for n in g.nodes:
+        if n.op_type != "TensorScatter" or not n.inputs or not n.outputs:
+            continue
+        past, present = n.inputs[0], n.outputs[0]
+        if past not in g.inputs or present not in g.outputs or g.outputs.count(present) != 1:
+            continue
+        if [id(c) for c in consumers.get(past, [])] != [id(n)]:
+            continue          # (another node reads the cache: it would see the new positions)
+        a, b = g.values[past], g.values[present]
+        if a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape):
+            n.attrs[IN_PLACE] = 1
+    return g
+
