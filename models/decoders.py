@@ -8,7 +8,9 @@ in and out as one tensor per layer and key / value:
   outputs  logits [batch, seq, vocab], present.<layer>.key / .value [batch, kv_heads, past + seq, head]
 
 with batch, seq, total and past the dynamic axes (total = past + seq). The prompt runs with an
-empty past (past = 0), each step after it with one token. Used by tests/test_llm_decode.py.
+empty past (past = 0), each step after it with one token. Also the sources of onnxruntime-
+genai's model builder's decoders (`genai_source`, `genai_build`). Used by tests/test_llm_decode.py,
+tests/test_contrib_genai.py and tools/llm_bench.py.
 
     python -m models.decoders --kind llama -o build/decoders/llama.onnx
 """
@@ -29,6 +31,15 @@ TINY = {
     "gpt2": dict(n_embd=64, n_layer=2, n_head=4, vocab_size=256, n_positions=128, initializer_range=0.2),
 }
 DIMS = ("batch", "seq", "total", "past")
+
+# onnxruntime-genai's model builder's sources: a transformers model saved with save_pretrained
+# and a word-level tokenizer (the builder reads one). "tiny": the tests'; "small": LLaMA-style
+# of 134M parameters (hidden 768, 12 layers, 12 query and 4 key / value heads, vocabulary 32000),
+# what the decode speed is measured on (tools/llm_bench.py)
+GENAI_TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=256, max_position_embeddings=128, initializer_range=0.1)
+GENAI_SMALL = dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12,
+                   num_key_value_heads=4, vocab_size=32000, max_position_embeddings=1024, initializer_range=0.02)
 
 
 def build(kind: str, seed: int = 0):
@@ -89,6 +100,60 @@ def export_with_past(kind: str, path: Path, seed: int = 0) -> Path:
                           output_names=["logits"] + [f"present.{c}" for c in caches], dynamic_axes=axes,
                           opset_version=17, dynamo=False)
     return path
+
+
+def genai_source(kind: str, folder: Path, config: dict = GENAI_TINY) -> None:
+    """A random-weight transformers model of `kind` (llama, qwen2, phi3) with `config`, and a
+    word-level tokenizer, saved into `folder` for the model builder."""
+    import torch
+    import transformers as tf
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    torch.manual_seed(0)
+    vocab = config["vocab_size"]
+    if kind == "llama":
+        model = tf.LlamaForCausalLM(tf.LlamaConfig(**config, rms_norm_eps=1e-5))
+    elif kind == "qwen2":
+        model = tf.Qwen2ForCausalLM(tf.Qwen2Config(**config, tie_word_embeddings=True))
+        with torch.no_grad():           # (transformers starts the Q, K, V biases at zero: the builder drops those)
+            for layer in model.model.layers:
+                for p in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                    p.bias.normal_(0, 0.1)
+    elif kind == "phi3":
+        # original_max_position_embeddings = max_position_embeddings: Phi-3 mini's short-context
+        # form (the builder's Phi3MiniModel; a longer context is its LongRoPE form)
+        model = tf.Phi3ForCausalLM(tf.Phi3Config(**config, original_max_position_embeddings=config[
+            "max_position_embeddings"], pad_token_id=0))
+    else:
+        raise ValueError(f"unknown builder source kind {kind!r} (llama, qwen2, phi3)")
+    with torch.no_grad():               # RMSNorm weights away from 1
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.normal_(1.0, 0.2)
+    model.save_pretrained(folder)
+    words = {f"w{i}": i for i in range(vocab - 3)} | {"<unk>": vocab - 3, "<s>": vocab - 2, "</s>": vocab - 1}
+    tok = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tf.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                               eos_token="</s>").save_pretrained(folder)
+
+
+def genai_build(source: Path, out: Path, precision: str, cache: Path, extra: list | None = None) -> Path:
+    """onnxruntime-genai's model builder on a saved source (`-p fp32|int4 -e cpu`): its model.onnx."""
+    import subprocess
+    import sys
+    cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o", str(out),
+           "-p", precision, "-e", "cpu", "-c", str(cache)] + (["--extra_options", *extra] if extra else [])
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if run.returncode != 0:
+        raise RuntimeError(f"the model builder failed:\n{run.stdout[-2000:]}{run.stderr[-4000:]}")
+    return out / "model.onnx"
+
+
+def genai_dims(longest: int, head: int) -> dict:
+    """The run-time dims of a builder's decoder taking up to `longest` tokens (its KV buffers
+    that long: the genai runtime's max_length)."""
+    return {"batch_size": (1, 1), "sequence_length": (1, longest), "total_sequence_length": (1, longest),
+            "past_sequence_length": (longest, longest), "kv_cache_dim": (head, head)}
 
 
 def dims(longest: int) -> dict:

@@ -21,8 +21,6 @@ model at accuracy_level 0 (float32 activations), and ORT's own level-4 output is
 within its activation rounding of aotc's (a few percent of the logits' range here)."""
 from __future__ import annotations
 
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -39,43 +37,13 @@ import onnxruntime as ort  # noqa: E402
 import aotc  # noqa: E402
 from tests.helpers import OrtDecoder  # noqa: E402
 
-HID, LAYERS, HEADS, KV_HEADS, VOCAB = 64, 2, 4, 2, 256
+from models.decoders import GENAI_TINY, genai_build, genai_dims, genai_source  # noqa: E402
+
+HID, LAYERS, HEADS, KV_HEADS, VOCAB = (GENAI_TINY[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                                                          "num_key_value_heads", "vocab_size"))
 HEAD = HID // HEADS
 B, PROMPT, MAX_LEN = 2, 5, 24          # the KV buffers: MAX_LEN positions (the genai runtime's max_length)
 LENGTHS = (5, 3)                       # each entry's prompt (the second padded on the right)
-
-
-def _hf_model(kind: str, folder: Path) -> None:
-    """A small random-weight model of `kind` and a word-level tokenizer (the builder reads one),
-    saved with save_pretrained."""
-    import transformers as tf
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    torch.manual_seed(0)
-    common = dict(hidden_size=HID, intermediate_size=2 * HID, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                  num_key_value_heads=KV_HEADS, vocab_size=VOCAB, max_position_embeddings=128,
-                  initializer_range=0.1)
-    if kind == "llama":
-        model = tf.LlamaForCausalLM(tf.LlamaConfig(**common, rms_norm_eps=1e-5))
-    elif kind == "qwen2":
-        model = tf.Qwen2ForCausalLM(tf.Qwen2Config(**common, tie_word_embeddings=True))
-        with torch.no_grad():           # (transformers starts the Q, K, V biases at zero: the builder drops those)
-            for layer in model.model.layers:
-                for p in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
-                    p.bias.normal_(0, 0.1)
-    else:
-        # original_max_position_embeddings = max_position_embeddings: Phi-3 mini's short-context
-        # form (the builder's Phi3MiniModel; a longer context is its LongRoPE form)
-        model = tf.Phi3ForCausalLM(tf.Phi3Config(**common, original_max_position_embeddings=128, pad_token_id=0))
-    with torch.no_grad():               # RMSNorm weights away from 1
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.normal_(1.0, 0.2)
-    model.save_pretrained(folder)
-    words = {f"w{i}": i for i in range(VOCAB - 3)} | {"<unk>": VOCAB - 3, "<s>": VOCAB - 2, "</s>": VOCAB - 1}
-    tok = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tf.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
-                               eos_token="</s>").save_pretrained(folder)
 
 
 # name -> (transformers model, builder precision, builder extra options, the ops it must write)
@@ -109,15 +77,9 @@ def built(tmp_path_factory):
             if not hf.exists():
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    _hf_model(kind, hf)
+                    genai_source(kind, hf)
             out = root / name
-            cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf), "-o", str(out),
-                   "-p", precision, "-e", "cpu", "-c", str(root / "cache")]
-            if extra:
-                cmd += ["--extra_options", *extra]
-            run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-            assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
-            cache[name] = out / "model.onnx"
+            cache[name] = genai_build(hf, out, precision, root / "cache", extra)
         return cache[name]
     return get
 
@@ -234,8 +196,7 @@ def test_builder_int4_decoder_matches_onnx_runtime(name, built, tmp_path):
 # prefill and decode from one artifact: the prompt's length and the mask's width are run-time
 # dimensions; the KV buffers keep the builder's shared max length (GEN_MAX positions)
 GEN_MAX, GEN_PROMPT, GEN_STEPS = 64, 17, 32     # (17 rows: MatMulNBits multiplies the prompt by its GEMM, a step row by row)
-GEN_DIMS = {"batch_size": (1, 1), "sequence_length": (1, GEN_MAX), "total_sequence_length": (1, GEN_MAX),
-            "past_sequence_length": (GEN_MAX, GEN_MAX), "kv_cache_dim": (HEAD, HEAD)}
+GEN_DIMS = genai_dims(GEN_MAX, HEAD)
 
 
 @pytest.mark.parametrize("name,target", [("llama_fp32", "c"), ("llama_fp32", "native"), ("phi3_fp32", "native"),

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -106,16 +105,12 @@ def test_c_example_runs_a_genai_builder_decoder(tmp_path):
     """The same app on onnxruntime-genai's model builder's LLaMA (int4, the shared max-length KV
     buffer; compared with ONNX Runtime at accuracy_level 0, the exact product aotc computes)."""
     pytest.importorskip("onnxruntime_genai.models.builder", reason="onnxruntime-genai (the model builder) is not installed")
-    from tests.test_contrib_genai import GEN_DIMS, _hf_model, _with_accuracy_level
-    hf, built = tmp_path / "hf", tmp_path / "built"
+    from tests.test_contrib_genai import GEN_DIMS, _with_accuracy_level
+    hf = tmp_path / "hf"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _hf_model("llama", hf)
-    run = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf), "-o", str(built),
-                          "-p", "int4", "-e", "cpu", "-c", str(tmp_path / "cache")], capture_output=True, text=True,
-                         timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    path = built / "model.onnx"
+        decoders.genai_source("llama", hf)
+    path = decoders.genai_build(hf, tmp_path / "built", "int4", tmp_path / "cache")
     out = tmp_path / "llm"
     aotc.compile(path, target="native", output_dir=out, name="llm", dims=GEN_DIMS)
     prompt = [int(t) for t in np.random.default_rng(9).integers(0, 250, PROMPT)]
