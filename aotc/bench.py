@@ -79,6 +79,19 @@ def time_engines(engines: Mapping[str, Callable[[], object]], runs: int, warmup:
     return samples
 
 
+def splice_report(path, begin: str, end: str, text: str) -> None:
+    """`text` (from its `begin` marker to its `end` marker) in place of that section of the
+    Markdown file at `path`, or appended where the file has none."""
+    from pathlib import Path
+    path = Path(path)
+    doc = path.read_text() if path.exists() else ""
+    if begin in doc:
+        doc = doc[:doc.index(begin)] + text + doc[doc.index(end) + len(end):]
+    else:
+        doc += "\n" + text + "\n"
+    path.write_text(doc)
+
+
 def ort_session(path, threads: int):
     """ONNX Runtime's CPU session with `threads` intra-op threads and one inter-op thread."""
     import onnxruntime as ort

@@ -199,12 +199,8 @@ def main(argv=None) -> int:
     text = report(results)
     print(text)
     if a.report:
-        doc = a.report.read_text() if a.report.exists() else ""
-        if BEGIN in doc:
-            doc = doc[:doc.index(BEGIN)] + text + doc[doc.index(END) + len(END):]
-        else:
-            doc += "\n" + text + "\n"
-        a.report.write_text(doc)
+        from aotc.bench import splice_report
+        splice_report(a.report, BEGIN, END, text)
     return 0
 
 

@@ -1,0 +1,216 @@
+"""Decoding speed of a language model: aotc against ONNX Runtime and onnxruntime-genai's
+generator, on a LLaMA-style decoder written by onnxruntime-genai's model builder from a random-
+weight transformers model (models/decoders.py GENAI_SMALL: 134M parameters), float32 and int4.
+
+Each engine runs the same greedy loop in one process, timed in alternating rounds: a prompt of
+--prompt tokens (prefill), then --steps single-token steps. aotc: one artifact with the
+sequence as a run-time dim (aotc.generate's Generator, the KV buffers updated in place); ONNX
+Runtime: the same loop over an InferenceSession (its presents are new arrays each step, as any
+caller of its plain run gets); onnxruntime-genai: its own Generator (append_tokens, then
+generate_next_token), the runtime the builder writes models for. Medians over rounds: prefill
+milliseconds, decode tokens per second, and the bytes a step reads (weights + the KV cache it
+attends to) times tokens per second against this machine's copy bandwidth (numpy, 256 MiB).
+Also aotc's compile time and peak memory (a child process) against the weights' bytes.
+
+python -m tools.llm_bench [--precision fp32,int4] [--threads 1,2] [--prompt 128] [--steps 64]
+                          [--rounds 3] [--report docs/PERFORMANCE.md]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+BEGIN, END = "<!-- llm-bench:begin -->", "<!-- llm-bench:end -->"
+
+
+def copy_bandwidth() -> float:
+    """Bytes per second numpy copies (read + write) over 256 MiB, the best of five."""
+    a = np.ones(1 << 26, np.float32)
+    b = np.empty_like(a)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        np.copyto(b, a)
+        best = min(best, time.perf_counter() - t)
+    return 2 * a.nbytes / best
+
+
+class OrtSession:
+    """ONNX Runtime behind the interface aotc.generate drives."""
+
+    def __init__(self, path: Path, manifest: dict, threads: int):
+        from aotc.bench import ort_session
+        self.sess = ort_session(path, threads)
+        self.manifest = manifest
+        self.output_names = [o.name for o in self.sess.get_outputs()]
+
+    def run(self, feeds, into=None):
+        return self.sess.run(None, feeds)
+
+
+def loop_timing(gen, prompt: list, steps: int) -> tuple[float, list[float], list[int]]:
+    """(prefill seconds, each step's seconds, the tokens) of aotc.generate's loop on `gen`."""
+    caches = {k: gen._empty(k) for k in gen.caches}
+    t = time.perf_counter()
+    logits, caches = gen.step(prompt, 0, caches)
+    prefill = time.perf_counter() - t
+    tokens, times, done = [int(np.argmax(logits))], [], len(prompt)
+    for _ in range(steps):
+        t = time.perf_counter()
+        logits, caches = gen.step([tokens[-1]], done, caches)
+        times.append(time.perf_counter() - t)
+        tokens.append(int(np.argmax(logits)))
+        done += 1
+    return prefill, times, tokens
+
+
+def genai_timing(folder: Path, threads: int, prompt: list, steps: int, longest: int):
+    """The same with onnxruntime-genai's Generator on the builder's folder."""
+    import onnxruntime_genai as og
+    cfg = json.loads((folder / "genai_config.json").read_text())
+    cfg["model"]["decoder"]["session_options"]["intra_op_num_threads"] = threads
+    cfg["model"]["decoder"]["session_options"]["inter_op_num_threads"] = 1
+    (folder / "genai_config.json").write_text(json.dumps(cfg, indent=4))
+    model = og.Model(str(folder))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=longest, do_sample=False)
+    gen = og.Generator(model, params)
+    t = time.perf_counter()
+    gen.append_tokens(prompt)
+    prefill = time.perf_counter() - t
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        gen.generate_next_token()
+        times.append(time.perf_counter() - t)
+    tokens = list(gen.get_sequence(0))[len(prompt):]
+    return prefill, times, tokens
+
+
+def compile_measured(path: Path, out: Path, dims: dict, threads: int) -> tuple[float, float]:
+    """aotc's compile in a child process: (seconds, peak resident bytes)."""
+    code = ("import sys, json, aotc; aotc.compile(sys.argv[1], target='native', output_dir=sys.argv[2], "
+            "name='llm', threads=int(sys.argv[4]), dims={k: tuple(v) for k, v in json.loads(sys.argv[3]).items()})")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code, str(path), str(out), json.dumps(dims), str(threads)], check=True)
+    secs = time.perf_counter() - t
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return secs, 1024.0 * max(peak, before)
+
+
+def bench(precision: str, threads: list[int], prompt_len: int, steps: int, rounds: int, root: Path) -> list[dict]:
+    import aotc
+    from models.decoders import GENAI_SMALL, genai_build, genai_dims, genai_source
+    cfg = GENAI_SMALL
+    head = cfg["hidden_size"] // cfg["num_attention_heads"]
+    longest = prompt_len + steps + 1
+    source = root / "source"
+    if not source.exists():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            genai_source("llama", source, cfg)
+    folder = root / precision
+    path = genai_build(source, folder, precision, root / "cache")
+    weights = sum(f.stat().st_size for f in folder.glob("model.onnx*"))
+    out = root / f"aotc_{precision}"
+    secs, peak = compile_measured(path, out, genai_dims(longest, head), max(threads))
+    art_weights = aotc.load(out).manifest["weights"]["bytes"]
+    prompt = [int(t) for t in np.random.default_rng(3).integers(0, cfg["vocab_size"] - 3, prompt_len)]
+    kv_per_token = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * head * 4
+    bandwidth = copy_bandwidth()
+    results = []
+    for t in threads:
+        model = aotc.load(out, threads=t)
+        gens = {"aotc": aotc.Generator(model), "ort": aotc.Generator(OrtSession(path, model.manifest, t))}
+        runs: dict[str, list] = {k: [] for k in (*gens, "ort-genai")}
+        for _ in range(rounds):              # alternating, so that the machine's slow spells fall on all
+            for k, g in gens.items():
+                runs[k].append(loop_timing(g, prompt, steps))
+            runs["ort-genai"].append(genai_timing(folder, t, prompt, steps, longest))
+        row = {"precision": precision, "threads": t, "params_bytes": weights, "artifact_weights": art_weights,
+               "compile_s": secs, "compile_peak": peak, "bandwidth": bandwidth}
+        for k, rs in runs.items():
+            step = statistics.median(x for _, times, _ in rs for x in times)
+            # bytes a step reads: the weights, and the cache up to the middle of the decode
+            cache = kv_per_token * (prompt_len + steps // 2)
+            row[k] = {"prefill_ms": 1e3 * statistics.median(p for p, _, _ in rs), "tokens_per_s": 1.0 / step,
+                      "bandwidth_fraction": (art_weights + cache) / step / bandwidth, "tokens": rs[0][2][:16]}
+        same = runs["aotc"][0][2] == runs["ort"][0][2]
+        row["same_tokens_as_ort"] = same
+        print(f"{precision} t={t}: " + ", ".join(f"{k} prefill {row[k]['prefill_ms']:.1f} ms, "
+                                                  f"{row[k]['tokens_per_s']:.1f} tok/s" for k in runs)
+              + f"; same tokens as ORT: {same}", file=sys.stderr)
+        results.append(row)
+    return results
+
+
+def report(results: list[dict], prompt_len: int, steps: int) -> str:
+    L = [BEGIN, "",
+         f"Decoding with a KV cache (tools/llm_bench.py, `make llm-bench`): a {prompt_len}-token prompt, "
+         f"then {steps} greedy steps, medians over rounds alternating between engines in one process. "
+         "The model: onnxruntime-genai's builder on a random-weight LLaMA-style model of 134M parameters "
+         "(hidden 768, 12 layers, GQA 12/4 heads, vocabulary 32000). aotc: one artifact, the sequence a "
+         "run-time dim, the KV buffers updated in place; ORT: an InferenceSession under the same loop; "
+         "ORT GenAI: onnxruntime-genai's Generator. int4: the builder's block-32 symmetric weights at its "
+         "accuracy_level 4 (ONNX Runtime quantizes the activations to int8; aotc computes the exact "
+         "float product). Bandwidth: (weights + cache) bytes a step reads x tokens/s over numpy's copy "
+         "bandwidth on this machine.", "",
+         "| weights | threads | prefill ms aotc / ORT / ORT GenAI | tokens/s aotc / ORT / ORT GenAI | "
+         "aotc / best other | aotc's bandwidth fraction |",
+         "|---|---|---|---|---|---|"]
+    for r in results:
+        others = max(r["ort"]["tokens_per_s"], r["ort-genai"]["tokens_per_s"])
+        L.append(f"| {r['precision']} | {r['threads']} | {r['aotc']['prefill_ms']:.1f} / {r['ort']['prefill_ms']:.1f} / "
+                 f"{r['ort-genai']['prefill_ms']:.1f} | {r['aotc']['tokens_per_s']:.1f} / "
+                 f"{r['ort']['tokens_per_s']:.1f} / {r['ort-genai']['tokens_per_s']:.1f} | "
+                 f"{r['aotc']['tokens_per_s'] / others:.2f} | {r['aotc']['bandwidth_fraction']:.2f} |")
+    L += ["", "| weights | ONNX file bytes | artifact weight bytes | compile s | compile peak memory | peak / file |",
+          "|---|---|---|---|---|---|"]
+    for r in {r["precision"]: r for r in results}.values():
+        L.append(f"| {r['precision']} | {r['params_bytes'] / 1e6:.0f} MB | {r['artifact_weights'] / 1e6:.0f} MB | "
+                 f"{r['compile_s']:.0f} | {r['compile_peak'] / 1e9:.2f} GB | {r['compile_peak'] / r['params_bytes']:.1f} |")
+    same = {r["precision"]: r["same_tokens_as_ort"] for r in results}
+    L += ["", "Greedy tokens identical to ONNX Runtime's: " + ", ".join(f"{k} {'yes' if v else 'no'}"
+                                                                      for k, v in same.items())
+          + " (int4 differs by design: ORT's int8 activations at accuracy_level 4).", "", END]
+    return "\n".join(L)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--precision", default="fp32,int4")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--work", type=Path, default=None, help="where the models are built (default: a temporary folder)")
+    ap.add_argument("--report", type=Path, default=None, help="a Markdown file whose llm-bench section to replace")
+    a = ap.parse_args(argv)
+    threads = [int(t) for t in a.threads.split(",")]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = a.work or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        results = []
+        for p in a.precision.split(","):
+            results += bench(p, threads, a.prompt, a.steps, a.rounds, root)
+    text = report(results, a.prompt, a.steps)
+    print(text)
+    if a.report:
+        from aotc.bench import splice_report
+        splice_report(a.report, BEGIN, END, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
