@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import AotcError
 from ..ir.dims import Dim
-from ..kernel.ir import as_dim, dim_ident
+from ..kernel.ir import BinOp, Const, SizeVar, dim_ident
 from ..program.ir import HostLoop, HostWhile, Launch, Program
 from .abi import Port, bounded_epilogue, c_string, count_offsets
 from .weights_check import read_weights_call
@@ -53,8 +53,26 @@ def _may_be_zero(grid) -> bool:
     some size in the ranges."""
     if isinstance(grid, int):
         return False            # (a fixed empty grid: host_statements leaves its launch out)
-    d = as_dim(grid)
-    return d is None or (d.lo if isinstance(d, Dim) else d) <= 0
+    low = _lowest(grid)
+    return low is None or low <= 0
+
+
+def _lowest(e):
+    """The least value of a launch grid's expression over the run-time sizes' ranges, where it is
+    built of sizes and positive constants by +, * and / (each step non-decreasing in the sizes,
+    so the least sizes give it); None for any other expression."""
+    if isinstance(e, Const) and isinstance(e.value, int):
+        return e.value
+    if isinstance(e, SizeVar):
+        return e.lo
+    if isinstance(e, BinOp) and e.op in ("+", "*", "/"):
+        a, b = _lowest(e.a), _lowest(e.b)
+        if a is None or b is None or a < 0 or b < 0:
+            return None
+        if e.op == "/":
+            return a // b if isinstance(e.b, Const) and b > 0 else None
+        return a + b if e.op == "+" else a * b
+    return None
 
 
 def port_may_be_empty(p) -> bool:
