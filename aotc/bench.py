@@ -79,10 +79,14 @@ def time_engines(engines: Mapping[str, Callable[[], object]], runs: int, warmup:
     return samples
 
 
-def splice_report(path, begin: str, end: str, text: str) -> None:
-    """`text` (from its `begin` marker to its `end` marker) in place of that section of the
-    Markdown file at `path`, or appended where the file has none."""
+def publish_report(text: str, path, begin: str, end: str) -> None:
+    """A benchmark's report printed and, where `path` is given, put (from its `begin` marker to
+    its `end` marker) in place of that section of the Markdown file there, or appended where
+    the file has none."""
     from pathlib import Path
+    print(text)
+    if path is None:
+        return
     path = Path(path)
     doc = path.read_text() if path.exists() else ""
     if begin in doc:

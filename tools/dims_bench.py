@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aotc.bench import BoundInstance, ort_session, time_engines
+from aotc.bench import BoundInstance, ort_session, publish_report, time_engines
 from aotc.compiler import compile_model
 from aotc.targets import load_target
 
@@ -197,10 +197,7 @@ def main(argv=None) -> int:
                       f"{r['small_over_fixed']:.2f}, lo/padded {r['small_over_padded']:.2f}, "
                       f"compile x{r['compile_ratio']:.2f}", file=sys.stderr)
     text = report(results)
-    print(text)
-    if a.report:
-        from aotc.bench import splice_report
-        splice_report(a.report, BEGIN, END, text)
+    publish_report(text, a.report, BEGIN, END)
     return 0
 
 

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from aotc.bench import publish_report
+
 BEGIN, END = "<!-- llm-bench:begin -->", "<!-- llm-bench:end -->"
 
 
@@ -205,10 +207,7 @@ def main(argv=None) -> int:
         for p in a.precision.split(","):
             results += bench(p, threads, a.prompt, a.steps, a.rounds, root)
     text = report(results, a.prompt, a.steps)
-    print(text)
-    if a.report:
-        from aotc.bench import splice_report
-        splice_report(a.report, BEGIN, END, text)
+    publish_report(text, a.report, BEGIN, END)
     return 0
 
 
