@@ -54,7 +54,7 @@ class Generator:
                                     "input_ids, attention_mask, position_ids and past_key_values.*"])
         self.ports = ports
         # the longest sequence the artifact takes: input_ids' (and the mask's) largest length
-        self.max_total = _largest(ports.get("attention_mask", ports["input_ids"]), 1)
+        self.max_total = int(ports.get("attention_mask", ports["input_ids"])["shape"][1])
         self.growing = {}                      # cache -> its run-time length axis (a cache that grows)
         for name in self.caches:
             for d in ports[name].get("dims", []):
@@ -65,13 +65,17 @@ class Generator:
                 raise ShapeError(f"cache {name!r} takes lengths {d['min']}..{d['max']}: a prompt starts "
                                  "with an empty one", f"compile with --dim {d['dim']}=0..{d['max']}")
 
-    def _empty(self, name: str) -> np.ndarray:
-        p = self.ports[name]
-        shape = list(p["shape"])
-        shape[0] = 1
-        if name in self.growing:
-            shape[self.growing[name]["axis"]] = 0
-        return np.zeros(shape, _dtype(p))
+    def empty_caches(self) -> dict:
+        """Each cache before a prompt: zeros of its fixed length, or empty where it grows."""
+        out = {}
+        for name in self.caches:
+            p = self.ports[name]
+            shape = list(p["shape"])
+            shape[0] = 1
+            if name in self.growing:
+                shape[self.growing[name]["axis"]] = 0
+            out[name] = np.zeros(shape, _dtype(p))
+        return out
 
     def step(self, ids: Sequence[int], past: int, caches: dict) -> tuple[np.ndarray, dict]:
         """Runs `ids` after `past` tokens whose cache is `caches`: (the last position's logits,
@@ -95,8 +99,7 @@ class Generator:
         (fewer when `eos` comes); returns the generated ids."""
         if not prompt:
             raise ShapeError("generate needs a prompt of at least one token")
-        caches = {k: self._empty(k) for k in self.caches}
-        logits, caches = self.step(list(prompt), 0, caches)
+        logits, caches = self.step(list(prompt), 0, self.empty_caches())
         done, out = len(prompt), []
         while True:
             token = int(np.argmax(logits))
@@ -111,10 +114,6 @@ def generate(model, prompt: Sequence[int], steps: int, eos: Optional[int] = None
     """Greedy decoding of `steps` tokens after `prompt` with a loaded decoder artifact
     (aotc.load / aotc.compile); see the module's doc for the forms it takes."""
     return Generator(model).generate(prompt, steps, eos)
-
-
-def _largest(port: dict, axis: int) -> int:
-    return int(port["shape"][axis])
 
 
 def _dtype(port: dict) -> np.dtype:

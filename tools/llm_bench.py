@@ -61,7 +61,7 @@ class OrtSession:
 
 def loop_timing(gen, prompt: list, steps: int) -> tuple[float, list[float], list[int]]:
     """(prefill seconds, each step's seconds, the tokens) of aotc.generate's loop on `gen`."""
-    caches = {k: gen._empty(k) for k in gen.caches}
+    caches = gen.empty_caches()
     t = time.perf_counter()
     logits, caches = gen.step(prompt, 0, caches)
     prefill = time.perf_counter() - t
