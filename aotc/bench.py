@@ -97,13 +97,29 @@ def publish_report(text: str, path, begin: str, end: str) -> None:
 
 
 def ort_session(path, threads: int):
-    """ONNX Runtime's CPU session with `threads` intra-op threads and one inter-op thread."""
+    """ONNX Runtime's CPU session with `threads` intra-op threads (0: its default) and one
+    inter-op thread."""
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+class OrtDecoder:
+    """ONNX Runtime's CPU session behind the interface aotc.Generator drives (`run(feeds,
+    into=None)`, `manifest`, `output_names`), with an artifact's manifest for the ports, so that
+    aotc and ONNX Runtime run the same decoding loop. `into` is ignored: ONNX Runtime returns
+    its own arrays."""
+
+    def __init__(self, path, manifest: dict, threads: int = 0):
+        self.sess = ort_session(path, threads)
+        self.manifest = manifest
+        self.output_names = [o.name for o in self.sess.get_outputs()]
+
+    def run(self, feeds, into=None):
+        return self.sess.run(None, feeds)
 
 
 def bench_model(path, target: str = "native", threads: Sequence[int] = (1,), shapes: Optional[Mapping] = None,

@@ -121,6 +121,7 @@ class GpuConfig:
     warp: int = 0                 # work-items that run in lockstep on banked local memory (CUDA: 32); 0: none
     shuffle: int = 0              # 1: a warp's work-items exchange registers (reductions combine by shuffles)
     gemv_rows: int = 0            # a GEMM of at most this many rows: one work-item per result, no tiles
+    gemv_max_k: int = 2048        # ... and of at most this K (a longer dot product per work-item: tiles split along K)
     min_results: int = 4          # halved tiles keep at least this many results per work-item (rm * rn)
     floor_groups: int = 0         # ... unless even split along K the launch has fewer groups: then 2 x 2
     small_tk: int = 0             # the K step of halved tiles (0: tk)

@@ -42,12 +42,13 @@ GENAI_SMALL = dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12
                    num_key_value_heads=4, vocab_size=32000, max_position_embeddings=1024, initializer_range=0.02)
 
 
-def build(kind: str, seed: int = 0):
-    """The transformers model of `kind` (eval mode) and (layers, kv heads, head size)."""
+def build(kind: str, seed: int = 0, config: dict | None = None):
+    """The transformers model of `kind` (eval mode; `config`: its config's keyword arguments,
+    TINY[kind] by default) and (layers, kv heads, head size)."""
     import torch
     import transformers as tf
     torch.manual_seed(seed)
-    kw = TINY[kind]
+    kw = config or TINY[kind]
     if kind == "llama":
         model = tf.LlamaForCausalLM(tf.LlamaConfig(**kw, attn_implementation="eager"))
         geometry = kw["num_hidden_layers"], kw["num_key_value_heads"], kw["hidden_size"] // kw["num_attention_heads"]
@@ -59,11 +60,12 @@ def build(kind: str, seed: int = 0):
     return model.eval(), geometry
 
 
-def export_with_past(kind: str, path: Path, seed: int = 0) -> Path:
-    """Export the `kind` decoder with its cache as inputs and outputs (the module doc's ports)."""
+def export_with_past(kind: str, path: Path, seed: int = 0, config: dict | None = None) -> Path:
+    """Export the `kind` decoder (see `build`) with its cache as inputs and outputs (the module
+    doc's ports)."""
     import torch
     from transformers import DynamicCache
-    model, (layers, kv_heads, head) = build(kind, seed)
+    model, (layers, kv_heads, head) = build(kind, seed, config)
 
     class WithPast(torch.nn.Module):
         """The model over a cache given as flat tensors, returning the next one flat."""

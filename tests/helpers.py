@@ -222,19 +222,3 @@ def run_onnx_node_case(name: str, tmp_path: Path, bound=(), exact: bool = False,
                 np.testing.assert_array_equal(g_, want, err_msg=name)
             else:
                 np.testing.assert_allclose(g_, want, rtol=case.rtol or 1e-3, atol=case.atol or 1e-7, err_msg=name)
-
-
-class OrtDecoder:
-    """ONNX Runtime behind the interface aotc.generate drives (an artifact's manifest for the
-    ports), so that both run the same loop."""
-
-    def __init__(self, path, manifest: dict):
-        import onnxruntime as ort
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        self.sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        self.manifest = manifest
-        self.output_names = [o.name for o in self.sess.get_outputs()]
-
-    def run(self, feeds, into=None):         # (into: ONNX Runtime gives its own arrays)
-        return self.sess.run(None, feeds)

@@ -35,7 +35,7 @@ pytest.importorskip("onnxruntime_genai.models.builder", reason="onnxruntime-gena
 import onnxruntime as ort  # noqa: E402
 
 import aotc  # noqa: E402
-from tests.helpers import OrtDecoder  # noqa: E402
+from aotc.bench import OrtDecoder  # noqa: E402
 
 from models.decoders import GENAI_TINY, genai_build, genai_dims, genai_source  # noqa: E402
 

@@ -23,7 +23,7 @@ pytest.importorskip("transformers")
 
 import aotc  # noqa: E402
 from models import decoders  # noqa: E402
-from tests.helpers import OrtDecoder  # noqa: E402
+from aotc.bench import OrtDecoder  # noqa: E402
 
 LONGEST, PROMPT, STEPS = 64, 20, 32
 

@@ -15,8 +15,6 @@ computes); the IR version is lowered to 10 (the lent machines' ONNX Runtime read
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -54,17 +52,15 @@ def encoders(out: Path, tmp: Path) -> None:
 
 def decoders(out: Path, tmp: Path) -> None:
     import tests.test_contrib_genai as cg
+    from models.decoders import genai_build, genai_source
     for name in ("llama_fp32", "llama_int4", "qwen2_int4", "phi3_int4"):
         kind, precision, extra, _ = cg.MODELS[name]
         hf = tmp / f"{kind}_hf"
         if not hf.exists():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                cg._hf_model(kind, hf)
-        built = tmp / name
-        cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf), "-o", str(built),
-               "-p", precision, "-e", "cpu", "-c", str(tmp / "cache")] + (["--extra_options", *extra] if extra else [])
-        subprocess.run(cmd, check=True, capture_output=True)
+                genai_source(kind, hf)
+        built = genai_build(hf, tmp / name, precision, tmp / "cache", extra).parent
         model = onnx.load(str(built / "model.onnx"))
         for n in model.graph.node:
             if n.op_type == "MatMulNBits":

@@ -5,6 +5,7 @@ python -m tools.gpu_check torch [--batches 1,32] [--models resnet50,bert,...] [-
 python -m tools.gpu_check variants [--models resnet50,bert] [--batch 1] [--variant NAME:TABLE.KEY=VALUE,...]
                                     [--runs 50] [--rounds 6] [--target cuda:sm_90] [--report F]
 python -m tools.gpu_check files --dir DIR [--rtol 1e-4] [--atol 1e-5] [--target cuda:sm_90] [--report F]
+python -m tools.gpu_check decode [--dir DIR] [--size small|full] [--prompt 48] [--steps 64] [--longest 128]
 
 Every mode takes `--phase build` (compile only, recording each build's error in --workdir),
 `--phase time` (run the table on what a build phase left) or `--phase all` (the default):
@@ -24,6 +25,13 @@ outputs stay on the GPU.
 optimizer's contrib operators, onnxruntime-genai's decoders, written where those tools are
 installed and carried to the GPU) is compiled at its inputs' shapes, run, compared with ONNX
 Runtime (CPU) on the same inputs, and timed like `zoo`.
+`decode`: decoders with a KV cache, one artifact over run-time sequence lengths (the prompt and
+each token): onnxruntime-genai's builder's files in --dir (written where the builder is, carried)
+and Hugging Face exports with past made here (models/decoders.py: tiny LLaMA and GPT-2; with
+--size full also a 134M-parameter LLaMA) generate --steps tokens greedily after a --prompt-token
+prompt, token for token against ONNX Runtime (CPU) on the same loop, and are timed (prefill and
+per-token step, medians; aotc's steps copy the caches in and out; PyTorch eager on the GPU beside
+the Hugging Face ones, its cache staying on the device).
 `variants`: the GPU schedule's choices side by side in one run. Each variant is the target with
 some of its settings changed (`--variant im2col-buffers:gemm.im2col_packing=false`; without
 --variant, DEFAULT_VARIANTS: each undoes one change made without a GPU or tries the next one,
@@ -183,6 +191,136 @@ def files(a) -> str:
             rows.append(f"| {p.stem} | ERROR: {type(ex).__name__}: {str(ex)[:300]} | | | | |")
             continue
         rows.append(_parity_row(p.stem, m, feeds, got, reference_outputs(p, feeds), a.rtol, a.atol, a.runs))
+        print(rows[-1], flush=True)
+    return "\n".join(rows)
+
+
+# ----------------------------------------------------------------------------- decoders
+# the Hugging Face form exported here: name -> (kind, config or None for models/decoders.py's tiny one)
+HF_DECODERS = {"hf_llama": ("llama", None), "hf_gpt2": ("gpt2", None)}
+HF_FULL = {"hf_llama_134m": ("llama", "GENAI_SMALL")}
+
+
+def _hf_config(name: str):
+    import models.decoders as d
+    kind, config = (HF_DECODERS | HF_FULL)[name]
+    return kind, getattr(d, config) if config else None
+
+
+def _decoder_sources(a, work: Path) -> dict:
+    """name -> (ONNX file, run-time dims): onnxruntime-genai's decoders in --dir (the files with
+    past_key_values inputs; their KV buffers --longest long) and the Hugging Face exports with
+    past made here (phase build exports them; phase time reads them back)."""
+    import onnx
+    from models.decoders import dims, export_with_past, genai_dims
+    out = {}
+    for p in sorted(Path(a.dir).glob("*.onnx")) if a.dir else []:
+        m = onnx.load(str(p), load_external_data=False)
+        if any(i.name.startswith("past_key_values") for i in m.graph.input):
+            # (the ports leave the head size symbolic, kv_cache_dim: the hidden size over
+            # GroupQueryAttention's num_heads)
+            gqa = next(n for n in m.graph.node if n.op_type == "GroupQueryAttention")
+            heads = next(x.i for x in gqa.attribute if x.name == "num_heads")
+            hidden = next(i for i in m.graph.initializer if i.name.endswith("input_layernorm.weight")).dims[0]
+            out[p.stem] = (p, genai_dims(a.longest, hidden // heads))
+    for name in list(HF_DECODERS) + (list(HF_FULL) if a.size == "full" else []):
+        path = work / f"{name}.onnx"
+        if a.phase != "time":
+            kind, config = _hf_config(name)
+            export_with_past(kind, path, config=config)
+        out[name] = (path, dims(a.longest))
+    return out
+
+
+def _compile_decoder(args):
+    name, path, dims, target, workdir, build = args
+    from aotc.compiler import compile_model
+    try:
+        compile_model(path, target=target, output_dir=Path(workdir) / f"{name}_cuda", dims=dims, build=build)
+        return name, None
+    except Exception as ex:
+        return name, f"{type(ex).__name__}: {str(ex)[:400]}"
+
+
+def _torch_step_ms(name: str, prompt: list, steps: int) -> tuple[float, float]:
+    """PyTorch eager on the GPU, the same greedy loop over the same transformers model (its
+    DynamicCache): (prefill ms, median step ms), host clock around synchronized steps."""
+    import torch
+    from transformers import DynamicCache
+    from models.decoders import build
+    kind, config = _hf_config(name)
+    model = build(kind, 0, config)[0].cuda()
+    times = []
+    with torch.no_grad():
+        for _ in range(2):               # (the first loop warms up)
+            cache, ids, times = DynamicCache(), torch.tensor([prompt], device="cuda"), []
+            for i in range(steps + 1):
+                torch.cuda.synchronize()
+                t = time.perf_counter()
+                out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+                ids = out.logits[:, -1:].argmax(-1)
+                torch.cuda.synchronize()
+                times.append(time.perf_counter() - t)
+                cache = out.past_key_values
+    return times[0] * 1e3, statistics.median(times[1:]) * 1e3
+
+
+def _on_gpu() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def decode(a, build=None) -> str:
+    """Each decoder generates --steps tokens after a --prompt-token prompt with aotc.generate's
+    loop on the cuda artifact, against ONNX Runtime (CPU) on the same loop: the tokens, then
+    timings (medians of --rounds loops after one warm-up loop). `build` replaces nvcc's build
+    (tests: the CUDA emulation), and then the decoders compile in this process."""
+    import aotc
+    from aotc.bench import OrtDecoder
+    from tools.llm_bench import loop_timing
+    work = Path(a.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    sources = _decoder_sources(a, work)
+    if not sources:
+        raise SystemExit("decode: no decoders (no --dir files with past_key_values inputs, and --size small "
+                         "exports only the tiny Hugging Face ones)")
+    jobs = [(n, p, d, a.target, str(work), build) for n, (p, d) in sources.items()]
+    if build is None:
+        built = _built(a, "decode", _compile_decoder, jobs, key=lambda r: r[0])
+        if a.phase == "build":
+            return _build_summary("decode", built)
+    else:
+        built = dict(map(_compile_decoder, jobs))
+    rows = ["| decoder | tokens as ORT's | aotc prefill ms | aotc step ms | ORT (CPU) prefill ms | ORT step ms "
+            "| PyTorch (GPU) prefill ms | PyTorch step ms |", "|---|---|---|---|---|---|---|---|"]
+    for name, (path, _) in sources.items():
+        if built[name]:
+            rows.append(f"| {name} | ERROR: {built[name]} | | | | | | |")
+            print(rows[-1], flush=True)
+            continue
+        try:
+            m = aotc.load(work / f"{name}_cuda")
+            vocab = int(m.manifest["outputs"][0]["shape"][-1])
+            prompt = [int(t) for t in np.random.default_rng(11).integers(0, vocab - 3, a.prompt)]
+            engines = {"aotc": aotc.Generator(m), "ort": aotc.Generator(OrtDecoder(path, m.manifest))}
+            timed = {}
+            for e, gen in engines.items():
+                loops = [loop_timing(gen, prompt, a.steps) for _ in range(a.rounds + 1)][1:]
+                timed[e] = (statistics.median(x[0] for x in loops) * 1e3,
+                            statistics.median(t for x in loops for t in x[1]) * 1e3, loops[0][2])
+            same = sum(x == y for x, y in zip(timed["aotc"][2], timed["ort"][2]))
+            verdict = "PASS" if timed["aotc"][2] == timed["ort"][2] else "FAIL"
+            torch_ms = _torch_step_ms(name, prompt, a.steps) if name.startswith("hf_") and _on_gpu() else None
+        except Exception as ex:
+            rows.append(f"| {name} | ERROR: {type(ex).__name__}: {str(ex)[:300]} | | | | | | |")
+            print(rows[-1], flush=True)
+            continue
+        tms = " | ".join(f"{v:.3f}" for v in torch_ms) if torch_ms else "| "
+        rows.append(f"| {name} | {verdict} ({same}/{a.steps + 1}) | {timed['aotc'][0]:.3f} | {timed['aotc'][1]:.3f} | "
+                    f"{timed['ort'][0]:.3f} | {timed['ort'][1]:.3f} | {tms} |")
         print(rows[-1], flush=True)
     return "\n".join(rows)
 
@@ -533,8 +671,8 @@ def variants(a, build=None) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["zoo", "torch", "variants", "files"])
-    ap.add_argument("--dir", default=None, help="files: the folder of NAME.onnx + NAME.npz")
+    ap.add_argument("what", choices=["zoo", "torch", "variants", "files", "decode"])
+    ap.add_argument("--dir", default=None, help="files, decode: the folder of NAME.onnx (+ NAME.npz)")
     ap.add_argument("--rtol", type=float, default=1e-4, help="files: the check's tolerances")
     ap.add_argument("--atol", type=float, default=1e-5)
     ap.add_argument("--size", default="full", choices=["small", "full"])
@@ -544,7 +682,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--batch", type=int, default=1, help="variants: the batch size")
-    ap.add_argument("--rounds", type=int, default=6, help="variants: rounds of timing")
+    ap.add_argument("--rounds", type=int, default=6, help="variants, decode: rounds of timing")
+    ap.add_argument("--prompt", type=int, default=48, help="decode: the prompt's tokens")
+    ap.add_argument("--steps", type=int, default=64, help="decode: tokens generated after it")
+    ap.add_argument("--longest", type=int, default=128, help="decode: the longest sequence the artifacts take")
     ap.add_argument("--variant", action="append", default=None,
                     help="variants: NAME:TABLE.KEY=VALUE[,...] (repeatable; default: DEFAULT_VARIANTS)")
     ap.add_argument("--compile-models", default=None,
@@ -555,7 +696,7 @@ def main() -> None:
     ap.add_argument("--workdir", default="build/gpu")
     ap.add_argument("--report", type=Path, default=None)
     a = ap.parse_args()
-    text = {"zoo": zoo, "torch": beside_torch, "variants": variants, "files": files}[a.what](a)
+    text = {"zoo": zoo, "torch": beside_torch, "variants": variants, "files": files, "decode": decode}[a.what](a)
     print(text)
     if a.report:
         a.report.write_text(text + "\n")

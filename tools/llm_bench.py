@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aotc.bench import publish_report
+from aotc.bench import OrtDecoder, publish_report
 
 BEGIN, END = "<!-- llm-bench:begin -->", "<!-- llm-bench:end -->"
 
@@ -44,19 +44,6 @@ def copy_bandwidth() -> float:
         np.copyto(b, a)
         best = min(best, time.perf_counter() - t)
     return 2 * a.nbytes / best
-
-
-class OrtSession:
-    """ONNX Runtime behind the interface aotc.generate drives."""
-
-    def __init__(self, path: Path, manifest: dict, threads: int):
-        from aotc.bench import ort_session
-        self.sess = ort_session(path, threads)
-        self.manifest = manifest
-        self.output_names = [o.name for o in self.sess.get_outputs()]
-
-    def run(self, feeds, into=None):
-        return self.sess.run(None, feeds)
 
 
 def loop_timing(gen, prompt: list, steps: int) -> tuple[float, list[float], list[int]]:
@@ -134,7 +121,7 @@ def bench(precision: str, threads: list[int], prompt_len: int, steps: int, round
     results = []
     for t in threads:
         model = aotc.load(out, threads=t)
-        gens = {"aotc": aotc.Generator(model), "ort": aotc.Generator(OrtSession(path, model.manifest, t))}
+        gens = {"aotc": aotc.Generator(model), "ort": aotc.Generator(OrtDecoder(path, model.manifest, t))}
         runs: dict[str, list] = {k: [] for k in (*gens, "ort-genai")}
         for _ in range(rounds):              # alternating, so that the machine's slow spells fall on all
             for k, g in gens.items():

@@ -37,7 +37,7 @@ from ..kernel.integer_gemm import expand_integer_gemms
 from ..kernel.retype import widen_accumulators
 from ..targets import GpuConfig, Target
 from .direct import drop_unused_scratch, read_im2col_directly
-from .gpu_gemm import GEMV_MAX_K, gemm_kernel, gemm_shape, gemv_loop, mma_kernel, mma_shape, split_sum_kernel
+from .gpu_gemm import gemm_kernel, gemm_shape, gemv_loop, mma_kernel, mma_shape, split_sum_kernel
 from .gpu_group import work_group_form
 
 
@@ -439,7 +439,7 @@ class LaunchFormer:
             # ran BERT-base's one-token GEMMs, 768 results of 768 or 3072 products, 2x faster
             # in tiles split along K, docs/GPU.md)
             rows = upper_bound(gm.M) if at is None or isinstance(M, Dim) and M.hi > self.p.gemv_rows else at[0]
-            if not batch and rows <= self.p.gemv_rows and upper_bound(gm.K) <= GEMV_MAX_K \
+            if not batch and rows <= self.p.gemv_rows and upper_bound(gm.K) <= self.p.gemv_max_k \
                     and not (gm.a.packed or gm.b.packed):
                 return None
             return (mma_shape if tensor else gemm_shape)(gm, self.p, batch, at)

@@ -389,9 +389,6 @@ def _epilogue(b: Builder, gm: Gemm, v: Expr) -> None:
         b.store(gm.c.buf, gm.c.at(gm.i, gm.j), gm.value)
 
 
-GEMV_MAX_K = 2048            # a longer dot product per work-item is worth a tiled, split launch
-
-
 def _nest_over_c(gm: Gemm, k: Kernel, hint: str, init, extent: int, start: int, term) -> Loop:
     """A spatial nest over C(i, j) whose body sums init(i, j) and term(i, j, r) for r in
     [start, extent), then runs the Gemm's epilogue on the sum."""
