@@ -58,6 +58,9 @@ class GemmConfig:
     # the 8-bit integer GEMM (runtime/aotc_igemm.h) outruns the float32 one: quantized
     # convolutions and QDQ islands become integer GEMMs (passes/decompose.py, passes/qdq.py)
     int8_tile: bool = False
+    # block-quantized weights times int8 activations (MatMulNBits at accuracy_level 4) by the
+    # runtime's product (runtime/aotc_nbits.h: AVX-512 VNNI where the CPU has it), not loops
+    nbits_kernel: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,12 @@ their blocks' scales, then a MatMul / Gather: constant weights fold at compile t
 float32.
 
 Either way each weight is (q - zero) * scale in float32, the exact dequantize-then-float
-product. accuracy_level is accepted and computed the same way: at level 4 ONNX Runtime
-quantizes the activations to int8 blocks (where the CPU has the instructions), so its numbers
-differ from the exact product by that rounding; aotc keeps the exact one.
+product, at accuracy levels 0 to 3 and wherever ONNX Runtime computes that at level 4. Where
+its CPU kernel quantizes the activations to int8 blocks instead (level 4, `_int8_activations`
+says where), aotc.MatMulNBits does the same (int8_activations: each block of 2^k values of a
+row scaled by 127 / its largest magnitude and rounded half to even, the products summed
+exactly in int32 and scaled back), so that a decoder's tokens follow ONNX Runtime's at the
+level the model asks for.
 """
 from __future__ import annotations
 
@@ -55,6 +58,16 @@ def _unpack(e: Emit, packed: str, bits: int, per_byte_shape: list) -> str:
     return e.op("Reshape", [vals, _i64(e, per_byte_shape)])
 
 
+def _int8_activations(e: Emit, level: int, bits: int, bs: int, zps: str | None) -> bool:
+    """Does ONNX Runtime's CPU kernel quantize the activations to int8 blocks here? At
+    accuracy_level 4 with no zero points or uint8 ones, for 4 and 8-bit weights, and 2-bit ones
+    in blocks of at least 32 (probed on onnxruntime 1.32, x86-64 with AVX-512: float zero
+    points, g_idx and 2-bit blocks of 16 compute the exact product instead)."""
+    if level != 4 or (zps is not None and e.elem_type(zps) != TensorProto.UINT8):
+        return False
+    return bits in (4, 8) or (bits == 2 and bs >= 32)
+
+
 def _matmul_nbits(e: Emit, a: dict):
     _reject_attrs(e, a, {"K", "N", "bits", "block_size", "accuracy_level"})
     for req in ("K", "N", "block_size"):
@@ -65,8 +78,9 @@ def _matmul_nbits(e: Emit, a: dict):
         e.refuse(f"bits={bits} (2, 4 and 8 are compiled)")
     if bs < 16 or bs & (bs - 1):
         raise ModelError(f"{e.label}: block_size {bs} is not a power of two of at least 16")
-    if int(a.get("accuracy_level", 0)) not in range(5):
-        raise ModelError(f"{e.label}: accuracy_level {int(a['accuracy_level'])} is not 0 to 4")
+    level = int(a.get("accuracy_level", 0))
+    if level not in range(5):
+        raise ModelError(f"{e.label}: accuracy_level {level} is not 0 to 4")
     A, B, scales, zps, g_idx, bias = (_in(e, k) for k in range(6))
     if A is None or B is None or scales is None:
         raise ModelError(f"{e.label}: A, B and scales are required")
@@ -84,7 +98,8 @@ def _matmul_nbits(e: Emit, a: dict):
         # the weights stay packed: aotc.MatMulNBits unpacks them in its inner loop (ops/nbits.py)
         y = e.name("y") if bias is not None else e.node.output[0]
         e.nodes.append(helper.make_node(MATMUL_NBITS, [A, B, scales] + ([zps] if zps else []), [y],
-                                        K=K, N=N, bits=bits, block_size=bs))
+                                        K=K, N=N, bits=bits, block_size=bs,
+                                        int8_activations=int(_int8_activations(e, level, bits, bs, zps))))
         e.declare(y, TensorProto.FLOAT, list(ash[:-1]) + [N])
         if bias is not None:
             e.op("Add", [y, bias], out=e.node.output[0])
@@ -207,8 +222,9 @@ def _gather_block_quantized(e: Emit, a: dict):
 
 NBITS_BUILDERS = {(MS, "MatMulNBits"): after_inputs(_matmul_nbits),
                   (MS, "GatherBlockQuantized"): after_inputs(_gather_block_quantized)}
-NBITS_HOW = {"MatMulNBits": "aotc.MatMulNBits: the packed weights read in place, unpacked in its inner loop (with "
-                            "g_idx: dequantized in the graph, folded to float32, MatMul)",
+NBITS_HOW = {"MatMulNBits": "aotc.MatMulNBits: the packed weights read in place, unpacked in its inner loop; at "
+                            "accuracy_level 4, where ONNX Runtime does, int8 activations (CPU: runtime/aotc_nbits.h, "
+                            "VNNI) (with g_idx: dequantized in the graph, folded to float32, MatMul)",
              "GatherBlockQuantized": "aotc.GatherBlockQuantized: the uint8 table read packed, the gathered rows "
                                      "dequantized (int4 / uint4 tables: dequantized in the graph, folded, Gather)"}
 NBITS_REFUSED = {"MatMulNBits": "bits other than 2, 4, 8; g_idx with packed uint8 zero_points (ORT's CPU kernel "

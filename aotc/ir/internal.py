@@ -23,7 +23,9 @@ Node kinds that compile (each is an entry of the op registry, in the module name
                   written by passes/control.py host_loop; attributes `loop`, `end`, `state`)
     MATMUL_NBITS  `aotc.MatMulNBits`: a product with block-quantized weights read packed,
                   unpacked in its inner loop (ops/nbits.py, written by frontend/contrib_nbits.py
-                  for ONNX Runtime's MatMulNBits; attributes K, N, bits, block_size)
+                  for ONNX Runtime's MatMulNBits; attributes K, N, bits, block_size, and
+                  int8_activations: 1 where ONNX Runtime quantizes the activations to int8
+                  blocks, at accuracy_level 4)
     GATHER_NBITS  `aotc.GatherBlockQuantized`: rows of a block-quantized table read packed,
                   dequantized as they are gathered (same modules, for ONNX Runtime's
                   GatherBlockQuantized in its uint8 form; attributes bits, block_size)
@@ -76,6 +78,10 @@ Attributes:
                      whose result is a graph output of the same shape: the caller may pass one
                      array for both, and the kernel copies the cache only where they differ, then
                      writes the update's positions (passes/caches.py, ops/state.py)
+    NBITS_KERNEL     on an aotc.MatMulNBits with int8_activations, on a target whose runtime
+                     has the product (`[gemm] nbits_kernel`): it calls runtime/aotc_nbits.h
+                     rather than running the same arithmetic as kernel loops (passes/caches.py
+                     runtime_kernels, ops/nbits.py)
 """
 from __future__ import annotations
 
@@ -117,6 +123,7 @@ RUN_TIME_AXES = "_run_time_axes"
 SIZES_ATTR = "_sizes"
 COERCE_2D = "_coerce_2d"
 IN_PLACE = "_in_place"
+NBITS_KERNEL = "_nbits_kernel"
 
 
 def is_carry(n: Node, end: bool) -> bool:

@@ -503,9 +503,12 @@ class If(Stmt):
 
 @dataclass(eq=False)
 class CallStmt(Stmt):
-    """Call a runtime function: args are Buffers / BufPtrs (passed as pointers) or Exprs."""
+    """Call a runtime function: args are Buffers / BufPtrs (passed as pointers) or Exprs; `work`:
+    what the call costs, in the schedule's units (kernel statements run; schedule/cpu.py
+    work_estimate), for the thread pool's choice of loops."""
     fn: str
     args: list
+    work: int = 1
 
 
 @dataclass(eq=False)
@@ -1043,8 +1046,8 @@ class Builder:
         idx = tuple(wrap(i) for i in idx)
         self.emit(Store(buf, buf.flat(idx), cast(wrap(value, None), buf.value_dtype), at=idx))
 
-    def call(self, fn: str, *args) -> None:
-        self.emit(CallStmt(fn, list(args)))
+    def call(self, fn: str, *args, work: int = 1) -> None:
+        self.emit(CallStmt(fn, list(args), work))
 
     def fail(self, status: str, detail: str = "") -> None:
         self.emit(Fail(status, detail))

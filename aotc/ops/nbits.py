@@ -12,8 +12,13 @@ Attributes K, N, bits, block_size. Output float32 [..., N].
 
 Numerics: each weight is dequantized as the graph rewrite computes it, (float(q) - zero) * scale
 in float32, then multiplied and summed in float32 as MatMul's loops do: the exact
-dequantize-then-float product (ONNX Runtime's accuracy levels 0 and 1), not level 4's int8
-activations.
+dequantize-then-float product (ONNX Runtime's accuracy levels 0 to 3). With int8_activations
+(its level 4), each block of a row of A is quantized to int8 as ONNX Runtime's CPU kernel does
+(runtime/aotc_nbits.h says how), the products of the quantized activations and the weights'
+raw values summed exactly in int32 per block, scaled by both blocks' scales, less the zero
+points' share: on targets whose runtime has that product (NBITS_KERNEL, set by
+passes/caches.py runtime_kernels) by aotc_nbits_gemm, a loop over column chunks that the
+thread pool splits; elsewhere (the GPU targets) as the same arithmetic in kernel loops.
 """
 from __future__ import annotations
 
@@ -22,8 +27,9 @@ import numpy as np
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..ir.dims import decide
-from ..ir.internal import GATHER_NBITS, MATMUL_NBITS
-from ..kernel.ir import F32, I32, I64, REDUCTION, SPATIAL, Expr, GemmDest, Load, binop, cast, const, matrix, select, wrap
+from ..ir.internal import GATHER_NBITS, MATMUL_NBITS, NBITS_KERNEL
+from ..kernel.ir import (F32, I32, I64, REDUCTION, SPATIAL, BufPtr, Expr, GemmDest, Load, binop, call, cast, const, matrix,
+                         maximum, minimum, select, upper_bound, wrap)
 from .common import prod
 from .window import IfElse
 from .registry import register
@@ -34,6 +40,10 @@ U8 = np.dtype(np.uint8)
 # its own loop, which costs less there (measured: docs/journal/performance.md, MatMulNBits)
 GEMM_ROWS = 16
 TILE = 64
+# int8 activations by the runtime: the output columns each aotc_nbits_gemm call computes (the
+# thread pool's unit: N / NBITS_COLS calls a run)
+NBITS_COLS = 16
+I8 = np.dtype(np.int8)
 
 
 def _attrs(node) -> tuple[int, int, int, int]:
@@ -117,6 +127,9 @@ def _lower(node, ctx):
     K, N, bits, bs = _attrs(node)
     A, Z = ctx.ins[0], ctx.ins[3] if ctx.has_input(3) else None
     M = prod(A.shape[:-1])
+    if int(node.attr("int8_activations", 0)):
+        _lower_int8(ctx, M, K, N, bits, bs, bool(node.attr(NBITS_KERNEL, 0)))
+        return
     blocks = -(-K // bs)
     blob = bs * bits // 8                  # bytes of one block
     full = K // bs
@@ -152,6 +165,69 @@ def _lower(node, ctx):
                 _lower_gemm(ctx, M, K, N, bits, bs, zero, weight, zeros)
             with orelse:
                 _lower_rows(ctx, M, K, N, bits, bs, zero, weight, zeros, part)
+
+
+def _lower_int8(ctx, M, K: int, N: int, bits: int, bs: int, runtime: bool) -> None:
+    """Activations quantized to int8 blocks (the module doc): A's rows into `qa` (the weights'
+    byte order within each block, zero past K), each block's scale and scale x sum of its
+    values, then every output from them."""
+    A, B, S, Z, Y = ctx.ins[0], ctx.ins[1], ctx.ins[2], ctx.ins[3] if ctx.has_input(3) else None, ctx.outs[0]
+    b = ctx.b
+    blocks, per, blob = -(-K // bs), 8 // bits, bs * bits // 8
+    width = blocks * bs
+    b.comment(f"{M} x {N} outputs of {K}-long rows: {bits}-bit weights in blocks of {bs} times "
+              "activations quantized to int8 blocks (ONNX Runtime's accuracy_level 4)")
+    qa = ctx.scratch((M, width), I8, "qa")
+    a_scale = ctx.scratch((M, blocks), F32, "a_scale")
+    a_sum = ctx.scratch((M, blocks), F32, "a_sum")
+    if runtime:
+        b.call("aotc_nbits_quantize", BufPtr(A), wrap(M), const(K), const(bs), const(bits), BufPtr(qa),
+               BufPtr(a_scale), BufPtr(a_sum), work=upper_bound(wrap(M)) * width)
+        # (scratch of aotc_nbits_gemm: four columns' scales x zero points, and their weights
+        # unpacked to bytes: 4 x width bytes, typed as floats)
+        zs = ctx.scratch((4 * blocks,), F32, "zero_scaled")
+        work = ctx.scratch((width,), F32, "unpacked")
+        chunks = -(-N // NBITS_COLS)
+        with b.loops((chunks,), ["c"], role=SPATIAL, private=[zs, work]) as (c,):
+            n0 = c * NBITS_COLS
+            b.call("aotc_nbits_gemm", wrap(M), n0, minimum(n0 + NBITS_COLS, const(N)), const(K), const(bs),
+                   const(bits), BufPtr(qa), BufPtr(a_scale), BufPtr(a_sum), BufPtr(B), BufPtr(S),
+                   BufPtr(Z if Z is not None else B), const(int(Z is not None)), BufPtr(Y), const(N), BufPtr(zs),
+                   BufPtr(work),
+                   work=upper_bound(wrap(M)) * NBITS_COLS * K // 16)
+        return
+    with b.loops((M, blocks), ["m", "blk"], role=SPATIAL) as (m, blk):
+        amax = b.local("amax", const(0.0, F32), dtype=F32)
+        with b.loop(bs, "k", role=REDUCTION) as k:
+            at = blk * bs + k
+            v = A[m * K + minimum(at, const(K - 1))]
+            b.assign(amax, select(at < K, maximum(amax, select(v < 0.0, const(0.0, F32) - v, v)), amax))
+        inv = b.local("inv", select(amax > 0.0, const(127.0, F32) / amax, const(0.0, F32)))
+        total = b.local("total", const(0, I32), dtype=I32)
+        with b.loop(bs, "k", role=REDUCTION) as k:
+            at = blk * bs + k
+            q = b.local("q", select(at < K, cast(call("rint", A[m * K + minimum(at, const(K - 1))] * inv), I32),
+                                    const(0, I32)))
+            b.store(qa, m * width + blk * bs + (k % per) * blob + k / per, cast(q, I8))
+            b.assign(total, total + q)
+        b.store(a_scale, m * blocks + blk, amax / 127.0)
+        b.store(a_sum, m * blocks + blk, amax / 127.0 * cast(total, F32))
+    zrow = -(-blocks * bits // 8)
+    with b.loops((N, M), ["n", "m"], role=SPATIAL) as (n, m):
+        acc = b.local("acc", const(0.0, F32), dtype=F32)
+        corr = b.local("corr", const(0.0, F32), dtype=F32)
+        with b.loop(blocks, "blk", role=REDUCTION) as blk:
+            dot = b.local("dot", const(0, I32), dtype=I32)
+            with b.loop(blob, "j", role=REDUCTION) as j:
+                byte = cast(B[(n * blocks + blk) * blob + j], I32)
+                for t in range(per):
+                    b.assign(dot, dot + cast(qa[m * width + blk * bs + t * blob + j], I32) * _field(byte, t, bits))
+            s = b.local("s", S[n * blocks + blk])
+            z = const(float(1 << (bits - 1)), F32) if Z is None else \
+                cast(_value(Z[n * zrow + blk / per], blk, bits), F32)
+            b.assign(acc, acc + a_scale[m * blocks + blk] * s * cast(dot, F32))
+            b.assign(corr, corr + a_sum[m * blocks + blk] * (s * z))
+        b.store(Y, m * N + n, acc - corr)
 
 
 def _lower_rows(ctx, M, K: int, N: int, bits: int, bs: int, zero, weight, zeros, part) -> None:

@@ -1,4 +1,7 @@
-"""Caches updated in place: a decoder's KV cache as onnxruntime-genai's model builder passes it
+"""Decoders' steps on CPU targets: the KV cache updated in place, and the int4 products by the
+runtime's kernel.
+
+Caches updated in place: a decoder's KV cache as onnxruntime-genai's model builder passes it
 (the shared max-length buffer) is a graph input that a TensorScatter alone reads, writing the
 new positions into a copy that is a graph output of the same shape. Marked IN_PLACE, the
 caller may pass one array as both, as the genai runtime does: the kernel then writes only the
@@ -8,7 +11,7 @@ may share their input's array (codegen/abi.py, `<name>_output_in_place`)."""
 from __future__ import annotations
 
 from ..ir.graph import Graph
-from ..ir.internal import IN_PLACE
+from ..ir.internal import IN_PLACE, MATMUL_NBITS, NBITS_KERNEL
 
 
 def caches_in_place(g: Graph) -> Graph:
@@ -26,3 +29,12 @@ def caches_in_place(g: Graph) -> Graph:
             n.attrs[IN_PLACE] = 1
     return g
 
+
+def runtime_kernels(g: Graph) -> Graph:
+    """On a target whose runtime has the int8-activation product of block-quantized weights
+    (`[gemm] nbits_kernel`), each aotc.MatMulNBits that computes it calls the runtime
+    (NBITS_KERNEL; ops/nbits.py): a decoder's one-token steps are that product's weight stream."""
+    for n in g.nodes:
+        if n.op_type == MATMUL_NBITS and int(n.attrs.get("int8_activations", 0)):
+            n.attrs[NBITS_KERNEL] = 1
+    return g

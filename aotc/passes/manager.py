@@ -21,7 +21,7 @@ from ..ir.verify import verify
 from . import bounded, simplify
 from .attention import fuse_attention
 from .branches import node_conditions
-from .caches import caches_in_place
+from .caches import caches_in_place, runtime_kernels
 from .infer import infer_shapes
 from .loops import order_loop_bodies
 from .normalize import normalize_opset
@@ -80,6 +80,10 @@ def _caches(g: Graph, ctx: PassContext) -> Graph:
     return caches_in_place(g) if ctx.target is not None and not ctx.target.is_gpu else g
 
 
+def _runtime_kernels(g: Graph, ctx: PassContext) -> Graph:
+    return runtime_kernels(g) if ctx.target is not None and ctx.target.gemm.nbits_kernel else g
+
+
 def _subnormals(g: Graph, ctx: PassContext) -> Graph:
     if not ctx.flushes_subnormals:
         return g
@@ -132,6 +136,8 @@ def pipeline() -> list[Pass]:
         # CPU targets: a KV cache the caller may pass as its own update's output (the GPU
         # targets copy every input to the device anyway)
         Pass("caches_in_place", _caches),
+        # CPU targets: MatMulNBits with int8 activations by runtime/aotc_nbits.h
+        Pass("runtime_kernels", _runtime_kernels),
         # which values of the final graph have a size known only at run time
         _plain("bounded_dimensions", bounded.analyze),
         # 3 x 3 convolutions by Winograd where the target allows and the cost model says it pays

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.graph import Graph
-from ...kernel.ir import Gemm, walk_stmts
+from ...kernel.ir import CallStmt, Gemm, walk_stmts
 from ...memory.planner import MemoryPlan
 from ...program.ir import Launch, Program, Slot
 from ...schedule.gemm_cpu import GemmTiles
@@ -23,10 +23,13 @@ from .printer import CPrinter, uses_pool
 def runtime_headers(program: Program) -> list[str]:
     """The runtime/ headers a C artifact includes: status codes, helpers, vectorizable float32
     math, the thread pool, and the GEMM when a kernel multiplies matrices (the integer one too
-    when a kernel multiplies 8-bit ones)."""
-    gemms = [s for k in program.kernels() for s in walk_stmts(k.body) if isinstance(s, Gemm)]
+    when a kernel multiplies 8-bit ones; the block-quantized product when a kernel calls it)."""
+    stmts = [s for k in program.kernels() for s in walk_stmts(k.body)]
+    gemms = [s for s in stmts if isinstance(s, Gemm)]
+    nbits = any(isinstance(s, CallStmt) and s.fn.startswith("aotc_nbits_") for s in stmts)
     return ["aotc_runtime.h", "aotc_support.h", "aotc_math.h", "aotc_threads.h"] + \
-        (["aotc_gemm_packed.h"] if gemms else []) + (["aotc_igemm.h"] if any(g.integer for g in gemms) else [])
+        (["aotc_gemm_packed.h"] if gemms else []) + (["aotc_igemm.h"] if any(g.integer for g in gemms) else []) + \
+        (["aotc_nbits.h"] if nbits else [])
 
 
 def _pointer(slot: Slot, dt, role: str, in_fields: dict, out_fields: dict) -> str:
