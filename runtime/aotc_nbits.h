@@ -225,9 +225,8 @@ aotc_nbits_cols_vnni(const int nc, int64_t M, int64_t n, int64_t K, int64_t bs, 
                                            : aotc_nbits_w64(B + (n + c) * blocks * blob, p, bs, bits);
                 const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, qv);
                 const __m512 sl = aotc_nbits_lanes(S + (n + c) * blocks, p, bs, bits);
-                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(al, sl), acc[c]);
-                if (!zs)
-                    acc[c] = _mm512_fnmadd_ps(zl, sl, acc[c]);
+                /* (dot x a_scale - the zero point's share) x the weights' scale */
+                acc[c] = _mm512_fmadd_ps(_mm512_fmsub_ps(_mm512_cvtepi32_ps(dot), al, zl), sl, acc[c]);
             }
         }
         for (int c = 0; c < nc; c++) {
