@@ -9,8 +9,10 @@ MatMulNBits, GatherBlockQuantized) are not on the lent GPU machines. This builds
 random-weight models as tests/test_contrib_models.py and tests/test_contrib_genai.py, with the
 inputs those tests check them on, as DIR/NAME.onnx + DIR/NAME.npz; `python -m tools.gpu_check
 files --dir DIR` compiles them for the cuda target there and compares with ONNX Runtime.
-The decoders' MatMulNBits are set to accuracy_level 0 (ONNX Runtime's exact product, which aotc
-computes); the IR version is lowered to 10 (the lent machines' ONNX Runtime reads up to 13).
+The decoders' MatMulNBits are set to accuracy_level 0 (the exact product: a model with int8
+activations amplifies last-bit differences of float sums into differences of its int8 values,
+so the float product is the tighter check of the GPU's kernels); the IR version is lowered to
+10 (the lent machines' ONNX Runtime reads up to 13).
 """
 from __future__ import annotations
 
