@@ -18,7 +18,7 @@ Tokenizers are out of scope: ids in, ids out."""
 from __future__ import annotations
 
 import re
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -94,20 +94,31 @@ class Generator:
         out = dict(zip(self.model.output_names, self.model.run(feeds, into=into) if into else self.model.run(feeds)))
         return out[self.logits][0, -1], {k: out[v] for k, v in self.caches.items()}
 
+    def tokens(self, prompt: Sequence[int]) -> Iterator[int]:
+        """Greedy tokens after `prompt`, one run of the model per token taken: the first runs
+        the prompt, each later one the token before it."""
+        if not prompt:
+            raise ShapeError("generate needs a prompt of at least one token")
+        return self._tokens(list(prompt))
+
+    def _tokens(self, prompt: list) -> Iterator[int]:
+        logits, caches = self.step(prompt, 0, self.empty_caches())
+        done = len(prompt)
+        while True:
+            token = int(np.argmax(logits))
+            yield token
+            logits, caches = self.step([token], done, caches)
+            done += 1
+
     def generate(self, prompt: Sequence[int], steps: int, eos: Optional[int] = None) -> list[int]:
         """Greedy decoding: the prompt, then `steps` tokens each the argmax of the logits
         (fewer when `eos` comes); returns the generated ids."""
-        if not prompt:
-            raise ShapeError("generate needs a prompt of at least one token")
-        logits, caches = self.step(list(prompt), 0, self.empty_caches())
-        done, out = len(prompt), []
-        while True:
-            token = int(np.argmax(logits))
+        out = []
+        for token in self.tokens(prompt):
             out.append(token)
             if len(out) == steps or token == eos:
-                return out
-            logits, caches = self.step([token], done, caches)
-            done += 1
+                break
+        return out
 
 
 def generate(model, prompt: Sequence[int], steps: int, eos: Optional[int] = None) -> list[int]:

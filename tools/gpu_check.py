@@ -196,15 +196,28 @@ def files(a) -> str:
 
 
 # ----------------------------------------------------------------------------- decoders
-# the Hugging Face form exported here: name -> (kind, config or None for models/decoders.py's tiny one)
-HF_DECODERS = {"hf_llama": ("llama", None), "hf_gpt2": ("gpt2", None)}
-HF_FULL = {"hf_llama_134m": ("llama", "GENAI_SMALL")}
+# the Hugging Face form exported here: name -> (kind, config: None for models/decoders.py's
+# tiny one), and the one exported with --size full only (134M parameters)
+HF_DECODERS = {"hf_llama": ("llama", None), "hf_gpt2": ("gpt2", None), "hf_llama_134m": ("llama", "small")}
+FULL_ONLY = {"hf_llama_134m"}
 
 
 def _hf_config(name: str):
-    import models.decoders as d
-    kind, config = (HF_DECODERS | HF_FULL)[name]
-    return kind, getattr(d, config) if config else None
+    from models.decoders import GENAI_SMALL
+    kind, config = HF_DECODERS[name]
+    return kind, GENAI_SMALL if config == "small" else None
+
+
+def _genai_head(m, path: Path) -> int:
+    """A builder decoder's head size, which its ports leave symbolic (kv_cache_dim): the hidden
+    size (its first layer norm's weight) over GroupQueryAttention's num_heads."""
+    gqa = next((n for n in m.graph.node if n.op_type == "GroupQueryAttention"), None)
+    norm = next((i for i in m.graph.initializer if i.name.endswith("input_layernorm.weight")), None)
+    heads = next((x.i for x in gqa.attribute if x.name == "num_heads"), 0) if gqa is not None else 0
+    if not heads or norm is None:
+        raise SystemExit(f"decode: {path} has past_key_values inputs but no GroupQueryAttention with num_heads "
+                         "and input_layernorm weight to size its heads by")
+    return norm.dims[0] // heads
 
 
 def _decoder_sources(a, work: Path) -> dict:
@@ -217,13 +230,8 @@ def _decoder_sources(a, work: Path) -> dict:
     for p in sorted(Path(a.dir).glob("*.onnx")) if a.dir else []:
         m = onnx.load(str(p), load_external_data=False)
         if any(i.name.startswith("past_key_values") for i in m.graph.input):
-            # (the ports leave the head size symbolic, kv_cache_dim: the hidden size over
-            # GroupQueryAttention's num_heads)
-            gqa = next(n for n in m.graph.node if n.op_type == "GroupQueryAttention")
-            heads = next(x.i for x in gqa.attribute if x.name == "num_heads")
-            hidden = next(i for i in m.graph.initializer if i.name.endswith("input_layernorm.weight")).dims[0]
-            out[p.stem] = (p, genai_dims(a.longest, hidden // heads))
-    for name in list(HF_DECODERS) + (list(HF_FULL) if a.size == "full" else []):
+            out[p.stem] = (p, genai_dims(a.longest, _genai_head(m, p)))
+    for name in [n for n in HF_DECODERS if a.size == "full" or n not in FULL_ONLY]:
         path = work / f"{name}.onnx"
         if a.phase != "time":
             kind, config = _hf_config(name)

@@ -89,6 +89,15 @@ def _value(byte: Expr, j: Expr, bits: int) -> Expr:
     return binop("&", binop(">>", v, cast(shift, I32)), const((1 << bits) - 1, I32))
 
 
+def _zero_point(Z, row: Expr, blk: Expr, blocks: int, bits: int) -> Expr:
+    """Block blk's zero point of row `row` as float32, from packed uint8 zero points (a row's
+    ceil(blocks * bits / 8) bytes, low bits first); 2^(bits - 1) without them."""
+    if Z is None:
+        return const(float(1 << (bits - 1)), F32)
+    per = 8 // bits
+    return cast(_value(Z[row * -(-blocks * bits // 8) + blk / per], blk, bits), F32)
+
+
 def _unpack_zeros(b, Z, zeros, n: Expr, blocks: int, bits: int) -> None:
     """Row n's packed zero points as floats in `zeros`, byte by byte (each byte's values with
     constant shifts: a loop over the blocks reading byte blk / per with shift (blk % per) * bits
@@ -212,7 +221,6 @@ def _lower_int8(ctx, M, K: int, N: int, bits: int, bs: int, runtime: bool) -> No
             b.assign(total, total + q)
         b.store(a_scale, m * blocks + blk, amax / 127.0)
         b.store(a_sum, m * blocks + blk, amax / 127.0 * cast(total, F32))
-    zrow = -(-blocks * bits // 8)
     with b.loops((N, M), ["n", "m"], role=SPATIAL) as (n, m):
         acc = b.local("acc", const(0.0, F32), dtype=F32)
         corr = b.local("corr", const(0.0, F32), dtype=F32)
@@ -223,8 +231,7 @@ def _lower_int8(ctx, M, K: int, N: int, bits: int, bs: int, runtime: bool) -> No
                 for t in range(per):
                     b.assign(dot, dot + cast(qa[m * width + blk * bs + t * blob + j], I32) * _field(byte, t, bits))
             s = b.local("s", S[n * blocks + blk])
-            z = const(float(1 << (bits - 1)), F32) if Z is None else \
-                cast(_value(Z[n * zrow + blk / per], blk, bits), F32)
+            z = _zero_point(Z, n, blk, blocks, bits)
             b.assign(acc, acc + a_scale[m * blocks + blk] * s * cast(dot, F32))
             b.assign(corr, corr + a_sum[m * blocks + blk] * (s * z))
         b.store(Y, m * N + n, acc - corr)
@@ -374,7 +381,7 @@ def _gather_lower(node, ctx):
     Y = ctx.outs[0]
     bits, bs, cols, blocks = _gather_attrs(node, D)
     rows, row_bytes = D.shape
-    per, zrow = 8 // bits, -(-blocks * bits // 8)
+    per = 8 // bits
     b = ctx.b
     b.comment(f"{prod(I.shape)} rows of a {rows} x {cols} table of {bits}-bit values in blocks of {bs}, unpacked")
     with b.loops((prod(I.shape),), ["t"], role=SPATIAL) as (t,):
@@ -386,10 +393,7 @@ def _gather_lower(node, ctx):
             blk = j * per / bs
             byte = cast(D[row * row_bytes + j], I32)
             s = S[row * blocks + blk]
-            if Z is None:
-                z = const(float(1 << (bits - 1)), F32)
-            else:
-                z = cast(_value(Z[row * zrow + blk / per], blk, bits), F32)
+            z = _zero_point(Z, row, blk, blocks, bits)
             for v in range(per):
                 b.store(Y, t * cols + j * per + v, (cast(_field(byte, v, bits), F32) - z) * s)
 
