@@ -14,7 +14,9 @@ build. The forms recognized, by their inputs' names:
   empty and grows by the step's tokens. A cache the artifact updates in place (its manifest's
   "in_place_of") is one array throughout, given as the input and as the output.
 
-Tokenizers are out of scope: ids in, ids out."""
+`generate(model, prompt, steps)` returns the greedy ids; `Generator(model)` gives the pieces:
+`tokens(prompt)` (an iterator, one run of the model per token taken), `step` (one run on given
+ids and caches) and `empty_caches`. Tokenizers are out of scope: ids in, ids out."""
 from __future__ import annotations
 
 import re
