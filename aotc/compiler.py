@@ -132,8 +132,13 @@ def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathL
     external = weights == "external" or (weights == "auto" and c.plan.weights_bytes > EMBED_LIMIT_BYTES)
     g, plan = c.graph, c.plan
     with step("generating code"):
-        blob = abi.weights_blob(g, plan)
-        crc = weights_check.crc32(blob)
+        weights_file = f"{prefix}.weights" if external else None
+        if external:                    # streamed to the file, weight by weight
+            with open(out / weights_file, "wb") as f:
+                crc, sha = abi.write_weights(g, plan, f)
+        else:
+            blob = abi.weights_blob(g, plan)
+            crc, sha = weights_check.crc32(blob), hashlib.sha256(blob).hexdigest()
         files = {f"{prefix}.h": abi.emit_header(prefix, g, plan, external, c.threads, c.target, crc)}
         files.update(backend.sources(prefix, g, c.program, plan, external, c.target, c.threads))
         if not external:
@@ -143,11 +148,7 @@ def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathL
         headers = backend.runtime_headers(c.program)
         for h in headers:
             shutil.copyfile(RUNTIME_DIR / h, out / h)
-        weights_file = None
-        if external:
-            weights_file = f"{prefix}.weights"
-            (out / weights_file).write_bytes(blob)
-        elif (out / f"{prefix}.weights").exists():
+        if not external and (out / f"{prefix}.weights").exists():
             (out / f"{prefix}.weights").unlink()
         if (out / f"{prefix}_weights.c").exists() and external:
             (out / f"{prefix}_weights.c").unlink()
@@ -176,7 +177,7 @@ def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathL
         "workspace_bytes": plan.arena_bytes,
         "workspace_alignment": plan.alignment,
         "weights": {"mode": "external" if external else "embedded", "file": weights_file,
-                    "bytes": plan.weights_bytes, "sha256": hashlib.sha256(blob).hexdigest(),
+                    "bytes": plan.weights_bytes, "sha256": sha,
                     "crc32": f"{crc:08x}"},
         "memory_plan": plan.summary(),
         # float32 weights below the normal range, made zero: the run computes them as zero

@@ -14,11 +14,15 @@ AOTC_ERR_NOT_SUPPORTED, and create / invoke do the work (device memory, queue or
 """
 from __future__ import annotations
 
+import hashlib
+import io
+import zlib
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
+from ..frontend.mapped import drop_pages
 from ..ir import dtypes
 from ..ir.dims import Dim, is_dim, upper_shape
 from ..ir.graph import Graph
@@ -364,13 +368,34 @@ def count_offsets(program) -> list[int]:
     return sorted({off for b in program.bounded for off in b.counts.values()})
 
 
-def weights_blob(g: Graph, plan: MemoryPlan) -> bytes:
-    blob = bytearray(plan.weights_bytes)
-    for name in plan.weight_order:
+def write_weights(g: Graph, plan: MemoryPlan, f) -> tuple[int, str]:
+    """The weights blob written to the binary file `f` weight by weight (none of a large model's
+    weights copied whole: a mapped one is read from its file, frontend/mapped.py): (its CRC-32
+    as aotc_read_weights computes it, its sha256)."""
+    crc, sha, at = 0, hashlib.sha256(), 0
+
+    def put(data) -> None:
+        nonlocal crc, at
+        f.write(data)
+        crc = zlib.crc32(data, crc)
+        sha.update(data)
+        at += len(data)
+
+    for name in sorted(plan.weight_order, key=lambda n: plan.locations[n].offset):
         off = plan.locations[name].offset
-        data = np.ascontiguousarray(g.values[name].const).tobytes()
-        blob[off:off + len(data)] = data
-    return bytes(blob)
+        put(bytes(off - at))                        # alignment padding
+        arr = np.ascontiguousarray(g.values[name].const)
+        put(memoryview(arr.reshape(-1).view(np.uint8)))
+        drop_pages(arr)
+    put(bytes(plan.weights_bytes - at))
+    return crc & 0xFFFFFFFF, sha.hexdigest()
+
+
+def weights_blob(g: Graph, plan: MemoryPlan) -> bytes:
+    """The weights blob in memory (embedded weights: small)."""
+    buf = io.BytesIO()
+    write_weights(g, plan, buf)
+    return buf.getvalue()
 
 
 def emit_weights_c(prefix: str, blob: bytes) -> str:

@@ -1,6 +1,7 @@
 """ONNX file -> graph IR.
 
-Reads the protobuf (external data only from inside the model's own folder), inlines local
+Reads the protobuf, its large weights left in their files and mapped (frontend/mapped.py;
+external data only from inside the model's own folder), inlines local
 functions, rewrites the nodes of frontend/rewrite.py's operators into ai.onnx ones and replaces
 those of operators ONNX defines as functions (frontend/schema_functions.py), binds user shapes
 and constants, and builds the Graph with nodes in dependency order. Shape inference and
@@ -22,6 +23,7 @@ from ..ir import dtypes
 from ..ir.dims import Dim, Symbol, shape_symbols
 from ..ir.graph import Graph, Node, Subgraph, Value, subgraph_reads
 from .narrow import NARROW, narrow_edges, untyped_narrow_outputs, widen_array, widen_nodes
+from . import mapped
 from .operators import check_supported
 from .rewrite import expand_rewrites
 from .schema_functions import expand_schema_functions
@@ -35,10 +37,8 @@ def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
         raise ModelError(f"no such file: {p}", "check the path to the .onnx model")
     if p.is_dir():
         raise ModelError(f"{p} is a directory, not an ONNX file")
-    data = p.read_bytes()
-    model = onnx.ModelProto()
     try:
-        model.ParseFromString(data)
+        model = mapped.open_model(p)
     except Exception as e:  # protobuf raises DecodeError, or RuntimeWarning-ish errors
         raise ModelError(f"{p} is not an ONNX model (protobuf parse failed: {e})",
                          "is the file truncated, or another format?") from None
@@ -56,12 +56,13 @@ def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
 
 
 def _tensors_with_external_data(graph: onnx.GraphProto):
+    """(tensor, whether it is an initializer) of the graph and its subgraphs."""
     for t in graph.initializer:
-        yield t
+        yield t, True
     for n in graph.node:
         for a in n.attribute:
             if a.type == AttributeProto.TENSOR:
-                yield a.t
+                yield a.t, False
             elif a.type == AttributeProto.GRAPH:
                 yield from _tensors_with_external_data(a.g)
             elif a.type == AttributeProto.GRAPHS:
@@ -83,7 +84,7 @@ def _external_int(t: onnx.TensorProto, info: dict, key: str) -> int | None:
 
 
 def _load_external_data(model: onnx.ModelProto, base: Path) -> None:
-    for t in _tensors_with_external_data(model.graph):
+    for t, initializer in _tensors_with_external_data(model.graph):
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
         info = {e.key: e.value for e in t.external_data}
@@ -111,11 +112,10 @@ def _load_external_data(model: onnx.ModelProto, base: Path) -> None:
         if offset + need > size:
             raise ModelError(f"tensor {t.name!r}: external data {loc!r} is shorter than the tensor needs "
                              f"({need} bytes at offset {offset}, the file has {size})")
-        with open(target, "rb") as f:
-            f.seek(offset)
-            t.raw_data = f.read(need)
-        t.data_location = onnx.TensorProto.DEFAULT
-        del t.external_data[:]
+        if initializer and mapped.mappable(t):
+            mapped.mark(t, str(target), offset, need)      # mapped when imported (frontend/mapped.py)
+        else:
+            mapped.read_into(t, str(target), offset, need)
 
 
 def attr_value(a: AttributeProto):
@@ -150,9 +150,10 @@ def import_subgraph(graph: onnx.GraphProto) -> Subgraph:
     unreadable = [("sparse", t.values.name, "") for t in graph.sparse_initializer]
     initializers: dict[str, np.ndarray] = {}
     narrow: dict[str, int] = {}                   # (a CastLike to one of them rounds or wraps)
+    files = mapped.Files()
     for t in graph.initializer:
         try:
-            arr = np.asarray(numpy_helper.to_array(t)).astype(dtypes.from_onnx(t.data_type), copy=False)
+            arr = np.asarray(files.array(t)).astype(dtypes.from_onnx(t.data_type), copy=False)
         except dtypes.UnsupportedDtype as e:
             unreadable.append(("dtype", t.name, str(e)))
             continue
@@ -270,10 +271,11 @@ def import_model(model: onnx.ModelProto, name: str = "model", shapes: Mapping[st
     if len(gp.sparse_initializer):
         raise UnsupportedError([f"sparse initializer {sp.values.name!r}" for sp in gp.sparse_initializer],
                                "store these initializers densely (onnx.numpy_helper)")
+    files = mapped.Files()                  # the weights, read in place (frontend/mapped.py)
     for t in gp.initializer:
         try:
             dt = dtypes.from_onnx(t.data_type)
-            arr = numpy_helper.to_array(t)
+            arr = files.array(t)
         except dtypes.UnsupportedDtype as e:
             raise UnsupportedError([f"initializer {t.name!r}: {e}"]) from None
         arr = np.asarray(arr.astype(dt, copy=False), order="C")

@@ -36,6 +36,7 @@ from onnx import AttributeProto, TensorProto, defs
 
 from ..errors import ModelError
 from ..ir.internal import OPSET_ATTR
+from .mapped import is_marked
 
 MIN_OPSET = 7
 MAX_RANK = 32
@@ -177,6 +178,8 @@ def tensor_bytes(t: TensorProto, what: str) -> int | None:
 def check_tensor(t: TensorProto, what: str) -> None:
     """Type, dims, and a payload that holds exactly the declared elements."""
     nbytes = tensor_bytes(t, what)
+    if is_marked(t):
+        return                     # checked where the loader found it (frontend/onnx_import.py)
     if t.data_location == TensorProto.EXTERNAL:
         raise ModelError(f"{what} keeps its data in an external file, which was not loaded",
                          "load the model from its file (aotc reads external data from the model's folder)")

@@ -19,9 +19,24 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..frontend.mapped import drop_pages
 from ..ir.graph import Graph, Value
 
 TINY = np.finfo(np.float32).tiny
+
+
+def _count(a: np.ndarray) -> int:
+    """How many of a's values are subnormal, read in pieces (no temporaries the size of a
+    large weight)."""
+    flat = a.reshape(-1)
+    n = 0
+    for at in range(0, flat.size, _PIECE):
+        piece = flat[at:at + _PIECE]
+        n += int(np.count_nonzero((piece != 0) & (np.abs(piece) < TINY)))
+    return n
+
+
+_PIECE = 1 << 20
 
 
 def flush_subnormals(g: Graph, counts: dict) -> Graph:
@@ -31,10 +46,11 @@ def flush_subnormals(g: Graph, counts: dict) -> Graph:
         a = v.const
         if a is None or a.dtype != np.float32 or not a.size:
             continue
-        tiny = (a != 0) & (np.abs(a) < TINY)
-        n = int(np.count_nonzero(tiny))
+        n = _count(a)
+        drop_pages(a)
         if n:
             a = a.copy()
+            tiny = (a != 0) & (np.abs(a) < TINY)
             a[tiny] = np.copysign(np.float32(0), a[tiny])
             g.values[name] = Value(name, v.dtype, v.shape, a)
             counts[name] = counts.get(name, 0) + n

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..errors import AotcError
+from ..frontend.mapped import drop_pages
 from ..ir.dims import range_points
 from ..kernel.ir import (Assign, Decl, Expr, Gemm, Load, Loop, Matrix, SizeVar, Stmt, Store, as_dim, children,
                          const, evaluate, expr_vars, stmt_exprs, upper_bound, walk_expr)
@@ -169,17 +170,23 @@ def _round_up(x: int, m: int) -> int:
 
 def _pack(x: np.ndarray, width: int, kstep: int) -> np.ndarray:
     """[..., R, K] -> [..., ceil(R/width)*width*K]: K block after K block (kstep each, the
-    last one shorter), each holding all the panels of `width` rows, k-major; rows past R zero."""
+    last one shorter), each holding all the panels of `width` rows, k-major; rows past R zero.
+    Written block by block into the one result (a weight of a large model is hundreds of MB:
+    no padded or per-block copies of it)."""
     x = np.asarray(x, dtype=np.float32)
     *batch, R, K = x.shape
-    P = -(-R // width)
-    pad = np.zeros((*batch, P * width, K), np.float32)
-    pad[..., :R, :] = x
-    if P == 0 or K == 0:
-        return pad.reshape(*batch, 0)
-    blocks = [pad[..., k0:k0 + kstep].reshape(*batch, P, width, -1).swapaxes(-1, -2).reshape(*batch, -1)
-              for k0 in range(0, K, kstep)]
-    return np.ascontiguousarray(np.concatenate(blocks, axis=-1))
+    P, full = -(-R // width), R // width
+    out = np.zeros((*batch, P * width * K), np.float32)
+    at = 0
+    for k0 in range(0, K, kstep or 1):
+        ks = min(kstep, K - k0)
+        panels = out[..., at:at + P * width * ks].reshape(*batch, P, ks, width)
+        rows = x[..., :, k0:k0 + ks]
+        panels[..., :full, :, :] = rows[..., :full * width, :].reshape(*batch, full, width, ks).swapaxes(-1, -2)
+        if full < P:                    # the last panel's rows past R stay zero
+            panels[..., full, :, :R - full * width] = rows[..., full * width:, :].swapaxes(-1, -2)
+        at += P * width * ks
+    return out
 
 
 def pack_a(a: np.ndarray, tiles: GemmTiles) -> np.ndarray:
@@ -272,6 +279,7 @@ class ConstPacker:
             packed = pack_a(mats, self.tiles) if which == "a" else pack_b(mats, self.tiles)
             name = self.graph.add_const(np.ascontiguousarray(packed.reshape(-1)), f"{src}_packed_{which}")
             self._made[key] = name
+            drop_pages(self.graph.const(src))
         size = self.graph.values[name].size // len(key[-1])
         return Matrix(step.param_for(self.graph.values[name]), index * size, 0, 0, f"panels_{which}")
 
@@ -291,6 +299,7 @@ class ConstPacker:
                      for m in instances(np.int8)]
             name = self.graph.add_const(np.ascontiguousarray(np.concatenate(packs)), f"{src}_packed_{which}")
             self._made[("int8",) + key] = name
+            drop_pages(self.graph.const(src))
         packed = self.graph.values[name]
         matrix = Matrix(step.param_for(packed), index * (packed.size // n), 0, 0, f"panels_{which}")
         if not sums:
@@ -324,10 +333,15 @@ class ConstPacker:
         offsets = [int(evaluate(m.offset, dict(zip(names, combo))))
                    for combo in itertools.product(*[range(e) for e in extents])]
         key = (src, which, rows, cols, m.rs, m.cs, tuple(offsets))
-        r = np.arange(rows)[:, None] * m.rs + np.arange(cols)[None, :] * m.cs
 
         def instances(dtype):
             flat = np.ascontiguousarray(arr, dtype=dtype).reshape(-1)
+            last = max(offsets) + (rows - 1) * m.rs + (cols - 1) * m.cs
+            if m.rs >= 0 and m.cs >= 0 and last < flat.size:     # views of the weight: no copy
+                views = [np.lib.stride_tricks.as_strided(flat[o:], (rows, cols), (m.rs * flat.itemsize,
+                         m.cs * flat.itemsize), writeable=False) for o in offsets]
+                return views[0][None] if len(views) == 1 else np.stack(views)
+            r = np.arange(rows)[:, None] * m.rs + np.arange(cols)[None, :] * m.cs
             return np.stack([flat[o + r] for o in offsets])
         index = const(0)
         for n, e in zip(names, extents):              # instance number, loop order, mixed radix
