@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 JOBS   ?= 2
 
-.PHONY: llm-bench dims-bench all venv demo test opencl-deps zoo-full conformance golden golden-update bench support-matrix clean fuzz sanitize hf-bert stress sass-deps
+.PHONY: llm-bench llm-memory dims-bench all venv demo test opencl-deps zoo-full conformance golden golden-update bench support-matrix clean fuzz sanitize hf-bert stress sass-deps
 
 all: test
 
@@ -66,10 +66,16 @@ bench: venv
 # Run-time dimensions: one ranged artifact against builds fixed to a size (tools/dims_bench.py),
 # its table in docs/PERFORMANCE.md. (Runs of 0.1-1 ms: 300 of each in 30 rounds; at 40 in 8, one
 # model's ratio moved between 1.08 and 1.27 from one run of the bench to the next.)
-# decoding speed of a 134M LLaMA-style decoder (fp32, int4) against ONNX Runtime and its
+# decoding speed of a 125M LLaMA-style decoder (fp32, int4) against ONNX Runtime and its
 # genai generator; updates the "Language models" table in docs/PERFORMANCE.md
 llm-bench: venv
 	$(BIN)/python -m tools.llm_bench --threads 1,2 --report docs/PERFORMANCE.md
+
+# compile and run memory of a 1B-parameter float32 decoder (4 GB of weights; about 12 GB of disk
+# while it runs): aotc's compile, the C example, aotc's Python runtime and ONNX Runtime, each in
+# its own process; updates its table in docs/PERFORMANCE.md
+llm-memory: venv
+	$(BIN)/python -m tools.llm_memory --config 1b --report docs/PERFORMANCE.md
 
 dims-bench: venv
 	$(BIN)/python -m tools.dims_bench --threads 1,2 --runs 300 --rounds 30 --report docs/PERFORMANCE.md

@@ -1,6 +1,7 @@
 """The pipeline, end to end: ONNX file -> artifact directory."""
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import math
@@ -190,6 +191,12 @@ def compile_model(path, target: str = DEFAULT_TARGET, output_dir: str | os.PathL
         "opset": c.opset,
     }
     _write_if_changed(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    if external:
+        # the compile's graph, kernels and plan refer to each other in cycles: large weights (the
+        # packed ones in memory) would stay until the collector's next full pass, while the caller
+        # goes on to load the artifact (aotc.compile, aotc check): 2x the weights at once
+        del c, g, plan
+        gc.collect()
     return out
 
 

@@ -41,6 +41,17 @@ GENAI_TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, nu
 GENAI_SMALL = dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12,
                    num_key_value_heads=4, vocab_size=32000, max_position_embeddings=1024, initializer_range=0.02)
 
+# about a billion parameters (1.01B; 4 GB of float32): the largest tools/llm_memory.py compiles
+GENAI_1B = dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=20, num_attention_heads=32,
+                num_key_value_heads=4, vocab_size=32000, max_position_embeddings=1024, initializer_range=0.02)
+
+
+def parameters(config: dict) -> int:
+    """How many parameters a LLaMA-style config of genai_source has (lm_head not tied)."""
+    h, inter, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    kv = h // config["num_attention_heads"] * config["num_key_value_heads"]
+    return 2 * config["vocab_size"] * h + layers * (2 * h * h + 2 * h * kv + 3 * h * inter + 2 * h) + h
+
 
 def build(kind: str, seed: int = 0, config: dict | None = None):
     """The transformers model of `kind` (eval mode; `config`: its config's keyword arguments,

@@ -1,6 +1,6 @@
 """Decoding speed of a language model: aotc against ONNX Runtime and onnxruntime-genai's
 generator, on a LLaMA-style decoder written by onnxruntime-genai's model builder from a random-
-weight transformers model (models/decoders.py GENAI_SMALL: 134M parameters), float32 and int4.
+weight transformers model (models/decoders.py GENAI_SMALL: 125M parameters), float32 and int4.
 
 Each engine runs the same greedy loop in one process, timed in alternating rounds: a prompt of
 --prompt tokens (prefill), then --steps single-token steps. aotc: one artifact with the
@@ -83,10 +83,13 @@ def genai_timing(folder: Path, threads: int, prompt: list, steps: int, longest: 
 
 def compile_measured(path: Path, out: Path, dims: dict, threads: int) -> tuple[float, float]:
     """aotc's compile in a child process: (seconds, peak resident bytes)."""
-    # (the child reports its own peak: RUSAGE_CHILDREN is the largest of every child so far)
-    code = ("import sys, json, resource, aotc; aotc.compile(sys.argv[1], target='native', output_dir=sys.argv[2], "
+    # (the child reports its own peak, VmHWM: RUSAGE_CHILDREN is the largest of every child so far,
+    # and a child's ru_maxrss starts from this process's size at the fork)
+    # (compile_model: the compile alone, where aotc.compile goes on to load the artifact)
+    code = ("import sys, json; from aotc.compiler import compile_model; compile_model(sys.argv[1], target='native', "
+            "output_dir=sys.argv[2], "
             "name='llm', threads=int(sys.argv[4]), dims={k: tuple(v) for k, v in json.loads(sys.argv[3]).items()}); "
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+            "print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:')))")
     t = time.perf_counter()
     run = subprocess.run([sys.executable, "-c", code, str(path), str(out), json.dumps(dims), str(threads)],
                          check=True, capture_output=True, text=True)
@@ -141,10 +144,11 @@ def bench(precision: str, threads: list[int], prompt_len: int, steps: int, round
 
 
 def report(results: list[dict], prompt_len: int, steps: int) -> str:
+    from models.decoders import GENAI_SMALL, parameters
     L = [BEGIN, "",
          f"Decoding with a KV cache (tools/llm_bench.py, `make llm-bench`): a {prompt_len}-token prompt, "
          f"then {steps} greedy steps, medians over rounds alternating between engines in one process. "
-         "The model: onnxruntime-genai's builder on a random-weight LLaMA-style model of 134M parameters "
+         f"The model: onnxruntime-genai's builder on a random-weight LLaMA-style model of {parameters(GENAI_SMALL) / 1e6:.0f}M parameters "
          "(hidden 768, 12 layers, GQA 12/4 heads, vocabulary 32000). aotc: one artifact, the sequence a "
          "run-time dim, the KV buffers updated in place; ORT: an InferenceSession under the same loop; "
          "ORT GenAI: onnxruntime-genai's Generator. int4: the builder's block-32 symmetric weights at its "
