@@ -818,6 +818,49 @@ static int64_t aotc_sgemm_row_unit(const aotc_sgemm_call *g)
     return g->M == 1 && b_packed ? AOTC_ROW_PANELS * AOTC_GEMM_NR : AOTC_GEMM_NR;
 }
 
+/* Row m of C, columns [n0, n1), from a B that is strided with unit stride along k (rsb 1: each
+ * column K floats in a row) or along n (csb 1: each row of B N floats), read as it lies: for one
+ * row of products, packing B would write and read every element once more than the product reads
+ * it (a decoder's attention over its cache, one query at a time: Q.K^T reads each key as a
+ * column, P.V each value as a row; packing made it 5x slower). */
+static void aotc_sgemm_one_row(const aotc_sgemm_call *g, int64_t m, int64_t n0, int64_t n1)
+{
+    enum { LANES = 16 };
+    const float *a = g->A + m * g->rsa;
+    float *c = g->C + m * g->rsc;
+    const int64_t K = g->K, csa = g->csa, csc = g->csc;
+    int64_t j, k;
+    if (g->rsb == 1) {
+        for (j = n0; j < n1; ++j) {
+            const float *b = g->B + j * g->csb;
+            float lane[LANES] = {0}, s = 0.0f;
+            k = 0;
+            if (csa == 1)                       /* LANES sums side by side: vectorized as written */
+                for (; k + LANES <= K; k += LANES)
+                    for (int t = 0; t < LANES; ++t)
+                        lane[t] += a[k + t] * b[k + t];
+            for (int t = 0; t < LANES; ++t)
+                s += lane[t];
+            for (; k < K; ++k)
+                s += a[k * csa] * b[k];
+            c[j * csc] = g->accumulate ? c[j * csc] + s : s;
+        }
+        return;
+    }
+    if (!g->accumulate)
+        for (j = n0; j < n1; ++j)
+            c[j * csc] = 0.0f;
+    for (k = 0; k < K; ++k) {
+        const float ak = a[k * csa], *b = g->B + k * g->rsb;
+        if (csc == 1)
+            for (j = n0; j < n1; ++j)
+                c[j] += ak * b[j];
+        else
+            for (j = n0; j < n1; ++j)
+                c[j * csc] += ak * b[j];
+    }
+}
+
 /* Rows [m0, m1) x columns [n0, n1) of C (m0 a multiple of MR, n0 of aotc_sgemm_row_unit(g), so
  * that packed operands can be entered at their panels). */
 static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
@@ -825,6 +868,12 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
 {
     const int a_packed = g->rsa == 0 && g->csa == 0, b_packed = g->rsb == 0 && g->csb == 0 && !g->bim2col;
     const int64_t K = g->K, M = m1 - m0, N = n1 - n0;
+    if (M == 1 && !a_packed && !b_packed && !g->bim2col && K > 0 && N > 0 && (g->rsb == 1 || g->csb == 1)) {
+        aotc_sgemm_one_row(g, m0, n0, n1);
+        if (g->epilogue)
+            g->epilogue(g->epilogue_args, m0, m1, n0, n1);
+        return;
+    }
     const int64_t kstep = aotc_sgemm_kstep(K);
     /* a B packed here is packed NC columns at a time, or fewer when that block would be larger
        than MC x KC floats (A's block, which the tiles find in L2): packed blocks then stay in L2

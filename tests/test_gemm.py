@@ -163,6 +163,40 @@ def test_k_zero_writes_zeros_or_keeps_c(lib):
     assert np.all(C == 0)
 
 
+@pytest.mark.parametrize("b_layout", ["keys", "values"])
+def test_one_row_reads_a_strided_b_in_place(lib, b_layout):
+    """One row of C from a B given by strides with a unit stride (a decoder's attention over its
+    cache: keys as the columns of B, rsb 1; values as its rows, csb 1) is computed from B as it
+    lies, without packing it (aotc_sgemm_one_row): against numpy and against the same row as
+    the first of a two-row product (which packs B), accumulating, with the epilogue seeing
+    each element once, and split over threads (bit for bit what one thread gives)."""
+    rng = np.random.default_rng(13)
+    for N, K in [(193, 64), (64, 193), (1, 1), (5, 17), (3 * lib.tiles.nr + 1, 2 * lib.tiles.kc + 3)]:
+        A = _rand(rng, 2, K)
+        B = _rand(rng, N, K).T if b_layout == "keys" else _rand(rng, K, N)
+        two = np.full((2, N), np.nan, np.float32)
+        lib.packed(2, N, K, A, B, two)
+        one = np.full((1, N), np.nan, np.float32)
+        lib.packed(1, N, K, A[:1], B, one)
+        _check(one, _expected(A[:1], B), K)
+        np.testing.assert_allclose(one[0], two[0], rtol=1e-5, atol=1e-5 * np.sqrt(K), err_msg=f"N={N} K={K}")
+        C0 = _rand(rng, 1, N)
+        acc = C0.copy()
+        lib.packed(1, N, K, A[:1], B, acc, accumulate=True)
+        _check(acc, _expected(A[:1], B, C0), K)
+        bias, seen = _rand(rng, N), np.zeros((1, N), np.int64)
+        for threads in (1, 2, 3):
+            split = "cols" if threads > 1 else "none"
+            out = np.full((1, N), np.nan, np.float32)
+            seen[:] = 0
+            lib.packed(1, N, K, A[:1], B, out, threads=threads, split=split, bias=bias, seen=seen)
+            np.testing.assert_allclose(out, np.maximum(one + bias, 0), rtol=1e-6, atol=1e-6)
+            assert np.all(seen == 1), f"N={N} K={K}: epilogue saw elements {np.unique(seen)} times"
+            if threads == 1:
+                first = out
+            assert np.array_equal(out, first), f"N={N} K={K}: {threads} threads differ"
+
+
 @pytest.mark.parametrize("layout", ["At", "Bt", "AtBt", "strided"])
 def test_transposed_and_strided_operands(lib, layout):
     """Operands given by strides: a transposed matrix is its transpose's storage, read by columns."""
