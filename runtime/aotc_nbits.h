@@ -244,17 +244,73 @@ aotc_nbits_cols_vnni(const int nc, int64_t M, int64_t n, int64_t K, int64_t bs, 
     }
 }
 
+/* Columns n .. n + 3 (n a multiple of 4) for every row, 4-bit weights in blocks of 32 without
+ * zero points: each 64-position chunk's four column products (16 int32 lanes each: lanes 0-3 and
+ * 8-11 the chunk's first block, 4-7 and 12-15 its second, the paired order) are added across
+ * lanes into one vector of (lane group, column) sums, scaled by the four columns' scales for the
+ * chunk's two blocks as one 8-float load from S4 (S4[((n / 4) * blocks + b) * 4 + n % 4] =
+ * S[n, b]: the scales relaid by column quads at compile time, aotc/passes/caches.py), instead
+ * of each column's scales spread over its lanes by a broadcast and a permute (aotc_nbits_cols_vnni:
+ * 1.26-1.37x slower on a decoder's products). `unpacked`: as there. An odd last block as there. */
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni"))) static void
+aotc_nbits_quad_vnni(int64_t M, int64_t n, int64_t K, const int8_t *qa, const float *a_scale, const float *a_sum,
+                     const uint8_t *B, const float *S, const float *S4, const uint8_t *unpacked, float *Y, int64_t ldy)
+{
+    const int64_t bs = 32, blocks = (K + bs - 1) / bs, blob = 16, width = blocks * bs;
+    const float *s4 = S4 + (n / 4) * blocks * 4;
+    const uint8_t *w = B + n * blocks * blob;
+    /* the zero point's share, a_sum x S x 8 a block, each block in two lane groups */
+    const __m512 zpart = _mm512_set1_ps(4.0f);
+    for (int64_t m = 0; m < M; m++) {
+        const int8_t *q = qa + m * width;
+        const float *as = a_scale + m * blocks, *asum = a_sum + m * blocks;
+        __m512 acc = _mm512_setzero_ps();
+        int64_t p = 0;
+        for (; p + 64 <= width; p += 64) {
+            const __m512i qv = _mm512_loadu_si512((const void *)(q + p));
+            __m512i d[4];
+            for (int c = 0; c < 4; c++) {
+                const __m512i wv = unpacked ? _mm512_loadu_si512((const void *)(unpacked + c * width + p))
+                                            : aotc_nbits_w64(w + c * blocks * blob, p, bs, 4);
+                d[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, qv);
+            }
+            /* per 128-bit lane group: the sums of its 4 lanes for columns 0..3 */
+            const __m512i e01 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[0], d[1]), _mm512_unpackhi_epi32(d[0], d[1]));
+            const __m512i e23 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2], d[3]), _mm512_unpackhi_epi32(d[2], d[3]));
+            const __m512i f = _mm512_add_epi32(_mm512_unpacklo_epi64(e01, e23), _mm512_unpackhi_epi64(e01, e23));
+            const __m512 al = aotc_nbits_lanes(as, p, bs, 4);
+            const __m512 zl = _mm512_mul_ps(aotc_nbits_lanes(asum, p, bs, 4), zpart);
+            /* the groups: first block, second, first, second; in each, columns 0..3 */
+            const __m512 sl = _mm512_broadcast_f32x8(_mm256_loadu_ps(s4 + (p / bs) * 4));
+            acc = _mm512_fmadd_ps(_mm512_fmsub_ps(_mm512_cvtepi32_ps(f), al, zl), sl, acc);
+        }
+        const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+        float total[4];
+        _mm_storeu_ps(total, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+        for (int c = 0; c < 4; c++) {
+            if (p < width) {
+                const int64_t b = blocks - 1;
+                const float sc = S[(n + c) * blocks + b];
+                total[c] += as[b] * sc * (float)aotc_nbits_block_dot(w + (c * blocks + b) * blob, q + b * bs, blob, 4);
+                total[c] -= asum[b] * (sc * 8.0f);
+            }
+            Y[m * ldy + n + c] = total[c];
+        }
+    }
+}
+
 /* as aotc_nbits_gemm_plain, for 4 and 8 bits in blocks of at least 32, with vpdpbusd (64
  * products a step, exact in int32), four columns at a time; with several rows, each column's
  * weights are unpacked once into `scratch` first (4 x blocks x bs bytes). zs: 4 x blocks
  * floats. */
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
 aotc_nbits_gemm_vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, int64_t bs, int64_t bits, const int8_t *qa,
-                     const float *a_scale, const float *a_sum, const uint8_t *B, const float *S, const uint8_t *Z,
-                     float *Y, int64_t ldy, float *zs, float *scratch)
+                     const float *a_scale, const float *a_sum, const uint8_t *B, const float *S, const float *S4,
+                     const uint8_t *Z, float *Y, int64_t ldy, float *zs, float *scratch)
 {
     const int64_t blocks = (K + bs - 1) / bs, blob = bs * bits / 8, width = blocks * bs;
     uint8_t *work = (uint8_t *)(void *)scratch;
+    const int quads = S4 && bits == 4 && bs == 32 && !Z && n0 % 4 == 0;
     for (int64_t n = n0; n < n1;) {
         const int nc = n1 - n >= 4 ? 4 : 1;
         for (int c = 0; Z && c < nc; c++)
@@ -267,7 +323,9 @@ aotc_nbits_gemm_vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, int64_t bs, i
                                         aotc_nbits_w64(B + (n + c) * blocks * blob, p, bs, bits));
             unpacked = work;
         }
-        if (nc == 4)
+        if (nc == 4 && quads)
+            aotc_nbits_quad_vnni(M, n, K, qa, a_scale, a_sum, B, S, S4, unpacked, Y, ldy);
+        else if (nc == 4)
             aotc_nbits_cols_vnni(4, M, n, K, bs, bits, qa, a_scale, a_sum, B, S, unpacked, Z ? zs : NULL, Y, ldy);
         else
             aotc_nbits_cols_vnni(1, M, n, K, bs, bits, qa, a_scale, a_sum, B, S, unpacked, Z ? zs : NULL, Y, ldy);
@@ -278,19 +336,25 @@ aotc_nbits_gemm_vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, int64_t bs, i
 #endif
 
 /* Y[m, n] for n0 <= n < n1, every m < M (see aotc_nbits_gemm_plain), by the fastest product this
- * CPU runs. Scratch: zs 4 x blocks floats, work blocks x bs floats (4 x blocks x bs bytes). */
+ * CPU runs. S4 (where has_quads): the same scales relaid by column quads (aotc_nbits_quad_vnni),
+ * which the VNNI product of 4-bit weights in blocks of 32 without zero points reads instead.
+ * Scratch: zs 4 x blocks floats, work blocks x bs floats (4 x blocks x bs bytes). */
 static void aotc_nbits_gemm(int64_t M, int64_t n0, int64_t n1, int64_t K, int64_t bs, int64_t bits, const int8_t *qa,
                             const float *a_scale, const float *a_sum, const uint8_t *B, const float *S,
-                            const uint8_t *Z, int64_t has_zero, float *Y, int64_t ldy, float *zs, float *work)
+                            const float *S4, int64_t has_quads, const uint8_t *Z, int64_t has_zero, float *Y,
+                            int64_t ldy, float *zs, float *work)
 {
     if (!has_zero)
         Z = NULL;
+    if (!has_quads)
+        S4 = NULL;
 #if AOTC_NBITS_VNNI
     if (aotc_nbits_uses_vnni(bits, bs)) {
-        aotc_nbits_gemm_vnni(M, n0, n1, K, bs, bits, qa, a_scale, a_sum, B, S, Z, Y, ldy, zs, work);
+        aotc_nbits_gemm_vnni(M, n0, n1, K, bs, bits, qa, a_scale, a_sum, B, S, S4, Z, Y, ldy, zs, work);
         return;
     }
 #endif
+    (void)S4;
     aotc_nbits_gemm_plain(M, n0, n1, K, bs, bits, qa, a_scale, a_sum, B, S, Z, Y, ldy, zs);
 }
 

@@ -143,19 +143,23 @@ def test_gather_block_quantized(form, gather_axis, zp, tmp_path):
     np.testing.assert_array_equal(got, want)
 
 
-# (bits, block, zero points: "u8" packed / "f32" / None, K, rows of A): where ONNX Runtime 1.32
+# (bits, block, zero points: "u8" packed / "f32" / None, K, rows of A[, N]): where ONNX Runtime 1.32
 # quantizes the activations to int8 at accuracy_level 4 (4 and 8 bits; 2 bits from blocks of 32;
-# uint8 or no zero points), and where it stays exact (2 bits in blocks of 16, float zero points)
+# uint8 or no zero points), and where it stays exact (2 bits in blocks of 16, float zero points);
+# 4-bit blocks of 32 without zero points are the genai builder's int4, whose scales AVX-512
+# builds read by column quads: one row and two (K 256, 352), and the last, one row over 37
+# columns (columns past the last quad) and 7 blocks (an odd last one)
 LEVEL4_CASES = [(4, 32, "u8", 200, 3), (4, 32, None, 256, 1), (4, 64, "u8", 256, 2), (4, 128, None, 456, 17),
                 (8, 32, "u8", 200, 3), (8, 64, None, 256, 20), (2, 32, None, 160, 2), (4, 16, "u8", 96, 5),
-                (4, 32, None, 352, 2), (2, 16, "u8", 96, 2), (4, 32, "f32", 200, 3)]
+                (4, 32, None, 352, 2), (2, 16, "u8", 96, 2), (4, 32, "f32", 200, 3),
+                (4, 32, None, 200, 1, 37)]
 
 
 def _level4_model(rng, level: int):
     """Every LEVEL4_CASES product in one graph (input a{i}, output y{i}) at `level`."""
     nodes, inputs, outputs, inits, feeds = [], [], [], [], {}
-    for i, (bits, block, zp, k, rows) in enumerate(LEVEL4_CASES):
-        n = 24 + 8 * i
+    for i, (bits, block, zp, k, rows, *cols) in enumerate(LEVEL4_CASES):
+        n = cols[0] if cols else 24 + 8 * i
         w = _nbits_inputs(rng, bits, block, float_zp=zp == "f32", zp=zp is not None, k=k, n=n)
         names = [f"a{i}"] + [f"{key}{i}" for key in w]
         nodes.append(helper.make_node("MatMulNBits", names, [f"y{i}"], domain="com.microsoft", K=k, N=n, bits=bits,
@@ -199,7 +203,7 @@ def test_matmul_nbits_accuracy_level_4(target, tmp_path):
     src = "".join(p.read_text() for p in (tmp_path / "out").glob("*.c"))
     assert ("aotc_nbits_gemm(" in src) == (not target.endswith("c-loops.toml"))
     got = art.run(feeds)
-    for (bits, block, zp, k, rows), g, w4, w0 in zip(LEVEL4_CASES, got, want4, want0):
+    for (bits, block, zp, k, rows, *_), g, w4, w0 in zip(LEVEL4_CASES, got, want4, want0):
         case = f"{bits} bits, blocks of {block}, zero points {zp}, K {k}, {rows} rows"
         scale = np.abs(w0).max()
         np.testing.assert_allclose(g, w4, rtol=0, atol=2e-6 * scale, err_msg=case)

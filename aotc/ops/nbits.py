@@ -69,6 +69,9 @@ def _infer(node, ins):
         want = N * -(-blocks * bits // 8) if zp.dtype == U8 else N * blocks
         if zp.dtype not in (U8, dtypes.FLOAT32) or prod(zp.shape) != want:
             raise ShapeError(f"{where}: zero points must be packed uint8 or float32 of {want} elements")
+    quads = ins[4] if len(ins) > 4 else None
+    if quads is not None and (quads.dtype != dtypes.FLOAT32 or prod(quads.shape) != -(-N // 4) * 4 * blocks):
+        raise ShapeError(f"{where}: the scales by column quads must be float32 of {-(-N // 4) * 4 * blocks} elements")
     return [(dtypes.FLOAT32, tuple(a.shape[:-1]) + (N,))]
 
 
@@ -197,10 +200,13 @@ def _lower_int8(ctx, M, K: int, N: int, bits: int, bs: int, runtime: bool) -> No
         zs = ctx.scratch((4 * blocks,), F32, "zero_scaled")
         work = ctx.scratch((width,), F32, "unpacked")
         chunks = -(-N // NBITS_COLS)
+        # the scales relaid by column quads, where passes/caches.py added them (input 4)
+        quads = ctx.ins[4] if ctx.has_input(4) else None
         with b.loops((chunks,), ["c"], role=SPATIAL, private=[zs, work]) as (c,):
             n0 = c * NBITS_COLS
             b.call("aotc_nbits_gemm", wrap(M), n0, minimum(n0 + NBITS_COLS, const(N)), const(K), const(bs),
                    const(bits), BufPtr(qa), BufPtr(a_scale), BufPtr(a_sum), BufPtr(B), BufPtr(S),
+                   BufPtr(quads if quads is not None else S), const(int(quads is not None)),
                    BufPtr(Z if Z is not None else B), const(int(Z is not None)), BufPtr(Y), const(N), BufPtr(zs),
                    BufPtr(work),
                    work=upper_bound(wrap(M)) * NBITS_COLS * K // 16)

@@ -81,7 +81,9 @@ def _caches(g: Graph, ctx: PassContext) -> Graph:
 
 
 def _runtime_kernels(g: Graph, ctx: PassContext) -> Graph:
-    return runtime_kernels(g) if ctx.target is not None and ctx.target.gemm.nbits_kernel else g
+    if ctx.target is None or not ctx.target.gemm.nbits_kernel:
+        return g
+    return runtime_kernels(g, quads="avx512f" in ctx.target.requires)
 
 
 def _subnormals(g: Graph, ctx: PassContext) -> Graph:
