@@ -822,7 +822,8 @@ static int64_t aotc_sgemm_row_unit(const aotc_sgemm_call *g)
  * column K floats in a row) or along n (csb 1: each row of B N floats), read as it lies: for one
  * row of products, packing B would write and read every element once more than the product reads
  * it (a decoder's attention over its cache, one query at a time: Q.K^T reads each key as a
- * column, P.V each value as a row; packing made it 5x slower). */
+ * column, P.V each value as a row; a 125M decoder's attention per step took 1.54 ms packing
+ * them, 0.51 ms reading them in place). */
 static void aotc_sgemm_one_row(const aotc_sgemm_call *g, int64_t m, int64_t n0, int64_t n1)
 {
     enum { LANES = 16 };

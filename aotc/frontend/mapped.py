@@ -13,10 +13,12 @@ decoder peaked at 3 GB while importing). Instead:
 - `mark(t, path, offset, length)`: an external tensor whose location the loader has checked
   (inside the model's folder, long enough) is marked as such, with its resolved path, so that
   `array(t)` may map it and validation need not see its bytes.
-- `array(t)`: the tensor's values, a read-only ndarray over a mapping of just its bytes (each
-  tensor its own mapping, so the pages of a weight that a pass replaced leave the process's
-  memory with the last reference to it). Element types numpy reads as they are stored are
+- `Files.array(t)`: the tensor's values, a read-only view of its bytes in one mapping per file
+  (one descriptor, however many tensors). Element types numpy reads as they are stored are
   mapped; others (4-bit, strings...) are read into the tensor and converted as before.
+- `drop_pages(arr)`: what has read a whole weight and is done with it (the subnormal scan, the
+  GEMM packer, the weights file's writer) lets its pages leave the process's resident memory;
+  they stay in the page cache, and a later read maps them in again.
 
 Initializers of subgraphs and tensors in attributes keep their bytes in the proto (they are
 small in the models that have them). A mapped file must not shrink while a graph that maps it

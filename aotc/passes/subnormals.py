@@ -23,6 +23,7 @@ from ..frontend.mapped import drop_pages
 from ..ir.graph import Graph, Value
 
 TINY = np.finfo(np.float32).tiny
+_PIECE = 1 << 20                 # values a subnormal count reads at a time
 
 
 def _count(a: np.ndarray) -> int:
@@ -34,9 +35,6 @@ def _count(a: np.ndarray) -> int:
         piece = flat[at:at + _PIECE]
         n += int(np.count_nonzero((piece != 0) & (np.abs(piece) < TINY)))
     return n
-
-
-_PIECE = 1 << 20
 
 
 def flush_subnormals(g: Graph, counts: dict) -> Graph:

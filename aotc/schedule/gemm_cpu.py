@@ -178,7 +178,7 @@ def _pack(x: np.ndarray, width: int, kstep: int) -> np.ndarray:
     P, full = -(-R // width), R // width
     out = np.zeros((*batch, P * width * K), np.float32)
     at = 0
-    for k0 in range(0, K, kstep or 1):
+    for k0 in range(0, K, kstep or 1):       # (kstep is 0 only where K is)
         ks = min(kstep, K - k0)
         panels = out[..., at:at + P * width * ks].reshape(*batch, P, ks, width)
         rows = x[..., :, k0:k0 + ks]
