@@ -34,7 +34,7 @@ DIMS = ("batch", "seq", "total", "past")
 
 # onnxruntime-genai's model builder's sources: a transformers model saved with save_pretrained
 # and a word-level tokenizer (the builder reads one). "tiny": the tests'; "small": LLaMA-style
-# of 134M parameters (hidden 768, 12 layers, 12 query and 4 key / value heads, vocabulary 32000),
+# of 125M parameters (hidden 768, 12 layers, 12 query and 4 key / value heads, vocabulary 32000),
 # what the decode speed is measured on (tools/llm_bench.py)
 GENAI_TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, vocab_size=256, max_position_embeddings=128, initializer_range=0.1)

@@ -28,7 +28,7 @@ Runtime (CPU) on the same inputs, and timed like `zoo`.
 `decode`: decoders with a KV cache, one artifact over run-time sequence lengths (the prompt and
 each token): onnxruntime-genai's builder's files in --dir (written where the builder is, carried)
 and Hugging Face exports with past made here (models/decoders.py: tiny LLaMA and GPT-2; with
---size full also a 134M-parameter LLaMA) generate --steps tokens greedily after a --prompt-token
+--size full also a 125M-parameter LLaMA) generate --steps tokens greedily after a --prompt-token
 prompt, token for token against ONNX Runtime (CPU) on the same loop, and are timed (prefill and
 per-token step, medians; aotc's steps copy the caches in and out; PyTorch eager on the GPU beside
 the Hugging Face ones, its cache staying on the device).
@@ -197,9 +197,9 @@ def files(a) -> str:
 
 # ----------------------------------------------------------------------------- decoders
 # the Hugging Face form exported here: name -> (kind, config: None for models/decoders.py's
-# tiny one), and the one exported with --size full only (134M parameters)
-HF_DECODERS = {"hf_llama": ("llama", None), "hf_gpt2": ("gpt2", None), "hf_llama_134m": ("llama", "small")}
-FULL_ONLY = {"hf_llama_134m"}
+# tiny one), and the one exported with --size full only (125M parameters)
+HF_DECODERS = {"hf_llama": ("llama", None), "hf_gpt2": ("gpt2", None), "hf_llama_125m": ("llama", "small")}
+FULL_ONLY = {"hf_llama_125m"}
 
 
 def _hf_config(name: str):
