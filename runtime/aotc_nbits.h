@@ -180,6 +180,21 @@ __attribute__((target("avx512f"))) static inline __m512 aotc_nbits_lanes(const f
     return _mm512_set1_ps(v[p / bs]);
 }
 
+/* Column n's share of an odd last block of 32 (the VNNI products take 64 positions a step),
+ * which is in plain byte order: its scaled dot product, less the zero point's share where the
+ * weights have none (`no_zero`: 2^(bits-1); zero points are taken off with the others). */
+static inline float aotc_nbits_last_block(int64_t n, int64_t blocks, int64_t bs, int64_t bits, const int8_t *q,
+                                          const float *as, const float *asum, const uint8_t *B, const float *S,
+                                          int no_zero)
+{
+    const int64_t b = blocks - 1, blob = bs * bits / 8;
+    const float s = S[n * blocks + b];
+    float part = as[b] * s * (float)aotc_nbits_block_dot(B + (n * blocks + b) * blob, q + b * bs, blob, bits);
+    if (no_zero)
+        part -= asum[b] * (s * (float)(1 << (bits - 1)));
+    return part;
+}
+
 /* sum of a[i] * b[i], i < n, in 16 lanes */
 __attribute__((target("avx512f"))) static inline float aotc_nbits_fdot(const float *a, const float *b, int64_t n)
 {
@@ -231,14 +246,8 @@ aotc_nbits_cols_vnni(const int nc, int64_t M, int64_t n, int64_t K, int64_t bs, 
         }
         for (int c = 0; c < nc; c++) {
             float total = _mm512_reduce_add_ps(acc[c]);
-            if (p < width) {
-                const int64_t b = blocks - 1;
-                const float s = S[(n + c) * blocks + b];
-                total += as[b] * s *
-                         (float)aotc_nbits_block_dot(B + ((n + c) * blocks + b) * blob, q + b * bs, blob, bits);
-                if (!zs)
-                    total -= asum[b] * (s * zero);
-            }
+            if (p < width)
+                total += aotc_nbits_last_block(n + c, blocks, bs, bits, q, as, asum, B, S, !zs);
             Y[m * ldy + n + c] = zs ? total - aotc_nbits_fdot(asum, zs + c * blocks, blocks) : total;
         }
     }
@@ -288,12 +297,8 @@ aotc_nbits_quad_vnni(int64_t M, int64_t n, int64_t K, const int8_t *qa, const fl
         float total[4];
         _mm_storeu_ps(total, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
         for (int c = 0; c < 4; c++) {
-            if (p < width) {
-                const int64_t b = blocks - 1;
-                const float sc = S[(n + c) * blocks + b];
-                total[c] += as[b] * sc * (float)aotc_nbits_block_dot(w + (c * blocks + b) * blob, q + b * bs, blob, 4);
-                total[c] -= asum[b] * (sc * 8.0f);
-            }
+            if (p < width)
+                total[c] += aotc_nbits_last_block(n + c, blocks, bs, 4, q, as, asum, B, S, 1);
             Y[m * ldy + n + c] = total[c];
         }
     }

@@ -43,27 +43,21 @@ print(usage.ru_maxrss, file=sys.stderr)
 sys.exit(os.waitstatus_to_exitcode(status))
 """
 
-# a decoding loop in a child: aotc's Python runtime or ONNX Runtime behind aotc.Generator
+# a decoding loop in a child: aotc's Python runtime or ONNX Runtime behind aotc.Generator, timed as
+# llm-bench times it (tools/llm_bench.py loop_timing)
 _LOOP = """
-import json, sys, time
+import json, sys
 import aotc
 from aotc.bench import OrtDecoder
+from tools.llm_bench import loop_timing
 engine, artifact, model, threads, steps = sys.argv[1:6]
-prompt = json.loads(sys.argv[6])
 if engine == "aotc":
     dec = aotc.load(artifact, threads=int(threads))
 else:                       # (the manifest only: the artifact's weights are not loaded)
     dec = OrtDecoder(model, json.load(open(artifact + "/manifest.json")), int(threads))
-it = aotc.Generator(dec).tokens(prompt)
-t = time.perf_counter()
-ids = [next(it)]
-prefill = time.perf_counter() - t
-t = time.perf_counter()
-ids += [next(it) for _ in range(int(steps) - 1)]
-decode = time.perf_counter() - t
+_, times, ids = loop_timing(aotc.Generator(dec), json.loads(sys.argv[6]), int(steps) - 1)
 hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
-print(json.dumps({"ids": ids, "prefill_ms": 1e3 * prefill, "tokens_per_s": (int(steps) - 1) / decode,
-                  "peak": 1024 * hwm}))
+print(json.dumps({"ids": ids, "tokens_per_s": len(times) / sum(times), "peak": 1024 * hwm}))
 """
 
 
@@ -80,14 +74,14 @@ def run_c(exe: Path, weights: Path, prompt: list, steps: int) -> dict:
                           *map(str, prompt)],
                          capture_output=True, text=True, check=True)
     ids, speed = run.stdout.splitlines()[-2:]
-    m = re.search(r"prefill: \d+ tokens in ([0-9.]+) ms; decode: \d+ tokens in [0-9.]+ ms, ([0-9.]+) tokens/s", speed)
-    return {"ids": [int(t) for t in ids.split()], "prefill_ms": float(m.group(1)), "tokens_per_s": float(m.group(2)),
+    m = re.search(r"decode: \d+ tokens in [0-9.]+ ms, ([0-9.]+) tokens/s", speed)
+    return {"ids": [int(t) for t in ids.split()], "tokens_per_s": float(m.group(1)),
             "peak": 1024 * int(run.stderr.split()[-1])}
 
 
 def run_loop(engine: str, artifact: Path, model: Path, threads: int, prompt: list, steps: int) -> dict:
     run = subprocess.run([sys.executable, "-c", _LOOP, engine, str(artifact), str(model), str(threads), str(steps),
-                          json.dumps(prompt)], capture_output=True, text=True, check=True)
+                          json.dumps(prompt)], capture_output=True, text=True, check=True, cwd=EXAMPLE.parents[2])
     return json.loads(run.stdout.splitlines()[-1])
 
 
