@@ -208,22 +208,44 @@ __attribute__((target("avx512f"))) static inline float aotc_nbits_fdot(const flo
     return sum;
 }
 
-/* Columns n .. n + nc - 1 (nc 4 or 1, a constant where it is inlined) for every row: each
- * 64-position chunk of a row of qa is loaded once and multiplied by each column's weights
- * (`unpacked`: the columns' values as bytes, width apart; NULL: unpacked from B as read), the
- * 16 int32 lanes of each product turned to float and scaled by both sides' block scales into
- * the column's float lanes, which are added at the row's end. (An odd last block of 32 is
- * summed by aotc_nbits_block_dot.) */
+/* One 64-position chunk (positions [p, p + 64)) of aotc_nbits_cols_vnni's columns n .. n + nc - 1
+ * for one row q, added to acc[0, nc): the chunk of q is loaded once and multiplied by each
+ * column's weights (`unpacked`: the columns' values as bytes, width apart; NULL: unpacked from B
+ * as read), the 16 int32 lanes of each product turned to float and scaled by both sides' block
+ * scales into the column's float lanes. Without zero points (zs NULL) the zero point's share,
+ * a_sum x S x 2^(bits-1) a block, is taken off lane by lane (each of a block's bs / 4 lanes its
+ * part). */
+__attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) static inline void
+aotc_nbits_cols_chunk(const int nc, __m512 *acc, int64_t p, const int8_t *q, const float *as, const float *asum,
+                      int64_t n, int64_t blocks, int64_t bs, int64_t bits, const uint8_t *B, const float *S,
+                      const uint8_t *unpacked, const float *zs, int64_t width)
+{
+    const int64_t blob = bs * bits / 8;
+    const __m512 zpart = _mm512_set1_ps((float)(1 << (bits - 1)) * 4.0f / (float)bs);
+    const __m512i qv = _mm512_loadu_si512((const void *)(q + p));
+    const __m512 al = aotc_nbits_lanes(as, p, bs, bits);
+    const __m512 zl = zs ? _mm512_setzero_ps() : _mm512_mul_ps(aotc_nbits_lanes(asum, p, bs, bits), zpart);
+    for (int c = 0; c < nc; c++) {
+        const __m512i w = unpacked ? _mm512_loadu_si512((const void *)(unpacked + c * width + p))
+                                   : aotc_nbits_w64(B + (n + c) * blocks * blob, p, bs, bits);
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, qv);
+        const __m512 sl = aotc_nbits_lanes(S + (n + c) * blocks, p, bs, bits);
+        /* (dot x a_scale - the zero point's share) x the weights' scale */
+        acc[c] = _mm512_fmadd_ps(_mm512_fmsub_ps(_mm512_cvtepi32_ps(dot), al, zl), sl, acc[c]);
+    }
+}
+
+/* Columns n .. n + nc - 1 (nc 4 or 1, a constant where it is inlined) for every row, by chunks of
+ * aotc_nbits_cols_chunk; each column's float lanes are added at the row's end. (An odd last
+ * block of 32 is summed by aotc_nbits_block_dot.) Reading packed weights, the loop asks for the
+ * next nc columns' weights as it reads these (as aotc_nbits_quad_vnni does): 128 positions are
+ * 64 bytes of a 4-bit column, 128 of an 8-bit one. */
 __attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) static inline void
 aotc_nbits_cols_vnni(const int nc, int64_t M, int64_t n, int64_t K, int64_t bs, int64_t bits, const int8_t *qa,
                      const float *a_scale, const float *a_sum, const uint8_t *B, const float *S, const uint8_t *unpacked,
                      const float *zs, float *Y, int64_t ldy)
 {
     const int64_t blocks = (K + bs - 1) / bs, blob = bs * bits / 8, width = blocks * bs;
-    /* without zero points (zs NULL) the zero point's share, a_sum x S x 2^(bits-1) a block, is
-     * taken off lane by lane as the chunks go (each of a block's bs / 4 lanes its part) */
-    const float zero = (float)(1 << (bits - 1));
-    const __m512 zpart = _mm512_set1_ps(zero * 4.0f / (float)bs);
     for (int64_t m = 0; m < M; m++) {
         const int8_t *q = qa + m * width;
         const float *as = a_scale + m * blocks, *asum = a_sum + m * blocks;
@@ -231,17 +253,23 @@ aotc_nbits_cols_vnni(const int nc, int64_t M, int64_t n, int64_t K, int64_t bs, 
         for (int c = 0; c < nc; c++)
             acc[c] = _mm512_setzero_ps();
         int64_t p = 0;
-        for (; p + 64 <= width; p += 64) {
-            const __m512i qv = _mm512_loadu_si512((const void *)(q + p));
-            const __m512 al = aotc_nbits_lanes(as, p, bs, bits);
-            const __m512 zl = zs ? _mm512_setzero_ps() : _mm512_mul_ps(aotc_nbits_lanes(asum, p, bs, bits), zpart);
-            for (int c = 0; c < nc; c++) {
-                const __m512i w = unpacked ? _mm512_loadu_si512((const void *)(unpacked + c * width + p))
-                                           : aotc_nbits_w64(B + (n + c) * blocks * blob, p, bs, bits);
-                const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, qv);
-                const __m512 sl = aotc_nbits_lanes(S + (n + c) * blocks, p, bs, bits);
-                /* (dot x a_scale - the zero point's share) x the weights' scale */
-                acc[c] = _mm512_fmadd_ps(_mm512_fmsub_ps(_mm512_cvtepi32_ps(dot), al, zl), sl, acc[c]);
+        if (unpacked) {
+            for (; p + 64 <= width; p += 64)
+                aotc_nbits_cols_chunk(nc, acc, p, q, as, asum, n, blocks, bs, bits, B, S, unpacked, zs, width);
+        } else {
+            for (; p + 128 <= width; p += 128) {
+                for (int c = 0; c < nc; c++) {
+                    const char *next = (const char *)(B + (n + nc + c) * blocks * blob + p * bits / 8);
+                    _mm_prefetch(next, _MM_HINT_T0);
+                    if (bits == 8)
+                        _mm_prefetch(next + 64, _MM_HINT_T0);
+                }
+                aotc_nbits_cols_chunk(nc, acc, p, q, as, asum, n, blocks, bs, bits, B, S, NULL, zs, width);
+                aotc_nbits_cols_chunk(nc, acc, p + 64, q, as, asum, n, blocks, bs, bits, B, S, NULL, zs, width);
+            }
+            if (p + 64 <= width) {
+                aotc_nbits_cols_chunk(nc, acc, p, q, as, asum, n, blocks, bs, bits, B, S, NULL, zs, width);
+                p += 64;
             }
         }
         for (int c = 0; c < nc; c++) {
@@ -253,14 +281,47 @@ aotc_nbits_cols_vnni(const int nc, int64_t M, int64_t n, int64_t K, int64_t bs, 
     }
 }
 
+/* One 64-position chunk (positions [p, p + 64), two blocks of 32) of columns n .. n + 3 of
+ * aotc_nbits_quad_vnni's product for one row q, added to acc: the four column products (16 int32
+ * lanes each: lanes 0-3 and 8-11 the chunk's first block, 4-7 and 12-15 its second, the paired
+ * order) added across lanes into one vector of (lane group, column) sums, scaled by the four
+ * columns' scales for the two blocks as one 8-float load from the quad's s4. The weights: w, the
+ * quad's packed columns (when unpacked is NULL), or unpacked, its columns as bytes. */
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni"), always_inline)) static inline __m512
+aotc_nbits_quad_chunk(__m512 acc, int64_t p, const int8_t *q, const float *as, const float *asum, const float *s4,
+                      const uint8_t *w, const uint8_t *unpacked, int64_t blocks, int64_t width)
+{
+    const int64_t bs = 32, blob = 16;
+    /* the zero point's share, a_sum x S x 8 a block, each block in two lane groups */
+    const __m512 zpart = _mm512_set1_ps(4.0f);
+    const __m512i qv = _mm512_loadu_si512((const void *)(q + p));
+    __m512i d[4];
+    for (int c = 0; c < 4; c++) {
+        const __m512i wv = unpacked ? _mm512_loadu_si512((const void *)(unpacked + c * width + p))
+                                    : aotc_nbits_w64(w + c * blocks * blob, p, bs, 4);
+        d[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, qv);
+    }
+    /* per 128-bit lane group: the sums of its 4 lanes for columns 0..3 */
+    const __m512i e01 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[0], d[1]), _mm512_unpackhi_epi32(d[0], d[1]));
+    const __m512i e23 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2], d[3]), _mm512_unpackhi_epi32(d[2], d[3]));
+    const __m512i f = _mm512_add_epi32(_mm512_unpacklo_epi64(e01, e23), _mm512_unpackhi_epi64(e01, e23));
+    const __m512 al = aotc_nbits_lanes(as, p, bs, 4);
+    const __m512 zl = _mm512_mul_ps(aotc_nbits_lanes(asum, p, bs, 4), zpart);
+    /* the groups: first block, second, first, second; in each, columns 0..3 */
+    const __m512 sl = _mm512_broadcast_f32x8(_mm256_loadu_ps(s4 + (p / bs) * 4));
+    return _mm512_fmadd_ps(_mm512_fmsub_ps(_mm512_cvtepi32_ps(f), al, zl), sl, acc);
+}
+
 /* Columns n .. n + 3 (n a multiple of 4) for every row, 4-bit weights in blocks of 32 without
- * zero points: each 64-position chunk's four column products (16 int32 lanes each: lanes 0-3 and
- * 8-11 the chunk's first block, 4-7 and 12-15 its second, the paired order) are added across
- * lanes into one vector of (lane group, column) sums, scaled by the four columns' scales for the
- * chunk's two blocks as one 8-float load from S4 (S4[((n / 4) * blocks + b) * 4 + n % 4] =
- * S[n, b]: the scales relaid by column quads at compile time, aotc/passes/caches.py), instead
- * of each column's scales spread over its lanes by a broadcast and a permute (aotc_nbits_cols_vnni:
- * 1.26-1.37x slower on a decoder's products). `unpacked`: as there. An odd last block as there. */
+ * zero points, by chunks of aotc_nbits_quad_chunk: the four columns' scales come as one load
+ * from S4 (S4[((n / 4) * blocks + b) * 4 + n % 4] = S[n, b]: the scales relaid by column quads at
+ * compile time, aotc/passes/caches.py), instead of each column's scales spread over its lanes by
+ * a broadcast and a permute (aotc_nbits_cols_vnni: 1.26-1.37x slower on a decoder's products).
+ * `unpacked`: as there. An odd last block as there.
+ * Reading packed weights, the loop asks for the next quad's weights a line at a time as it
+ * reads this one's (128 positions: 64 bytes of each column). A column's weights are a few
+ * hundred bytes to a few KB, and the CPU's prefetchers follow a stream only inside a 4 KB page:
+ * without it, each quad started on memory (K 2048: a quad is one page). */
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni"))) static void
 aotc_nbits_quad_vnni(int64_t M, int64_t n, int64_t K, const int8_t *qa, const float *a_scale, const float *a_sum,
                      const uint8_t *B, const float *S, const float *S4, const uint8_t *unpacked, float *Y, int64_t ldy)
@@ -268,30 +329,25 @@ aotc_nbits_quad_vnni(int64_t M, int64_t n, int64_t K, const int8_t *qa, const fl
     const int64_t bs = 32, blocks = (K + bs - 1) / bs, blob = 16, width = blocks * bs;
     const float *s4 = S4 + (n / 4) * blocks * 4;
     const uint8_t *w = B + n * blocks * blob;
-    /* the zero point's share, a_sum x S x 8 a block, each block in two lane groups */
-    const __m512 zpart = _mm512_set1_ps(4.0f);
     for (int64_t m = 0; m < M; m++) {
         const int8_t *q = qa + m * width;
         const float *as = a_scale + m * blocks, *asum = a_sum + m * blocks;
         __m512 acc = _mm512_setzero_ps();
         int64_t p = 0;
-        for (; p + 64 <= width; p += 64) {
-            const __m512i qv = _mm512_loadu_si512((const void *)(q + p));
-            __m512i d[4];
-            for (int c = 0; c < 4; c++) {
-                const __m512i wv = unpacked ? _mm512_loadu_si512((const void *)(unpacked + c * width + p))
-                                            : aotc_nbits_w64(w + c * blocks * blob, p, bs, 4);
-                d[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, qv);
+        if (unpacked) {
+            for (; p + 64 <= width; p += 64)
+                acc = aotc_nbits_quad_chunk(acc, p, q, as, asum, s4, w, unpacked, blocks, width);
+        } else {
+            for (; p + 128 <= width; p += 128) {
+                for (int c = 0; c < 4; c++)
+                    _mm_prefetch((const char *)(w + (c + 4) * blocks * blob + p / 2), _MM_HINT_T0);
+                acc = aotc_nbits_quad_chunk(acc, p, q, as, asum, s4, w, NULL, blocks, width);
+                acc = aotc_nbits_quad_chunk(acc, p + 64, q, as, asum, s4, w, NULL, blocks, width);
             }
-            /* per 128-bit lane group: the sums of its 4 lanes for columns 0..3 */
-            const __m512i e01 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[0], d[1]), _mm512_unpackhi_epi32(d[0], d[1]));
-            const __m512i e23 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2], d[3]), _mm512_unpackhi_epi32(d[2], d[3]));
-            const __m512i f = _mm512_add_epi32(_mm512_unpacklo_epi64(e01, e23), _mm512_unpackhi_epi64(e01, e23));
-            const __m512 al = aotc_nbits_lanes(as, p, bs, 4);
-            const __m512 zl = _mm512_mul_ps(aotc_nbits_lanes(asum, p, bs, 4), zpart);
-            /* the groups: first block, second, first, second; in each, columns 0..3 */
-            const __m512 sl = _mm512_broadcast_f32x8(_mm256_loadu_ps(s4 + (p / bs) * 4));
-            acc = _mm512_fmadd_ps(_mm512_fmsub_ps(_mm512_cvtepi32_ps(f), al, zl), sl, acc);
+            if (p + 64 <= width) {
+                acc = aotc_nbits_quad_chunk(acc, p, q, as, asum, s4, w, NULL, blocks, width);
+                p += 64;
+            }
         }
         const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
         float total[4];
