@@ -1,6 +1,6 @@
 """ONNX Runtime's quantized contrib operators (aotc/frontend/contrib_quant.py) against its CPU
-kernels, one node at a time on random 8-bit inputs, and the QOperator model its quantize_static
-writes for a small CNN.
+kernels, one node at a time on random 8-bit inputs, the QOperator model its quantize_static
+writes for a small CNN, and the DynamicQuantizeLSTM its quantize_dynamic writes for a torch LSTM.
 
 Integer outputs are compared exactly, except where ONNX Runtime's own arithmetic takes another
 path than the graph aotc compiles, which may change with the CPU (named per case: MLAS's
@@ -14,7 +14,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from tests.test_contrib_ops import contrib_model, run_aotc
+from tests.test_contrib_ops import check, contrib_model, run_aotc
 
 U8, I8 = np.uint8, np.int8
 
@@ -191,5 +191,102 @@ def test_quantize_static_qoperator_cnn(activations, tmp_path):
             "QLinearGlobalAveragePool", "QGemm", "QLinearSoftmax"} <= ops, ops
     x = np.random.default_rng(20).standard_normal((1, 3, 16, 16)).astype(np.float32)   # (not a calibration input)
     res = run_check(quant, inputs={"x": x}, output_dir=tmp_path / "out", rtol=1e-6, atol=1e-7)
+    assert res.outputs and all(o.passed for o in res.outputs), \
+        [(o.name, o.max_abs_err, o.max_rel_err) for o in res.outputs]
+
+
+# ------------------------------------------------------------------------------- DynamicQuantizeLSTM
+# (its reference is ONNX Runtime on one thread: aotc/check/runner.py says why)
+def _qlstm_case(direction, w_dt, per_column, extras, y_out, seed):
+    """One DynamicQuantizeLSTM node: X [S=6, B=3, I=10], hidden 8, random 8-bit weights with
+    their scales and zero points (per direction, or per column with one value throughout, as ONNX
+    Runtime requires), and the optional inputs named in `extras`."""
+    rng = np.random.default_rng(seed)
+    S, B, I, H = 6, 3, 10, 8
+    D = 2 if direction == "bidirectional" else 1
+    inputs = {"x": rng.standard_normal((S, B, I)).astype(np.float32)}
+    inits = {"w": _q((D, I, 4 * H), w_dt, seed + 1), "r": _q((D, H, 4 * H), w_dt, seed + 2)}
+    shape = (D, 4 * H) if per_column else (D,)
+    zero = 0 if w_dt == I8 else 128
+    for k in ("w", "r"):
+        inits[f"{k}_scale"] = rng.uniform(0.002, 0.01, shape).astype(np.float32)
+        inits[f"{k}_zp"] = np.full(shape, zero, w_dt) if per_column or w_dt == I8 else \
+            rng.integers(120, 136, shape).astype(w_dt)
+    if "bias" in extras:
+        inits["b"] = (rng.standard_normal((D, 8 * H)) * 0.3).astype(np.float32)
+    if "lens" in extras:
+        inputs["lens"] = np.array([5, 2, 4], np.int32)
+        inputs["x"][-1] *= 3        # (X's last step, past every length, is outside the range ORT quantizes)
+    if "initial" in extras:
+        inputs["h0"] = rng.standard_normal((D, B, H)).astype(np.float32) * 0.5
+        inputs["c0"] = rng.standard_normal((D, B, H)).astype(np.float32) * 0.5
+    if "peepholes" in extras:
+        inits["p"] = (rng.standard_normal((D, 3 * H)) * 0.3).astype(np.float32)
+    names = ["x", "w", "r", "b", "lens", "h0", "c0", "p", "w_scale", "w_zp", "r_scale", "r_zp"]
+    order = [n if n in inputs or n in inits else "" for n in names]
+    attrs = {"hidden_size": H, "direction": direction}
+    if "clip" in extras:
+        attrs["clip"] = 0.8
+    if "input_forget" in extras:
+        attrs["input_forget"] = 1
+    outs = ["y" if y_out else "", "y_h", "y_c"]
+    return contrib_model("DynamicQuantizeLSTM", inputs, inits, order=order, outs=outs, **attrs), inputs
+
+
+@pytest.mark.parametrize("direction,w_dt,per_column,extras,y_out", [
+    ("forward", I8, False, ("bias",), True),
+    ("reverse", U8, True, ("bias", "lens", "peepholes", "clip"), True),
+    ("bidirectional", U8, False, ("lens", "initial", "input_forget"), False),
+    ("bidirectional", I8, True, ("bias", "lens", "initial", "peepholes"), True),
+])
+def test_dynamic_quantize_lstm(direction, w_dt, per_column, extras, y_out, tmp_path):
+    """X and each step's H quantized to uint8 as ONNX Runtime does (the range of the steps up to
+    the longest sequence; at a step, the rows whose previous step ran when the node has Y, every
+    row when it has not), the integer products exact, their float scaling and the biases in
+    its order: its values to a few float32 ulps."""
+    m, feeds = _qlstm_case(direction, w_dt, per_column, extras, y_out, seed=len(extras) + 10 * per_column)
+    check(m, tmp_path, feeds, rtol=1e-5, atol=1e-6)
+
+
+def test_dynamic_quantize_lstm_refuses_zero_points_ort_refuses(tmp_path):
+    """Per-column int8 weight zero points other than 0: ONNX Runtime refuses the model, and so
+    does aotc, by name."""
+    from aotc.errors import ModelError
+    m, feeds = _qlstm_case("forward", I8, True, ("bias",), True, seed=3)
+    init = next(t for t in m.graph.initializer if t.name == "w_zp")
+    init.CopyFrom(onnx.numpy_helper.from_array(np.full((1, 32), 2, np.int8), "w_zp"))
+    with pytest.raises(ModelError, match="W_zero_point must be zero"):
+        run_aotc(m, tmp_path, feeds)
+
+
+def test_quantize_dynamic_torch_lstm(tmp_path):
+    """quantize_dynamic on a torch.onnx export of a two-layer bidirectional LSTM writes
+    DynamicQuantizeLSTM nodes, which compile and agree with ONNX Runtime on a fresh input."""
+    torch = pytest.importorskip("torch")
+    import warnings
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from aotc.check.runner import run_check
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = torch.nn.LSTM(12, 16, num_layers=2, bidirectional=True)
+
+        def forward(self, x):
+            y, (h, c) = self.lstm(x)
+            return y, h, c
+
+    plain, quant = tmp_path / "lstm.onnx", tmp_path / "lstm_q.onnx"
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Net().eval(), (torch.randn(7, 3, 12),), str(plain), input_names=["x"],
+                          output_names=["y", "h", "c"], opset_version=14, dynamo=False)
+        quantize_dynamic(str(plain), str(quant), weight_type=QuantType.QInt8,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    assert [n.op_type for n in onnx.load(str(quant)).graph.node].count("DynamicQuantizeLSTM") == 2
+    x = np.random.default_rng(21).standard_normal((7, 3, 12)).astype(np.float32)
+    res = run_check(quant, inputs={"x": x}, output_dir=tmp_path / "out", rtol=1e-5, atol=1e-6)
     assert res.outputs and all(o.passed for o in res.outputs), \
         [(o.name, o.max_abs_err, o.max_rel_err) for o in res.outputs]

@@ -78,6 +78,14 @@ def _reference_run(model_path, feeds: Mapping[str, np.ndarray], subnormals_as_ze
     so.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "1")
     if subnormals_as_zero:
         so.add_session_config_entry("session.set_denormal_as_zero", "1")
+    # ONNX Runtime's DynamicQuantizeLSTM quantizes each step's H over the batch rows one of its
+    # threads computes: with several threads, groups of rows get scales of their own, and its
+    # outputs move with the thread count (7e-4 on a 3-row batch at 2 threads). On one thread it
+    # quantizes the whole batch together, as aotc does.
+    one_thread = any(n.op_type == "DynamicQuantizeLSTM"
+                     for n in onnx.load(str(model_path), load_external_data=False).graph.node)
+    if one_thread:
+        so.intra_op_num_threads = 1
     packed = _packed_ports(model_path)
     try:
         if packed:
@@ -97,6 +105,8 @@ def _reference_run(model_path, feeds: Mapping[str, np.ndarray], subnormals_as_ze
         return outs, f"the ONNX reference implementation (onnx {onnx.__version__}; ONNX Runtime {ort.__version__}: {why})"
     source = f"ONNX Runtime {ort.__version__}" + (" (subnormal floats as zero, as aotc computes them)"
                                                   if subnormals_as_zero else "")
+    if one_thread:
+        source += " on one thread (its DynamicQuantizeLSTM's results depend on its thread count)"
     # (the probe is cached; the model is read again only when it holds an integer product)
     if ort_saturates_u8s8() and any(n.op_type in _PRODUCT_FACTORS for n in
                                     onnx.load(str(model_path), load_external_data=False).graph.node):

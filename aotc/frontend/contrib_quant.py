@@ -16,6 +16,8 @@ kernels compute: frontend/contrib.py's companion, joined into its table.
     QEmbedLayerNormalization         its tables dequantized (folded at compile time), then as EmbedLayerNormalization
     DynamicQuantizeMatMul            DynamicQuantizeLinear of A, then as MatMulIntegerToFloat
     MatMulIntegerToFloat             MatMulInteger * (a_scale b_scale) (+ bias)
+    DynamicQuantizeLSTM              aotc.DynamicQuantizeLSTM: the LSTM kernel with ORT's quantized
+                                     products (X and each step's H to uint8, integer Gemms; ops/rnn.py)
 
 The scales are the model's (constants in what the quantizers write; then their ratios fold at
 compile time, in float32 as ORT computes them).
@@ -26,8 +28,8 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from ..errors import ModelError, ShapeError
-from ..ir.internal import OPSET_ATTR
-from .contrib import _ATTENTION_ATTRS, _known, _reject_attrs, after_inputs, attention_core, embed_core
+from ..ir.internal import OPSET_ATTR, PACKED_ATTR, QUANTIZED_LSTM
+from .contrib import _ATTENTION_ATTRS, _declared, _known, _reject_attrs, after_inputs, attention_core, embed_core
 from .emit import EMIT_OPSET, Emit
 
 MS = "com.microsoft"
@@ -322,6 +324,35 @@ def _integer_to_float(e: Emit, A, B, sa, sb, za, zb, bias):
     e.op("Identity", [y], out=e.node.output[0])
 
 
+_LSTM_ATTRS = {"activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size",
+               "input_forget"}
+
+
+def _dynamic_quantize_lstm(e: Emit, a: dict):
+    """aotc.DynamicQuantizeLSTM on the node's inputs: its W [D, input, 4H] and R [D, H, 4H] are
+    the transposed form the LSTM's GEMMs read (PACKED_ATTR)."""
+    _reject_attrs(e, a, _LSTM_ATTRS)
+    ins = list(e.node.input) + [""] * (12 - len(e.node.input))
+    if len(e.node.input) > 12:
+        raise ModelError(f"{e.label}: {len(e.node.input)} inputs (12 at most)")
+    for k in (1, 2):
+        _qtype(e, ins[k])
+    missing = [what for k, what in zip(range(8, 12), ("W_scale", "W_zero_point", "R_scale", "R_zero_point"))
+               if not ins[k]]
+    if missing:
+        raise ModelError(f"{e.label}: {', '.join(missing)} missing (the operator requires them)")
+    x, r = _declared(e, ins[0]), _declared(e, ins[2])
+    if len(x) != 3 or len(r) != 3:
+        raise ShapeError(f"{e.label}: X must be [seq, batch, input] and R [directions, hidden, 4 * hidden]")
+    D = 2 if a.get("direction", b"forward") in (b"bidirectional", "bidirectional") else 1
+    H = int(a.get("hidden_size", 0)) or r[1]
+    for o, shape in zip(e.node.output, ([x[0], D, x[1], H], [D, x[1], H], [D, x[1], H])):
+        if o:
+            e.declare(o, TensorProto.FLOAT, shape)
+    e.nodes.append(helper.make_node(QUANTIZED_LSTM, ins, list(e.node.output), name=e.node.name,
+                                    **a, **{PACKED_ATTR: 1}))
+
+
 def _np(t: int):
     return np.uint8 if t == TensorProto.UINT8 else np.int8
 
@@ -335,6 +366,7 @@ QUANT_BUILDERS = {k: after_inputs(b) for k, b in {
     (MS, "QLinearSoftmax"): _qlinear_softmax, (MS, "QGemm"): _qgemm,
     (MS, "QAttention"): _q_attention, (MS, "QEmbedLayerNormalization"): _q_embed_layer_norm,
     (MS, "DynamicQuantizeMatMul"): _dynamic_quantize_matmul, (MS, "MatMulIntegerToFloat"): _matmul_integer_to_float,
+    (MS, "DynamicQuantizeLSTM"): _dynamic_quantize_lstm,
 }.items()}
 
 QUANT_HOW = {
@@ -352,9 +384,12 @@ QUANT_HOW = {
     "QEmbedLayerNormalization": "DequantizeLinear of the tables, then as EmbedLayerNormalization",
     "DynamicQuantizeMatMul": "DynamicQuantizeLinear, MatMulInteger, Mul, Add",
     "MatMulIntegerToFloat": "MatMulInteger, Mul, Add",
+    "DynamicQuantizeLSTM": "aotc.DynamicQuantizeLSTM: the LSTM kernel with ONNX Runtime's quantized products (X and "
+                           "each step's H quantized to uint8 at run time, integer GEMMs, float scales)",
 }
 
 QUANT_REFUSED = {
     "QGemm": "y_scale without y_zero_point (or the reverse)",
     "QAttention": "as Attention's",
+    "DynamicQuantizeLSTM": "per-column weight zero points that differ (int8: other than 0), as ONNX Runtime does",
 }

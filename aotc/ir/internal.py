@@ -30,6 +30,10 @@ Node kinds that compile (each is an entry of the op registry, in the module name
     GATHER_NBITS  `aotc.GatherBlockQuantized`: rows of a block-quantized table read packed,
                   dequantized as they are gathered (same modules, for ONNX Runtime's
                   GatherBlockQuantized in its uint8 form; attributes bits, block_size)
+    QUANTIZED_LSTM `aotc.DynamicQuantizeLSTM`: ONNX Runtime's DynamicQuantizeLSTM, its 8-bit
+                  weights already [D, in, 4H] (so marked PACKED_ATTR), lowered with the LSTM
+                  (ops/rnn.py; written by frontend/contrib_quant.py): inputs the LSTM's eight,
+                  then W_scale, W_zero_point, R_scale, R_zero_point
     BRANCH_FAIL   `aotc.BranchFail`: stands for the outputs of a run-time If's branch that
                   cannot be shaped at the compiled sizes; run, it stops with AOTC_ERR_BRANCH
                   (ops/control.py, written by passes/control.py; attributes `types`, `reason`, `if`)
@@ -99,6 +103,7 @@ CONCAT_ROWS = "aotc.ConcatRows"
 CARRY = "aotc.Carry"
 MATMUL_NBITS = "aotc.MatMulNBits"
 GATHER_NBITS = "aotc.GatherBlockQuantized"
+QUANTIZED_LSTM = "aotc.DynamicQuantizeLSTM"
 BRANCH_FAIL = "aotc.BranchFail"
 SIZE_VALUES = "aotc.SizeValues"
 ASSUME_SIZES = "aotc.AssumeSizes"

@@ -15,6 +15,8 @@ QuantizeLinear to one saturates to its range, or rounds to its nearest value (fl
 saturating unless saturate = 0). Integer products accumulate exactly in int32."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
@@ -243,34 +245,47 @@ def _dyn_infer(node, ins):
     return [(np.dtype(np.uint8), tuple(x.shape)), (dtypes.FLOAT32, ()), (np.dtype(np.uint8), ())]
 
 
-def _lower_dyn(node, ctx):
-    """scale = (max(x, 0) - min(x, 0)) / 255, zero point = saturate(rint(-min / scale)), then
-    quantize as QuantizeLinear does (an all-zero x: scale 0, zero point 0, y 0)."""
-    X, Y = ctx.ins[0], ctx.outs[0]
-    SC = ctx.outs[1] if len(ctx.outs) > 1 else None
-    ZP = ctx.outs[2] if len(ctx.outs) > 2 else None
-    n = prod(X.shape)
-    u8 = np.dtype(np.uint8)
-    b = ctx.b
+def quantize_dynamic_u8(b, n, load, store, keep, counts=None) -> None:
+    """n values quantized to uint8 with the scale and zero point of their range, 0 included
+    (DynamicQuantizeLinear's, and ONNX Runtime's GetQuantizationParameter for the activations of
+    its dynamically quantized kernels): load(i) is value i, store(i, q) takes its uint8;
+    counts(i), where given, says whether value i is in the range. scale = (max - min) / 255,
+    zero point = saturate(rint(-min / scale)), q = saturate(rint(x / scale) + zero point); an
+    all-zero range gives scale 0, zero point 0 and q 0. keep(scale, zero point) is handed them
+    (float32 locals) before the values are quantized."""
     b.comment("uint8 quantization with the scale and zero point of x's range (0 included)")
     lo = b.local("lo", const(0.0, F32))
     hi = b.local("hi", const(0.0, F32))
     with b.loop(n, "i", role=REDUCTION) as i:
-        v = b.local("v", Load(X, i))
-        b.assign(lo, select(v < lo, v, lo))
-        b.assign(hi, select(v > hi, v, hi))
+        with contextlib.ExitStack() as scope:
+            if counts is not None:
+                scope.enter_context(b.if_(counts(i)))
+            v = b.local("v", load(i))
+            b.assign(lo, select(v < lo, v, lo))
+            b.assign(hi, select(v > hi, v, hi))
     scale = b.local("scale", (hi - lo) / const(255.0, F32))
     empty = b.local("empty", binop("==", scale, const(0.0, F32)))
     zpf = b.local("zpf", select(empty, const(0.0, F32), call("rint", (const(0.0, F32) - lo) / scale)))
     zpf = b.local("zpc", select(zpf < const(0.0, F32), const(0.0, F32),
                                 select(zpf > const(255.0, F32), const(255.0, F32), zpf)))
-    if SC is not None:
-        b.store(SC, 0, scale)
-    if ZP is not None:
-        b.store(ZP, 0, cast(zpf, u8))
+    keep(scale, zpf)
     with b.loop(n, "i", role=SPATIAL) as i:
-        q = select(empty, const(0.0, F32), call("rint", Load(X, i) / scale) + zpf)
-        b.store(Y, i, _saturate(b, q, u8))
+        q = select(empty, const(0.0, F32), call("rint", load(i) / scale) + zpf)
+        store(i, _saturate(b, q, np.dtype(np.uint8)))
+
+
+def _lower_dyn(node, ctx):
+    X, Y = ctx.ins[0], ctx.outs[0]
+    SC = ctx.outs[1] if len(ctx.outs) > 1 else None
+    ZP = ctx.outs[2] if len(ctx.outs) > 2 else None
+    b = ctx.b
+
+    def keep(scale, zpf):
+        if SC is not None:
+            b.store(SC, 0, scale)
+        if ZP is not None:
+            b.store(ZP, 0, cast(zpf, np.dtype(np.uint8)))
+    quantize_dynamic_u8(b, prod(X.shape), lambda i: Load(X, i), lambda i, q: b.store(Y, i, q), keep)
 
 
 register("DynamicQuantizeLinear", lower=_lower_dyn, accepts_epilogue=False)(_dyn_infer)

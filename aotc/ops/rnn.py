@@ -19,6 +19,15 @@ after the z/r gates of the step.
 length, its Y rows past the length are zero, and the reverse direction starts at its own
 last valid step. When the lengths are a constant equal to the full sequence, none of that
 code is generated.
+
+aotc.DynamicQuantizeLSTM (ONNX Runtime's DynamicQuantizeLSTM, ir/internal.py QUANTIZED_LSTM) is
+the LSTM with 8-bit W and R and ONNX Runtime's numerics: X's first max(sequence_lens) steps are
+quantized to uint8 once, with the scale and zero point of their range (ops/quant.py
+quantize_dynamic_u8), each step's H likewise; both products are integer Gemms, scaled by
+a_scale x w_scale (per tensor or per column) into float. The biases come after the two
+products and the peepholes, as ONNX Runtime adds them. Its H range at a step counts the rows
+whose previous step ran: ONNX Runtime reads the previous H from Y when the node has a Y output,
+where a finished row is zeros, else from Y_h, where it is the row's last H.
 """
 from __future__ import annotations
 
@@ -26,17 +35,19 @@ import contextlib
 
 import numpy as np
 
-from ..errors import ShapeError, UnsupportedError
+from ..errors import ModelError, ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..ir.dims import is_dim
-from ..ir.internal import PACKED_ATTR
-from ..kernel.ir import ORDERED, SPATIAL, Const, GemmDest, call, cast, const, matrix, select
+from ..ir.internal import PACKED_ATTR, QUANTIZED_LSTM
+from ..kernel.ir import ORDERED, SPATIAL, Builder, Const, GemmDest, Load, call, cast, const, matrix, select
+from .quant import quantize_dynamic_u8
 from .registry import register
 
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")
-_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
-_N_ACT = {"LSTM": 3, "GRU": 2, "RNN": 1}
-_DEFAULT_ACT = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
+_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1, QUANTIZED_LSTM: 4}
+_N_ACT = {"LSTM": 3, "GRU": 2, "RNN": 1, QUANTIZED_LSTM: 3}
+_DEFAULT_ACT = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"],
+                QUANTIZED_LSTM: ["Sigmoid", "Tanh", "Tanh"]}
 
 # activation name -> (uses alpha, uses beta, default alpha, default beta)
 _ACT_PARAMS = {
@@ -132,12 +143,13 @@ def _rnn_infer(node, ins):
         y, yh = (B, S, D, H), (B, D, H)
     else:
         y, yh = (S, D, B, H), (D, B, H)
-    return [(dt, y), (dt, yh)] + ([(dt, yh)] if node.op_type == "LSTM" else [])
+    return [(dt, y), (dt, yh)] + ([(dt, yh)] if _GATES[node.op_type] == 4 else [])
 
 
 def _rnn_fold(node, ins):
     """A packed node on constant inputs: evaluate the ONNX op on the unpacked weights."""
-    if not node.attr(PACKED_ATTR) or any(v is not None and v.const is None for v in ins):
+    if node.op_type == QUANTIZED_LSTM or not node.attr(PACKED_ATTR) \
+            or any(v is not None and v.const is None for v in ins):
         return None
     from .reference import evaluate
     arrays = [v.const if v is not None else None for v in ins]
@@ -154,9 +166,10 @@ def _full_length(ctx, S) -> bool:
 
 
 def _lower_rnn(node, ctx):
-    kind = node.op_type
+    quantized = node.op_type == QUANTIZED_LSTM
+    kind = "LSTM" if quantized else node.op_type
     G = _GATES[kind]
-    ins = list(ctx.ins) + [None] * (8 - len(ctx.ins))
+    ins = list(ctx.ins) + [None] * (12 - len(ctx.ins))
     X, W, R, Bias, seq, h0 = ins[:6]
     c0 = ins[6] if kind == "LSTM" else None
     P = ins[7] if kind == "LSTM" else None
@@ -224,6 +237,8 @@ def _lower_rnn(node, ctx):
     Hs = ctx.scratch((nd, B, H), f32, "h")
     Cs = ctx.scratch((nd, B, H), f32, "c") if kind == "LSTM" else None
     RH = ctx.scratch((nd, B, H), f32, "rh") if kind == "GRU" and not lbr else None
+    if quantized:
+        q = _Quantized(ctx, node, S, B, I, H, nd, masked, Y is not None or bool(node.outputs[0]))
 
     if masked and Y is not None:
         b.comment("steps past a sequence's length output zeros")
@@ -236,9 +251,12 @@ def _lower_rnn(node, ctx):
         f_act = act[0]
         g_act = act[1] if len(act) > 1 else None
         h_act = act[2] if len(act) > 2 else None
-        b.comment("input projection of every time step: XG = X . W^T (+ biases)")
-        b.gemm(S * B, GH, I, matrix(X, 0, I, 1), w_t(d), GemmDest(XG, (dd, 0, 0), (1,), (2,)))
-        if Bias is not None:
+        if quantized:
+            q.input_projection(d, dd, w_t(d), XG)
+        else:
+            b.comment("input projection of every time step: XG = X . W^T (+ biases)")
+            b.gemm(S * B, GH, I, matrix(X, 0, I, 1), w_t(d), GemmDest(XG, (dd, 0, 0), (1,), (2,)))
+        if Bias is not None and not quantized:
             with b.loops((S * B, GH), ["r", "g"], role=SPATIAL) as (r, g):
                 wb = Bias[d * 2 * GH + g]
                 rb = Bias[d * 2 * GH + GH + g]
@@ -255,8 +273,11 @@ def _lower_rnn(node, ctx):
 
         with b.loop(S, "s", role=ORDERED) as s:       # each step needs the state the last one made
             step_t = either(rev, s, (S - 1) - s)
-            b.gemm(B, 2 * H if kind == "GRU" and not lbr else GH, H, matrix(Hs, dd * (B * H), H, 1), r_t(d),
-                   GemmDest(GR, (dd, 0, 0), (1,), (2,)))
+            if quantized:
+                q.recurrent_projection(d, dd, s, Hs, r_t(d), GR)
+            else:
+                b.gemm(B, 2 * H if kind == "GRU" and not lbr else GH, H, matrix(Hs, dd * (B * H), H, 1), r_t(d),
+                       GemmDest(GR, (dd, 0, 0), (1,), (2,)))
 
             def elementwise(body):
                 """Run body(bi, j, t) over the batch and units, masked by sequence length."""
@@ -279,12 +300,18 @@ def _lower_rnn(node, ctx):
                     if P is not None:
                         pi = pi + P[d * 3 * H + j] * c_prev
                         pf = pf + P[d * 3 * H + 2 * H + j] * c_prev
+                    if quantized and Bias is not None:
+                        # (ONNX Runtime adds Wb + Rb after the products and the peepholes)
+                        bias = lambda gi: Bias[d * 2 * GH + gi * H + j] + Bias[d * 2 * GH + GH + gi * H + j]  # noqa: E731
+                        pi, pf, pc = pi + bias(0), pf + bias(2), pc + bias(3)
                     gi = b.local("i_g", f_act(clipped(pi)))
                     gf = b.local("f_g", const(1.0, f32) - gi if input_forget else f_act(clipped(pf)))
                     gc = b.local("c_g", g_act(clipped(pc)))
                     c_new = b.local("c_new", gf * c_prev + gi * gc)
                     if P is not None:
                         po = po + P[d * 3 * H + H + j] * c_new
+                    if quantized and Bias is not None:
+                        po = po + bias(1)
                     go = b.local("o_g", f_act(clipped(po)))
                     h_new = b.local("h_new", go * h_act(c_new))
                     b.store(Cs, (dd, bi, j), c_new)
@@ -351,5 +378,96 @@ def _lower_rnn(node, ctx):
             direction(const(d), const(int(rev)), acts[d])
 
 
-for _op in RECURRENT_OPS:
+class _Quantized:
+    """The two products of aotc.DynamicQuantizeLSTM (see the module's doc): X quantized once,
+    H per step, into uint8 scratch; the integer Gemms' sums scaled into float by their
+    epilogues. The scales and zero points computed at run time live in scratch (an epilogue
+    may run in another function, where the kernel's locals are not)."""
+
+    def __init__(self, ctx, node, S, B, I, H, nd, masked, h_from_y):
+        self.ctx, self.node, self.S, self.B, self.I, self.H = ctx, node, S, B, I, H
+        self.masked, self.h_from_y = masked, h_from_y
+        u8, f32, i32 = np.dtype(np.uint8), dtypes.FLOAT32, np.dtype(np.int32)
+        self.ins = list(ctx.ins) + [None] * (12 - len(ctx.ins))
+        for k, what in ((8, "W_scale"), (10, "R_scale")):
+            if self.ins[k] is None or self.ins[k].dtype != f32:
+                raise UnsupportedError([f"{QUANTIZED_LSTM} node {node.name!r}: {what} must be float32"])
+        for k, what in ((9, "W_zero_point"), (11, "R_zero_point")):
+            z = self.ins[k]
+            if z is None or z.dtype not in (u8, np.dtype(np.int8)):
+                raise UnsupportedError([f"{QUANTIZED_LSTM} node {node.name!r}: {what} must be int8 or uint8"])
+            if len(z.shape) == 2:        # per column: ONNX Runtime takes one value, and checks it is
+                c = ctx.const(k)
+                if c is None:
+                    raise UnsupportedError([f"{QUANTIZED_LSTM} node {node.name!r}: per-column {what} computed "
+                                            "at run time"])
+                if np.any(c != (0 if c.dtype == np.int8 else c.reshape(-1)[0])):
+                    raise ModelError(f"{QUANTIZED_LSTM} node {node.name!r}: per-column {what} must be "
+                                     + ("zero (int8 weights)" if c.dtype == np.int8 else "one value throughout"))
+        GH = 4 * H
+        self.XQ = ctx.scratch((S * B, I), u8, "xq")
+        self.XP = ctx.scratch((2,), f32, "xp")          # X's scale and zero point
+        self.XI = ctx.scratch((nd, S * B, GH), i32, "xi")
+        self.HQ = ctx.scratch((nd, B, H), u8, "hq")
+        self.HP = ctx.scratch((nd, 2), f32, "hp")       # this step's H scale and zero point
+        self.HI = ctx.scratch((nd, B, GH), i32, "hi")
+        b = ctx.b
+        X, seq = self.ins[0], self.ins[4]
+        counts = None
+        if masked:
+            # ONNX Runtime quantizes the steps up to the longest sequence
+            longest = b.local("longest", const(0))
+            with b.loop(B, "bi", role=ORDERED) as bi:
+                n = cast(seq[bi], dtypes.INT64)
+                b.assign(longest, select(n > longest, n, longest))
+            counts = lambda i: i < longest * (B * I)  # noqa: E731
+        quantize_dynamic_u8(b, S * B * I, lambda i: Load(X, i), lambda i, v: b.store(self.XQ, i, v),
+                            lambda scale, zp: (b.store(self.XP, 0, scale), b.store(self.XP, 1, zp)), counts)
+
+    def _weights_zero(self, k, d):
+        """The weights' zero point of direction d as an int32 Expr (ONNX Runtime takes each
+        direction's first), None where it is a constant 0."""
+        z = self.ins[k]
+        if z is None:
+            return None
+        per = self.ctx.const(k)
+        if per is not None and not np.any(per):
+            return None
+        stride = 4 * self.H if len(z.shape) == 2 else 1
+        return cast(Load(z, d * stride), np.dtype(np.int32))
+
+    def _scaled(self, g, dest, at, a_scale, k, d):
+        """g's epilogue: dest[at(i, j)] = float(sum) x (a_scale x the weights' scale at column j)."""
+        ws = self.ins[k]
+        per_column = len(ws.shape) == 2
+        w_scale = Load(ws, d * (4 * self.H) + g.j if per_column else d)
+        ep = Builder()
+        ep.names = self.ctx.b.names
+        ep.store(dest, at(g.i, g.j), cast(g.value, dtypes.FLOAT32) * (a_scale * w_scale))
+        g.epilogue = ep.body
+
+    def input_projection(self, d, dd, w, XG):
+        b, S, B, I, GH = self.ctx.b, self.S, self.B, self.I, 4 * self.H
+        b.comment("input projection of every time step: XG = (Xq - zp) . (W - zw)^T x scales")
+        g = b.gemm(S * B, GH, I, matrix(self.XQ, 0, I, 1), w, GemmDest(self.XI, (dd, 0, 0), (1,), (2,)),
+                   a_zero=cast(Load(self.XP, const(1)), np.dtype(np.int32)), b_zero=self._weights_zero(9, d))
+        self._scaled(g, XG, lambda i, j: (dd, i, j), Load(self.XP, const(0)), 8, d)
+
+    def recurrent_projection(self, d, dd, s, Hs, r, GR):
+        b, B, H = self.ctx.b, self.B, self.H
+        counts = None
+        if self.masked and self.h_from_y:
+            # a row whose previous step did not run reads zeros from Y in ONNX Runtime: no range
+            seq = self.ins[4]
+            counts = lambda i: s <= cast(seq[i // H], dtypes.INT64)  # noqa: E731
+        at = dd * (B * H)           # this direction's rows of H and of its uint8 copy
+        quantize_dynamic_u8(b, B * H, lambda i: Load(Hs, at + i), lambda i, v: b.store(self.HQ, at + i, v),
+                            lambda scale, zp: (b.store(self.HP, (dd, 0), scale), b.store(self.HP, (dd, 1), zp)),
+                            counts)
+        g = b.gemm(B, 4 * H, H, matrix(self.HQ, dd * (B * H), H, 1), r, GemmDest(self.HI, (dd, 0, 0), (1,), (2,)),
+                   a_zero=cast(self.HP[dd, 1], np.dtype(np.int32)), b_zero=self._weights_zero(11, d))
+        self._scaled(g, GR, lambda i, j: (dd, i, j), self.HP[dd, 0], 10, d)
+
+
+for _op in RECURRENT_OPS + (QUANTIZED_LSTM,):
     register(_op, lower=_lower_rnn, fold=_rnn_fold, accepts_epilogue=False, run_time_dims=True)(_rnn_infer)
