@@ -198,6 +198,57 @@ aotc_igemm_tile_vnni(const int a_unsigned, int64_t quads, const uint8_t *restric
     return 0;
 }
 
+/* The VNNI tile for one row of C (a batch-1 product: an LSTM step, where the MR-row tile would
+ * compute MR rows for one): its quads go round AOTC_IGEMM_CHAINS separate sums, added at the
+ * end, since each vpdpbusd waits for the last one into its sum and one row has few sums (the
+ * float one-row tile does the same, aotc_gemm_packed.h). Stores as aotc_igemm_tile_vnni does. */
+#define AOTC_IGEMM_CHAINS 4
+__attribute__((target("avx512f,avx512vnni"))) static inline int
+aotc_igemm_row_vnni(const int a_unsigned, int64_t quads, const uint8_t *restrict a, const uint8_t *restrict b,
+                    int32_t *C, int64_t csc, int64_t nr, int accumulate, int32_t sum[AOTC_GEMM_MR][AOTC_GEMM_NR])
+{
+    __m512i acc[AOTC_IGEMM_CHAINS][AOTC_IGEMM_V];
+    int64_t q = 0;
+    int u, v;
+    AOTC_UNROLL_FULLY
+    for (u = 0; u < AOTC_IGEMM_CHAINS; ++u) {
+        AOTC_UNROLL_FULLY
+        for (v = 0; v < AOTC_IGEMM_V; ++v)
+            acc[u][v] = _mm512_setzero_si512();
+    }
+    for (; q < quads; q += AOTC_IGEMM_CHAINS) {
+        AOTC_UNROLL_FULLY
+        for (u = 0; u < AOTC_IGEMM_CHAINS; ++u) {
+            int32_t four;
+            __m512i aq;
+            if (q + u >= quads)
+                break;
+            memcpy(&four, a + (q + u) * AOTC_GEMM_MR * 4, 4);
+            aq = _mm512_set1_epi32(four);
+            AOTC_UNROLL_FULLY
+            for (v = 0; v < AOTC_IGEMM_V; ++v) {
+                const __m512i bq = _mm512_loadu_si512((const void *)(b + ((q + u) * AOTC_GEMM_NR + 16 * v) * 4));
+                acc[u][v] = a_unsigned ? _mm512_dpbusd_epi32(acc[u][v], aq, bq) : _mm512_dpbusd_epi32(acc[u][v], bq, aq);
+            }
+        }
+    }
+    AOTC_UNROLL_FULLY
+    for (v = 0; v < AOTC_IGEMM_V; ++v) {
+        __m512i total = acc[0][v];
+        AOTC_UNROLL_FULLY
+        for (u = 1; u < AOTC_IGEMM_CHAINS; ++u)
+            total = _mm512_add_epi32(total, acc[u][v]);
+        if (nr == AOTC_GEMM_NR && csc == 1) {
+            int32_t *c = C + 16 * v;
+            _mm512_storeu_si512((void *)c, accumulate ? _mm512_add_epi32(_mm512_loadu_si512((const void *)c), total)
+                                                      : total);
+        } else {
+            _mm512_storeu_si512((void *)&sum[0][16 * v], total);
+        }
+    }
+    return nr == AOTC_GEMM_NR && csc == 1;
+}
+
 /* The tile with AVX-512BW, for CPUs without VNNI. Per quad, each vector of 16 columns' bytes
  * (4 a column) is widened into two of 32 16-bit values, columns 0-7 and 8-15; a row's 4 bytes of
  * A, widened, go to every 64-bit lane; vpmaddwd then sums each column's first two products in
@@ -291,6 +342,9 @@ static inline int aotc_igemm_tile_by(int a_unsigned, int kind, int64_t quads, co
                                      int32_t sum[AOTC_GEMM_MR][AOTC_GEMM_NR])
 {
 #if AOTC_IGEMM_AVX512
+    if (kind == AOTC_IGEMM_TILE_VNNI && mr == 1)
+        return a_unsigned ? aotc_igemm_row_vnni(1, quads, a, b, C, csc, nr, accumulate, sum)
+                          : aotc_igemm_row_vnni(0, quads, a, b, C, csc, nr, accumulate, sum);
     if (kind == AOTC_IGEMM_TILE_VNNI)
         return a_unsigned ? aotc_igemm_tile_vnni(1, quads, a, b, C, rsc, csc, mr, nr, accumulate, sum)
                           : aotc_igemm_tile_vnni(0, quads, a, b, C, rsc, csc, mr, nr, accumulate, sum);

@@ -48,7 +48,8 @@ def _shapes(t):
         for n in (t.nr - 1, t.nr, t.nr + 1, 3 * t.nr + 5):
             out.add((max(m, 1), max(n, 1), 19))
     out |= {(t.mc + 1, 2 * t.nr + 1, 23), (t.mc - 1, t.nr, t.kc + 1), (t.mr + 1, t.nc + 3, 11),
-            (5, 7, 2 * t.kc + 3), (t.mc + t.mr + 1, t.nr + 1, t.kc + t.kc // 2 + 2), (61, 67, 71)}
+            (5, 7, 2 * t.kc + 3), (t.mc + t.mr + 1, t.nr + 1, t.kc + t.kc // 2 + 2), (61, 67, 71),
+            (1, 3 * t.nr, 2 * t.kc + 9), (1, t.nr + 5, 30), (t.mr + 1, 2 * t.nr, 97)}   # (one-row tiles)
     return sorted(out)
 
 
@@ -85,7 +86,7 @@ def test_extreme_values_do_not_saturate(lib, a_unsigned):
     """255 x -128 everywhere: 4 products a lane are -130,560, which a 16-bit pair sum (what
     vpmaddubsw does) would saturate; K = 2000 sums -65 million, still exact in int32."""
     t = lib.tiles
-    for M, N, K in [(t.mr, t.nr, 4), (2 * t.mr + 1, t.nr + 3, 2000)]:
+    for M, N, K in [(t.mr, t.nr, 4), (2 * t.mr + 1, t.nr + 3, 2000), (1, t.nr, 2000)]:
         A, B = _operands(None, M, N, K, a_unsigned, extreme=True)
         C = np.zeros((M, N), np.int32)
         lib.igemm(M, N, K, A, B, C, a_unsigned)
