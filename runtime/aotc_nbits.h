@@ -285,11 +285,13 @@ aotc_nbits_cols_vnni(const int nc, int64_t M, int64_t n, int64_t K, int64_t bs, 
  * aotc_nbits_quad_vnni's product for one row q, added to acc: the four column products (16 int32
  * lanes each: lanes 0-3 and 8-11 the chunk's first block, 4-7 and 12-15 its second, the paired
  * order) added across lanes into one vector of (lane group, column) sums, scaled by the four
- * columns' scales for the two blocks as one 8-float load from the quad's s4. The weights: w, the
- * quad's packed columns (when unpacked is NULL), or unpacked, its columns as bytes. */
+ * columns' scales for the two blocks as one 8-float load from the quad's s4, less the zero
+ * point's share where the weights have none (`no_zero`: 8; zero points come off at the row's
+ * end). The weights: w, the quad's packed columns (when unpacked is NULL), or unpacked, its
+ * columns as bytes. */
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni"), always_inline)) static inline __m512
 aotc_nbits_quad_chunk(__m512 acc, int64_t p, const int8_t *q, const float *as, const float *asum, const float *s4,
-                      const uint8_t *w, const uint8_t *unpacked, int64_t blocks, int64_t width)
+                      const uint8_t *w, const uint8_t *unpacked, int64_t blocks, int64_t width, int no_zero)
 {
     const int64_t bs = 32, blob = 16;
     /* the zero point's share, a_sum x S x 8 a block, each block in two lane groups */
@@ -306,25 +308,27 @@ aotc_nbits_quad_chunk(__m512 acc, int64_t p, const int8_t *q, const float *as, c
     const __m512i e23 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2], d[3]), _mm512_unpackhi_epi32(d[2], d[3]));
     const __m512i f = _mm512_add_epi32(_mm512_unpacklo_epi64(e01, e23), _mm512_unpackhi_epi64(e01, e23));
     const __m512 al = aotc_nbits_lanes(as, p, bs, 4);
-    const __m512 zl = _mm512_mul_ps(aotc_nbits_lanes(asum, p, bs, 4), zpart);
+    const __m512 zl = no_zero ? _mm512_mul_ps(aotc_nbits_lanes(asum, p, bs, 4), zpart) : _mm512_setzero_ps();
     /* the groups: first block, second, first, second; in each, columns 0..3 */
     const __m512 sl = _mm512_broadcast_f32x8(_mm256_loadu_ps(s4 + (p / bs) * 4));
     return _mm512_fmadd_ps(_mm512_fmsub_ps(_mm512_cvtepi32_ps(f), al, zl), sl, acc);
 }
 
-/* Columns n .. n + 3 (n a multiple of 4) for every row, 4-bit weights in blocks of 32 without
- * zero points, by chunks of aotc_nbits_quad_chunk: the four columns' scales come as one load
+/* Columns n .. n + 3 (n a multiple of 4) for every row, 4-bit weights in blocks of 32, by chunks
+ * of aotc_nbits_quad_chunk: the four columns' scales come as one load
  * from S4 (S4[((n / 4) * blocks + b) * 4 + n % 4] = S[n, b]: the scales relaid by column quads at
  * compile time, aotc/passes/caches.py), instead of each column's scales spread over its lanes by
  * a broadcast and a permute (aotc_nbits_cols_vnni: 1.26-1.37x slower on a decoder's products).
- * `unpacked`: as there. An odd last block as there.
+ * `unpacked`, zero points (zs: 4 x blocks floats; no_zero, a constant where it is inlined: none)
+ * and an odd last block as there.
  * Reading packed weights, the loop asks for the next quad's weights a line at a time as it
  * reads this one's (128 positions: 64 bytes of each column). A column's weights are a few
  * hundred bytes to a few KB, and the CPU's prefetchers follow a stream only inside a 4 KB page:
  * without it, each quad started on memory (K 2048: a quad is one page). */
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni"))) static void
-aotc_nbits_quad_vnni(int64_t M, int64_t n, int64_t K, const int8_t *qa, const float *a_scale, const float *a_sum,
-                     const uint8_t *B, const float *S, const float *S4, const uint8_t *unpacked, float *Y, int64_t ldy)
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni"), always_inline)) static inline void
+aotc_nbits_quad_rows(const int no_zero, int64_t M, int64_t n, int64_t K, const int8_t *qa, const float *a_scale,
+                     const float *a_sum, const uint8_t *B, const float *S, const float *S4, const uint8_t *unpacked,
+                     const float *zs, float *Y, int64_t ldy)
 {
     const int64_t bs = 32, blocks = (K + bs - 1) / bs, blob = 16, width = blocks * bs;
     const float *s4 = S4 + (n / 4) * blocks * 4;
@@ -336,16 +340,16 @@ aotc_nbits_quad_vnni(int64_t M, int64_t n, int64_t K, const int8_t *qa, const fl
         int64_t p = 0;
         if (unpacked) {
             for (; p + 64 <= width; p += 64)
-                acc = aotc_nbits_quad_chunk(acc, p, q, as, asum, s4, w, unpacked, blocks, width);
+                acc = aotc_nbits_quad_chunk(acc, p, q, as, asum, s4, w, unpacked, blocks, width, no_zero);
         } else {
             for (; p + 128 <= width; p += 128) {
                 for (int c = 0; c < 4; c++)
                     _mm_prefetch((const char *)(w + (c + 4) * blocks * blob + p / 2), _MM_HINT_T0);
-                acc = aotc_nbits_quad_chunk(acc, p, q, as, asum, s4, w, NULL, blocks, width);
-                acc = aotc_nbits_quad_chunk(acc, p + 64, q, as, asum, s4, w, NULL, blocks, width);
+                acc = aotc_nbits_quad_chunk(acc, p, q, as, asum, s4, w, NULL, blocks, width, no_zero);
+                acc = aotc_nbits_quad_chunk(acc, p + 64, q, as, asum, s4, w, NULL, blocks, width, no_zero);
             }
             if (p + 64 <= width) {
-                acc = aotc_nbits_quad_chunk(acc, p, q, as, asum, s4, w, NULL, blocks, width);
+                acc = aotc_nbits_quad_chunk(acc, p, q, as, asum, s4, w, NULL, blocks, width, no_zero);
                 p += 64;
             }
         }
@@ -354,10 +358,23 @@ aotc_nbits_quad_vnni(int64_t M, int64_t n, int64_t K, const int8_t *qa, const fl
         _mm_storeu_ps(total, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
         for (int c = 0; c < 4; c++) {
             if (p < width)
-                total[c] += aotc_nbits_last_block(n + c, blocks, bs, 4, q, as, asum, B, S, 1);
-            Y[m * ldy + n + c] = total[c];
+                total[c] += aotc_nbits_last_block(n + c, blocks, bs, 4, q, as, asum, B, S, no_zero);
+            Y[m * ldy + n + c] = no_zero ? total[c] : total[c] - aotc_nbits_fdot(asum, zs + c * blocks, blocks);
         }
     }
+}
+
+/* aotc_nbits_quad_rows with zero points and without, each a copy of its own, in a function apart
+ * from its caller's loop */
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni"), noinline)) static void
+aotc_nbits_quad_vnni(int64_t M, int64_t n, int64_t K, const int8_t *qa, const float *a_scale, const float *a_sum,
+                     const uint8_t *B, const float *S, const float *S4, const uint8_t *unpacked, const float *zs,
+                     float *Y, int64_t ldy)
+{
+    if (zs)
+        aotc_nbits_quad_rows(0, M, n, K, qa, a_scale, a_sum, B, S, S4, unpacked, zs, Y, ldy);
+    else
+        aotc_nbits_quad_rows(1, M, n, K, qa, a_scale, a_sum, B, S, S4, unpacked, NULL, Y, ldy);
 }
 
 /* as aotc_nbits_gemm_plain, for 4 and 8 bits in blocks of at least 32, with vpdpbusd (64
@@ -371,7 +388,7 @@ aotc_nbits_gemm_vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, int64_t bs, i
 {
     const int64_t blocks = (K + bs - 1) / bs, blob = bs * bits / 8, width = blocks * bs;
     uint8_t *work = (uint8_t *)(void *)scratch;
-    const int quads = S4 && bits == 4 && bs == 32 && !Z && n0 % 4 == 0;
+    const int quads = S4 && bits == 4 && bs == 32 && n0 % 4 == 0;
     for (int64_t n = n0; n < n1;) {
         const int nc = n1 - n >= 4 ? 4 : 1;
         for (int c = 0; Z && c < nc; c++)
@@ -385,7 +402,7 @@ aotc_nbits_gemm_vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, int64_t bs, i
             unpacked = work;
         }
         if (nc == 4 && quads)
-            aotc_nbits_quad_vnni(M, n, K, qa, a_scale, a_sum, B, S, S4, unpacked, Y, ldy);
+            aotc_nbits_quad_vnni(M, n, K, qa, a_scale, a_sum, B, S, S4, unpacked, Z ? zs : NULL, Y, ldy);
         else if (nc == 4)
             aotc_nbits_cols_vnni(4, M, n, K, bs, bits, qa, a_scale, a_sum, B, S, unpacked, Z ? zs : NULL, Y, ldy);
         else
@@ -398,7 +415,7 @@ aotc_nbits_gemm_vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, int64_t bs, i
 
 /* Y[m, n] for n0 <= n < n1, every m < M (see aotc_nbits_gemm_plain), by the fastest product this
  * CPU runs. S4 (where has_quads): the same scales relaid by column quads (aotc_nbits_quad_vnni),
- * which the VNNI product of 4-bit weights in blocks of 32 without zero points reads instead.
+ * which the VNNI product of 4-bit weights in blocks of 32 reads instead.
  * Scratch: zs 4 x blocks floats, work blocks x bs floats (4 x blocks x bs bytes). */
 static void aotc_nbits_gemm(int64_t M, int64_t n0, int64_t n1, int64_t K, int64_t bs, int64_t bits, const int8_t *qa,
                             const float *a_scale, const float *a_sum, const uint8_t *B, const float *S,

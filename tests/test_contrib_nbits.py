@@ -146,15 +146,16 @@ def test_gather_block_quantized(form, gather_axis, zp, tmp_path):
 # (bits, block, zero points: "u8" packed / "f32" / None, K, rows of A[, N]): where ONNX Runtime 1.32
 # quantizes the activations to int8 at accuracy_level 4 (4 and 8 bits; 2 bits from blocks of 32;
 # uint8 or no zero points), and where it stays exact (2 bits in blocks of 16, float zero points);
-# 4-bit blocks of 32 without zero points are the genai builder's int4, whose scales AVX-512
-# builds read by column quads: one row and two (K 256, 352), and one row over 37 columns
-# (columns past the last quad) and 7 blocks (an odd last one); the last three, one row each, read
-# packed weights by columns (zero points, 8 bits, blocks of 64 and 128): odd 64-position chunk
-# counts and columns past the last group of four included
+# 4-bit blocks of 32 (the genai builder's int4 has no zero points, ORT's quantizer's default
+# has) are read by column quads in AVX-512 builds, their scales relaid: one row and two (K 256,
+# 352), one row over 37 columns (columns past the last quad) and 7 blocks (an odd last one),
+# with zero points and without; blocks of 64 and 128 and 8 bits, one row, read packed weights by
+# columns: odd 64-position chunk counts and columns past the last group of four included
 LEVEL4_CASES = [(4, 32, "u8", 200, 3), (4, 32, None, 256, 1), (4, 64, "u8", 256, 2), (4, 128, None, 456, 17),
                 (8, 32, "u8", 200, 3), (8, 64, None, 256, 20), (2, 32, None, 160, 2), (4, 16, "u8", 96, 5),
                 (4, 32, None, 352, 2), (2, 16, "u8", 96, 2), (4, 32, "f32", 200, 3),
-                (4, 32, None, 200, 1, 37), (8, 32, "u8", 200, 1, 37), (4, 64, "u8", 320, 1), (4, 128, None, 456, 1)]
+                (4, 32, None, 200, 1, 37), (4, 32, "u8", 200, 1, 37), (4, 32, "u8", 256, 2),
+                (8, 32, "u8", 200, 1, 37), (4, 64, "u8", 320, 1), (4, 128, None, 456, 1)]
 
 
 def _level4_model(rng, level: int):

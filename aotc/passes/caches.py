@@ -37,8 +37,8 @@ def runtime_kernels(g: Graph, quads: bool) -> Graph:
     (`[gemm] nbits_kernel`), each aotc.MatMulNBits that computes it calls the runtime
     (NBITS_KERNEL; ops/nbits.py): a decoder's one-token steps are that product's weight stream.
     With `quads` (an AVX-512 build, whose VNNI product reads them), 4-bit weights in blocks of 32
-    without zero points, the onnxruntime-genai builder's int4, also get their constant scales
-    relaid by column quads as a fifth input (runtime/aotc_nbits.h aotc_nbits_quad_vnni loads
+    (the onnxruntime-genai builder's int4, and its MatMulNBits quantizer's default blocks, with
+    zero points or not) also get their constant scales relaid by column quads as a fifth input (runtime/aotc_nbits.h aotc_nbits_quad_vnni loads
     four columns' scales for two blocks at once); the scales stay as they are too, for the
     columns past the last quad, an odd last block and CPUs without VNNI."""
     for n in g.nodes:
@@ -46,10 +46,12 @@ def runtime_kernels(g: Graph, quads: bool) -> Graph:
             n.attrs[NBITS_KERNEL] = 1
             scales = g.const(n.inputs[2])
             if quads and scales is not None and int(n.attrs.get("bits", 0)) == 4 and \
-                    int(n.attrs.get("block_size", 0)) == 32 and not (len(n.inputs) > 3 and n.inputs[3]):
+                    int(n.attrs.get("block_size", 0)) == 32:
                 N = int(n.attrs["N"])
                 rows = np.zeros((-(-N // 4) * 4, scales.size // N), np.float32)
                 rows[:N] = scales.reshape(N, -1)
                 by_quads = rows.reshape(-1, 4, rows.shape[1]).transpose(0, 2, 1).reshape(-1)
-                n.inputs = n.inputs[:3] + ["", g.add_const(np.ascontiguousarray(by_quads), f"{n.inputs[2]}_quads")]
+                zero_points = n.inputs[3] if len(n.inputs) > 3 else ""
+                n.inputs = n.inputs[:3] + [zero_points, g.add_const(np.ascontiguousarray(by_quads),
+                                                                    f"{n.inputs[2]}_quads")]
     return g
