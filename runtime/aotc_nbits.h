@@ -122,21 +122,25 @@ static inline void aotc_nbits_zero_scaled(const float *S, const uint8_t *Z, int6
 
 /* Y[m, n] (rows ldy apart) for n0 <= n < n1 and every m < M, from aotc_nbits_quantize's rows.
  * B: the weights' rows, blocks * blob bytes each; S: their scales (blocks a row); Z: packed
- * zero points or NULL; zs: blocks floats of scratch. Plain C. */
+ * zero points or NULL; ZS: S x the zero points (blocks a row), computed at compile time, or
+ * NULL; zs: blocks floats of scratch. Plain C. */
 static void aotc_nbits_gemm_plain(int64_t M, int64_t n0, int64_t n1, int64_t K, int64_t bs, int64_t bits,
                                   const int8_t *qa, const float *a_scale, const float *a_sum, const uint8_t *B,
-                                  const float *S, const uint8_t *Z, float *Y, int64_t ldy, float *zs)
+                                  const float *S, const uint8_t *Z, const float *ZS, float *Y, int64_t ldy,
+                                  float *zs)
 {
     const int64_t blocks = (K + bs - 1) / bs, blob = bs * bits / 8;
     for (int64_t n = n0; n < n1; n++) {
-        aotc_nbits_zero_scaled(S, Z, n, blocks, bits, zs);
+        const float *zc = ZS ? ZS + n * blocks : zs;
+        if (!ZS)
+            aotc_nbits_zero_scaled(S, Z, n, blocks, bits, zs);
         for (int64_t m = 0; m < M; m++) {
             float acc = 0.0f, corr = 0.0f;
             for (int64_t b = 0; b < blocks; b++) {
                 const int32_t dot = aotc_nbits_block_dot(B + (n * blocks + b) * blob, qa + (m * blocks + b) * bs,
                                                          blob, bits);
                 acc += a_scale[m * blocks + b] * S[n * blocks + b] * (float)dot;
-                corr += a_sum[m * blocks + b] * zs[b];
+                corr += a_sum[m * blocks + b] * zc[b];
             }
             Y[m * ldy + n] = acc - corr;
         }
@@ -384,14 +388,16 @@ aotc_nbits_quad_vnni(int64_t M, int64_t n, int64_t K, const int8_t *qa, const fl
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
 aotc_nbits_gemm_vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, int64_t bs, int64_t bits, const int8_t *qa,
                      const float *a_scale, const float *a_sum, const uint8_t *B, const float *S, const float *S4,
-                     const uint8_t *Z, float *Y, int64_t ldy, float *zs, float *scratch)
+                     const uint8_t *Z, const float *ZS, float *Y, int64_t ldy, float *zs, float *scratch)
 {
     const int64_t blocks = (K + bs - 1) / bs, blob = bs * bits / 8, width = blocks * bs;
     uint8_t *work = (uint8_t *)(void *)scratch;
     const int quads = S4 && bits == 4 && bs == 32 && n0 % 4 == 0;
     for (int64_t n = n0; n < n1;) {
         const int nc = n1 - n >= 4 ? 4 : 1;
-        for (int c = 0; Z && c < nc; c++)
+        /* the columns' scales x zero points, consecutive (ZS's rows are) */
+        const float *zc = ZS ? ZS + n * blocks : zs;
+        for (int c = 0; Z && !ZS && c < nc; c++)
             aotc_nbits_zero_scaled(S, Z, n + c, blocks, bits, zs + c * blocks);
         const uint8_t *unpacked = NULL;
         if (M > 1) {
@@ -402,11 +408,11 @@ aotc_nbits_gemm_vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, int64_t bs, i
             unpacked = work;
         }
         if (nc == 4 && quads)
-            aotc_nbits_quad_vnni(M, n, K, qa, a_scale, a_sum, B, S, S4, unpacked, Z ? zs : NULL, Y, ldy);
+            aotc_nbits_quad_vnni(M, n, K, qa, a_scale, a_sum, B, S, S4, unpacked, Z ? zc : NULL, Y, ldy);
         else if (nc == 4)
-            aotc_nbits_cols_vnni(4, M, n, K, bs, bits, qa, a_scale, a_sum, B, S, unpacked, Z ? zs : NULL, Y, ldy);
+            aotc_nbits_cols_vnni(4, M, n, K, bs, bits, qa, a_scale, a_sum, B, S, unpacked, Z ? zc : NULL, Y, ldy);
         else
-            aotc_nbits_cols_vnni(1, M, n, K, bs, bits, qa, a_scale, a_sum, B, S, unpacked, Z ? zs : NULL, Y, ldy);
+            aotc_nbits_cols_vnni(1, M, n, K, bs, bits, qa, a_scale, a_sum, B, S, unpacked, Z ? zc : NULL, Y, ldy);
         n += nc;
     }
 }
@@ -415,25 +421,29 @@ aotc_nbits_gemm_vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, int64_t bs, i
 
 /* Y[m, n] for n0 <= n < n1, every m < M (see aotc_nbits_gemm_plain), by the fastest product this
  * CPU runs. S4 (where has_quads): the same scales relaid by column quads (aotc_nbits_quad_vnni),
- * which the VNNI product of 4-bit weights in blocks of 32 reads instead.
+ * which the VNNI product of 4-bit weights in blocks of 32 reads instead. ZS (where
+ * has_zero_scaled, with zero points): S x the zero points, [N, blocks], made at compile time
+ * (passes/caches.py), which the products read instead of unpacking the zero points each call.
  * Scratch: zs 4 x blocks floats, work blocks x bs floats (4 x blocks x bs bytes). */
 static void aotc_nbits_gemm(int64_t M, int64_t n0, int64_t n1, int64_t K, int64_t bs, int64_t bits, const int8_t *qa,
                             const float *a_scale, const float *a_sum, const uint8_t *B, const float *S,
-                            const float *S4, int64_t has_quads, const uint8_t *Z, int64_t has_zero, float *Y,
-                            int64_t ldy, float *zs, float *work)
+                            const float *S4, int64_t has_quads, const uint8_t *Z, int64_t has_zero,
+                            const float *ZS, int64_t has_zero_scaled, float *Y, int64_t ldy, float *zs, float *work)
 {
     if (!has_zero)
         Z = NULL;
     if (!has_quads)
         S4 = NULL;
+    if (!has_zero_scaled || !Z)
+        ZS = NULL;
 #if AOTC_NBITS_VNNI
     if (aotc_nbits_uses_vnni(bits, bs)) {
-        aotc_nbits_gemm_vnni(M, n0, n1, K, bs, bits, qa, a_scale, a_sum, B, S, S4, Z, Y, ldy, zs, work);
+        aotc_nbits_gemm_vnni(M, n0, n1, K, bs, bits, qa, a_scale, a_sum, B, S, S4, Z, ZS, Y, ldy, zs, work);
         return;
     }
 #endif
     (void)S4;
-    aotc_nbits_gemm_plain(M, n0, n1, K, bs, bits, qa, a_scale, a_sum, B, S, Z, Y, ldy, zs);
+    aotc_nbits_gemm_plain(M, n0, n1, K, bs, bits, qa, a_scale, a_sum, B, S, Z, ZS, Y, ldy, zs);
 }
 
 #endif

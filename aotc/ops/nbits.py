@@ -72,6 +72,10 @@ def _infer(node, ins):
     quads = ins[4] if len(ins) > 4 else None
     if quads is not None and (quads.dtype != dtypes.FLOAT32 or prod(quads.shape) != -(-N // 4) * 4 * blocks):
         raise ShapeError(f"{where}: the scales by column quads must be float32 of {-(-N // 4) * 4 * blocks} elements")
+    zero_scaled = ins[5] if len(ins) > 5 else None
+    if zero_scaled is not None and (zp is None or zero_scaled.dtype != dtypes.FLOAT32
+                                    or prod(zero_scaled.shape) != N * blocks):
+        raise ShapeError(f"{where}: scales x zero points must be float32 of {N * blocks} elements, with zero points")
     return [(dtypes.FLOAT32, tuple(a.shape[:-1]) + (N,))]
 
 
@@ -200,14 +204,18 @@ def _lower_int8(ctx, M, K: int, N: int, bits: int, bs: int, runtime: bool) -> No
         zs = ctx.scratch((4 * blocks,), F32, "zero_scaled")
         work = ctx.scratch((width,), F32, "unpacked")
         chunks = -(-N // NBITS_COLS)
-        # the scales relaid by column quads, where passes/caches.py added them (input 4)
+        # the scales relaid by column quads (input 4) and the scales x zero points (5), where
+        # passes/caches.py added them
         quads = ctx.ins[4] if ctx.has_input(4) else None
+        zero_scaled = ctx.ins[5] if ctx.has_input(5) else None
         with b.loops((chunks,), ["c"], role=SPATIAL, private=[zs, work]) as (c,):
             n0 = c * NBITS_COLS
             b.call("aotc_nbits_gemm", wrap(M), n0, minimum(n0 + NBITS_COLS, const(N)), const(K), const(bs),
                    const(bits), BufPtr(qa), BufPtr(a_scale), BufPtr(a_sum), BufPtr(B), BufPtr(S),
                    BufPtr(quads if quads is not None else S), const(int(quads is not None)),
-                   BufPtr(Z if Z is not None else B), const(int(Z is not None)), BufPtr(Y), const(N), BufPtr(zs),
+                   BufPtr(Z if Z is not None else B), const(int(Z is not None)),
+                   BufPtr(zero_scaled if zero_scaled is not None else S), const(int(zero_scaled is not None)),
+                   BufPtr(Y), const(N), BufPtr(zs),
                    BufPtr(work),
                    work=upper_bound(wrap(M)) * NBITS_COLS * K // 16)
         return

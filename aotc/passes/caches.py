@@ -40,18 +40,37 @@ def runtime_kernels(g: Graph, quads: bool) -> Graph:
     (the onnxruntime-genai builder's int4, and its MatMulNBits quantizer's default blocks, with
     zero points or not) also get their constant scales relaid by column quads as a fifth input (runtime/aotc_nbits.h aotc_nbits_quad_vnni loads
     four columns' scales for two blocks at once); the scales stay as they are too, for the
-    columns past the last quad, an odd last block and CPUs without VNNI."""
+    columns past the last quad, an odd last block and CPUs without VNNI. Constant uint8 zero
+    points also give a sixth input, the scales times the zero points, which the products read
+    instead of unpacking the zero points and multiplying them each call (as many operations as
+    a one-row product)."""
     for n in g.nodes:
         if n.op_type == MATMUL_NBITS and int(n.attrs.get("int8_activations", 0)):
             n.attrs[NBITS_KERNEL] = 1
             scales = g.const(n.inputs[2])
-            if quads and scales is not None and int(n.attrs.get("bits", 0)) == 4 and \
-                    int(n.attrs.get("block_size", 0)) == 32:
-                N = int(n.attrs["N"])
+            if scales is None:
+                continue
+            N, bits = int(n.attrs["N"]), int(n.attrs.get("bits", 0))
+            extra = ["", ""]          # inputs 4 and 5
+            if quads and bits == 4 and int(n.attrs.get("block_size", 0)) == 32:
                 rows = np.zeros((-(-N // 4) * 4, scales.size // N), np.float32)
                 rows[:N] = scales.reshape(N, -1)
                 by_quads = rows.reshape(-1, 4, rows.shape[1]).transpose(0, 2, 1).reshape(-1)
+                extra[0] = g.add_const(np.ascontiguousarray(by_quads), f"{n.inputs[2]}_quads")
+            packed = g.const(n.inputs[3]) if len(n.inputs) > 3 and n.inputs[3] else None
+            if packed is not None and packed.dtype == np.uint8:
+                extra[1] = g.add_const(_zero_scaled(scales.reshape(N, -1), packed.reshape(N, -1), bits),
+                                       f"{n.inputs[2]}_zero_scaled")
+            if any(extra):
                 zero_points = n.inputs[3] if len(n.inputs) > 3 else ""
-                n.inputs = n.inputs[:3] + [zero_points, g.add_const(np.ascontiguousarray(by_quads),
-                                                                    f"{n.inputs[2]}_quads")]
+                n.inputs = n.inputs[:3] + [zero_points] + extra
     return g
+
+
+def _zero_scaled(scales: np.ndarray, packed: np.ndarray, bits: int) -> np.ndarray:
+    """scales [N, blocks] x the zero points packed in `packed` [N, bytes] (low bits first), float32
+    as the runtime multiplies them (runtime/aotc_nbits.h aotc_nbits_zero_scaled)."""
+    per = 8 // bits
+    values = np.stack([(packed >> (bits * t)) & ((1 << bits) - 1) for t in range(per)], axis=-1)
+    zeros = values.reshape(packed.shape[0], -1)[:, :scales.shape[1]]
+    return np.ascontiguousarray((scales * zeros.astype(np.float32)).astype(np.float32).reshape(-1))
