@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 JOBS   ?= 2
 
-.PHONY: llm-bench llm-memory dims-bench all venv demo test opencl-deps zoo-full conformance golden golden-update bench support-matrix clean fuzz sanitize hf-bert stress sass-deps
+.PHONY: llm-bench llm-bench-1b llm-memory dims-bench all venv demo test opencl-deps zoo-full conformance golden golden-update bench support-matrix clean fuzz sanitize hf-bert stress sass-deps
 
 all: test
 
@@ -70,6 +70,11 @@ bench: venv
 # genai generator; updates the "Language models" table in docs/PERFORMANCE.md
 llm-bench: venv
 	$(BIN)/python -m tools.llm_bench --threads 1,2 --report docs/PERFORMANCE.md
+
+# the same for int4 weights of a 1B-parameter decoder (hidden 2048, 20 layers: issue 29's int4 step);
+# its own table in docs/PERFORMANCE.md
+llm-bench-1b: venv
+	$(BIN)/python -m tools.llm_bench --model 1b --precision int4 --threads 1,2 --report docs/PERFORMANCE.md
 
 # compile and run memory of a 1B-parameter float32 decoder (4 GB of weights; about 12 GB of disk
 # while it runs): aotc's compile, the C example, aotc's Python runtime and ONNX Runtime, each in

@@ -1,6 +1,7 @@
 """Decoding speed of a language model: aotc against ONNX Runtime and onnxruntime-genai's
 generator, on a LLaMA-style decoder written by onnxruntime-genai's model builder from a random-
-weight transformers model (models/decoders.py GENAI_SMALL: 125M parameters), float32 and int4.
+weight transformers model (models/decoders.py: GENAI_SMALL, 125M parameters, or with --model 1b
+GENAI_1B, 1.01B parameters, hidden 2048), float32 and int4.
 
 Each engine runs the same greedy loop in one process, timed in alternating rounds: a prompt of
 --prompt tokens (prefill), then --steps single-token steps. aotc: one artifact with the
@@ -12,8 +13,9 @@ milliseconds, decode tokens per second, and the bytes a step reads (weights + th
 attends to) times tokens per second against this machine's copy bandwidth (numpy, 256 MiB).
 Also aotc's compile time and peak memory (a child process) against the weights' bytes.
 
-python -m tools.llm_bench [--precision fp32,int4] [--threads 1,2] [--prompt 128] [--steps 64]
-                          [--rounds 3] [--report docs/PERFORMANCE.md]
+python -m tools.llm_bench [--model small|1b] [--precision fp32,int4] [--threads 1,2] [--prompt 128]
+                          [--steps 64] [--rounds 3] [--report docs/PERFORMANCE.md]
+(each model has its own section of the report: `make llm-bench`, `make llm-bench-1b`)
 """
 from __future__ import annotations
 
@@ -31,7 +33,13 @@ import numpy as np
 
 from aotc.bench import OrtDecoder, publish_report
 
-BEGIN, END = "<!-- llm-bench:begin -->", "<!-- llm-bench:end -->"
+MODELS = {"small": "GENAI_SMALL", "1b": "GENAI_1B"}      # --model: models/decoders.py's configs
+
+
+def markers(model: str) -> tuple[str, str]:
+    """The report section's delimiters for --model (the small model's predate the 1B one's)."""
+    tag = "llm-bench" if model == "small" else f"llm-bench-{model}"
+    return f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
 
 
 def copy_bandwidth() -> float:
@@ -97,10 +105,10 @@ def compile_measured(path: Path, out: Path, dims: dict, threads: int) -> tuple[f
     return secs, 1024.0 * int(run.stdout.split()[-1])
 
 
-def bench(precision: str, threads: list[int], prompt_len: int, steps: int, rounds: int, root: Path) -> list[dict]:
+def bench(precision: str, threads: list[int], prompt_len: int, steps: int, rounds: int, root: Path,
+          cfg: dict) -> list[dict]:
     import aotc
-    from models.decoders import GENAI_SMALL, genai_build, genai_dims, genai_source
-    cfg = GENAI_SMALL
+    from models.decoders import genai_build, genai_dims, genai_source
     head = cfg["hidden_size"] // cfg["num_attention_heads"]
     longest = prompt_len + steps + 1
     source = root / "source"
@@ -143,13 +151,16 @@ def bench(precision: str, threads: list[int], prompt_len: int, steps: int, round
     return results
 
 
-def report(results: list[dict], prompt_len: int, steps: int) -> str:
-    from models.decoders import GENAI_SMALL, parameters
-    L = [BEGIN, "",
-         f"Decoding with a KV cache (tools/llm_bench.py, `make llm-bench`): a {prompt_len}-token prompt, "
+def report(results: list[dict], prompt_len: int, steps: int, model: str, cfg: dict) -> str:
+    from models.decoders import parameters
+    target = "make llm-bench" if model == "small" else f"make llm-bench-{model}"
+    L = [markers(model)[0], "",
+         f"Decoding with a KV cache (tools/llm_bench.py, `{target}`): a {prompt_len}-token prompt, "
          f"then {steps} greedy steps, medians over rounds alternating between engines in one process. "
-         f"The model: onnxruntime-genai's builder on a random-weight LLaMA-style model of {parameters(GENAI_SMALL) / 1e6:.0f}M parameters "
-         "(hidden 768, 12 layers, GQA 12/4 heads, vocabulary 32000). aotc: one artifact, the sequence a "
+         f"The model: onnxruntime-genai's builder on a random-weight LLaMA-style model of "
+         f"{parameters(cfg) / 1e6:.0f}M parameters (hidden {cfg['hidden_size']}, {cfg['num_hidden_layers']} layers, "
+         f"GQA {cfg['num_attention_heads']}/{cfg['num_key_value_heads']} heads, vocabulary {cfg['vocab_size']}). "
+         "aotc: one artifact, the sequence a "
          "run-time dim, the KV buffers updated in place; ORT: an InferenceSession under the same loop; "
          "ORT GenAI: onnxruntime-genai's Generator. int4: the builder's block-32 symmetric weights at its "
          "accuracy_level 4 (int8 activations in ONNX Runtime and in aotc: runtime/aotc_nbits.h, VNNI "
@@ -174,15 +185,16 @@ def report(results: list[dict], prompt_len: int, steps: int) -> str:
                                                                       for k, v in same.items()) + "."]
     if not same.get("int4", True):
         L += ["(int4: with int8 activations a last-bit difference in an activation can move its int8 value "
-              "a step, and the model amplifies that: two aotc builds of this model differing only in the order "
+              "a step, and the model amplifies that: two aotc builds of the 125M model differing only in the order "
               "of float sums, the VNNI product and the kernel loops, differ by 1.3% in the prompt's logits, as "
               "aotc and ONNX Runtime do. The tiny decoders of `make test` generate ONNX Runtime's tokens.)"]
-    L += ["", END]
+    L += ["", markers(model)[1]]
     return "\n".join(L)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", choices=sorted(MODELS), default="small")
     ap.add_argument("--precision", default="fp32,int4")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--prompt", type=int, default=128)
@@ -192,14 +204,16 @@ def main(argv=None) -> int:
     ap.add_argument("--report", type=Path, default=None, help="a Markdown file whose llm-bench section to replace")
     a = ap.parse_args(argv)
     threads = [int(t) for t in a.threads.split(",")]
+    import models.decoders
+    cfg = getattr(models.decoders, MODELS[a.model])
     with tempfile.TemporaryDirectory() as tmp:
         root = a.work or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
         results = []
         for p in a.precision.split(","):
-            results += bench(p, threads, a.prompt, a.steps, a.rounds, root)
-    text = report(results, a.prompt, a.steps)
-    publish_report(text, a.report, BEGIN, END)
+            results += bench(p, threads, a.prompt, a.steps, a.rounds, root, cfg)
+    text = report(results, a.prompt, a.steps, a.model, cfg)
+    publish_report(text, a.report, *markers(a.model))
     return 0
 
 

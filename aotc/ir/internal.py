@@ -25,8 +25,9 @@ Node kinds that compile (each is an entry of the op registry, in the module name
                   unpacked in its inner loop (ops/nbits.py, written by frontend/contrib_nbits.py
                   for ONNX Runtime's MatMulNBits; attributes K, N, bits, block_size, and
                   int8_activations: 1 where ONNX Runtime quantizes the activations to int8
-                  blocks, at accuracy_level 4; inputs A, B, scales, zero points, and the
-                  scales relaid by column quads where passes/caches.py adds them)
+                  blocks, at accuracy_level 4; inputs A, B, scales, zero points, and where
+                  passes/caches.py adds them the scales relaid by column quads and the
+                  scales x zero points)
     GATHER_NBITS  `aotc.GatherBlockQuantized`: rows of a block-quantized table read packed,
                   dequantized as they are gathered (same modules, for ONNX Runtime's
                   GatherBlockQuantized in its uint8 form; attributes bits, block_size)

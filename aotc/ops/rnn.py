@@ -238,7 +238,7 @@ def _lower_rnn(node, ctx):
     Cs = ctx.scratch((nd, B, H), f32, "c") if kind == "LSTM" else None
     RH = ctx.scratch((nd, B, H), f32, "rh") if kind == "GRU" and not lbr else None
     if quantized:
-        q = _Quantized(ctx, node, S, B, I, H, nd, masked, Y is not None or bool(node.outputs[0]))
+        q = _Quantized(ctx, node, S, B, I, H, nd, masked, h_from_y=bool(node.outputs and node.outputs[0]))
 
     if masked and Y is not None:
         b.comment("steps past a sequence's length output zeros")
