@@ -286,7 +286,7 @@ aotc_nbits_cols_vnni(const int nc, int64_t M, int64_t n, int64_t K, int64_t bs, 
 }
 
 /* One 64-position chunk (positions [p, p + 64), two blocks of 32) of columns n .. n + 3 of
- * aotc_nbits_quad_vnni's product for one row q, added to acc: the four column products (16 int32
+ * aotc_nbits_quad_rows' product for one row q, added to acc: the four column products (16 int32
  * lanes each: lanes 0-3 and 8-11 the chunk's first block, 4-7 and 12-15 its second, the paired
  * order) added across lanes into one vector of (lane group, column) sums, scaled by the four
  * columns' scales for the two blocks as one 8-float load from the quad's s4, less the zero
