@@ -7,7 +7,12 @@ operators, passes/qdq.py) and with `,qdq_float` (the model as written: float32 b
 DequantizeLinear and QuantizeLinear nodes); and how far each output is from ONNX Runtime's and
 from the float model's.
 
-python -m tools.qdq_bench [--models resnet50,mobilenetv2] [--runs 15] [--target native] [--workdir DIR]
+With --format qoperator, quantize_static writes its QOperator form instead (QLinearConv,
+QLinearAdd, QLinearGlobalAveragePool, ...: ONNX Runtime's contrib operators, which aotc
+rewrites when it reads the model, frontend/contrib_quant.py).
+
+python -m tools.qdq_bench [--models resnet50,mobilenetv2] [--format qdq|qoperator] [--runs 15] [--target native]
+                          [--workdir DIR]
 """
 from __future__ import annotations
 
@@ -21,14 +26,15 @@ import numpy as np
 import onnx
 
 
-def quantized(name: str, workdir: Path, rng) -> tuple[Path, Path, dict]:
-    """(float model, its QDQ model, a fresh input) of zoo model `name` at full size"""
+def quantized(name: str, workdir: Path, rng, form: str = "qdq") -> tuple[Path, Path, dict]:
+    """(float model, its quantized model in `form` (qdq, qoperator), a fresh input) of zoo model
+    `name` at full size"""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     from models.zoo import ZOO
     workdir.mkdir(parents=True, exist_ok=True)
-    fp, pp, q = workdir / f"{name}.onnx", workdir / f"{name}_pre.onnx", workdir / f"{name}_qdq.onnx"
+    fp, pp, q = workdir / f"{name}.onnx", workdir / f"{name}_pre.onnx", workdir / f"{name}_{form}.onnx"
     model = ZOO[name].build("full")
     onnx.save(model, str(fp))
     inp = model.graph.input[0]
@@ -48,7 +54,8 @@ def quantized(name: str, workdir: Path, rng) -> tuple[Path, Path, dict]:
     os.chdir(workdir)                # (the quantization tools leave temporary files in the current folder)
     try:
         quant_pre_process(str(fp), str(pp), skip_symbolic_shape=True)
-        quantize_static(str(pp), str(q), Calibration(), quant_format=QuantFormat.QDQ, per_channel=True,
+        fmt = QuantFormat.QOperator if form == "qoperator" else QuantFormat.QDQ
+        quantize_static(str(pp), str(q), Calibration(), quant_format=fmt, per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     finally:
         os.chdir(cwd)
@@ -59,6 +66,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="resnet50,mobilenetv2")
+    ap.add_argument("--format", choices=["qdq", "qoperator"], default="qdq")
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--target", default="native")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/aotc-qdq"))
@@ -72,11 +80,11 @@ def main() -> None:
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     targets = {"aotc": a.target}
-    if "qdq_float" in load_target(a.target).options:
+    if "qdq_float" in load_target(a.target).options and a.format == "qdq":
         targets["aotc qdq_float"] = f"{a.target},qdq_float"
-    print(f"1 thread, target {load_target(a.target).name}; ms (medians of {a.runs} runs)")
+    print(f"{a.format}, 1 thread, target {load_target(a.target).name}; ms (medians of {a.runs} runs)")
     for name in a.models.split(","):
-        fp, q, feeds = quantized(name, a.workdir / name, rng)
+        fp, q, feeds = quantized(name, a.workdir / name, rng, a.format)
         engines = {k: load(compile_model(q, target=t, output_dir=a.workdir / name / k.replace(" ", "_"), threads=1),
                            threads=1) for k, t in targets.items()}
         s = ort.InferenceSession(str(q), so)
