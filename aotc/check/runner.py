@@ -82,8 +82,8 @@ def _reference_run(model_path, feeds: Mapping[str, np.ndarray], subnormals_as_ze
     # threads computes: with several threads, groups of rows get scales of their own, and its
     # outputs move with the thread count (7e-4 on a 3-row batch at 2 threads). On one thread it
     # quantizes the whole batch together, as aotc does.
-    one_thread = any(n.op_type == "DynamicQuantizeLSTM"
-                     for n in onnx.load(str(model_path), load_external_data=False).graph.node)
+    ops = {n.op_type for n in onnx.load(str(model_path), load_external_data=False).graph.node}
+    one_thread = "DynamicQuantizeLSTM" in ops
     if one_thread:
         so.intra_op_num_threads = 1
     packed = _packed_ports(model_path)
@@ -107,9 +107,9 @@ def _reference_run(model_path, feeds: Mapping[str, np.ndarray], subnormals_as_ze
                                                   if subnormals_as_zero else "")
     if one_thread:
         source += " on one thread (its DynamicQuantizeLSTM's results depend on its thread count)"
-    # (the probe is cached; the model is read again only when it holds an integer product)
-    if ort_saturates_u8s8() and any(n.op_type in _PRODUCT_FACTORS for n in
-                                    onnx.load(str(model_path), load_external_data=False).graph.node):
+    # (the probe is cached; the model is read again, weights and all, only when it holds an
+    # integer product)
+    if ort_saturates_u8s8() and ops & set(_PRODUCT_FACTORS):
         model = onnx.load(str(model_path))
         changed = exact_integer_products(model)
         if changed:

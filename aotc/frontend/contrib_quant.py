@@ -30,7 +30,7 @@ from onnx import TensorProto, helper
 from ..errors import ModelError, ShapeError
 from ..ir.internal import OPSET_ATTR, PACKED_ATTR, QUANTIZED_LSTM
 from .contrib import _ATTENTION_ATTRS, _declared, _known, _reject_attrs, after_inputs, attention_core, embed_core
-from .emit import EMIT_OPSET, Emit
+from .emit import EMIT_OPSET, Emit, text
 
 MS = "com.microsoft"
 
@@ -344,7 +344,7 @@ def _dynamic_quantize_lstm(e: Emit, a: dict):
     x, r = _declared(e, ins[0]), _declared(e, ins[2])
     if len(x) != 3 or len(r) != 3:
         raise ShapeError(f"{e.label}: X must be [seq, batch, input] and R [directions, hidden, 4 * hidden]")
-    D = 2 if a.get("direction", b"forward") in (b"bidirectional", "bidirectional") else 1
+    D = 2 if text(a.get("direction", "forward")) == "bidirectional" else 1
     H = int(a.get("hidden_size", 0)) or r[1]
     for o, shape in zip(e.node.output, ([x[0], D, x[1], H], [D, x[1], H], [D, x[1], H])):
         if o:
