@@ -14,12 +14,21 @@
  * Runtime's: results agree to float32 rounding).
  *
  * Layout of the quantized rows (aotc_nbits_quantize): row m's blocks one after another, bs
- * bytes each (a last block shorter than bs padded with zeros), and within a block the values in
- * the weights' byte order: value k of a block at (k % per) * blob + k / per, per = 8 / bits
- * values in a byte, blob = bs / per bytes in a block. Byte j of a weight block and position
- * t * blob + j of its row then meet, so the dot product reads both in order: value t of every
- * byte against one run of activations. (4-bit blocks of 32 on the VNNI product: pairs of
- * blocks interleaved, aotc_nbits_paired.)
+ * bytes each (a last block shorter than bs padded with zeros). Against the weights as packed,
+ * within a block the values in the weights' byte order: value k of a block at
+ * (k % per) * blob + k / per, per = 8 / bits values in a byte, blob = bs / per bytes in a
+ * block. Byte j of a weight block and position t * blob + j of its row then meet, so the dot
+ * product reads both in order: value t of every byte against one run of activations. (4-bit
+ * blocks of 32 on the VNNI product: pairs of blocks interleaved, aotc_nbits_paired.) Against
+ * tiles, in their own order.
+ *
+ * Tiles: 4-bit weights relaid at compile time (aotc/passes/caches.py) for the VNNI product:
+ * columns in tiles of 16 (the last one padded with zero weights), each tile's positions (K
+ * padded to whole blocks) in groups of 8, a group in 64 bytes: byte 4c + i holds position i of
+ * column c in its low nibble and position 4 + i in its high one. One vpdpbusd of a group's low
+ * (or high) nibbles against 4 activations broadcast makes 16 columns' sums at once; a block's
+ * sums are scaled by 16 columns' scales in one load (relaid the same way: [tiles, blocks, 16],
+ * as are the scales x zero points).
  *
  * Which dot product runs is chosen at run time: AVX-512 VNNI (vpdpbusd, 64 products of uint8
  * weights and int8 activations per instruction, summed exactly in int32) for 4 and 8-bit
@@ -40,14 +49,15 @@
 #define AOTC_NBITS_VNNI 0
 #endif
 
-/* Does this CPU run the VNNI product for these weights (`aotc_nbits_gemm`)? */
-static inline int aotc_nbits_uses_vnni(int64_t bits, int64_t bs)
+/* Does this CPU run the VNNI product for these weights (`aotc_nbits_gemm`; tiles: any block
+ * size)? */
+static inline int aotc_nbits_uses_vnni(int64_t bits, int64_t bs, int64_t tiles)
 {
 #if AOTC_NBITS_VNNI
     /* (libgcc's cpuid table, filled when the program starts) */
-    return (bits == 4 || bits == 8) && bs >= 32 && __builtin_cpu_supports("avx512vnni");
+    return (tiles || ((bits == 4 || bits == 8) && bs >= 32)) && __builtin_cpu_supports("avx512vnni");
 #else
-    (void)bits, (void)bs;
+    (void)bits, (void)bs, (void)tiles;
     return 0;
 #endif
 }
@@ -58,17 +68,17 @@ static inline int aotc_nbits_uses_vnni(int64_t bits, int64_t bs)
  * t * 32 + i * 16 + j (a last block without a partner keeps its own order). */
 static inline int aotc_nbits_paired(int64_t bits, int64_t bs)
 {
-    return bits == 4 && bs == 32 && aotc_nbits_uses_vnni(bits, bs);
+    return bits == 4 && bs == 32 && aotc_nbits_uses_vnni(bits, bs, 0);
 }
 
 /* Rows m < M of A (K floats each) quantized in blocks of bs as the header says: qa (M rows of
- * blocks * bs bytes, in the blocks' byte order or the paired one), a_scale and a_sum (M rows
- * of blocks). */
-static void aotc_nbits_quantize(const float *A, int64_t M, int64_t K, int64_t bs, int64_t bits, int8_t *qa,
-                                float *a_scale, float *a_sum)
+ * blocks * bs bytes: for tiles, in A's order; else the blocks' byte order or the paired one),
+ * a_scale and a_sum (M rows of blocks). */
+static void aotc_nbits_quantize(const float *A, int64_t M, int64_t K, int64_t bs, int64_t bits, int64_t tiles,
+                                int8_t *qa, float *a_scale, float *a_sum)
 {
-    const int64_t blocks = (K + bs - 1) / bs, per = 8 / bits, blob = bs / per;
-    const int paired = aotc_nbits_paired(bits, bs);
+    const int64_t blocks = (K + bs - 1) / bs, per = tiles ? 1 : 8 / bits, blob = bs / per;
+    const int paired = !tiles && aotc_nbits_paired(bits, bs);
     memset(qa, 0, (size_t)(M * blocks * bs));
     for (int64_t m = 0; m < M; m++) {
         for (int64_t b = 0; b < blocks; b++) {
@@ -285,100 +295,96 @@ aotc_nbits_cols_vnni(const int nc, int64_t M, int64_t n, int64_t K, int64_t bs, 
     }
 }
 
-/* One 64-position chunk (positions [p, p + 64), two blocks of 32) of columns n .. n + 3 of
- * aotc_nbits_quad_rows' product for one row q, added to acc: the four column products (16 int32
- * lanes each: lanes 0-3 and 8-11 the chunk's first block, 4-7 and 12-15 its second, the paired
- * order) added across lanes into one vector of (lane group, column) sums, scaled by the four
- * columns' scales for the two blocks as one 8-float load from the quad's s4, less the zero
- * point's share where the weights have none (`no_zero`: 8; zero points come off at the row's
- * end). The weights: w, the quad's packed columns (when unpacked is NULL), or unpacked, its
- * columns as bytes. */
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni"), always_inline)) static inline __m512
-aotc_nbits_quad_chunk(__m512 acc, int64_t p, const int8_t *q, const float *as, const float *asum, const float *s4,
-                      const uint8_t *w, const uint8_t *unpacked, int64_t blocks, int64_t width, int no_zero)
-{
-    const int64_t bs = 32, blob = 16;
-    /* the zero point's share, a_sum x S x 8 a block, each block in two lane groups */
-    const __m512 zpart = _mm512_set1_ps(4.0f);
-    const __m512i qv = _mm512_loadu_si512((const void *)(q + p));
-    __m512i d[4];
-    for (int c = 0; c < 4; c++) {
-        const __m512i wv = unpacked ? _mm512_loadu_si512((const void *)(unpacked + c * width + p))
-                                    : aotc_nbits_w64(w + c * blocks * blob, p, bs, 4);
-        d[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, qv);
-    }
-    /* per 128-bit lane group: the sums of its 4 lanes for columns 0..3 */
-    const __m512i e01 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[0], d[1]), _mm512_unpackhi_epi32(d[0], d[1]));
-    const __m512i e23 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2], d[3]), _mm512_unpackhi_epi32(d[2], d[3]));
-    const __m512i f = _mm512_add_epi32(_mm512_unpacklo_epi64(e01, e23), _mm512_unpackhi_epi64(e01, e23));
-    const __m512 al = aotc_nbits_lanes(as, p, bs, 4);
-    const __m512 zl = no_zero ? _mm512_mul_ps(aotc_nbits_lanes(asum, p, bs, 4), zpart) : _mm512_setzero_ps();
-    /* the groups: first block, second, first, second; in each, columns 0..3 */
-    const __m512 sl = _mm512_broadcast_f32x8(_mm256_loadu_ps(s4 + (p / bs) * 4));
-    return _mm512_fmadd_ps(_mm512_fmsub_ps(_mm512_cvtepi32_ps(f), al, zl), sl, acc);
-}
+/* How far ahead (bytes) the tiles' loop asks for weights: the tiles are one stream, but the
+ * CPU's prefetchers stop at each 4 KB page. (A 1B decoder's step at 1 thread, Intel Xeon: 46.1
+ * ms without, 42.9 at 2048, 45.2 at 4096.) */
+#define AOTC_NBITS_TILE_AHEAD 2048
 
-/* Columns n .. n + 3 (n a multiple of 4) for every row, 4-bit weights in blocks of 32, by chunks
- * of aotc_nbits_quad_chunk: the four columns' scales come as one load
- * from S4 (S4[((n / 4) * blocks + b) * 4 + n % 4] = S[n, b]: the scales relaid by column quads at
- * compile time, aotc/passes/caches.py), instead of each column's scales spread over its lanes by
- * a broadcast and a permute (aotc_nbits_cols_vnni: 1.26-1.37x slower on a decoder's products).
- * `unpacked`, zero points (zs: 4 x blocks floats; no_zero, a constant where it is inlined: none)
- * and an odd last block as there.
- * Reading packed weights, the loop asks for the next quad's weights a line at a time as it
- * reads this one's (128 positions: 64 bytes of each column). A column's weights are a few
- * hundred bytes to a few KB, and the CPU's prefetchers follow a stream only inside a 4 KB page:
- * without it, each quad started on memory (K 2048: a quad is one page). */
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni"), always_inline)) static inline void
-aotc_nbits_quad_rows(const int no_zero, int64_t M, int64_t n, int64_t K, const int8_t *qa, const float *a_scale,
-                     const float *a_sum, const uint8_t *B, const float *S, const float *S4, const uint8_t *unpacked,
-                     const float *zs, float *Y, int64_t ldy)
+/* Rows m0 .. m0 + R - 1 (R a constant where it is inlined) of one tile's product: 16 columns of
+ * tiles (the header) against the quantized rows q (width bytes each, A's order), stored in
+ * columns `keep` of y (rows ldy apart). A block's groups are summed in two int32 chains per row,
+ * low nibbles and high, then scaled: (sum x a_scale - the zero point's share) x the 16 columns'
+ * scales, the zero point's share a_sum x 8 without zero points, and with them a_sum x the 16
+ * columns' scales x zero points (zs16; zero_points a constant). One pass over the tile's
+ * weights serves the R rows. */
+__attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) static inline void
+aotc_nbits_tile_rows(const int R, const int zero_points, int64_t blocks, int64_t bs, const uint8_t *tile,
+                     const int8_t *q, int64_t width, const float *as, const float *asum, const float *s16,
+                     const float *zs16, float *y, int64_t ldy, __mmask16 keep)
 {
-    const int64_t bs = 32, blocks = (K + bs - 1) / bs, blob = 16, width = blocks * bs;
-    const float *s4 = S4 + (n / 4) * blocks * 4;
-    const uint8_t *w = B + n * blocks * blob;
-    for (int64_t m = 0; m < M; m++) {
-        const int8_t *q = qa + m * width;
-        const float *as = a_scale + m * blocks, *asum = a_sum + m * blocks;
-        __m512 acc = _mm512_setzero_ps();
-        int64_t p = 0;
-        if (unpacked) {
-            for (; p + 64 <= width; p += 64)
-                acc = aotc_nbits_quad_chunk(acc, p, q, as, asum, s4, w, unpacked, blocks, width, no_zero);
-        } else {
-            for (; p + 128 <= width; p += 128) {
-                for (int c = 0; c < 4; c++)
-                    _mm_prefetch((const char *)(w + (c + 4) * blocks * blob + p / 2), _MM_HINT_T0);
-                acc = aotc_nbits_quad_chunk(acc, p, q, as, asum, s4, w, NULL, blocks, width, no_zero);
-                acc = aotc_nbits_quad_chunk(acc, p + 64, q, as, asum, s4, w, NULL, blocks, width, no_zero);
-            }
-            if (p + 64 <= width) {
-                acc = aotc_nbits_quad_chunk(acc, p, q, as, asum, s4, w, NULL, blocks, width, no_zero);
-                p += 64;
+    const int64_t groups = bs / 8;
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    __m512 acc[8];
+    for (int r = 0; r < R; r++)
+        acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < blocks; b++) {
+        const uint8_t *w = tile + b * groups * 64;
+        const int8_t *qb = q + b * bs;
+        __m512i lo[8], hi[8];
+        for (int r = 0; r < R; r++)
+            lo[r] = hi[r] = _mm512_setzero_si512();
+        for (int64_t g = 0; g < groups; g++) {
+            _mm_prefetch((const char *)(w + g * 64 + AOTC_NBITS_TILE_AHEAD), _MM_HINT_T0);
+            const __m512i x = _mm512_loadu_si512((const void *)(w + g * 64));
+            const __m512i wl = _mm512_and_si512(x, low), wh = _mm512_and_si512(_mm512_srli_epi16(x, 4), low);
+            for (int r = 0; r < R; r++) {
+                int32_t a0, a1;               /* the row's 4 + 4 activations of this group */
+                memcpy(&a0, qb + r * width + g * 8, 4);
+                memcpy(&a1, qb + r * width + g * 8 + 4, 4);
+                lo[r] = _mm512_dpbusd_epi32(lo[r], wl, _mm512_set1_epi32(a0));
+                hi[r] = _mm512_dpbusd_epi32(hi[r], wh, _mm512_set1_epi32(a1));
             }
         }
-        const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
-        float total[4];
-        _mm_storeu_ps(total, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
-        for (int c = 0; c < 4; c++) {
-            if (p < width)
-                total[c] += aotc_nbits_last_block(n + c, blocks, bs, 4, q, as, asum, B, S, no_zero);
-            Y[m * ldy + n + c] = no_zero ? total[c] : total[c] - aotc_nbits_fdot(asum, zs + c * blocks, blocks);
+        const __m512 s = _mm512_loadu_ps(s16 + b * 16);
+        for (int r = 0; r < R; r++) {
+            const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(lo[r], hi[r]));
+            const __m512 a_scale = _mm512_set1_ps(as[r * blocks + b]);
+            if (zero_points) {
+                acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dot, a_scale), s, acc[r]);
+                acc[r] = _mm512_fnmadd_ps(_mm512_set1_ps(asum[r * blocks + b]), _mm512_loadu_ps(zs16 + b * 16), acc[r]);
+            } else {
+                const __m512 share = _mm512_set1_ps(asum[r * blocks + b] * 8.0f);
+                acc[r] = _mm512_fmadd_ps(_mm512_fmsub_ps(dot, a_scale, share), s, acc[r]);
+            }
         }
     }
+    for (int r = 0; r < R; r++)
+        _mm512_mask_storeu_ps(y + r * ldy, keep, acc[r]);
 }
 
-/* aotc_nbits_quad_rows with zero points and without, each a copy of its own, in a function apart
- * from its caller's loop */
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni"), noinline)) static void
-aotc_nbits_quad_vnni(int64_t M, int64_t n, int64_t K, const int8_t *qa, const float *a_scale, const float *a_sum,
-                     const uint8_t *B, const float *S, const float *S4, const uint8_t *unpacked, const float *zs,
-                     float *Y, int64_t ldy)
+/* Columns n0 .. n1 - 1 (n0 a multiple of 16, n1 - n0 at most 16: one tile) of every row from
+ * tiles T, scales S16 and scales x zero points ZS16 (NULL: none), AOTC_NBITS_TILE_ROWS rows a
+ * pass, then one at a time. (A 1B decoder's 128-token prompt at 1 thread, Intel Xeon: 828 ms
+ * at 4 rows a pass, 771 at 6, 785 at 8.) */
+#define AOTC_NBITS_TILE_ROWS 6
+__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) static void
+aotc_nbits_tiles_vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, int64_t bs, const int8_t *qa,
+                      const float *a_scale, const float *a_sum, const uint8_t *T, const float *S16, const float *ZS16,
+                      float *Y, int64_t ldy)
 {
-    if (zs)
-        aotc_nbits_quad_rows(0, M, n, K, qa, a_scale, a_sum, B, S, S4, unpacked, zs, Y, ldy);
-    else
-        aotc_nbits_quad_rows(1, M, n, K, qa, a_scale, a_sum, B, S, S4, unpacked, NULL, Y, ldy);
+    const int64_t blocks = (K + bs - 1) / bs, width = blocks * bs, t = n0 / 16;
+    const uint8_t *tile = T + t * width * 8;
+    const float *s16 = S16 + t * blocks * 16, *zs16 = ZS16 ? ZS16 + t * blocks * 16 : NULL;
+    const __mmask16 keep = (__mmask16)((1u << (n1 - n0)) - 1u);
+    const int64_t passes = M / AOTC_NBITS_TILE_ROWS;
+    for (int64_t i = 0; i < passes; i++) {
+        const int64_t m = i * AOTC_NBITS_TILE_ROWS;
+        if (zs16)
+            aotc_nbits_tile_rows(AOTC_NBITS_TILE_ROWS, 1, blocks, bs, tile, qa + m * width, width, a_scale + m * blocks,
+                                 a_sum + m * blocks, s16, zs16, Y + m * ldy + n0, ldy, keep);
+        else
+            aotc_nbits_tile_rows(AOTC_NBITS_TILE_ROWS, 0, blocks, bs, tile, qa + m * width, width, a_scale + m * blocks,
+                                 a_sum + m * blocks, s16, NULL, Y + m * ldy + n0, ldy, keep);
+    }
+    for (int64_t i = 0; i < M % AOTC_NBITS_TILE_ROWS; i++) {
+        const int64_t m = passes * AOTC_NBITS_TILE_ROWS + i;
+        if (zs16)
+            aotc_nbits_tile_rows(1, 1, blocks, bs, tile, qa + m * width, width, a_scale + m * blocks, a_sum + m * blocks,
+                                 s16, zs16, Y + m * ldy + n0, ldy, keep);
+        else
+            aotc_nbits_tile_rows(1, 0, blocks, bs, tile, qa + m * width, width, a_scale + m * blocks, a_sum + m * blocks,
+                                 s16, NULL, Y + m * ldy + n0, ldy, keep);
+    }
 }
 
 /* as aotc_nbits_gemm_plain, for 4 and 8 bits in blocks of at least 32, with vpdpbusd (64
@@ -387,12 +393,11 @@ aotc_nbits_quad_vnni(int64_t M, int64_t n, int64_t K, const int8_t *qa, const fl
  * floats. */
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
 aotc_nbits_gemm_vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, int64_t bs, int64_t bits, const int8_t *qa,
-                     const float *a_scale, const float *a_sum, const uint8_t *B, const float *S, const float *S4,
-                     const uint8_t *Z, const float *ZS, float *Y, int64_t ldy, float *zs, float *scratch)
+                     const float *a_scale, const float *a_sum, const uint8_t *B, const float *S, const uint8_t *Z,
+                     const float *ZS, float *Y, int64_t ldy, float *zs, float *scratch)
 {
     const int64_t blocks = (K + bs - 1) / bs, blob = bs * bits / 8, width = blocks * bs;
     uint8_t *work = (uint8_t *)(void *)scratch;
-    const int quads = S4 && bits == 4 && bs == 32 && n0 % 4 == 0;
     for (int64_t n = n0; n < n1;) {
         const int nc = n1 - n >= 4 ? 4 : 1;
         /* the columns' scales x zero points, consecutive (ZS's rows are) */
@@ -407,9 +412,7 @@ aotc_nbits_gemm_vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, int64_t bs, i
                                         aotc_nbits_w64(B + (n + c) * blocks * blob, p, bs, bits));
             unpacked = work;
         }
-        if (nc == 4 && quads)
-            aotc_nbits_quad_vnni(M, n, K, qa, a_scale, a_sum, B, S, S4, unpacked, Z ? zc : NULL, Y, ldy);
-        else if (nc == 4)
+        if (nc == 4)
             aotc_nbits_cols_vnni(4, M, n, K, bs, bits, qa, a_scale, a_sum, B, S, unpacked, Z ? zc : NULL, Y, ldy);
         else
             aotc_nbits_cols_vnni(1, M, n, K, bs, bits, qa, a_scale, a_sum, B, S, unpacked, Z ? zc : NULL, Y, ldy);
@@ -419,30 +422,66 @@ aotc_nbits_gemm_vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, int64_t bs, i
 
 #endif
 
-/* Y[m, n] for n0 <= n < n1, every m < M (see aotc_nbits_gemm_plain), by the fastest product this
- * CPU runs. S4 (where has_quads): the same scales relaid by column quads (aotc_nbits_quad_vnni),
- * which the VNNI product of 4-bit weights in blocks of 32 reads instead. ZS (where
- * has_zero_scaled, with zero points): S x the zero points, [N, blocks], made at compile time
- * (passes/caches.py), which the products read instead of unpacking the zero points each call.
- * Scratch: zs 4 x blocks floats, work blocks x bs floats (4 x blocks x bs bytes). */
-static void aotc_nbits_gemm(int64_t M, int64_t n0, int64_t n1, int64_t K, int64_t bs, int64_t bits, const int8_t *qa,
-                            const float *a_scale, const float *a_sum, const uint8_t *B, const float *S,
-                            const float *S4, int64_t has_quads, const uint8_t *Z, int64_t has_zero,
-                            const float *ZS, int64_t has_zero_scaled, float *Y, int64_t ldy, float *zs, float *work)
+/* aotc_nbits_gemm_plain's product from tiles (the header; columns n0 .. n1 - 1 inside one tile),
+ * their scales S16 and scales x zero points ZS16 (NULL: none). Plain C. */
+static void aotc_nbits_tiles_plain(int64_t M, int64_t n0, int64_t n1, int64_t K, int64_t bs, const int8_t *qa,
+                                   const float *a_scale, const float *a_sum, const uint8_t *T, const float *S16,
+                                   const float *ZS16, float *Y, int64_t ldy)
 {
+    const int64_t blocks = (K + bs - 1) / bs, width = blocks * bs, t = n0 / 16;
+    const uint8_t *tile = T + t * width * 8;
+    for (int64_t n = n0; n < n1; n++) {
+        const int64_t c = n % 16;
+        for (int64_t m = 0; m < M; m++) {
+            float acc = 0.0f;
+            for (int64_t b = 0; b < blocks; b++) {
+                int32_t dot = 0;
+                for (int64_t p = b * bs; p < (b + 1) * bs; p++) {
+                    const int32_t byte = tile[(p / 8) * 64 + c * 4 + p % 4];
+                    dot += (int32_t)qa[m * width + p] * (p % 8 < 4 ? byte & 0x0F : byte >> 4);
+                }
+                const int64_t at = (t * blocks + b) * 16 + c;
+                const float zs = ZS16 ? ZS16[at] : S16[at] * 8.0f;
+                acc += a_scale[m * blocks + b] * S16[at] * (float)dot - a_sum[m * blocks + b] * zs;
+            }
+            Y[m * ldy + n] = acc;
+        }
+    }
+}
+
+/* Y[m, n] for n0 <= n < n1, every m < M (see aotc_nbits_gemm_plain), by the fastest product this
+ * CPU runs. tiles: B, S and ZS are relaid by tiles of 16 columns (the header; 4 bits, rows
+ * quantized in A's order, n0 a multiple of 16 and n1 - n0 at most 16). ZS (where
+ * has_zero_scaled): S x the zero points, made at compile time (passes/caches.py), which the
+ * products read instead of unpacking the zero points (Z, where has_zero) each call.
+ * Scratch: zs 4 x blocks floats, work blocks x bs floats (4 x blocks x bs bytes). */
+static void aotc_nbits_gemm(int64_t M, int64_t n0, int64_t n1, int64_t K, int64_t bs, int64_t bits, int64_t tiles,
+                            const int8_t *qa, const float *a_scale, const float *a_sum, const uint8_t *B,
+                            const float *S, const uint8_t *Z, int64_t has_zero, const float *ZS,
+                            int64_t has_zero_scaled, float *Y, int64_t ldy, float *zs, float *work)
+{
+    if (!has_zero_scaled)
+        ZS = NULL;
+    if (tiles) {
+#if AOTC_NBITS_VNNI
+        if (aotc_nbits_uses_vnni(bits, bs, 1)) {
+            aotc_nbits_tiles_vnni(M, n0, n1, K, bs, qa, a_scale, a_sum, B, S, ZS, Y, ldy);
+            return;
+        }
+#endif
+        aotc_nbits_tiles_plain(M, n0, n1, K, bs, qa, a_scale, a_sum, B, S, ZS, Y, ldy);
+        return;
+    }
     if (!has_zero)
         Z = NULL;
-    if (!has_quads)
-        S4 = NULL;
-    if (!has_zero_scaled || !Z)
+    if (!Z)
         ZS = NULL;
 #if AOTC_NBITS_VNNI
-    if (aotc_nbits_uses_vnni(bits, bs)) {
-        aotc_nbits_gemm_vnni(M, n0, n1, K, bs, bits, qa, a_scale, a_sum, B, S, S4, Z, ZS, Y, ldy, zs, work);
+    if (aotc_nbits_uses_vnni(bits, bs, 0)) {
+        aotc_nbits_gemm_vnni(M, n0, n1, K, bs, bits, qa, a_scale, a_sum, B, S, Z, ZS, Y, ldy, zs, work);
         return;
     }
 #endif
-    (void)S4;
     aotc_nbits_gemm_plain(M, n0, n1, K, bs, bits, qa, a_scale, a_sum, B, S, Z, ZS, Y, ldy, zs);
 }
 

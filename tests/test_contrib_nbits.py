@@ -146,16 +146,17 @@ def test_gather_block_quantized(form, gather_axis, zp, tmp_path):
 # (bits, block, zero points: "u8" packed / "f32" / None, K, rows of A[, N]): where ONNX Runtime 1.32
 # quantizes the activations to int8 at accuracy_level 4 (4 and 8 bits; 2 bits from blocks of 32;
 # uint8 or no zero points), and where it stays exact (2 bits in blocks of 16, float zero points);
-# 4-bit blocks of 32 (the genai builder's int4 has no zero points, ORT's quantizer's default
-# has) are read by column quads in AVX-512 builds, their scales relaid: one row and two (K 256,
-# 352), one row over 37 columns (columns past the last quad) and 7 blocks (an odd last one),
-# with zero points and without; blocks of 64 and 128 and 8 bits, one row, read packed weights by
-# columns: odd 64-position chunk counts and columns past the last group of four included
+# 4-bit weights (the genai builder's int4 has no zero points, ORT's quantizer's default has) are
+# relaid by tiles of 16 columns in AVX-512 builds (passes/caches.py): 1 to 20 rows (passes of
+# four rows and single ones), blocks of 16 to 128, K not a multiple of the block (a padded last
+# block), 37 columns (a last tile of 5), with zero points and without; float zero points keep the
+# file's layout, as do 8 and 2 bits, whose products read packed weights by columns: odd
+# 64-position chunk counts and columns past the last group of four included
 LEVEL4_CASES = [(4, 32, "u8", 200, 3), (4, 32, None, 256, 1), (4, 64, "u8", 256, 2), (4, 128, None, 456, 17),
                 (8, 32, "u8", 200, 3), (8, 64, None, 256, 20), (2, 32, None, 160, 2), (4, 16, "u8", 96, 5),
                 (4, 32, None, 352, 2), (2, 16, "u8", 96, 2), (4, 32, "f32", 200, 3),
                 (4, 32, None, 200, 1, 37), (4, 32, "u8", 200, 1, 37), (4, 32, "u8", 256, 2),
-                (8, 32, "u8", 200, 1, 37), (4, 64, "u8", 320, 1), (4, 128, None, 456, 1)]
+                (8, 32, "u8", 200, 1, 37), (4, 64, "u8", 320, 1), (4, 128, None, 456, 1), (4, 32, "u8", 160, 9)]
 
 
 def _level4_model(rng, level: int):
@@ -180,16 +181,19 @@ def _level4_model(rng, level: int):
     return m, feeds
 
 
-@pytest.mark.parametrize("target", ["c", "native", "loops"])
+@pytest.mark.parametrize("target", ["c", "native", "loops", "tiles-plain"])
 def test_matmul_nbits_accuracy_level_4(target, tmp_path):
     """At accuracy_level 4 aotc computes what ONNX Runtime's CPU kernel does: where it quantizes
     the activations to int8 blocks, the same quantization (a result 0.3-1% of the output's range
     away from the exact product, asserted so that the exact product cannot pass), else the exact
-    product. Three implementations: runtime/aotc_nbits.h's plain C (the c target, built without
-    AVX-512), its VNNI product (native, where the CPU has VNNI: every AVX-512 machine CI runs on),
-    and the kernel loops the GPU targets run (the c target with `nbits_kernel = false`)."""
+    product. Four implementations: runtime/aotc_nbits.h's plain C (the c target, built without
+    AVX-512), its VNNI products (native, where the CPU has VNNI: every AVX-512 machine CI runs on;
+    4-bit weights there relaid by tiles), its plain C over those tiles (c-avx512 built with
+    AOTC_NBITS_PLAIN, as a CPU without VNNI runs it) and the kernel loops the GPU targets run (the
+    c target with `nbits_kernel = false`)."""
     import aotc
     from aotc.paths import TARGETS_DIR
+    from aotc.targets import load_target, runs_here
     rng = np.random.default_rng(4)
     m4, feeds = _level4_model(rng, 4)
     m0, _ = _level4_model(np.random.default_rng(4), 0)
@@ -201,10 +205,21 @@ def test_matmul_nbits_accuracy_level_4(target, tmp_path):
         target = str(tmp_path / "c-loops.toml")
         (tmp_path / "c-loops.toml").write_text(text.replace("\nnbits_kernel = true\n", "\nnbits_kernel = false\n")
                                                .replace('name = "c"', 'name = "c-loops"'))
+    elif target == "tiles-plain":
+        if not runs_here(load_target("c-avx512")):
+            pytest.skip("the tiles are made for AVX-512 builds, which this CPU does not run")
+        text = (TARGETS_DIR / "c-avx512.toml").read_text()
+        assert 'cflags = ["-std=c99", ' in text
+        target = str(tmp_path / "tiles-plain.toml")
+        (tmp_path / "tiles-plain.toml").write_text(text.replace('cflags = ["-std=c99", ',
+                                                                'cflags = ["-DAOTC_NBITS_PLAIN", "-std=c99", ')
+                                                   .replace('name = "c-avx512"', 'name = "tiles-plain"'))
     onnx.save(m4, tmp_path / "m.onnx")
     art = aotc.compile(tmp_path / "m.onnx", target=target, output_dir=tmp_path / "out")
     src = "".join(p.read_text() for p in (tmp_path / "out").glob("*.c"))
     assert ("aotc_nbits_gemm(" in src) == (not target.endswith("c-loops.toml"))
+    tiled = runs_here(load_target("c-avx512")) and (target == "native" or target.endswith("tiles-plain.toml"))
+    assert ("_tiles_" in src) == tiled
     got = art.run(feeds)
     for (bits, block, zp, k, rows, *_), g, w4, w0 in zip(LEVEL4_CASES, got, want4, want0):
         case = f"{bits} bits, blocks of {block}, zero points {zp}, K {k}, {rows} rows"

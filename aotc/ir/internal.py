@@ -26,8 +26,8 @@ Node kinds that compile (each is an entry of the op registry, in the module name
                   for ONNX Runtime's MatMulNBits; attributes K, N, bits, block_size, and
                   int8_activations: 1 where ONNX Runtime quantizes the activations to int8
                   blocks, at accuracy_level 4; inputs A, B, scales, zero points, and where
-                  passes/caches.py adds them the scales relaid by column quads and the
-                  scales x zero points)
+                  passes/caches.py adds it the scales x zero points; NBITS_TILES: B, the
+                  scales and those relaid by tiles)
     GATHER_NBITS  `aotc.GatherBlockQuantized`: rows of a block-quantized table read packed,
                   dequantized as they are gathered (same modules, for ONNX Runtime's
                   GatherBlockQuantized in its uint8 form; attributes bits, block_size)
@@ -88,6 +88,9 @@ Attributes:
                      has the product (`[gemm] nbits_kernel`): it calls runtime/aotc_nbits.h
                      rather than running the same arithmetic as kernel loops (passes/caches.py
                      runtime_kernels, ops/nbits.py)
+    NBITS_TILES      on such an aotc.MatMulNBits in an AVX-512 build: its 4-bit weights, scales
+                     and scales x zero points are constants relaid by tiles of 16 columns, the
+                     order runtime/aotc_nbits.h's VNNI product reads (passes/caches.py)
 """
 from __future__ import annotations
 
@@ -131,6 +134,7 @@ SIZES_ATTR = "_sizes"
 COERCE_2D = "_coerce_2d"
 IN_PLACE = "_in_place"
 NBITS_KERNEL = "_nbits_kernel"
+NBITS_TILES = "_nbits_tiles"
 
 
 def is_carry(n: Node, end: bool) -> bool:

@@ -1,9 +1,11 @@
 """Block-quantized weights read in place: `aotc.MatMulNBits` and `aotc.GatherBlockQuantized`
 (ir/internal.py), which frontend/contrib_nbits.py writes for ONNX Runtime's MatMulNBits and
-GatherBlockQuantized (its uint8 form: rows gathered along axis 0, blocks along the last). Its weights stay as the
-quantizer packed them (uint8 bytes of 2, 4 or 8-bit values, low bits first, each row of B one
-run of blocks), so the artifact holds them at their own size (4 bits: 1/8 of float32, plus the
-scales), and the kernel unpacks each value in its inner loop.
+GatherBlockQuantized (its uint8 form: rows gathered along axis 0, blocks along the last). Its weights stay
+packed (uint8 bytes of 2, 4 or 8-bit values, low bits first, each row of B one run of blocks, as
+the quantizer wrote them; in AVX-512 builds constant 4-bit ones are relaid by tiles of 16 columns
+for the runtime's product, NBITS_TILES, passes/caches.py), so the artifact holds them at their
+own size (4 bits: 1/8 of float32, plus the scales), and the kernel unpacks each value in its
+inner loop.
 
 Inputs: A (float32 [..., K]), B (uint8 [N, blocks, block_size * bits / 8], or those bytes
 flattened per row), scales (float32, N * blocks), zero points (optional: uint8 packed
@@ -27,7 +29,7 @@ import numpy as np
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..ir.dims import decide
-from ..ir.internal import GATHER_NBITS, MATMUL_NBITS, NBITS_KERNEL
+from ..ir.internal import GATHER_NBITS, MATMUL_NBITS, NBITS_KERNEL, NBITS_TILES
 from ..kernel.ir import (F32, I32, I64, REDUCTION, SPATIAL, BufPtr, Expr, GemmDest, Load, binop, call, cast, const, matrix,
                          maximum, minimum, select, upper_bound, wrap)
 from .common import prod
@@ -41,7 +43,7 @@ U8 = np.dtype(np.uint8)
 GEMM_ROWS = 16
 TILE = 64
 # int8 activations by the runtime: the output columns each aotc_nbits_gemm call computes (the
-# thread pool's unit: N / NBITS_COLS calls a run)
+# thread pool's unit: N / NBITS_COLS calls a run; one tile of relaid weights, passes/caches.py)
 NBITS_COLS = 16
 I8 = np.dtype(np.int8)
 
@@ -61,6 +63,14 @@ def _infer(node, ins):
     blocks = -(-K // bs)
     if a.dtype != dtypes.FLOAT32 or not a.shape or a.shape[-1] != K:
         raise ShapeError(f"{where}: A must be float32 [..., {K}], not {a.dtype} {tuple(a.shape)}")
+    if node.attr(NBITS_TILES, 0):
+        # (passes/caches.py's relaid constants: tiles of 16 columns, zero points in input 4 only)
+        cols = -(-N // 16) * 16
+        if (b.dtype != U8 or prod(b.shape) != cols * blocks * bs // 2 or scales.dtype != dtypes.FLOAT32
+                or prod(scales.shape) != cols * blocks or zp is not None
+                or (len(ins) > 4 and (ins[4].dtype != dtypes.FLOAT32 or prod(ins[4].shape) != cols * blocks))):
+            raise ShapeError(f"{where}: the weights relaid by tiles do not match K={K}, N={N}")
+        return [(dtypes.FLOAT32, tuple(a.shape[:-1]) + (N,))]
     if b.dtype != U8 or prod(b.shape) != N * blocks * bs * bits // 8 or b.shape[0] != N:
         raise ShapeError(f"{where}: B must be uint8 ({N}, {blocks}, {bs * bits // 8}), not {b.dtype} {tuple(b.shape)}")
     if scales.dtype != dtypes.FLOAT32 or prod(scales.shape) != N * blocks:
@@ -69,10 +79,7 @@ def _infer(node, ins):
         want = N * -(-blocks * bits // 8) if zp.dtype == U8 else N * blocks
         if zp.dtype not in (U8, dtypes.FLOAT32) or prod(zp.shape) != want:
             raise ShapeError(f"{where}: zero points must be packed uint8 or float32 of {want} elements")
-    quads = ins[4] if len(ins) > 4 else None
-    if quads is not None and (quads.dtype != dtypes.FLOAT32 or prod(quads.shape) != -(-N // 4) * 4 * blocks):
-        raise ShapeError(f"{where}: the scales by column quads must be float32 of {-(-N // 4) * 4 * blocks} elements")
-    zero_scaled = ins[5] if len(ins) > 5 else None
+    zero_scaled = ins[4] if len(ins) > 4 else None
     if zero_scaled is not None and (zp is None or zero_scaled.dtype != dtypes.FLOAT32
                                     or prod(zero_scaled.shape) != N * blocks):
         raise ShapeError(f"{where}: scales x zero points must be float32 of {N * blocks} elements, with zero points")
@@ -197,26 +204,24 @@ def _lower_int8(ctx, M, K: int, N: int, bits: int, bs: int, runtime: bool) -> No
     a_scale = ctx.scratch((M, blocks), F32, "a_scale")
     a_sum = ctx.scratch((M, blocks), F32, "a_sum")
     if runtime:
-        b.call("aotc_nbits_quantize", BufPtr(A), wrap(M), const(K), const(bs), const(bits), BufPtr(qa),
+        # (tiles: passes/caches.py relaid the weights, which meet the activations in their own order)
+        tiles = int(bool(ctx.node.attr(NBITS_TILES, 0)))
+        b.call("aotc_nbits_quantize", BufPtr(A), wrap(M), const(K), const(bs), const(bits), const(tiles), BufPtr(qa),
                BufPtr(a_scale), BufPtr(a_sum), work=upper_bound(wrap(M)) * width)
         # (scratch of aotc_nbits_gemm: four columns' scales x zero points, and their weights
         # unpacked to bytes: 4 x width bytes, typed as floats)
         zs = ctx.scratch((4 * blocks,), F32, "zero_scaled")
         work = ctx.scratch((width,), F32, "unpacked")
         chunks = -(-N // NBITS_COLS)
-        # the scales relaid by column quads (input 4) and the scales x zero points (5), where
-        # passes/caches.py added them
-        quads = ctx.ins[4] if ctx.has_input(4) else None
-        zero_scaled = ctx.ins[5] if ctx.has_input(5) else None
+        # the scales x zero points (input 4), where passes/caches.py made them
+        zero_scaled = ctx.ins[4] if ctx.has_input(4) else None
         with b.loops((chunks,), ["c"], role=SPATIAL, private=[zs, work]) as (c,):
             n0 = c * NBITS_COLS
             b.call("aotc_nbits_gemm", wrap(M), n0, minimum(n0 + NBITS_COLS, const(N)), const(K), const(bs),
-                   const(bits), BufPtr(qa), BufPtr(a_scale), BufPtr(a_sum), BufPtr(B), BufPtr(S),
-                   BufPtr(quads if quads is not None else S), const(int(quads is not None)),
+                   const(bits), const(tiles), BufPtr(qa), BufPtr(a_scale), BufPtr(a_sum), BufPtr(B), BufPtr(S),
                    BufPtr(Z if Z is not None else B), const(int(Z is not None)),
                    BufPtr(zero_scaled if zero_scaled is not None else S), const(int(zero_scaled is not None)),
-                   BufPtr(Y), const(N), BufPtr(zs),
-                   BufPtr(work),
+                   BufPtr(Y), const(N), BufPtr(zs), BufPtr(work),
                    work=upper_bound(wrap(M)) * NBITS_COLS * K // 16)
         return
     with b.loops((M, blocks), ["m", "blk"], role=SPATIAL) as (m, blk):

@@ -1,5 +1,5 @@
 """Decoders' steps on CPU targets: the KV cache updated in place, and the int4 products by the
-runtime's kernel.
+runtime's kernel, their weights relaid for it.
 
 Caches updated in place: a decoder's KV cache as onnxruntime-genai's model builder passes it
 (the shared max-length buffer) is a graph input that a TensorScatter alone reads, writing the
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..frontend.mapped import drop_pages
 from ..ir.graph import Graph
-from ..ir.internal import IN_PLACE, MATMUL_NBITS, NBITS_KERNEL
+from ..ir.internal import IN_PLACE, MATMUL_NBITS, NBITS_KERNEL, NBITS_TILES
 
 
 def caches_in_place(g: Graph) -> Graph:
@@ -32,45 +33,75 @@ def caches_in_place(g: Graph) -> Graph:
     return g
 
 
-def runtime_kernels(g: Graph, quads: bool) -> Graph:
+def runtime_kernels(g: Graph, tiles: bool) -> Graph:
     """On a target whose runtime has the int8-activation product of block-quantized weights
     (`[gemm] nbits_kernel`), each aotc.MatMulNBits that computes it calls the runtime
     (NBITS_KERNEL; ops/nbits.py): a decoder's one-token steps are that product's weight stream.
-    With `quads` (an AVX-512 build, whose VNNI product reads them), 4-bit weights in blocks of 32
-    (the onnxruntime-genai builder's int4, and its MatMulNBits quantizer's default blocks, with
-    zero points or not) also get their constant scales relaid by column quads as a fifth input (runtime/aotc_nbits.h aotc_nbits_quad_vnni loads
-    four columns' scales for two blocks at once); the scales stay as they are too, for the
-    columns past the last quad, an odd last block and CPUs without VNNI. Constant uint8 zero
-    points also give a sixth input, the scales times the zero points, which the products read
-    instead of unpacking the zero points and multiplying them each call (as many operations as
-    a one-row product)."""
+
+    With `tiles` (an AVX-512 build, whose VNNI product reads them), constant 4-bit weights are
+    relaid at compile time in the order that product consumes them (NBITS_TILES; `_tiles`): 16
+    columns x 8 positions per 64 bytes, their scales by the same 16 columns, so that one
+    vpdpbusd makes 16 columns' sums with no lanes to add up; the relaid weights and scales
+    replace the file's (the artifact holds one copy, the same size where N is a multiple of 16).
+    Constant uint8 zero points become the scales times the zero points, made here (input 4)
+    rather than unpacked and multiplied each call (as many operations as a one-row product); in
+    tiles too, which then need no zero points."""
     for n in g.nodes:
-        if n.op_type == MATMUL_NBITS and int(n.attrs.get("int8_activations", 0)):
-            n.attrs[NBITS_KERNEL] = 1
-            scales = g.const(n.inputs[2])
-            if scales is None:
-                continue
-            N, bits = int(n.attrs["N"]), int(n.attrs.get("bits", 0))
-            extra = ["", ""]          # inputs 4 and 5
-            if quads and bits == 4 and int(n.attrs.get("block_size", 0)) == 32:
-                rows = np.zeros((-(-N // 4) * 4, scales.size // N), np.float32)
-                rows[:N] = scales.reshape(N, -1)
-                by_quads = rows.reshape(-1, 4, rows.shape[1]).transpose(0, 2, 1).reshape(-1)
-                extra[0] = g.add_const(np.ascontiguousarray(by_quads), f"{n.inputs[2]}_quads")
-            packed = g.const(n.inputs[3]) if len(n.inputs) > 3 and n.inputs[3] else None
-            if packed is not None and packed.dtype == np.uint8:
-                extra[1] = g.add_const(_zero_scaled(scales.reshape(N, -1), packed.reshape(N, -1), bits),
-                                       f"{n.inputs[2]}_zero_scaled")
-            if any(extra):
-                zero_points = n.inputs[3] if len(n.inputs) > 3 else ""
-                n.inputs = n.inputs[:3] + [zero_points] + extra
+        if n.op_type != MATMUL_NBITS or not int(n.attrs.get("int8_activations", 0)):
+            continue
+        n.attrs[NBITS_KERNEL] = 1
+        scales = g.const(n.inputs[2])
+        if scales is None:
+            continue
+        N, bits, bs = int(n.attrs["N"]), int(n.attrs.get("bits", 0)), int(n.attrs.get("block_size", 0))
+        scales = scales.reshape(N, -1)
+        zero_points = n.inputs[3] if len(n.inputs) > 3 else ""
+        packed = g.const(zero_points)
+        zero_scaled = (_zero_scaled(scales, packed.reshape(N, -1), bits)
+                       if packed is not None and packed.dtype == np.uint8 else None)
+        weights = g.const(n.inputs[1])
+        if tiles and bits == 4 and weights is not None and (not zero_points or zero_scaled is not None):
+            inputs = [n.inputs[0], g.add_const(_tiles(weights.reshape(N, -1), bs), f"{n.inputs[1]}_tiles"),
+                      g.add_const(_by_tiles(scales), f"{n.inputs[2]}_tiles")]
+            drop_pages(weights)       # (the file's bytes: read once, here)
+            if zero_scaled is not None:
+                inputs += ["", g.add_const(_by_tiles(zero_scaled), f"{n.inputs[2]}_zero_scaled_tiles")]
+            n.inputs = inputs
+            n.attrs[NBITS_TILES] = 1
+        elif zero_scaled is not None:
+            n.inputs = n.inputs[:4] + [g.add_const(zero_scaled.reshape(-1), f"{n.inputs[2]}_zero_scaled")]
     return g
 
 
 def _zero_scaled(scales: np.ndarray, packed: np.ndarray, bits: int) -> np.ndarray:
     """scales [N, blocks] x the zero points packed in `packed` [N, bytes] (low bits first), float32
-    as the runtime multiplies them (runtime/aotc_nbits.h aotc_nbits_zero_scaled)."""
+    [N, blocks] as the runtime multiplies them (runtime/aotc_nbits.h aotc_nbits_zero_scaled)."""
     per = 8 // bits
     values = np.stack([(packed >> (bits * t)) & ((1 << bits) - 1) for t in range(per)], axis=-1)
     zeros = values.reshape(packed.shape[0], -1)[:, :scales.shape[1]]
-    return np.ascontiguousarray((scales * zeros.astype(np.float32)).astype(np.float32).reshape(-1))
+    return np.ascontiguousarray((scales * zeros.astype(np.float32)).astype(np.float32))
+
+
+def _tiles(packed: np.ndarray, bs: int) -> np.ndarray:
+    """4-bit weights [N, blocks * bs / 2] as the quantizer packs them (value 2j of a block in the
+    low nibble of its byte j, 2j + 1 in the high one) relaid as runtime/aotc_nbits.h's tiles
+    (aotc_nbits_tiles_vnni): columns in tiles of 16 (the last one padded with zero weights), each
+    tile's positions in groups of 8, one group's 64 bytes holding byte 4c + i = position i of
+    column c (low nibble) and position 4 + i (high nibble)."""
+    N = packed.shape[0]
+    values = np.empty((-(-N // 16) * 16, packed.shape[1] * 2), np.uint8)
+    values[N:] = 0
+    values[:N, 0::2] = packed & 0x0F
+    values[:N, 1::2] = packed >> 4
+    v = values.reshape(-1, 16, values.shape[1] // 8, 2, 4)       # tile, column, group, half, position
+    out = v[:, :, :, 0, :] | (v[:, :, :, 1, :] << 4)
+    del values, v
+    return np.ascontiguousarray(out.transpose(0, 2, 1, 3)).reshape(-1)
+
+
+def _by_tiles(per_block: np.ndarray) -> np.ndarray:
+    """[N, blocks] floats relaid by tiles of 16 columns ([tiles, blocks, 16], zero past N)."""
+    N, blocks = per_block.shape
+    rows = np.zeros((-(-N // 16) * 16, blocks), np.float32)
+    rows[:N] = per_block
+    return np.ascontiguousarray(rows.reshape(-1, 16, blocks).transpose(0, 2, 1)).reshape(-1)

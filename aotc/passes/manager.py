@@ -83,7 +83,7 @@ def _caches(g: Graph, ctx: PassContext) -> Graph:
 def _runtime_kernels(g: Graph, ctx: PassContext) -> Graph:
     if ctx.target is None or not ctx.target.gemm.nbits_kernel:
         return g
-    return runtime_kernels(g, quads="avx512f" in ctx.target.requires)
+    return runtime_kernels(g, tiles="avx512f" in ctx.target.requires)
 
 
 def _subnormals(g: Graph, ctx: PassContext) -> Graph:
