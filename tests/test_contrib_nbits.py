@@ -146,12 +146,11 @@ def test_gather_block_quantized(form, gather_axis, zp, tmp_path):
 # (bits, block, zero points: "u8" packed / "f32" / None, K, rows of A[, N]): where ONNX Runtime 1.32
 # quantizes the activations to int8 at accuracy_level 4 (4 and 8 bits; 2 bits from blocks of 32;
 # uint8 or no zero points), and where it stays exact (2 bits in blocks of 16, float zero points);
-# 4-bit weights (the genai builder's int4 has no zero points, ORT's quantizer's default has) are
-# relaid by tiles of 16 columns in AVX-512 builds (passes/caches.py): 1 to 20 rows (passes of
-# four rows and single ones), blocks of 16 to 128, K not a multiple of the block (a padded last
-# block), 37 columns (a last tile of 5), with zero points and without; float zero points keep the
-# file's layout, as do 8 and 2 bits, whose products read packed weights by columns: odd
-# 64-position chunk counts and columns past the last group of four included
+# the weights (4-bit: the genai builder's int4 has no zero points, ORT's quantizer's default has)
+# are relaid by tiles of 16 columns in AVX-512 builds (passes/caches.py): 1 to 20 rows (passes of
+# six rows and single ones), 2, 4 and 8 bits, blocks of 16 to 128, K not a multiple of the block
+# (a padded last block), 37 columns (a last tile of 5), with zero points and without; float zero
+# points keep the file's layout
 LEVEL4_CASES = [(4, 32, "u8", 200, 3), (4, 32, None, 256, 1), (4, 64, "u8", 256, 2), (4, 128, None, 456, 17),
                 (8, 32, "u8", 200, 3), (8, 64, None, 256, 20), (2, 32, None, 160, 2), (4, 16, "u8", 96, 5),
                 (4, 32, None, 352, 2), (2, 16, "u8", 96, 2), (4, 32, "f32", 200, 3),
@@ -187,8 +186,8 @@ def test_matmul_nbits_accuracy_level_4(target, tmp_path):
     the activations to int8 blocks, the same quantization (a result 0.3-1% of the output's range
     away from the exact product, asserted so that the exact product cannot pass), else the exact
     product. Four implementations: runtime/aotc_nbits.h's plain C (the c target, built without
-    AVX-512), its VNNI products (native, where the CPU has VNNI: every AVX-512 machine CI runs on;
-    4-bit weights there relaid by tiles), its plain C over those tiles (c-avx512 built with
+    AVX-512), its VNNI product (native, where the CPU has VNNI: every AVX-512 machine CI runs on;
+    the weights there relaid by tiles), its plain C over those tiles (c-avx512 built with
     AOTC_NBITS_PLAIN, as a CPU without VNNI runs it) and the kernel loops the GPU targets run (the
     c target with `nbits_kernel = false`)."""
     import aotc

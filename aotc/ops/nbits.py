@@ -2,8 +2,8 @@
 (ir/internal.py), which frontend/contrib_nbits.py writes for ONNX Runtime's MatMulNBits and
 GatherBlockQuantized (its uint8 form: rows gathered along axis 0, blocks along the last). Its weights stay
 packed (uint8 bytes of 2, 4 or 8-bit values, low bits first, each row of B one run of blocks, as
-the quantizer wrote them; in AVX-512 builds constant 4-bit ones are relaid by tiles of 16 columns
-for the runtime's product, NBITS_TILES, passes/caches.py), so the artifact holds them at their
+the quantizer wrote them; or, where passes/caches.py marks the node NBITS_TILES, constants relaid
+by tiles of 16 columns for the runtime's product), so the artifact holds them at their
 own size (4 bits: 1/8 of float32, plus the scales), and the kernel unpacks each value in its
 inner loop.
 
@@ -66,7 +66,7 @@ def _infer(node, ins):
     if node.attr(NBITS_TILES, 0):
         # (passes/caches.py's relaid constants: tiles of 16 columns, zero points in input 4 only)
         cols = -(-N // 16) * 16
-        if (b.dtype != U8 or prod(b.shape) != cols * blocks * bs // 2 or scales.dtype != dtypes.FLOAT32
+        if (b.dtype != U8 or prod(b.shape) != cols * blocks * bs * bits // 8 or scales.dtype != dtypes.FLOAT32
                 or prod(scales.shape) != cols * blocks or zp is not None
                 or (len(ins) > 4 and (ins[4].dtype != dtypes.FLOAT32 or prod(ins[4].shape) != cols * blocks))):
             raise ShapeError(f"{where}: the weights relaid by tiles do not match K={K}, N={N}")
@@ -208,20 +208,18 @@ def _lower_int8(ctx, M, K: int, N: int, bits: int, bs: int, runtime: bool) -> No
         tiles = int(bool(ctx.node.attr(NBITS_TILES, 0)))
         b.call("aotc_nbits_quantize", BufPtr(A), wrap(M), const(K), const(bs), const(bits), const(tiles), BufPtr(qa),
                BufPtr(a_scale), BufPtr(a_sum), work=upper_bound(wrap(M)) * width)
-        # (scratch of aotc_nbits_gemm: four columns' scales x zero points, and their weights
-        # unpacked to bytes: 4 x width bytes, typed as floats)
-        zs = ctx.scratch((4 * blocks,), F32, "zero_scaled")
-        work = ctx.scratch((width,), F32, "unpacked")
+        # (scratch of aotc_nbits_gemm: a column's scales x zero points)
+        zs = ctx.scratch((blocks,), F32, "zero_scaled")
         chunks = -(-N // NBITS_COLS)
         # the scales x zero points (input 4), where passes/caches.py made them
         zero_scaled = ctx.ins[4] if ctx.has_input(4) else None
-        with b.loops((chunks,), ["c"], role=SPATIAL, private=[zs, work]) as (c,):
+        with b.loops((chunks,), ["c"], role=SPATIAL, private=[zs]) as (c,):
             n0 = c * NBITS_COLS
             b.call("aotc_nbits_gemm", wrap(M), n0, minimum(n0 + NBITS_COLS, const(N)), const(K), const(bs),
                    const(bits), const(tiles), BufPtr(qa), BufPtr(a_scale), BufPtr(a_sum), BufPtr(B), BufPtr(S),
                    BufPtr(Z if Z is not None else B), const(int(Z is not None)),
                    BufPtr(zero_scaled if zero_scaled is not None else S), const(int(zero_scaled is not None)),
-                   BufPtr(Y), const(N), BufPtr(zs), BufPtr(work),
+                   BufPtr(Y), const(N), BufPtr(zs),
                    work=upper_bound(wrap(M)) * NBITS_COLS * K // 16)
         return
     with b.loops((M, blocks), ["m", "blk"], role=SPATIAL) as (m, blk):

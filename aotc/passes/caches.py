@@ -38,9 +38,9 @@ def runtime_kernels(g: Graph, tiles: bool) -> Graph:
     (`[gemm] nbits_kernel`), each aotc.MatMulNBits that computes it calls the runtime
     (NBITS_KERNEL; ops/nbits.py): a decoder's one-token steps are that product's weight stream.
 
-    With `tiles` (an AVX-512 build, whose VNNI product reads them), constant 4-bit weights are
-    relaid at compile time in the order that product consumes them (NBITS_TILES; `_tiles`): 16
-    columns x 8 positions per 64 bytes, their scales by the same 16 columns, so that one
+    With `tiles` (an AVX-512 build, whose VNNI product reads them), constant weights are relaid
+    at compile time in the order that product consumes them (NBITS_TILES; `_tiles`): 16 columns
+    x 4 bytes per 64 (4, 8 or 16 positions), their scales by the same 16 columns, so that one
     vpdpbusd makes 16 columns' sums with no lanes to add up; the relaid weights and scales
     replace the file's (the artifact holds one copy, the same size where N is a multiple of 16).
     Constant uint8 zero points become the scales times the zero points, made here (input 4)
@@ -53,15 +53,15 @@ def runtime_kernels(g: Graph, tiles: bool) -> Graph:
         scales = g.const(n.inputs[2])
         if scales is None:
             continue
-        N, bits, bs = int(n.attrs["N"]), int(n.attrs.get("bits", 0)), int(n.attrs.get("block_size", 0))
+        N, bits = int(n.attrs["N"]), int(n.attrs.get("bits", 0))
         scales = scales.reshape(N, -1)
         zero_points = n.inputs[3] if len(n.inputs) > 3 else ""
         packed = g.const(zero_points)
         zero_scaled = (_zero_scaled(scales, packed.reshape(N, -1), bits)
                        if packed is not None and packed.dtype == np.uint8 else None)
         weights = g.const(n.inputs[1])
-        if tiles and bits == 4 and weights is not None and (not zero_points or zero_scaled is not None):
-            inputs = [n.inputs[0], g.add_const(_tiles(weights.reshape(N, -1), bs), f"{n.inputs[1]}_tiles"),
+        if tiles and weights is not None and (not zero_points or zero_scaled is not None):
+            inputs = [n.inputs[0], g.add_const(_tiles(weights.reshape(N, -1), bits), f"{n.inputs[1]}_tiles"),
                       g.add_const(_by_tiles(scales), f"{n.inputs[2]}_tiles")]
             drop_pages(weights)       # (the file's bytes: read once, here)
             if zero_scaled is not None:
@@ -82,21 +82,22 @@ def _zero_scaled(scales: np.ndarray, packed: np.ndarray, bits: int) -> np.ndarra
     return np.ascontiguousarray((scales * zeros.astype(np.float32)).astype(np.float32))
 
 
-def _tiles(packed: np.ndarray, bs: int) -> np.ndarray:
-    """4-bit weights [N, blocks * bs / 2] as the quantizer packs them (value 2j of a block in the
-    low nibble of its byte j, 2j + 1 in the high one) relaid as runtime/aotc_nbits.h's tiles
-    (aotc_nbits_tiles_vnni): columns in tiles of 16 (the last one padded with zero weights), each
-    tile's positions in groups of 8, one group's 64 bytes holding byte 4c + i = position i of
-    column c (low nibble) and position 4 + i (high nibble)."""
-    N = packed.shape[0]
-    values = np.empty((-(-N // 16) * 16, packed.shape[1] * 2), np.uint8)
-    values[N:] = 0
-    values[:N, 0::2] = packed & 0x0F
-    values[:N, 1::2] = packed >> 4
-    v = values.reshape(-1, 16, values.shape[1] // 8, 2, 4)       # tile, column, group, half, position
-    out = v[:, :, :, 0, :] | (v[:, :, :, 1, :] << 4)
-    del values, v
-    return np.ascontiguousarray(out.transpose(0, 2, 1, 3)).reshape(-1)
+def _tiles(packed: np.ndarray, bits: int) -> np.ndarray:
+    """Weights [N, blocks * blob] as the quantizer packs them (per = 8 / bits values a byte, low
+    bits first: value per * j + t of a block in value t of its byte j) relaid as
+    runtime/aotc_nbits.h's tiles: columns in tiles of 16 (the last one padded with zero
+    weights), each tile's positions in groups of 4 x per, a group's 64 bytes holding in value t
+    of byte 4c + i position 4t + i of column c."""
+    N, per = packed.shape[0], 8 // bits
+    mask = (1 << bits) - 1
+    values = np.zeros((-(-N // 16) * 16, packed.shape[1] * per), np.uint8)
+    for t in range(per):
+        values[:N, t::per] = (packed >> (t * bits)) & mask
+    v = values.reshape(values.shape[0] // 16, 16, -1, per, 4)        # tile, column, group, value, position
+    out = np.zeros((v.shape[0], v.shape[2], 16, 4), np.uint8)         # tile, group, column, position
+    for t in range(per):
+        out |= (v[:, :, :, t, :] << (t * bits)).transpose(0, 2, 1, 3)
+    return out.reshape(-1)
 
 
 def _by_tiles(per_block: np.ndarray) -> np.ndarray:
