@@ -307,6 +307,27 @@ def test_transposed_result_and_epilogue(lib):
             assert np.array_equal(big[outside], before[outside]), "wrote outside C"
 
 
+def test_epilogue_over_weights_packed_at_compile_time(lib):
+    """With B packed at compile time and an epilogue, the last K block's tiles walk C's rows in
+    parts of B's columns no larger than A's block (aotc_sgemm_block): products whose N crosses
+    several parts, a last part and a last panel cut short, one and two K blocks, threads split
+    by rows and by columns, each element seen once by the epilogue."""
+    rng = np.random.default_rng(9)
+    t = lib.tiles
+    for M, K, extra in [(t.mr + 3, t.kc + 5, t.nr + 3), (2 * t.mr, t.kc, 1), (5, 40, 0)]:
+        # a part: A's block over the last K block's length, in whole panels
+        part = max(t.nr, t.mc * t.kc // (K - (K - 1) // t.k_step(K) * t.k_step(K)) // t.nr * t.nr)
+        N = 2 * part + extra
+        for threads, split in ((1, "none"), (2, "rows"), (2, "cols")):
+            A, B, bias = _rand(rng, M, K), _rand(rng, K, N), _rand(rng, N)
+            C = np.empty((M, N), np.float32)
+            seen = np.zeros((M, N), np.int64)
+            lib.packed(M, N, K, A, pack_b(B, t), C, b_packed=True, threads=threads, split=split, bias=bias,
+                       seen=seen)
+            _check(C, np.maximum(_expected(A, B) + bias, 0), K)
+            assert np.all(seen == 1), f"{M}x{N}x{K}: epilogue saw elements {np.unique(seen)} times"
+
+
 def test_transposed_result_equals_the_plain_one_bit_for_bit(lib):
     """A C stored transposed (row stride 1) holds exactly the values a plain C does: with
     8-row tiles of 16-lane vectors, whole tiles are transposed in registers and stored a column
