@@ -88,9 +88,10 @@ Attributes:
                      has the product (`[gemm] nbits_kernel`): it calls runtime/aotc_nbits.h
                      rather than running the same arithmetic as kernel loops (passes/caches.py
                      runtime_kernels, ops/nbits.py)
-    NBITS_TILES      on such an aotc.MatMulNBits in an AVX-512 build: its 4-bit weights, scales
-                     and scales x zero points are constants relaid by tiles of 16 columns, the
-                     order runtime/aotc_nbits.h's VNNI product reads (passes/caches.py)
+    NBITS_TILES      on such an aotc.MatMulNBits in an AVX-512 build: its weights (2, 4 or 8
+                     bits), scales and scales x zero points are constants relaid by tiles of 16
+                     columns, the order runtime/aotc_nbits.h's VNNI product reads
+                     (passes/caches.py)
 """
 from __future__ import annotations
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..fusion.groups import Group
 from ..ir.dims import is_static
 from ..ir.graph import Graph
@@ -40,7 +42,7 @@ class MemoryPlan:
     scratch: dict[tuple[int, str], int]          # (step index, buffer name) -> arena offset
     arena_bytes: int
     weights_bytes: int
-    weight_order: list[str]                      # constants in blob order
+    weight_order: list[str]                      # constants in blob order (each bytes once)
     intermediates_bytes: int                     # sum of all arena buffers, no reuse
     lower_bound_bytes: int                       # peak simultaneously-live bytes
     alignment: int
@@ -284,15 +286,27 @@ def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: i
         for m in members[r]:
             locations[m] = Location("arena", outer, offsets[outer] + at)
 
-    # weights blob: constants that kernels read, each aligned
-    weight_order, woff = [], 0
+    # weights blob: constants that kernels read, each aligned; constants whose arrays are the
+    # same bytes in memory (a folded Reshape of a weight another node reads as it is: tied
+    # embeddings) stored once
+    readers, woff = [], 0
     for st in steps:
         for v in st.reads:
             loc = locations.get(v)
-            if loc is not None and loc.kind == "weight" and loc.name not in weight_order:
-                weight_order.append(loc.name)
-    wofs = {}
-    for name in weight_order:
+            if loc is not None and loc.kind == "weight" and loc.name not in readers:
+                readers.append(loc.name)
+    wofs: dict[str, int] = {}
+    first: dict[tuple[int, int], str] = {}
+    weight_order = []
+    for name in readers:
+        arr = g.values[name].const
+        key = (arr.ctypes.data, arr.nbytes) if isinstance(arr, np.ndarray) and arr.flags.c_contiguous else None
+        if key is not None and key in first:
+            wofs[name] = wofs[first[key]]
+            continue
+        if key is not None:
+            first[key] = name
+        weight_order.append(name)
         wofs[name] = woff
         woff += _round(g.values[name].nbytes, align)
     for v, loc in locations.items():

@@ -191,9 +191,9 @@ def _lower(node, ctx):
 
 
 def _lower_int8(ctx, M, K: int, N: int, bits: int, bs: int, runtime: bool) -> None:
-    """Activations quantized to int8 blocks (the module doc): A's rows into `qa` (the weights'
-    byte order within each block, zero past K), each block's scale and scale x sum of its
-    values, then every output from them."""
+    """Activations quantized to int8 blocks (the module doc): A's rows into `qa` (zero past K;
+    within each block in the weights' byte order, or in A's own order for the runtime's tiles),
+    each block's scale and scale x sum of its values, then every output from them."""
     A, B, S, Z, Y = ctx.ins[0], ctx.ins[1], ctx.ins[2], ctx.ins[3] if ctx.has_input(3) else None, ctx.outs[0]
     b = ctx.b
     blocks, per, blob = -(-K // bs), 8 // bits, bs * bits // 8
