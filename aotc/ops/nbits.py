@@ -367,26 +367,35 @@ register(MATMUL_NBITS, lower=_lower, reference_fold=False, run_time_dims=True,
 
 # ------------------------------------------------------------------------ GatherBlockQuantized
 def _gather_attrs(node, data) -> tuple[int, int, int, int]:
-    """(bits, block_size, columns, blocks a row) of a uint8 table [rows, bytes]."""
+    """(bits, block_size, columns, blocks a row) of a uint8 table [rows, bytes] (or relaid by
+    tiles: NBITS_TILES, its columns in attribute K)."""
     bits, bs = int(node.attr("bits", 4)), int(node.attr("block_size", 128))
     if bits not in (4, 8) or bs < 16 or bs & (bs - 1):
         raise UnsupportedError([f"{GATHER_NBITS} node {node.name!r}: bits={bits}, block_size={bs}"])
-    cols = data.shape[-1] * 8 // bits
+    cols = int(node.attr("K")) if node.attr(NBITS_TILES, 0) else data.shape[-1] * 8 // bits
     return bits, bs, cols, -(-cols // bs)
+
+
+def _gather_rows(node, data) -> int:
+    return int(node.attr("N")) if node.attr(NBITS_TILES, 0) else data.shape[0]
 
 
 def _gather_infer(node, ins):
     data, idx, scales = ins[0], ins[1], ins[2]
     zp = ins[3] if len(ins) > 3 else None
     where = f"{GATHER_NBITS} node {node.name!r}"
-    if data.dtype != U8 or len(data.shape) != 2:
+    tiles = bool(node.attr(NBITS_TILES, 0))
+    if data.dtype != U8 or len(data.shape) != (1 if tiles else 2):
         raise ShapeError(f"{where}: data must be uint8 [rows, bytes], not {data.dtype} {tuple(data.shape)}")
     bits, bs, cols, blocks = _gather_attrs(node, data)
-    rows = data.shape[0]
+    rows = _gather_rows(node, data)
+    padded = -(-rows // 16) * 16 if tiles else rows        # (tiles: a whole last tile)
+    if tiles and (zp is not None or prod(data.shape) != padded * blocks * bs * bits // 8):
+        raise ShapeError(f"{where}: the table relaid by tiles does not match {rows} x {cols}")
     if idx.dtype not in (dtypes.INT32, dtypes.INT64):
         raise ShapeError(f"{where}: indices must be int32 or int64")
-    if scales.dtype != dtypes.FLOAT32 or prod(scales.shape) != rows * blocks:
-        raise ShapeError(f"{where}: scales must be float32 of {rows * blocks} elements")
+    if scales.dtype != dtypes.FLOAT32 or prod(scales.shape) != padded * blocks:
+        raise ShapeError(f"{where}: scales must be float32 of {padded * blocks} elements")
     if zp is not None and (zp.dtype != U8 or prod(zp.shape) != rows * -(-blocks * bits // 8)):
         raise ShapeError(f"{where}: zero points must be uint8, {-(-blocks * bits // 8)} bytes a row")
     return [(dtypes.FLOAT32, tuple(idx.shape) + (cols,))]
@@ -397,24 +406,37 @@ def _gather_lower(node, ctx):
     Z = ctx.ins[3] if ctx.has_input(3) else None
     Y = ctx.outs[0]
     bits, bs, cols, blocks = _gather_attrs(node, D)
-    rows, row_bytes = D.shape
+    rows = _gather_rows(node, D)
     per = 8 // bits
     b = ctx.b
-    b.comment(f"{prod(I.shape)} rows of a {rows} x {cols} table of {bits}-bit values in blocks of {bs}, unpacked")
+    tiles = bool(node.attr(NBITS_TILES, 0))
+    b.comment(f"{prod(I.shape)} rows of a {rows} x {cols} table of {bits}-bit values in blocks of {bs}, unpacked"
+              + (" from the tiles of a MatMulNBits sharing it (passes/caches.py)" if tiles else ""))
     with b.loops((prod(I.shape),), ["t"], role=SPATIAL) as (t,):
         row = b.local("row", cast(Load(I, t), I64))
         with b.if_(binop("||", row < -rows, row >= rows)):
             b.fail("AOTC_ERR_INDEX_OUT_OF_RANGE", f"an index outside [-{rows}, {rows})")
         b.assign(row, select(row < 0, row + rows, row))
-        with b.loops((cols // per,), ["j"], role=SPATIAL) as (j,):
-            blk = j * per / bs
-            byte = cast(D[row * row_bytes + j], I32)
-            s = S[row * blocks + blk]
-            z = _zero_point(Z, row, blk, blocks, bits)
-            for v in range(per):
-                b.store(Y, t * cols + j * per + v, (cast(_field(byte, v, bits), F32) - z) * s)
+        if tiles:
+            # row r is column r % 16 of tile r / 16: position k's byte 4 (r % 16) + k % 4 of its
+            # group k / span (64 bytes), value (k % span) / 4 of it (runtime/aotc_nbits.h)
+            span, width = 4 * per, blocks * bs
+            tile, col = row / 16, row % 16
+            with b.loops((cols,), ["k"], role=SPATIAL) as (k,):
+                byte = cast(D[(tile * (width // span) + k / span) * 64 + col * 4 + k % 4], I32)
+                s = S[(tile * blocks + k / bs) * 16 + col]
+                z = const(float(1 << (bits - 1)), F32)
+                b.store(Y, t * cols + k, (cast(_value(byte, (k % span) / 4, bits), F32) - z) * s)
+        else:
+            with b.loops((cols // per,), ["j"], role=SPATIAL) as (j,):
+                blk = j * per / bs
+                byte = cast(D[row * (D.shape[-1]) + j], I32)
+                s = S[row * blocks + blk]
+                z = _zero_point(Z, row, blk, blocks, bits)
+                for v in range(per):
+                    b.store(Y, t * cols + j * per + v, (cast(_field(byte, v, bits), F32) - z) * s)
 
 
 register(GATHER_NBITS, lower=_gather_lower, reference_fold=False, run_time_dims=True, index_inputs=lambda node, ins: (
-    {1: ins[0].shape[0]} if ins and ins[0] is not None and ins[0].shape else {}),
+    {1: _gather_rows(node, ins[0])} if ins and ins[0] is not None and ins[0].shape else {}),
     how="rows of a packed 4/8-bit table dequantized as they are gathered")(_gather_infer)

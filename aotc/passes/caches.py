@@ -14,7 +14,7 @@ import numpy as np
 
 from ..frontend.mapped import drop_pages
 from ..ir.graph import Graph
-from ..ir.internal import IN_PLACE, MATMUL_NBITS, NBITS_KERNEL, NBITS_TILES
+from ..ir.internal import GATHER_NBITS, IN_PLACE, MATMUL_NBITS, NBITS_KERNEL, NBITS_TILES
 
 
 def caches_in_place(g: Graph) -> Graph:
@@ -66,11 +66,38 @@ def runtime_kernels(g: Graph, tiles: bool) -> Graph:
             drop_pages(weights)       # (the file's bytes: read once, here)
             if zero_scaled is not None:
                 inputs += ["", g.add_const(_by_tiles(zero_scaled), f"{n.inputs[2]}_zero_scaled_tiles")]
+            _gathers_read_tiles(g, n, weights, scales, inputs[1], inputs[2], zero_points)
             n.inputs = inputs
             n.attrs[NBITS_TILES] = 1
         elif zero_scaled is not None:
             n.inputs = n.inputs[:4] + [g.add_const(zero_scaled.reshape(-1), f"{n.inputs[2]}_zero_scaled")]
     return g
+
+
+def _gathers_read_tiles(g: Graph, n, weights: np.ndarray, scales: np.ndarray, tiles: str, tile_scales: str,
+                        zero_points: str) -> None:
+    """aotc.GatherBlockQuantized nodes whose table is the same bytes in memory as the weights of
+    MatMulNBits `n` (the genai builder's tied embeddings gather from a folded Reshape of the LM
+    head's weights), with the same scales and no zero points, gather from its tiles instead
+    (NBITS_TILES, ops/nbits.py), so that the artifact holds the table once."""
+    if zero_points:
+        return
+    same = (weights.ctypes.data, weights.nbytes)
+    for m in g.nodes:
+        if m.op_type != GATHER_NBITS or len([i for i in m.inputs if i]) != 3 or m.attrs.get(NBITS_TILES):
+            continue
+        table, their_scales = g.const(m.inputs[0]), g.const(m.inputs[2])
+        if (table is None or their_scales is None or not table.flags.c_contiguous
+                or (table.ctypes.data, table.nbytes) != same or their_scales.size != scales.size
+                or not np.array_equal(their_scales.reshape(scales.shape), scales)
+                or int(m.attrs.get("bits", 4)) != int(n.attrs.get("bits", 0))
+                or int(m.attrs.get("block_size", 128)) != int(n.attrs.get("block_size", 0))
+                or table.ndim != 2 or table.shape[0] != int(n.attrs["N"])):
+            continue
+        m.inputs = [tiles, m.inputs[1], tile_scales]
+        # (K: the table's columns, the blocks' padding included, as the gather wrote them)
+        m.attrs.update({NBITS_TILES: 1, "K": table.shape[1] * 8 // int(m.attrs.get("bits", 4)),
+                        "N": int(n.attrs["N"])})
 
 
 def _zero_scaled(scales: np.ndarray, packed: np.ndarray, bits: int) -> np.ndarray:
