@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 JOBS   ?= 2
 
-.PHONY: llm-bench llm-bench-1b llm-memory dims-bench all venv demo test opencl-deps zoo-full conformance golden golden-update bench support-matrix clean fuzz sanitize hf-bert stress sass-deps
+.PHONY: bench-bf16 llm-bench llm-bench-1b llm-memory dims-bench all venv demo test opencl-deps zoo-full conformance golden golden-update bench support-matrix clean fuzz sanitize hf-bert stress sass-deps
 
 all: test
 
@@ -66,6 +66,13 @@ bench: venv
 # Run-time dimensions: one ranged artifact against builds fixed to a size (tools/dims_bench.py),
 # its table in docs/PERFORMANCE.md. (Runs of 0.1-1 ms: 300 of each in 30 rounds; at 40 in 8, one
 # model's ratio moved between 1.08 and 1.27 from one run of the bench to the next.)
+# the target option bf16 (float32 GEMMs on AMX tiles) on ResNet-50 and BERT against aotc float32,
+# ONNX Runtime and OpenVINO in float32 and bfloat16, at 1 and 2 threads; its table in
+# docs/PERFORMANCE.md (about 10 minutes; needs a CPU with AMX)
+bench-bf16: venv
+	$(BIN)/python -m pip install -q -e '.[test,bench]'
+	$(BIN)/python -m tools.bf16_bench --threads 1,2 --report docs/PERFORMANCE.md
+
 # decoding speed of a 125M LLaMA-style decoder (fp32, int4) against ONNX Runtime and its
 # genai generator; updates the "Language models" table in docs/PERFORMANCE.md
 llm-bench: venv

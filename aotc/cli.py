@@ -309,9 +309,9 @@ def check_cmd(
                                     "middle of its range). Repeatable."),
     const: List[str] = typer.Option([], "--const", metavar=_FILE, help="As for compile."),
     rtol: Optional[float] = typer.Option(None, "--rtol", min=0, help="Relative tolerance for float outputs "
-                                         "(default 1e-4; 1e-2 on a target with tf32)."),
+                                         "(default 1e-4; 1e-2 on a target with tf32, 5e-2 with bf16)."),
     atol: Optional[float] = typer.Option(None, "--atol", min=0, help="Absolute tolerance for float outputs "
-                                         "(default 1e-5; 1e-2 on a target with tf32)."),
+                                         "(default 1e-5; 1e-2 on a target with tf32, 5e-2 with bf16)."),
     seed: int = typer.Option(0, "--seed", help="Seed for the random inputs."),
     report: Optional[Path] = typer.Option(None, "--report", metavar="FILE", help="Write a JSON report here."),
     junit: Optional[Path] = typer.Option(None, "--junit", metavar="FILE", help="Write a JUnit XML report here."),
@@ -335,6 +335,12 @@ def check_cmd(
         _fail(e)
         return
     out.print(f"{model.name} on target {res.target} (rtol {res.rtol:g}, atol {res.atol:g})")
+    if rtol is None and atol is None:
+        from .check.parity import tolerance_note
+        from .targets import load_target
+        note = tolerance_note(load_target(target))
+        if note:
+            out.print(f"  tolerances widened: {note}", markup=False)
     out.print(f"  expected outputs from {res.reference}", markup=False)
     from rich.markup import escape
     w = max([24] + [len(o.name) for o in res.outputs if " [" in o.name])    # names with their sizes whole

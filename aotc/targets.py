@@ -95,14 +95,17 @@ class NumericsConfig:
     sum in ("float64" or "float32"; absent: the CPU schedule's float64, the GPU one's float32).
     The switches, each an option a target may list in [options]: winograd (3 x 3 convolutions
     by F(2x2, 3x3)), winograd4 (F(4x4, 3x3) too), direct_conv (no Winograd), qdq_float (QDQ
-    models as written), tf32 (float32 GEMMs on TF32 tensor cores), ieee_subnormals (a CPU or
-    CUDA target computes subnormal floats as IEEE says, instead of as zero: passes/subnormals.py)."""
+    models as written), tf32 (float32 GEMMs on TF32 tensor cores), bf16 (a CPU's float32 GEMMs on
+    AMX tiles with bfloat16 operands where the CPU has them: runtime/aotc_gemm_packed.h),
+    ieee_subnormals (a CPU or CUDA target computes subnormal floats as IEEE says, instead of as
+    zero: passes/subnormals.py)."""
     accumulate_float32: Optional[str] = None
     winograd: bool = False
     winograd4: bool = False
     direct_conv: bool = False
     qdq_float: bool = False
     tf32: bool = False
+    bf16: bool = False
     ieee_subnormals: bool = False
 
 

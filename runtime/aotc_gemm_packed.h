@@ -50,6 +50,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "aotc_threads.h"
 
@@ -806,6 +807,10 @@ typedef struct {
     aotc_tile_fn epilogue;      /* NULL: none */
     void *epilogue_args;
     aotc_whole_tile_fn tile;    /* NULL, or the epilogue's whole tiles (csc must be 1) */
+    /* not NULL (the option bf16): A / B is a constant stored at compile time as bfloat16 in the
+       AMX tiles' layout (aotc_sgemm_block_bf16 reads it as it lies; the float32 path widens
+       it block by block); A / B and their strides are then unused */
+    const uint16_t *Ah, *Bh;
 } aotc_sgemm_call;
 
 /* The columns a split of C among threads counts in: NR-column panels, or for a one-row product
@@ -816,7 +821,7 @@ typedef struct {
 #endif
 static int64_t aotc_sgemm_row_unit(const aotc_sgemm_call *g)
 {
-    const int b_packed = g->rsb == 0 && g->csb == 0 && !g->bim2col;
+    const int b_packed = g->rsb == 0 && g->csb == 0 && !g->bim2col && !g->Bh;
     return g->M == 1 && b_packed ? AOTC_ROW_PANELS * AOTC_GEMM_NR : AOTC_GEMM_NR;
 }
 
@@ -864,14 +869,356 @@ static void aotc_sgemm_one_row(const aotc_sgemm_call *g, int64_t m, int64_t n0, 
     }
 }
 
+/* ---- bfloat16 products on AMX tiles (the target option bf16: AOTC_GEMM_BF16 defined 1) ----
+ * On a CPU with AMX-BF16, a float32 GEMM of at least AOTC_BF16_MIN rows, columns and K runs
+ * with its operands rounded to bfloat16 (to nearest even) and its products summed in float32 by
+ * the tile instruction (TDPBF16PS: C[16 x 16] += A[16 x 32] . B[32 x 16]); elsewhere (no AMX,
+ * the OS refuses the tile state, a small product) the float32 path above runs, so one artifact
+ * runs on every CPU its target runs on. The tiles read their operands in two layouts, K block
+ * after K block (aotc_sgemm_kstep's blocks, each kc long, kp = kc rounded up to 32, zeros past
+ * kc; a block's region is laid out for kstep's kp, the last block's content may be shorter):
+ *   A: rows, k contiguous: element (i, k) at Ah[i*kp + k]; rows up to a multiple of 32, zero
+ *   B: groups of 16 columns, each kp/2 rows of 16 pairs: element (k, 16g + c) at
+ *      Bh[g*kp*16 + (k/2)*32 + 2*c + k%2] (the tiles' pair layout: one 64-byte row per two k)
+ * A constant operand is stored so at compile time (aotc_sgemm_call's Ah / Bh: half the bytes of
+ * float32, nothing converted per run; schedule/gemm_cpu.py pack_a_bf16 / pack_b_bf16); the
+ * float32 path widens those block by block into its panels. Any other operand comes as the
+ * float32 path has it (packed at compile time, or packed here by the same packers, im2col
+ * included) and each block is converted into `work`, after the float32 blocks. A 32 x 32 block
+ * of C is four tiles of sums (two row tiles of A against two column tiles of B), stored into a
+ * float32 block and added into C; the epilogue then runs on it as on the float32 path's edge
+ * tiles. schedule/gemm_cpu.py sizes the scratch (bf16_work_floats). */
+#if defined(AOTC_GEMM_BF16) && AOTC_GEMM_BF16
+#define AOTC_GEMM_BF16_LAYOUTS 1
+#define AOTC_BF16_NC 512          /* columns of B converted at a time */
+#define AOTC_BF16_MIN 16          /* smaller products stay float32 (the conversions would dominate) */
+#define AOTC_BF16_A_ONCE (1 << 22) /* a constant A of at most this many values is converted once a call */
+#if AOTC_GEMM_MC % 32 != 0 || AOTC_GEMM_NR % 16 != 0 || AOTC_BF16_NC % AOTC_GEMM_NR != 0
+#error "the bf16 path needs AOTC_GEMM_MC a multiple of 32 and AOTC_GEMM_NR of 16"
+#endif
+
+static int64_t aotc_bf16_round(int64_t x, int64_t m)
+{
+    return (x + m - 1) / m * m;
+}
+
+static float aotc_bf16_widen(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* The K block at pc of a constant stored in the tiles' layout */
+static const uint16_t *aotc_bf16_a_block(const aotc_sgemm_call *g, int64_t pc, int64_t kstep)
+{
+    return g->Ah + pc / kstep * aotc_bf16_round(kstep, 32) * aotc_bf16_round(g->M, 32);
+}
+
+static const uint16_t *aotc_bf16_b_block(const aotc_sgemm_call *g, int64_t pc, int64_t kstep)
+{
+    return g->Bh + pc / kstep * aotc_bf16_round(kstep, 32) * aotc_bf16_round(g->N, 32);
+}
+
+/* Ap <- rows [0, m) of a block of A in the tiles' layout (kc long), as MR-row panels */
+static void aotc_bf16_widen_a(int64_t m, int64_t kc, const uint16_t *Ah, float *restrict Ap)
+{
+    const int64_t kp = aotc_bf16_round(kc, 32);
+    int64_t i0, i, k;
+    for (i0 = 0; i0 < m; i0 += AOTC_GEMM_MR, Ap += kc * AOTC_GEMM_MR)
+        for (i = 0; i < AOTC_GEMM_MR; ++i)
+            for (k = 0; k < kc; ++k)
+                Ap[k * AOTC_GEMM_MR + i] = i0 + i < m ? aotc_bf16_widen(Ah[(i0 + i) * kp + k]) : 0.0f;
+}
+
+/* Bp <- columns [0, n) of a block of B in the tiles' layout (kc long, starting at a group), as
+ * NR-column panels */
+static void aotc_bf16_widen_b(int64_t kc, int64_t n, const uint16_t *Bh, float *restrict Bp)
+{
+    const int64_t kp = aotc_bf16_round(kc, 32);
+    int64_t j0, j, k;
+    for (j0 = 0; j0 < n; j0 += AOTC_GEMM_NR, Bp += kc * AOTC_GEMM_NR)
+        for (k = 0; k < kc; ++k)
+            for (j = 0; j < AOTC_GEMM_NR; ++j) {
+                const int64_t c = j0 + j;
+                Bp[k * AOTC_GEMM_NR + j] = c < n ? aotc_bf16_widen(Bh[c / 16 * kp * 16 + k / 2 * 32 + c % 16 * 2 + k % 2])
+                                                 : 0.0f;
+            }
+}
+#else
+#define AOTC_GEMM_BF16_LAYOUTS 0
+#endif
+
+#if AOTC_GEMM_BF16_LAYOUTS && defined(__GNUC__) && defined(__x86_64__)
+#define AOTC_BF16_AMX 1
+#include <immintrin.h>
+#include <cpuid.h>
+#define AOTC_BF16_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))
+
+/* Can this thread use the tiles? The CPU has AMX-BF16 and AVX512-BF16 (CPUID 7.0 EDX bits 22
+ * and 24, 7.1 EAX bit 5), and Linux grants the process the tile state (arch_prctl
+ * ARCH_REQ_XCOMP_PERM for XTILEDATA, once; the grant covers every thread). Asked once. */
+long syscall(long number, ...);
+static int aotc_bf16_ready(void)
+{
+    static volatile int state = 0;              /* 0: not asked, 1: yes, -1: no */
+    if (!state) {
+        unsigned a = 0, b = 0, c = 0, d = 0, a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+        int ok = __get_cpuid_count(7, 0, &a, &b, &c, &d) && __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) &&
+                 (d >> 22 & 1) && (d >> 24 & 1) && (a1 >> 5 & 1);
+#if defined(__linux__)
+        ok = ok && syscall(158 /* SYS_arch_prctl */, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+#endif
+        state = ok ? 1 : -1;
+    }
+    return state > 0;
+}
+
+/* Every tile 16 rows of 64 bytes (palette 1): 0-3 sums, 4-5 A, 6-7 B */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} aotc_bf16_config;
+
+AOTC_BF16_TARGET static void aotc_bf16_tiles_on(void)
+{
+    /* (a constant: GCC drops stores into a local that only the ldtilecfg asm reads) */
+    static const aotc_bf16_config cfg = {
+        1, 0, { 0 }, { 64, 64, 64, 64, 64, 64, 64, 64 }, { 16, 16, 16, 16, 16, 16, 16, 16 } };
+    _tile_loadconfig(&cfg);
+}
+
+/* Ah <- rows [0, m) of A's block (kc columns), as the tiles take them. From a strided A with
+ * unit column stride, 16 values at a time; else from its float32 panels (MR rows, k-major). */
+AOTC_BF16_TARGET static void aotc_bf16_a_rows(int64_t m, int64_t kc, const float *A, int64_t rs, uint16_t *Ah)
+{
+    const int64_t kp = aotc_bf16_round(kc, 32), rows = aotc_bf16_round(m, 32);
+    int64_t i, k;
+    for (i = 0; i < rows; ++i) {
+        uint16_t *d = Ah + i * kp;
+        for (k = 0; k < kp; k += 16) {
+            const __mmask16 live = i < m ? (__mmask16)(kc - k >= 16 ? 0xffff : kc - k > 0 ? (1u << (kc - k)) - 1 : 0) : 0;
+            const __m512 x = _mm512_maskz_loadu_ps(live, A + i * rs + k);
+            _mm256_storeu_si256((__m256i *)(d + k), (__m256i)_mm512_cvtneps_pbh(x));
+        }
+    }
+}
+
+AOTC_BF16_TARGET static void aotc_bf16_a_panels(int64_t m, int64_t kc, const float *Ap, uint16_t *Ah)
+{
+    const int64_t kp = aotc_bf16_round(kc, 32), rows = aotc_bf16_round(m, 32);
+    const __m512i down = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32(AOTC_GEMM_MR));     /* a row's 16 k in a panel */
+    int64_t i, k;
+    for (i = 0; i < rows; ++i) {
+        uint16_t *d = Ah + i * kp;
+        if (i >= m) {
+            memset(d, 0, (size_t)kp * sizeof *d);
+            continue;
+        }
+        const float *p = Ap + (i / AOTC_GEMM_MR) * kc * AOTC_GEMM_MR + i % AOTC_GEMM_MR;
+        for (k = 0; k < kp; k += 16) {
+            const __mmask16 live = (__mmask16)(kc - k >= 16 ? 0xffff : kc - k > 0 ? (1u << (kc - k)) - 1 : 0);
+            const __m512 x = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, down, p + k * AOTC_GEMM_MR, 4);
+            _mm256_storeu_si256((__m256i *)(d + k), (__m256i)_mm512_cvtneps_pbh(x));
+        }
+    }
+}
+
+/* Bh <- columns [0, n) of B's block (kc rows) from its float32 panels (NR columns, k-major), as
+ * the tiles take them; columns up to a multiple of 32 (zero past n: the panels are). */
+AOTC_BF16_TARGET static void aotc_bf16_b_panels(int64_t kc, int64_t n, const float *Bp, uint16_t *Bh)
+{
+    const int64_t kp = aotc_bf16_round(kc, 32), groups = aotc_bf16_round(n, 32) / 16;
+    /* a pair's two k side by side: lane 2c <- k's column c, lane 2c + 1 <- k + 1's */
+    const __m512i pairs = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                           23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    int64_t gi, k;
+    for (gi = 0; gi < groups; ++gi) {
+        const int64_t col = gi * 16;
+        uint16_t *d = Bh + gi * kp * 16;
+        if (col >= aotc_bf16_round(n, AOTC_GEMM_NR)) {     /* past the last panel */
+            memset(d, 0, (size_t)kp * 16 * sizeof *d);
+            continue;
+        }
+        const float *p = Bp + (col / AOTC_GEMM_NR) * kc * AOTC_GEMM_NR + col % AOTC_GEMM_NR;
+        for (k = 0; k < kp; k += 2) {
+            const __m512 x0 = k < kc ? _mm512_loadu_ps(p + k * AOTC_GEMM_NR) : _mm512_setzero_ps();
+            const __m512 x1 = k + 1 < kc ? _mm512_loadu_ps(p + (k + 1) * AOTC_GEMM_NR) : _mm512_setzero_ps();
+            const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);     /* x0 in lanes 0-15, x1 in 16-31 */
+            _mm512_storeu_si512((void *)(d + k * 16), _mm512_permutexvar_epi16(pairs, both));
+        }
+    }
+}
+
+/* out[32 x 32] (row stride 32) <- a . b over kp values of k: a 32 rows of Ah (row stride kp),
+ * b two 16-column groups of Bh (b and b + kp * 16) */
+AOTC_BF16_TARGET static void aotc_bf16_tile(int64_t kp, const uint16_t *a, const uint16_t *b, float *out)
+{
+    const uint16_t *b1 = b + kp * 16;
+    int64_t k;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (k = 0; k < kp; k += 32) {
+        _tile_loadd(4, a + k, kp * 2);
+        _tile_loadd(5, a + 16 * kp + k, kp * 2);
+        _tile_loadd(6, b + k * 16, 64);
+        _tile_loadd(7, b1 + k * 16, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, out, 128);
+    _tile_stored(1, out + 16, 128);
+    _tile_stored(2, out + 16 * 32, 128);
+    _tile_stored(3, out + 16 * 32 + 16, 128);
+}
+
+AOTC_BF16_TARGET static void aotc_bf16_tiles_off(void)
+{
+    _tile_release();
+}
+
+/* C's rows [0, mr) x columns [0, nr) at c (strides rsc, csc) <- (C +) s[32 x 32] */
+static void aotc_bf16_store(const float *s, float *c, int64_t rsc, int64_t csc, int64_t mr, int64_t nr, int add)
+{
+    int64_t i, j;
+    for (i = 0; i < mr; ++i) {
+        float *ci = c + i * rsc;
+        const float *si = s + i * 32;
+        if (csc == 1 && add)
+            for (j = 0; j < nr; ++j)
+                ci[j] += si[j];
+        else if (csc == 1)
+            for (j = 0; j < nr; ++j)
+                ci[j] = si[j];
+        else
+            for (j = 0; j < nr; ++j)
+                ci[j * csc] = add ? ci[j * csc] + si[j] : si[j];
+    }
+}
+
+/* The float32 blocks' floats at the start of one thread's work (aotc_sgemm_block's layout) */
+static int64_t aotc_bf16_work_offset(const aotc_sgemm_call *g, int64_t kstep, int64_t nc_step, int a_packed,
+                                     int b_packed)
+{
+    return (b_packed ? 0 : kstep * aotc_bf16_round(aotc_gemm_min(nc_step, g->N), AOTC_GEMM_NR)) +
+           (a_packed ? 0 : kstep * aotc_bf16_round(aotc_gemm_min(AOTC_GEMM_MC, g->M), AOTC_GEMM_MR));
+}
+
+/* Rows [m0, m1) x columns [n0, n1) of C on the tiles (aotc_sgemm_block's contract). The
+ * float32 path's scratch comes first in `work` (its layout, sized as for that path), then B's
+ * converted columns (none when B is stored in the tiles' layout), then A's rows. */
+static void aotc_sgemm_block_bf16(const aotc_sgemm_call *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+                                  float *work)
+{
+    const int a_packed = g->rsa == 0 && g->csa == 0 && !g->Ah, b_packed = g->rsb == 0 && g->csb == 0 && !g->bim2col && !g->Bh;
+    const int64_t K = g->K, M = m1 - m0, N = n1 - n0;
+    const int64_t kstep = aotc_sgemm_kstep(K), kp = aotc_bf16_round(kstep, 32);
+    /* the float32 path's column block (its scratch's layout); B stored for the tiles needs none */
+    const int64_t nc_f32 = b_packed ? AOTC_GEMM_NC
+        : aotc_gemm_min(AOTC_GEMM_NC, aotc_gemm_max(AOTC_GEMM_NR, AOTC_GEMM_MC * AOTC_GEMM_KC / kstep / AOTC_GEMM_NR * AOTC_GEMM_NR));
+    const int64_t nc_step = g->Bh ? AOTC_GEMM_NC : nc_f32;
+    const int64_t nh_step = g->Bh ? nc_step : aotc_gemm_min(nc_step, AOTC_BF16_NC);   /* columns converted at a time */
+    const int64_t Mpad = (g->M + AOTC_GEMM_MR - 1) / AOTC_GEMM_MR * AOTC_GEMM_MR;
+    const int64_t Npad = (g->N + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR;
+    float *bwork = work;
+    float *awork = b_packed ? work : work + kstep * aotc_bf16_round(aotc_gemm_min(nc_f32, N), AOTC_GEMM_NR);
+    uint16_t *Bh = (uint16_t *)(work + aotc_bf16_work_offset(g, kstep, nc_f32, a_packed, b_packed));
+    uint16_t *Ah = Bh + (g->Bh ? 0 : kp * aotc_bf16_round(aotc_gemm_min(nh_step, g->N), 32));
+    /* a constant A in float32 panels small enough is converted once, K block by K block (a block
+       every a_block values), for all the column blocks; else each row block as it comes */
+    const int64_t a_block = aotc_bf16_round(g->M, 32) * kp;
+    const int a_once = a_packed && a_block * ((K + kstep - 1) / kstep) <= AOTC_BF16_A_ONCE;
+    float *C0 = g->C + m0 * g->rsc + n0 * g->csc;
+    float sums[32 * 32] __attribute__((aligned(64)));
+    int64_t jc, jh, pc, ic, jr, ir;
+    aotc_bf16_tiles_on();
+    for (jc = 0; jc < N; jc += nc_step) {
+        const int64_t nc = aotc_gemm_min(nc_step, N - jc);
+        for (pc = 0; pc < K; pc += kstep) {
+            const int64_t kc = aotc_gemm_min(kstep, K - pc), kcp = aotc_bf16_round(kc, 32);
+            const int add = g->accumulate || pc > 0, last = pc + kc == K;
+            const float *bp = NULL;
+            if (g->Bh) {
+                /* (read in place below) */
+            } else if (b_packed) {
+                bp = g->B + pc * Npad + (n0 + jc) * kc;
+            } else if (g->bim2col) {
+                aotc_sgemm_pack_b_im2col(g->bim2col, pc, kc, n0 + jc, nc, bwork);
+                bp = bwork;
+            } else {
+                aotc_sgemm_pack_b(kc, nc, g->B + pc * g->rsb + (n0 + jc) * g->csb, g->rsb, g->csb, bwork);
+                bp = bwork;
+            }
+            for (jh = 0; jh < nc; jh += nh_step) {
+                const int64_t nh = aotc_gemm_min(nh_step, nc - jh);
+                const uint16_t *bh = Bh;
+                if (g->Bh)
+                    bh = aotc_bf16_b_block(g, pc, kstep) + (n0 + jc + jh) * kcp;
+                else
+                    aotc_bf16_b_panels(kc, nh, bp + jh * kc, Bh);
+                for (ic = 0; ic < M; ic += AOTC_GEMM_MC) {
+                    const int64_t mc = aotc_gemm_min(AOTC_GEMM_MC, M - ic);
+                    const uint16_t *ah = Ah;
+                    if (g->Ah) {
+                        ah = aotc_bf16_a_block(g, pc, kstep) + (m0 + ic) * kcp;
+                    } else if (a_once) {
+                        ah = Ah + pc / kstep * a_block + ic * kcp;
+                        if (jc == 0 && jh == 0)
+                            aotc_bf16_a_panels(mc, kc, g->A + pc * Mpad + (m0 + ic) * kc, Ah + pc / kstep * a_block + ic * kcp);
+                    } else if (a_packed) {
+                        aotc_bf16_a_panels(mc, kc, g->A + pc * Mpad + (m0 + ic) * kc, Ah);
+                    } else if (g->csa == 1) {
+                        aotc_bf16_a_rows(mc, kc, g->A + (m0 + ic) * g->rsa + pc, g->rsa, Ah);
+                    } else {
+                        aotc_sgemm_pack_a(mc, kc, g->A + (m0 + ic) * g->rsa + pc * g->csa, g->rsa, g->csa, awork);
+                        aotc_bf16_a_panels(mc, kc, awork, Ah);
+                    }
+                    for (jr = 0; jr < nh; jr += 32)
+                        for (ir = 0; ir < mc; ir += 32) {
+                            const int64_t mr = aotc_gemm_min(32, mc - ir), nr = aotc_gemm_min(32, nh - jr);
+                            const int64_t i = ic + ir, j = jc + jh + jr;
+                            aotc_bf16_tile(kcp, ah + ir * kcp, bh + jr * kcp, sums);
+                            aotc_bf16_store(sums, C0 + i * g->rsc + j * g->csc, g->rsc, g->csc, mr, nr, add);
+                            if (last && g->epilogue)
+                                g->epilogue(g->epilogue_args, m0 + i, m0 + i + mr, n0 + j, n0 + j + nr);
+                        }
+                }
+            }
+        }
+    }
+    aotc_bf16_tiles_off();
+}
+
+/* Does this GEMM run on the tiles? (Decided by the whole product, so that a thread's block of
+   it is computed as every other's: the result does not depend on the threads.) */
+static int aotc_sgemm_on_tiles(const aotc_sgemm_call *g)
+{
+    return g->M >= AOTC_BF16_MIN && g->N >= AOTC_BF16_MIN && g->K >= AOTC_BF16_MIN && aotc_bf16_ready();
+}
+#endif
+
 /* Rows [m0, m1) x columns [n0, n1) of C (m0 a multiple of MR, n0 of aotc_sgemm_row_unit(g), so
  * that packed operands can be entered at their panels). */
 static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                              float *work)
 {
-    const int a_packed = g->rsa == 0 && g->csa == 0, b_packed = g->rsb == 0 && g->csb == 0 && !g->bim2col;
+    const int a_packed = g->rsa == 0 && g->csa == 0 && !g->Ah, b_packed = g->rsb == 0 && g->csb == 0 && !g->bim2col && !g->Bh;
     const int64_t K = g->K, M = m1 - m0, N = n1 - n0;
-    if (M == 1 && !a_packed && !b_packed && !g->bim2col && K > 0 && N > 0 && (g->rsb == 1 || g->csb == 1)) {
+#if AOTC_BF16_AMX
+    if (aotc_sgemm_on_tiles(g)) {
+        aotc_sgemm_block_bf16(g, m0, m1, n0, n1, work);
+        return;
+    }
+#endif
+    if (M == 1 && !a_packed && !b_packed && !g->bim2col && !g->Ah && !g->Bh && K > 0 && N > 0 &&
+        (g->rsb == 1 || g->csb == 1)) {
         aotc_sgemm_one_row(g, m0, n0, n1);
         if (g->epilogue)
             g->epilogue(g->epilogue_args, m0, m1, n0, n1);
@@ -913,6 +1260,11 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
             } else if (g->bim2col) {
                 aotc_sgemm_pack_b_im2col(g->bim2col, pc, kc, n0 + jc, nc, bwork);
                 bp = bwork;
+#if AOTC_GEMM_BF16_LAYOUTS
+            } else if (g->Bh) {
+                aotc_bf16_widen_b(kc, nc, aotc_bf16_b_block(g, pc, kstep) + (n0 + jc) * aotc_bf16_round(kc, 32), bwork);
+                bp = bwork;
+#endif
             } else {
                 aotc_sgemm_pack_b(kc, nc, g->B + pc * g->rsb + (n0 + jc) * g->csb, g->rsb, g->csb, bwork);
                 bp = bwork;
@@ -922,6 +1274,11 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
                 const float *ap;
                 if (a_packed) {
                     ap = g->A + pc * Mpad + (m0 + ic) * kc;
+#if AOTC_GEMM_BF16_LAYOUTS
+                } else if (g->Ah) {
+                    aotc_bf16_widen_a(mc, kc, aotc_bf16_a_block(g, pc, kstep) + (m0 + ic) * aotc_bf16_round(kc, 32), awork);
+                    ap = awork;
+#endif
                 } else {
                     aotc_sgemm_pack_a(mc, kc, g->A + (m0 + ic) * g->rsa + pc * g->csa, g->rsa, g->csa, awork);
                     ap = awork;

@@ -60,11 +60,12 @@ static void bias_relu(void *p, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
 /* rep r reads A + (r % copies) * a_step and B + (r % copies) * b_step: with copies of a weight
    that together exceed the caches, every call streams it from memory, as in a model.
    threads > 1 splits C among a pool's threads as `split` says (AOTC_GEMM_SPLIT_*); bias != NULL
-   runs the bias_relu epilogue. */
+   runs the bias_relu epilogue. tiles_a / tiles_b: A / B is stored as bfloat16 tiles (the option
+   bf16's constants: A / B then point at them). */
 int packed_sgemm(int64_t reps, int64_t copies, int64_t a_step, int64_t b_step, int64_t M, int64_t N, int64_t K,
                  const float *A, int64_t rsa, int64_t csa, const float *B, int64_t rsb, int64_t csb,
                  float *C, int64_t rsc, int64_t csc, int accumulate, float *work, int64_t work_floats,
-                 int threads, int split, const float *bias, int64_t *seen)
+                 int threads, int split, const float *bias, int64_t *seen, int tiles_a, int tiles_b)
 {
     int64_t r;
     int status;
@@ -80,6 +81,14 @@ int packed_sgemm(int64_t reps, int64_t copies, int64_t a_step, int64_t b_step, i
     for (r = 0; r < reps; ++r) {
         g.A = A + r % copies * a_step;
         g.B = B + r % copies * b_step;
+        if (tiles_a) {
+            g.Ah = (const uint16_t *)(const void *)A + r % copies * a_step;     /* (steps in values) */
+            g.A = NULL;
+        }
+        if (tiles_b) {
+            g.Bh = (const uint16_t *)(const void *)B + r % copies * b_step;
+            g.B = NULL;
+        }
         aotc_sgemm(pool, &g);
     }
     aotc_pool_destroy(pool);
@@ -143,7 +152,7 @@ class GemmLib:
         self.target = load_target(target)
         self.tiles = tiles or GemmTiles.of(self.target)
         workdir.mkdir(parents=True, exist_ok=True)
-        macros = {**self.tiles.macros(), **(defines or {})}
+        macros = {**self.tiles.macros(), **({"AOTC_GEMM_BF16": 1} if self.tiles.bf16 else {}), **(defines or {})}
         tag = "_".join(str(v) for v in macros.values())
         src = workdir / f"gemm_{target}_{tag}.c"
         src.write_text(_SHIM)
@@ -159,7 +168,8 @@ class GemmLib:
         self.lib.int8_gemm.argtypes = [_i, _i, _i, _i, _v, _i, _i, _v, _i, _i, ctypes.c_int, _v, _i, _i, ctypes.c_int,
                                        _v, _i, ctypes.c_int, ctypes.c_int, _v]
         self.lib.packed_sgemm.argtypes = [_i, _i, _i, _i, _i, _i, _i, _f, _i, _i, _f, _i, _i, _f, _i, _i, ctypes.c_int,
-                                          _f, _i, ctypes.c_int, ctypes.c_int, _f, ctypes.POINTER(ctypes.c_int64)]
+                                          _f, _i, ctypes.c_int, ctypes.c_int, _f, ctypes.POINTER(ctypes.c_int64),
+                                          ctypes.c_int, ctypes.c_int]
 
     @staticmethod
     def _p(a: np.ndarray):
@@ -194,14 +204,16 @@ class GemmLib:
                            self._p(C), C.strides[0] // 4, int(accumulate))
 
     def packed(self, M, N, K, A, B, C, accumulate=False, a_packed=False, b_packed=False, reps=1, work=None,
-               copies=1, a_step=0, b_step=0, threads=1, split="rows", bias=None, seen=None):
+               copies=1, a_step=0, b_step=0, threads=1, split="rows", bias=None, seen=None, a_bf16=False,
+               b_bf16=False):
         """aotc_sgemm. A / B / C: float32 views with element strides (any layout), or pack_a /
-        pack_b arrays when a_packed / b_packed. Returns the work buffer it used (per thread:
+        pack_b arrays when a_packed / b_packed, or pack_a_bf16 / pack_b_bf16 arrays when a_bf16 /
+        b_bf16 (the option bf16's constants). Returns the work buffer it used (per thread:
         `threads` copies). With copies > 1, rep r reads A + (r % copies) * a_step (B likewise):
         see packed_sgemm. threads > 1 splits C by `split` (rows / cols) on a thread pool; `bias`
         runs the bias + ReLU epilogue, counting the elements it sees into `seen` [M, N] int64."""
-        (rsa, csa), (rsb, csb) = _strides(A, a_packed), _strides(B, b_packed)
-        per_thread = max(1, self.tiles.work_floats(M, N, K, a_packed, b_packed))
+        (rsa, csa), (rsb, csb) = _strides(A, a_packed or a_bf16), _strides(B, b_packed or b_bf16)
+        per_thread = max(1, self.tiles.work_floats(M, N, K, a_packed, b_packed, a_bf16, b_bf16))
         if work is None:
             work = np.empty(per_thread * threads, np.float32)
         sp = _SPLITS[split]
@@ -209,7 +221,8 @@ class GemmLib:
                                        csb, self._p(C), C.strides[0] // 4, C.strides[1] // 4, int(accumulate),
                                        self._p(work), per_thread, threads, sp,
                                        self._p(bias) if bias is not None else None,
-                                       seen.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)) if seen is not None else None)
+                                       seen.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)) if seen is not None else None,
+                                       int(a_bf16), int(b_bf16))
         assert status == 0, f"packed_sgemm: pool creation failed ({status})"
         return work
 

@@ -23,14 +23,27 @@ from ..targets import Target
 
 # what `aotc check` compares float outputs with, where the caller gives no rtol / atol: a target
 # whose float32 GEMMs run on TF32 tensor cores (`,tf32`: inputs rounded to a 10-bit mantissa)
-# differs from float32 by about 1e-3 relative
+# differs from float32 by about 1e-3 relative; one whose GEMMs take bfloat16 operands (`,bf16`: an
+# 8-bit mantissa) by about 1e-2
 DEFAULT_TOLERANCES = (1e-4, 1e-5)
 TF32_TOLERANCES = (1e-2, 1e-2)
+BF16_TOLERANCES = (5e-2, 5e-2)
 
 
 def tolerances(target: Target) -> tuple[float, float]:
     """(rtol, atol) for the target's float outputs, for the CLI and the Python API alike."""
+    if target.numerics.bf16:
+        return BF16_TOLERANCES
     return TF32_TOLERANCES if target.numerics.tf32 else DEFAULT_TOLERANCES
+
+
+def tolerance_note(target: Target) -> str:
+    """Why the target's default tolerances are wider than float32's ("" where they are not)."""
+    if target.numerics.bf16:
+        return "the target's float32 GEMMs take bfloat16 operands (,bf16) where the CPU has AMX"
+    if target.numerics.tf32:
+        return "the target's float32 GEMMs run on TF32 tensor cores (,tf32)"
+    return ""
 
 
 @dataclass

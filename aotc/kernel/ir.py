@@ -578,6 +578,8 @@ class Matrix:
     'strided' says how else to read it, and then rs and cs are 0:
       * 'panels_a' / 'panels_b': a constant the schedule packed into the GEMM's panels
         (schedule/gemm_cpu.py); `offset` is where this matrix's panels start;
+      * 'bf16_a' / 'bf16_b': a constant the schedule stored as bfloat16 in the AMX tiles' layout
+        (the option bf16; schedule/gemm_cpu.py pack_a_bf16 / pack_b_bf16), likewise;
       * 'im2col': a convolution's im2col matrix read from the input itself (`window` says how;
         `offset` is where the input's channels start).
     `direct`, on a strided matrix that an op fills itself (an im2col buffer), is the same
@@ -593,8 +595,13 @@ class Matrix:
 
     @property
     def packed(self) -> bool:
-        """Packed into panels at compile time (read as it is stored)."""
-        return self.layout.startswith("panels")
+        """Packed at compile time, into panels or bfloat16 tiles (read as it is stored)."""
+        return self.layout.startswith(("panels", "bf16"))
+
+    @property
+    def bf16(self) -> bool:
+        """Stored as bfloat16 in the AMX tiles' layout (aotc_sgemm_call's Ah / Bh)."""
+        return self.layout.startswith("bf16")
 
     def at(self, r: Expr, c: Expr) -> Expr:
         return self.offset + wrap(r) * self.rs + wrap(c) * self.cs
@@ -718,8 +725,9 @@ class Gemm(Stmt):
 
     @property
     def integer(self) -> bool:
-        """8-bit integer operands, int32 C (else float32 throughout)."""
-        return self.a.buf.value_dtype.kind in "iu"
+        """8-bit integer operands, int32 C (else float32 throughout; an operand stored as bfloat16
+        tiles, uint16 bits, is float)."""
+        return self.a.buf.value_dtype.kind in "iu" and not self.a.bf16
 
 
 @dataclass(eq=False)

@@ -38,8 +38,8 @@ from ..kernel.integer_gemm import expand_integer_gemm
 from ..kernel.retype import widen_accumulators
 from ..targets import Target
 from .direct import drop_unused_scratch, read_im2col_directly
-from .gemm_cpu import (ConstPacker, GemmTiles, capacity, choose_split, computes_transposed, epilogue_in_tile, gemm_macs,
-                       packs_im2col, swap_orientation)
+from .gemm_cpu import (BF16_MIN, ConstPacker, GemmTiles, capacity, choose_split, computes_transposed, epilogue_in_tile,
+                       gemm_macs, packs_im2col, swap_orientation)
 
 # a loop of unknown trip count (bounds from data or from outer indices) counts as this many
 UNKNOWN_TRIPS = 8
@@ -121,14 +121,19 @@ def _schedule_gemm(gm: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, t
                    in_tile: bool, line: int) -> Gemm:
     if computes_transposed(gm, tiles):
         gm = swap_orientation(gm)
-    pa = packer.pack(st, gm, "a", loops)
+    # with the option bf16, a constant of a product big enough for the AMX tiles is stored as
+    # their bfloat16 (half the bytes, nothing converted per run; the float32 path widens it)
+    bf16 = tiles.bf16 and min(capacity(gm)) >= BF16_MIN
+    pa = packer.pack(st, gm, "a", loops, bf16)
     if pa is not None:
         gm = replace(gm, a=pa)
     else:
-        pb = packer.pack(st, gm, "b", loops)
+        pb = packer.pack(st, gm, "b", loops, bf16)
         if pb is not None:
             gm = replace(gm, b=pb)
-    gm = _on_threads(gm, tiles, threads, min_gemm, tiles.work_floats(*capacity(gm), gm.a.packed, gm.b.packed), line)
+    a, b = gm.a, gm.b
+    work = tiles.work_floats(*capacity(gm), a.packed and not a.bf16, b.packed and not b.bf16, a.bf16, b.bf16)
+    gm = _on_threads(gm, tiles, threads, min_gemm, work, line)
     return replace(gm, tile_epilogue=in_tile and epilogue_in_tile(gm, tiles))
 
 

@@ -37,6 +37,9 @@ class GemmTiles:
     # what storing one element of a product computed transposed costs beyond a plain store, in
     # micro-tile multiply-adds (prefers_transposed)
     transpose_cost: int = 64
+    # the option bf16: products of at least BF16_MIN rows and columns may run on AMX tiles
+    # (runtime/aotc_gemm_packed.h aotc_sgemm_block_bf16), whose blocks take scratch of their own
+    bf16: bool = False
 
     _FIELDS = ("mr", "nr", "kc", "mc", "nc", "prefetch")     # (the C macros)
 
@@ -47,7 +50,7 @@ class GemmTiles:
         if missing:
             raise AotcError(f"target {target.name!r}: its [gemm] table lacks {', '.join(missing)}",
                             "a CPU target's file gives the GEMM's tiles (mr, nr, kc, mc, nc, prefetch)")
-        tiles = cls(t.mr, t.nr, t.kc, t.mc, t.nc, t.prefetch, t.transpose_cost)
+        tiles = cls(t.mr, t.nr, t.kc, t.mc, t.nc, t.prefetch, t.transpose_cost, target.numerics.bf16)
         if min(tiles.mr, tiles.nr, tiles.kc, tiles.mc, tiles.nc) < 1 or tiles.prefetch < 0 \
                 or tiles.mc % tiles.mr or tiles.nc % tiles.nr:
             raise AotcError(f"target {target.name!r}: gemm tiles {cls._FIELDS} = "
@@ -123,15 +126,40 @@ class GemmTiles:
         swapped = self.padded_madds(N, M) * K + self.transpose_cost * M * N
         return swapped / plain if plain else 1.0
 
-    def work_floats(self, M: int, N: int, K: int, a_packed: bool, b_packed: bool) -> int:
-        """Scratch floats aotc_sgemm_packed needs for the blocks of its strided operands."""
+    def work_floats(self, M: int, N: int, K: int, a_packed: bool, b_packed: bool, a_bf16: bool = False,
+                    b_bf16: bool = False) -> int:
+        """Scratch floats aotc_sgemm_packed needs for the blocks of its strided operands (and of
+        its operands stored as bfloat16 tiles, `a_bf16` / `b_bf16`, which the float32 path widens
+        as it would pack a strided one), plus the AMX path's with the option bf16."""
         kc = self.k_step(K)
-        n = 0
+        n = self.bf16_work_floats(M, N, K, a_packed, b_packed, a_bf16, b_bf16) \
+            if self.bf16 and min(M, N, K) >= BF16_MIN else 0
         if not b_packed:
             n += kc * _round_up(min(self.b_block_columns(K), N), self.nr)
         if not a_packed:
             n += kc * _round_up(min(self.mc, M), self.mr)
         return n
+
+    def bf16_work_floats(self, M: int, N: int, K: int, a_packed: bool, b_packed: bool, a_bf16: bool,
+                         b_bf16: bool) -> int:
+        """Scratch floats the AMX path takes after the float32 path's (aotc_sgemm_block_bf16), in
+        bfloat16 pairs, k rounded up to 32 and rows and columns to 32: B's columns converted at a
+        time (at most BF16_COLUMNS; none for a B stored as tiles) and A's row block, or a constant
+        A in float32 panels whole when it has at most BF16_A_ONCE values so laid out (none for an
+        A stored as tiles)."""
+        kstep = self.k_step(K)
+        kp = _round_up(kstep, 32)
+        columns = min(self.nc if b_packed else self.b_block_columns(K), BF16_COLUMNS, N)
+        b = 0 if b_bf16 else kp * _round_up(columns, 32)
+        a_whole = _round_up(M, 32) * kp * -(-K // kstep)
+        a = 0 if a_bf16 else a_whole if a_packed and a_whole <= BF16_A_ONCE else _round_up(min(self.mc, M), 32) * kp
+        return (b + a) // 2
+
+
+# the AMX path's constants (runtime/aotc_gemm_packed.h AOTC_BF16_MIN, AOTC_BF16_NC, AOTC_BF16_A_ONCE)
+BF16_MIN = 16
+BF16_COLUMNS = 512
+BF16_A_ONCE = 1 << 22
 
 
 def _pack_quads(x: np.ndarray, width: int, kstep: int) -> np.ndarray:
@@ -202,6 +230,58 @@ def pack_b(b: np.ndarray, tiles: GemmTiles) -> np.ndarray:
     return _pack(b.swapaxes(-1, -2), tiles.nr, tiles.k_step(b.shape[-2]))
 
 
+def to_bfloat16(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bits (uint16), rounded to nearest, ties to even (as the CPU's
+    conversion does); a NaN stays a (quiet) NaN."""
+    u = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    rounded = ((u.astype(np.uint64) + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(x), (u >> 16).astype(np.uint16) | 0x40, rounded)
+
+
+def pack_a_bf16(a: np.ndarray, tiles: GemmTiles) -> np.ndarray:
+    """A [..., M, K] as the AMX tiles read a constant A (runtime/aotc_gemm_packed.h, the option
+    bf16): bfloat16, K block after K block (k_step each), each block a region of kp x round(M, 32)
+    values (kp: k_step rounded up to 32) whose row i holds the block's k at i * kcp (kcp: this
+    block's length rounded up to 32); zeros past M and past each block's k; then 32 rows of
+    zeros, which a thread's last 32-row tile may read past its rows. Flattened to [..., size]."""
+    a = np.asarray(a, dtype=np.float32)
+    *batch, M, K = a.shape
+    kstep = tiles.k_step(K)
+    kp, rows = _round_up(kstep, 32), _round_up(M, 32)
+    blocks = -(-K // kstep) if kstep else 0
+    out = np.zeros((*batch, blocks * kp * rows + 32 * kp), np.uint16)
+    for b in range(blocks):
+        k0 = b * kstep
+        kc = min(kstep, K - k0)
+        kcp = _round_up(kc, 32)
+        region = out[..., b * kp * rows:b * kp * rows + kcp * rows].reshape(*batch, rows, kcp)
+        region[..., :M, :kc] = to_bfloat16(a[..., :, k0:k0 + kc])
+    return out
+
+
+def pack_b_bf16(b: np.ndarray, tiles: GemmTiles) -> np.ndarray:
+    """B [..., K, N] as the AMX tiles read a constant B: bfloat16, K block after K block, each
+    block a region of kp x round(N, 32) values holding groups of 16 columns, each group kcp/2 rows
+    of 16 pairs: (k, 16g + c) at g * kcp * 16 + (k // 2) * 32 + 2c + k % 2 (k within the block);
+    zeros past N and past each block's k. Flattened to [..., size]."""
+    b = np.asarray(b, dtype=np.float32)
+    *batch, K, N = b.shape
+    kstep = tiles.k_step(K)
+    kp, cols = _round_up(kstep, 32), _round_up(N, 32)
+    blocks = -(-K // kstep) if kstep else 0
+    out = np.zeros((*batch, blocks * kp * cols), np.uint16)
+    for blk in range(blocks):
+        k0 = blk * kstep
+        kc = min(kstep, K - k0)
+        kcp = _round_up(kc, 32)
+        dense = np.zeros((*batch, kcp, cols), np.uint16)
+        dense[..., :kc, :N] = to_bfloat16(b[..., k0:k0 + kc, :])
+        groups = dense.reshape(*batch, kcp // 2, 2, cols // 16, 16)            # [pair, k % 2, group, c]
+        at = blk * kp * cols
+        out[..., at:at + kcp * cols] = np.moveaxis(groups, (-2, -4, -1, -3), (-4, -3, -2, -1)).reshape(*batch, -1)
+    return out
+
+
 
 
 
@@ -266,22 +346,28 @@ class ConstPacker:
         self.graph, self.tiles = graph, tiles
         self._made: dict = {}
 
-    def pack(self, step, gm: Gemm, which: str, loops: list[Loop]) -> Matrix | None:
-        """The operand `which` ('a' or 'b') of g packed, or None when it is not a constant (or
+    def pack(self, step, gm: Gemm, which: str, loops: list[Loop], bf16: bool = False) -> Matrix | None:
+        """The operand `which` ('a' or 'b') of g packed (float32 panels; with `bf16`, bfloat16 in
+        the AMX tiles' layout: pack_a_bf16 / pack_b_bf16), or None when it is not a constant (or
         its offset depends on something other than the enclosing loops' indices)."""
         found = self._instances(step, gm, which, loops)
         if found is None:
             return None
         src, key, index, instances = found
+        key = (("bf16",) if bf16 else ()) + key
         name = self._made.get(key)
         if name is None:
             mats = instances(np.float32)
-            packed = pack_a(mats, self.tiles) if which == "a" else pack_b(mats, self.tiles)
+            if bf16:
+                packed = pack_a_bf16(mats, self.tiles) if which == "a" else pack_b_bf16(mats, self.tiles)
+            else:
+                packed = pack_a(mats, self.tiles) if which == "a" else pack_b(mats, self.tiles)
             name = self.graph.add_const(np.ascontiguousarray(packed.reshape(-1)), f"{src}_packed_{which}")
             self._made[key] = name
             drop_pages(self.graph.const(src))
         size = self.graph.values[name].size // len(key[-1])
-        return Matrix(step.param_for(self.graph.values[name]), index * size, 0, 0, f"panels_{which}")
+        return Matrix(step.param_for(self.graph.values[name]), index * size, 0, 0,
+                      f"{'bf16' if bf16 else 'panels'}_{which}")
 
     def pack_int8(self, step, gm: Gemm, which: str, loops: list[Loop], sums: bool) -> tuple[Matrix, Expr | None] | None:
         """The int8 operand `which` of an integer Gemm packed in quads for runtime/aotc_igemm.h,

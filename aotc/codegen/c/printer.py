@@ -189,6 +189,11 @@ class CPrinter(CStylePrinter):
                   ("C", self.expr(_ptr(C))), ("rsc", num(C.rs)), ("csc", num(C.cs)),
                   ("accumulate", "1" if s.accumulate else "0"),
                   ("split", f"AOTC_GEMM_SPLIT_{s.split.upper()}" if s.parallel else "AOTC_GEMM_SPLIT_NONE")]
+        for name, m in (("A", A), ("B", B)):          # a constant stored as bfloat16 tiles (the option bf16)
+            if m.bf16:
+                at = [k for k, _ in fields].index(name)
+                fields[at] = (name, "NULL")
+                fields.append((f"{name}h", self.expr(_ptr(m))))
         if s.integer:
             if s.a_zero is not None or s.b_zero is not None or not (A.packed or B.packed):
                 raise PrintError("an integer Gemm reaches the C printer with its zero points folded and one "
