@@ -199,7 +199,8 @@ def test_threads_compute_what_one_thread_does(libs):
 def test_zoo_models_on_bf16_match_onnx_runtime(name, tmp_path):
     """A CNN (convolutions as im2col products, their weights packed at compile time) and a
     transformer (MatMuls over packed weights, attention over run-time operands) compiled with the
-    option: within its tolerances of ONNX Runtime, and on AMX not the float32 artifact's numbers."""
+    option: within its tolerances of ONNX Runtime, and not the float32 artifact's numbers (its
+    weights are bfloat16 on every CPU; on AMX its operands too)."""
     import onnx
 
     from aotc.api import load
@@ -220,8 +221,7 @@ def test_zoo_models_on_bf16_match_onnx_runtime(name, tmp_path):
     run_check(path, target="c-avx512", shapes=shapes, output_dir=tmp_path / "f32", seed=3)
     feeds = sample_inputs(import_model(load_onnx(path), name, shapes), seed=4)
     got = [load(tmp_path / d, threads=1).run(feeds) for d in ("bf16", "f32")]
-    differ = any(not np.array_equal(a, b) for a, b in zip(*got))
-    assert differ == AMX, "the bf16 build's outputs should differ from float32's exactly where AMX runs it"
+    assert any(not np.array_equal(a, b) for a, b in zip(*got)), "the bf16 build computed float32's numbers"
 
 
 def test_check_says_its_tolerances_are_widened(tmp_path):
