@@ -61,6 +61,9 @@ class GemmConfig:
     # block-quantized weights times int8 activations (MatMulNBits at accuracy_level 4) by the
     # runtime's product (runtime/aotc_nbits.h: AVX-512 VNNI where the CPU has it), not loops
     nbits_kernel: bool = False
+    # the integer GEMM runs on AMX-INT8 tiles where the CPU has them (chosen at run time;
+    # runtime/aotc_igemm.h), its scratch and packed constants sized for them
+    int8_amx: bool = False
 
 
 @dataclass(frozen=True)

@@ -869,6 +869,53 @@ static void aotc_sgemm_one_row(const aotc_sgemm_call *g, int64_t m, int64_t n0, 
     }
 }
 
+/* AMX (Intel's tile registers), for the option bf16 here and for the integer GEMM
+ * (aotc_igemm.h): usable when the CPU has the tiles and the feature (CPUID 7.0 EDX: bit 24
+ * AMX-TILE, 22 AMX-BF16, 25 AMX-INT8) and Linux grants the process the tile state (arch_prctl
+ * ARCH_REQ_XCOMP_PERM for XTILEDATA, asked once; the grant covers every thread). */
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define AOTC_AMX_BF16 22
+#define AOTC_AMX_INT8 25
+long syscall(long number, ...);
+static inline int aotc_amx_ready(int feature)
+{
+    static volatile int granted = 0;            /* 0: not asked, 1: yes, -1: no */
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 24 & 1) || !(d >> feature & 1))
+        return 0;
+    if (!granted) {
+#if defined(__linux__)
+        granted = syscall(158 /* SYS_arch_prctl */, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0 ? 1 : -1;
+#else
+        granted = -1;
+#endif
+    }
+    return granted > 0;
+}
+
+/* Every tile 16 rows of 64 bytes (palette 1): 0-3 sums, 4-5 A, 6-7 B. The configuration is a
+   constant: GCC drops stores into a local that only the ldtilecfg asm reads. */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} aotc_amx_config;
+__attribute__((target("amx-tile"))) static inline void aotc_amx_tiles_on(void)
+{
+    static const aotc_amx_config cfg = {
+        1, 0, { 0 }, { 64, 64, 64, 64, 64, 64, 64, 64 }, { 16, 16, 16, 16, 16, 16, 16, 16 } };
+    _tile_loadconfig(&cfg);
+}
+
+/* (the tile state released: a thread switch then saves none of it) */
+__attribute__((target("amx-tile"))) static inline void aotc_amx_tiles_off(void)
+{
+    _tile_release();
+}
+#endif
+
 /* ---- bfloat16 products on AMX tiles (the target option bf16: AOTC_GEMM_BF16 defined 1) ----
  * On a CPU with AMX-BF16, a float32 GEMM of at least AOTC_BF16_MIN rows, columns and K runs
  * with its operands rounded to bfloat16 (to nearest even) and its products summed in float32 by
@@ -953,41 +1000,13 @@ static void aotc_bf16_widen_b(int64_t kc, int64_t n, const uint16_t *Bh, float *
 #if AOTC_GEMM_BF16_LAYOUTS && defined(__GNUC__) && defined(__x86_64__)
 #define AOTC_BF16_AMX 1
 #include <immintrin.h>
-#include <cpuid.h>
 #define AOTC_BF16_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))
 
-/* Can this thread use the tiles? The CPU has AMX-BF16 and AVX512-BF16 (CPUID 7.0 EDX bits 22
- * and 24, 7.1 EAX bit 5), and Linux grants the process the tile state (arch_prctl
- * ARCH_REQ_XCOMP_PERM for XTILEDATA, once; the grant covers every thread). Asked once. */
-long syscall(long number, ...);
+/* Can this thread use the tiles? The CPU has AMX-BF16 and AVX512-BF16 (aotc_amx_ready) */
 static int aotc_bf16_ready(void)
 {
-    static volatile int state = 0;              /* 0: not asked, 1: yes, -1: no */
-    if (!state) {
-        unsigned a = 0, b = 0, c = 0, d = 0, a1 = 0, b1 = 0, c1 = 0, d1 = 0;
-        int ok = __get_cpuid_count(7, 0, &a, &b, &c, &d) && __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) &&
-                 (d >> 22 & 1) && (d >> 24 & 1) && (a1 >> 5 & 1);
-#if defined(__linux__)
-        ok = ok && syscall(158 /* SYS_arch_prctl */, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
-#endif
-        state = ok ? 1 : -1;
-    }
-    return state > 0;
-}
-
-/* Every tile 16 rows of 64 bytes (palette 1): 0-3 sums, 4-5 A, 6-7 B */
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} aotc_bf16_config;
-
-AOTC_BF16_TARGET static void aotc_bf16_tiles_on(void)
-{
-    /* (a constant: GCC drops stores into a local that only the ldtilecfg asm reads) */
-    static const aotc_bf16_config cfg = {
-        1, 0, { 0 }, { 64, 64, 64, 64, 64, 64, 64, 64 }, { 16, 16, 16, 16, 16, 16, 16, 16 } };
-    _tile_loadconfig(&cfg);
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return aotc_amx_ready(AOTC_AMX_BF16) && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1);
 }
 
 /* Ah <- rows [0, m) of A's block (kc columns), as the tiles take them. From a strided A with
@@ -1027,29 +1046,45 @@ AOTC_BF16_TARGET static void aotc_bf16_a_panels(int64_t m, int64_t kc, const flo
     }
 }
 
-/* Bh <- columns [0, n) of B's block (kc rows) from its float32 panels (NR columns, k-major), as
- * the tiles take them; columns up to a multiple of 32 (zero past n: the panels are). */
-AOTC_BF16_TARGET static void aotc_bf16_b_panels(int64_t kc, int64_t n, const float *Bp, uint16_t *Bh)
+/* Bh <- columns [0, n) of B's block (kc rows), as the tiles take them (columns up to a multiple
+ * of 32, zero past n): from B's float32 panels (NR columns, k-major; aotc_bf16_b_panels), or
+ * from a strided B whose rows are contiguous (element (k, c) at B[k*rs + c]; aotc_bf16_b_rows,
+ * which skips the float32 packing). Both read 16 columns of two rows k, k + 1 at a time. */
+AOTC_BF16_TARGET static inline void aotc_bf16_b_group(int64_t kc, int64_t kp, const float *p, int64_t rs,
+                                                      __mmask16 live, uint16_t *d)
 {
-    const int64_t kp = aotc_bf16_round(kc, 32), groups = aotc_bf16_round(n, 32) / 16;
     /* a pair's two k side by side: lane 2c <- k's column c, lane 2c + 1 <- k + 1's */
     const __m512i pairs = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
                                            23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    int64_t gi, k;
+    int64_t k;
+    for (k = 0; k < kp; k += 2) {
+        const __m512 x0 = _mm512_maskz_loadu_ps(k < kc ? live : 0, p + k * rs);
+        const __m512 x1 = _mm512_maskz_loadu_ps(k + 1 < kc ? live : 0, p + (k + 1) * rs);
+        const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);     /* x0 in lanes 0-15, x1 in 16-31 */
+        _mm512_storeu_si512((void *)(d + k * 16), _mm512_permutexvar_epi16(pairs, both));
+    }
+}
+
+AOTC_BF16_TARGET static void aotc_bf16_b_panels(int64_t kc, int64_t n, const float *Bp, uint16_t *Bh)
+{
+    const int64_t kp = aotc_bf16_round(kc, 32), groups = aotc_bf16_round(n, 32) / 16;
+    int64_t gi;
     for (gi = 0; gi < groups; ++gi) {
         const int64_t col = gi * 16;
-        uint16_t *d = Bh + gi * kp * 16;
-        if (col >= aotc_bf16_round(n, AOTC_GEMM_NR)) {     /* past the last panel */
-            memset(d, 0, (size_t)kp * 16 * sizeof *d);
-            continue;
-        }
-        const float *p = Bp + (col / AOTC_GEMM_NR) * kc * AOTC_GEMM_NR + col % AOTC_GEMM_NR;
-        for (k = 0; k < kp; k += 2) {
-            const __m512 x0 = k < kc ? _mm512_loadu_ps(p + k * AOTC_GEMM_NR) : _mm512_setzero_ps();
-            const __m512 x1 = k + 1 < kc ? _mm512_loadu_ps(p + (k + 1) * AOTC_GEMM_NR) : _mm512_setzero_ps();
-            const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);     /* x0 in lanes 0-15, x1 in 16-31 */
-            _mm512_storeu_si512((void *)(d + k * 16), _mm512_permutexvar_epi16(pairs, both));
-        }
+        const int live = col < aotc_bf16_round(n, AOTC_GEMM_NR);      /* (past the last panel: zeros) */
+        aotc_bf16_b_group(kc, kp, Bp + (live ? (col / AOTC_GEMM_NR) * kc * AOTC_GEMM_NR + col % AOTC_GEMM_NR : 0),
+                          AOTC_GEMM_NR, live ? 0xffff : 0, Bh + gi * kp * 16);
+    }
+}
+
+AOTC_BF16_TARGET static void aotc_bf16_b_rows(int64_t kc, int64_t n, const float *B, int64_t rs, uint16_t *Bh)
+{
+    const int64_t kp = aotc_bf16_round(kc, 32), groups = aotc_bf16_round(n, 32) / 16;
+    int64_t gi;
+    for (gi = 0; gi < groups; ++gi) {
+        const int64_t col = gi * 16, left = n - col;
+        const __mmask16 live = (__mmask16)(left >= 16 ? 0xffff : left > 0 ? (1u << left) - 1 : 0);
+        aotc_bf16_b_group(kc, kp, B + (left > 0 ? col : 0), rs, live, Bh + gi * kp * 16);
     }
 }
 
@@ -1079,10 +1114,6 @@ AOTC_BF16_TARGET static void aotc_bf16_tile(int64_t kp, const uint16_t *a, const
     _tile_stored(3, out + 16 * 32 + 16, 128);
 }
 
-AOTC_BF16_TARGET static void aotc_bf16_tiles_off(void)
-{
-    _tile_release();
-}
 
 /* C's rows [0, mr) x columns [0, nr) at c (strides rsc, csc) <- (C +) s[32 x 32] */
 static void aotc_bf16_store(const float *s, float *c, int64_t rsc, int64_t csc, int64_t mr, int64_t nr, int add)
@@ -1123,6 +1154,8 @@ static void aotc_sgemm_block_bf16(const aotc_sgemm_call *g, int64_t m0, int64_t 
     /* the float32 path's column block (its scratch's layout); B stored for the tiles needs none */
     const int64_t nc_f32 = b_packed ? AOTC_GEMM_NC
         : aotc_gemm_min(AOTC_GEMM_NC, aotc_gemm_max(AOTC_GEMM_NR, AOTC_GEMM_MC * AOTC_GEMM_KC / kstep / AOTC_GEMM_NR * AOTC_GEMM_NR));
+    /* a strided B with contiguous rows is converted from where it lies (no float32 packing) */
+    const int b_rows = !g->Bh && !b_packed && !g->bim2col && g->csb == 1;
     const int64_t nc_step = g->Bh ? AOTC_GEMM_NC : nc_f32;
     const int64_t nh_step = g->Bh ? nc_step : aotc_gemm_min(nc_step, AOTC_BF16_NC);   /* columns converted at a time */
     const int64_t Mpad = (g->M + AOTC_GEMM_MR - 1) / AOTC_GEMM_MR * AOTC_GEMM_MR;
@@ -1138,15 +1171,15 @@ static void aotc_sgemm_block_bf16(const aotc_sgemm_call *g, int64_t m0, int64_t 
     float *C0 = g->C + m0 * g->rsc + n0 * g->csc;
     float sums[32 * 32] __attribute__((aligned(64)));
     int64_t jc, jh, pc, ic, jr, ir;
-    aotc_bf16_tiles_on();
+    aotc_amx_tiles_on();
     for (jc = 0; jc < N; jc += nc_step) {
         const int64_t nc = aotc_gemm_min(nc_step, N - jc);
         for (pc = 0; pc < K; pc += kstep) {
             const int64_t kc = aotc_gemm_min(kstep, K - pc), kcp = aotc_bf16_round(kc, 32);
             const int add = g->accumulate || pc > 0, last = pc + kc == K;
             const float *bp = NULL;
-            if (g->Bh) {
-                /* (read in place below) */
+            if (g->Bh || b_rows) {
+                /* (read in place, or converted from B's rows, below) */
             } else if (b_packed) {
                 bp = g->B + pc * Npad + (n0 + jc) * kc;
             } else if (g->bim2col) {
@@ -1161,6 +1194,8 @@ static void aotc_sgemm_block_bf16(const aotc_sgemm_call *g, int64_t m0, int64_t 
                 const uint16_t *bh = Bh;
                 if (g->Bh)
                     bh = aotc_bf16_b_block(g, pc, kstep) + (n0 + jc + jh) * kcp;
+                else if (b_rows)
+                    aotc_bf16_b_rows(kc, nh, g->B + pc * g->rsb + (n0 + jc + jh), g->rsb, Bh);
                 else
                     aotc_bf16_b_panels(kc, nh, bp + jh * kc, Bh);
                 for (ic = 0; ic < M; ic += AOTC_GEMM_MC) {
@@ -1193,7 +1228,7 @@ static void aotc_sgemm_block_bf16(const aotc_sgemm_call *g, int64_t m0, int64_t 
             }
         }
     }
-    aotc_bf16_tiles_off();
+    aotc_amx_tiles_off();
 }
 
 /* Does this GEMM run on the tiles? (Decided by the whole product, so that a thread's block of

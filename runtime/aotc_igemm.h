@@ -424,6 +424,173 @@ typedef struct {
     aotc_whole_itile_fn tile;   /* NULL, or the epilogue's whole tiles (csc must be 1) */
 } aotc_igemm_call;
 
+/* ---- AMX-INT8 (AOTC_IGEMM_AMX, the target's [gemm] int8_amx) ----
+ * Where the CPU has AMX-INT8 (aotc_amx_ready), a product of at least 16 rows, columns and K runs
+ * on the tiles: TDPBUSD (uint8 x int8) or TDPBSUD (int8 x uint8) adds 16 x 16 sums of 64 products
+ * each, exactly in int32 as the other tiles. B's panels are the tiles' layout already: with
+ * NR = 32, a quad row of a panel is 128 bytes, its first 64 the 4 bytes of columns 0-15, its last
+ * 64 those of 16-31, so a B tile is 16 quad rows read 128 bytes apart. A is laid out in rows of
+ * its block, k contiguous and rounded up to 64 with zeros (Ar[i*kp + k]; rows up to a multiple of
+ * 32, zero), from the strided A or from its quad panels. The last K step of a panel may read up
+ * to 15 quad rows past it (k past kc, times A's zeros): the packed constants and the scratch have
+ * AOTC_IGEMM_AMX_TAIL bytes after them (schedule/gemm_cpu.py). 32 x 32 blocks of C: four tiles of
+ * sums, stored, then the epilogue. */
+#if defined(AOTC_IGEMM_AMX) && AOTC_IGEMM_AMX && AOTC_IGEMM_AVX512 && AOTC_GEMM_NR == 32 && \
+    !defined(AOTC_IGEMM_NO_AMX) && AOTC_GEMM_MC % 32 == 0
+#define AOTC_IGEMM_ON_AMX 1
+#define AOTC_IGEMM_AMX_TARGET __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw")))
+#define AOTC_IGEMM_AMX_MIN 16
+#define AOTC_IGEMM_AMX_TAIL 2048
+
+static int64_t aotc_igemm_round(int64_t x, int64_t m)
+{
+    return (x + m - 1) / m * m;
+}
+
+/* Ar <- rows [0, m) of A's block (kc long), strided (element (i, k) at A[i*rs + k*cs]) */
+static void aotc_igemm_amx_rows(int64_t m, int64_t kc, const uint8_t *A, int64_t rs, int64_t cs, uint8_t *Ar)
+{
+    const int64_t kp = aotc_igemm_round(kc, 64), rows = aotc_igemm_round(m, 32);
+    int64_t i, k;
+    for (i = 0; i < rows; ++i) {
+        uint8_t *d = Ar + i * kp;
+        if (i >= m) {
+            memset(d, 0, (size_t)kp);
+            continue;
+        }
+        if (cs == 1) {
+            memcpy(d, A + i * rs, (size_t)kc);
+        } else {
+            for (k = 0; k < kc; ++k)
+                d[k] = A[i * rs + k * cs];
+        }
+        memset(d + kc, 0, (size_t)(kp - kc));
+    }
+}
+
+/* Ar <- rows [0, m) of A's block from its quad panels (MR rows, kc4 = kc rounded up to 4): a
+ * row's 16 quads (64 k) gathered at a time, MR quads apart */
+AOTC_IGEMM_AMX_TARGET static void aotc_igemm_amx_panel_rows(int64_t m, int64_t kc, const uint8_t *Ap, uint8_t *Ar)
+{
+    const int64_t kc4 = (kc + 3) / 4 * 4, kp = aotc_igemm_round(kc, 64), rows = aotc_igemm_round(m, 32);
+    const __m512i down = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32(AOTC_GEMM_MR));
+    int64_t i, q;
+    for (i = 0; i < rows; ++i) {
+        uint8_t *d = Ar + i * kp;
+        const uint8_t *p = Ap + (i / AOTC_GEMM_MR) * kc4 * AOTC_GEMM_MR + (i % AOTC_GEMM_MR) * 4;
+        if (i >= m) {
+            memset(d, 0, (size_t)kp);
+            continue;
+        }
+        for (q = 0; q < kp / 4; q += 16) {
+            const int64_t left = kc4 / 4 - q;
+            const __mmask16 live = (__mmask16)(left >= 16 ? 0xffff : left > 0 ? (1u << left) - 1 : 0);
+            const __m512i x = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, down,
+                                                          p + q * AOTC_GEMM_MR * 4, 4);
+            _mm512_storeu_si512((void *)(d + 4 * q), x);
+        }
+    }
+}
+
+/* out[32 x 32] (row stride 32) <- a . b over kp values of k: a 32 rows of Ar (row stride kp), b
+ * one NR = 32 panel of quads, from its first quad */
+AOTC_IGEMM_AMX_TARGET static void aotc_igemm_amx_tile(int a_unsigned, int64_t kp, const uint8_t *a, const uint8_t *b,
+                                                      int32_t *out)
+{
+    int64_t k;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (k = 0; k < kp; k += 64) {
+        _tile_loadd(4, a + k, kp);
+        _tile_loadd(5, a + 16 * kp + k, kp);
+        _tile_loadd(6, b + k * 32, 128);         /* quads k/4 .. k/4 + 15, columns 0-15 */
+        _tile_loadd(7, b + k * 32 + 64, 128);    /* ... columns 16-31 */
+        if (a_unsigned) {
+            _tile_dpbusd(0, 4, 6);
+            _tile_dpbusd(1, 4, 7);
+            _tile_dpbusd(2, 5, 6);
+            _tile_dpbusd(3, 5, 7);
+        } else {
+            _tile_dpbsud(0, 4, 6);
+            _tile_dpbsud(1, 4, 7);
+            _tile_dpbsud(2, 5, 6);
+            _tile_dpbsud(3, 5, 7);
+        }
+    }
+    _tile_stored(0, out, 128);
+    _tile_stored(1, out + 16, 128);
+    _tile_stored(2, out + 16 * 32, 128);
+    _tile_stored(3, out + 16 * 32 + 16, 128);
+}
+
+/* Rows [m0, m1) x columns [n0, n1) of C on the tiles (aotc_igemm_block's contract). `work`: the
+ * other tiles' scratch (its layout), then A's rows. */
+static void aotc_igemm_block_amx(const aotc_igemm_call *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, uint8_t *work)
+{
+    const int a_packed = g->rsa == 0 && g->csa == 0, b_packed = g->rsb == 0 && g->csb == 0;
+    const int64_t K = g->K, M = m1 - m0, N = n1 - n0;
+    const int64_t kstep = aotc_igemm_kstep(K);
+    const int64_t Mpad = (g->M + AOTC_GEMM_MR - 1) / AOTC_GEMM_MR * AOTC_GEMM_MR;
+    const int64_t Npad = (g->N + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR;
+    const uint8_t *A = (const uint8_t *)g->A, *B = (const uint8_t *)g->B;
+    uint8_t *bwork = work;
+    uint8_t *Ar = work + (b_packed ? 0 : kstep * aotc_igemm_round(aotc_gemm_min(AOTC_GEMM_NC, g->N), AOTC_GEMM_NR)) +
+                  (a_packed ? 0 : kstep * aotc_igemm_round(aotc_gemm_min(AOTC_GEMM_MC, g->M), AOTC_GEMM_MR));
+    int32_t *C0 = g->C + m0 * g->rsc + n0 * g->csc;
+    int32_t sums[32 * 32] __attribute__((aligned(64)));
+    int64_t jc, pc, ic, jr, ir, i, j;
+    aotc_amx_tiles_on();
+    for (jc = 0; jc < N; jc += AOTC_GEMM_NC) {
+        const int64_t nc = aotc_gemm_min(AOTC_GEMM_NC, N - jc);
+        for (pc = 0; pc < K; pc += kstep) {
+            const int64_t kc = aotc_gemm_min(kstep, K - pc), kc4 = (kc + 3) / 4 * 4, kp = aotc_igemm_round(kc, 64);
+            const int add = g->accumulate || pc > 0, last = pc + kc == K;
+            const uint8_t *bp;
+            if (b_packed) {
+                bp = B + pc * Npad + (n0 + jc) * kc4;
+            } else {
+                aotc_igemm_pack_b(kc, nc, B + pc * g->rsb + (n0 + jc) * g->csb, g->rsb, g->csb, bwork);
+                bp = bwork;
+            }
+            for (ic = 0; ic < M; ic += AOTC_GEMM_MC) {
+                const int64_t mc = aotc_gemm_min(AOTC_GEMM_MC, M - ic);
+                if (a_packed)
+                    aotc_igemm_amx_panel_rows(mc, kc, A + pc * Mpad + (m0 + ic) * kc4, Ar);
+                else
+                    aotc_igemm_amx_rows(mc, kc, A + (m0 + ic) * g->rsa + pc * g->csa, g->rsa, g->csa, Ar);
+                for (jr = 0; jr < nc; jr += 32)
+                    for (ir = 0; ir < mc; ir += 32) {
+                        const int64_t mr = aotc_gemm_min(32, mc - ir), nr = aotc_gemm_min(32, nc - jr);
+                        int32_t *c = C0 + (ic + ir) * g->rsc + (jc + jr) * g->csc;
+                        aotc_igemm_amx_tile(g->a_unsigned, kp, Ar + ir * kp, bp + jr * kc4, sums);
+                        for (i = 0; i < mr; ++i)
+                            for (j = 0; j < nr; ++j) {
+                                int32_t *e = c + i * g->rsc + j * g->csc;
+                                *e = add ? *e + sums[i * 32 + j] : sums[i * 32 + j];
+                            }
+                        if (last && g->epilogue)
+                            g->epilogue(g->epilogue_args, m0 + ic + ir, m0 + ic + ir + mr,
+                                        n0 + jc + jr, n0 + jc + jr + nr);
+                    }
+            }
+        }
+    }
+    aotc_amx_tiles_off();
+}
+
+/* Does this product run on the tiles? (Decided by the whole product, as the float one's.) */
+static int aotc_igemm_on_tiles(const aotc_igemm_call *g)
+{
+    return g->M >= AOTC_IGEMM_AMX_MIN && g->N >= AOTC_IGEMM_AMX_MIN && g->K >= AOTC_IGEMM_AMX_MIN &&
+           aotc_amx_ready(AOTC_AMX_INT8);
+}
+#else
+#define AOTC_IGEMM_ON_AMX 0
+#endif
+
 /* Rows [m0, m1) x columns [n0, n1) of C (m0 a multiple of MR, n0 of NR). */
 static void aotc_igemm_block(const aotc_igemm_call *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, uint8_t *work)
 {
@@ -441,6 +608,12 @@ static void aotc_igemm_block(const aotc_igemm_call *g, int64_t m0, int64_t m1, i
     int64_t jc, pc, ic, jr, ir, i, j;
     if (M <= 0 || N <= 0)
         return;
+#if AOTC_IGEMM_ON_AMX
+    if (aotc_igemm_on_tiles(g)) {
+        aotc_igemm_block_amx(g, m0, m1, n0, n1, work);
+        return;
+    }
+#endif
     if (K == 0) {
         if (!g->accumulate)
             for (i = 0; i < M; ++i)

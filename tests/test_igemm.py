@@ -1,6 +1,7 @@
 """The runtime's integer GEMM (runtime/aotc_igemm.h, aotc_igemm): uint8 x int8 products summed
 in int32, exactly, against numpy's int64 matmul. Compiled with each CPU target's flags and tiles,
-with the AVX-512 VNNI tile (where this CPU has it), the AVX-512BW one (for CPUs without
+with AMX-INT8 tiles (where this CPU has them, for products of 16 rows, columns and K or more),
+the AVX-512 VNNI tile (where this CPU has it), the AVX-512BW one (for CPUs without
 VNNI) and the plain C one: both operand
 orders (A uint8 and B int8, and the reverse), extreme values (255 x -128), edge sizes around
 the micro-tile, the quads of K and the K blocks (several: stores that accumulate), operands
@@ -19,13 +20,14 @@ from tools.gemm_bench import GemmLib
 _NEEDS = {name: set(load_target(name).requires) for name in ("c", "c-avx2", "c-avx512")}
 
 
-@pytest.fixture(scope="module", params=["c", "c-avx2", "c-avx512", "c-avx512/bw", "c-avx512/plain"])
+@pytest.fixture(scope="module", params=["c", "c-avx2", "c-avx512", "c-avx512/vnni", "c-avx512/bw", "c-avx512/plain"])
 def lib(request, tmp_path_factory):
     target, _, variant = request.param.partition("/")
     missing = _NEEDS[target] - cpu_flags()
     if missing:
         pytest.skip(f"this CPU lacks {', '.join(sorted(missing))} for target {target}")
-    defines = {"plain": {"AOTC_IGEMM_PLAIN": 1}, "bw": {"AOTC_IGEMM_NO_VNNI": 1}}.get(variant)
+    defines = {"plain": {"AOTC_IGEMM_PLAIN": 1}, "bw": {"AOTC_IGEMM_NO_VNNI": 1, "AOTC_IGEMM_NO_AMX": 1},
+               "vnni": {"AOTC_IGEMM_NO_AMX": 1}}.get(variant)
     g = GemmLib(target, tmp_path_factory.mktemp(f"igemm_{target}_{variant}"), defines=defines)
     g.variant = variant
     return g
@@ -40,6 +42,8 @@ def test_each_tile_is_taken_where_it_is_built_and_the_cpu_has_it(lib):
     else:
         want = "vnni"
     assert lib.igemm_tile == want
+    amx = lib.target.name == "c-avx512" and not lib.variant and {"amx_int8", "amx_tile"} <= cpu_flags()
+    assert lib.igemm_amx == amx
 
 
 def _shapes(t):
@@ -121,15 +125,19 @@ def test_strided_operands_accumulate_and_threads(lib):
 
 
 def test_the_tiles_agree(tmp_path):
-    """The plain, AVX-512BW and (where this CPU has it) VNNI tiles of c-avx512 give the same
-    integers (they are exact, so they must)."""
+    """The plain, AVX-512BW and (where this CPU has them) VNNI and AMX tiles of c-avx512 give the
+    same integers (they are exact, so they must)."""
     if _NEEDS["c-avx512"] - cpu_flags():
         pytest.skip("this CPU has no AVX-512")
+    no_amx = {"AOTC_IGEMM_NO_AMX": 1}
     libs = {"plain": GemmLib("c-avx512", tmp_path / "p", defines={"AOTC_IGEMM_PLAIN": 1}),
-            "avx512bw": GemmLib("c-avx512", tmp_path / "b", defines={"AOTC_IGEMM_NO_VNNI": 1})}
+            "avx512bw": GemmLib("c-avx512", tmp_path / "b", defines={"AOTC_IGEMM_NO_VNNI": 1, **no_amx})}
     if "avx512_vnni" in cpu_flags():
-        libs["vnni"] = GemmLib("c-avx512", tmp_path / "v")
-    assert [lib.igemm_tile for lib in libs.values()] == list(libs)
+        libs["vnni"] = GemmLib("c-avx512", tmp_path / "v", defines=no_amx)
+    if {"amx_int8", "amx_tile"} <= cpu_flags():
+        libs["amx"] = GemmLib("c-avx512", tmp_path / "a")
+        assert libs["amx"].igemm_amx
+    assert [lib.igemm_tile for lib in libs.values()] == [k if k != "amx" else "vnni" for k in libs]
     rng = np.random.default_rng(4)
     for a_unsigned in (True, False):
         A, B = _operands(rng, 37, 101, 333, a_unsigned)

@@ -131,6 +131,16 @@ int igemm_tile_kind(void)
 {
     return aotc_igemm_tile_kind();
 }
+
+/* 1: products of 16 rows, columns and K or more run on AMX-INT8 tiles here */
+int igemm_amx(void)
+{
+#if AOTC_IGEMM_ON_AMX
+    return aotc_amx_ready(AOTC_AMX_INT8);
+#else
+    return 0;
+#endif
+}
 """
 
 _f = ctypes.POINTER(ctypes.c_float)
@@ -152,7 +162,7 @@ class GemmLib:
         self.target = load_target(target)
         self.tiles = tiles or GemmTiles.of(self.target)
         workdir.mkdir(parents=True, exist_ok=True)
-        macros = {**self.tiles.macros(), **({"AOTC_GEMM_BF16": 1} if self.tiles.bf16 else {}), **(defines or {})}
+        macros = {**self.tiles.macros(), **(defines or {})}
         tag = "_".join(str(v) for v in macros.values())
         src = workdir / f"gemm_{target}_{tag}.c"
         src.write_text(_SHIM)
@@ -179,6 +189,11 @@ class GemmLib:
     def igemm_tile(self) -> str:
         """The tile the integer GEMM takes here (of those built in, the best this CPU runs)."""
         return ("plain", "avx512bw", "vnni")[self.lib.igemm_tile_kind()]
+
+    @property
+    def igemm_amx(self) -> bool:
+        """Products of at least 16 rows, columns and K run on AMX-INT8 tiles here."""
+        return bool(self.lib.igemm_amx())
 
     def igemm(self, M, N, K, A, B, C, a_unsigned: bool, a_packed=False, b_packed=False, accumulate=False, reps=1,
               work=None, threads=1, split="rows", seen=None):

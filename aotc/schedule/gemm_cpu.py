@@ -40,6 +40,9 @@ class GemmTiles:
     # the option bf16: products of at least BF16_MIN rows and columns may run on AMX tiles
     # (runtime/aotc_gemm_packed.h aotc_sgemm_block_bf16), whose blocks take scratch of their own
     bf16: bool = False
+    # [gemm] int8_amx: the integer GEMM may run on AMX-INT8 tiles (runtime/aotc_igemm.h), whose
+    # rows of A take scratch and whose reads of B may pass a panel's end (INT8_AMX_TAIL)
+    int8_amx: bool = False
 
     _FIELDS = ("mr", "nr", "kc", "mc", "nc", "prefetch")     # (the C macros)
 
@@ -50,7 +53,7 @@ class GemmTiles:
         if missing:
             raise AotcError(f"target {target.name!r}: its [gemm] table lacks {', '.join(missing)}",
                             "a CPU target's file gives the GEMM's tiles (mr, nr, kc, mc, nc, prefetch)")
-        tiles = cls(t.mr, t.nr, t.kc, t.mc, t.nc, t.prefetch, t.transpose_cost, target.numerics.bf16)
+        tiles = cls(t.mr, t.nr, t.kc, t.mc, t.nc, t.prefetch, t.transpose_cost, target.numerics.bf16, t.int8_amx)
         if min(tiles.mr, tiles.nr, tiles.kc, tiles.mc, tiles.nc) < 1 or tiles.prefetch < 0 \
                 or tiles.mc % tiles.mr or tiles.nc % tiles.nr:
             raise AotcError(f"target {target.name!r}: gemm tiles {cls._FIELDS} = "
@@ -59,8 +62,9 @@ class GemmTiles:
         return tiles
 
     def macros(self) -> dict[str, int]:
-        """The C macros aotc_gemm_packed.h reads."""
-        return {f"AOTC_GEMM_{k.upper()}": getattr(self, k) for k in self._FIELDS}
+        """The C macros aotc_gemm_packed.h (and aotc_igemm.h) read."""
+        return {**{f"AOTC_GEMM_{k.upper()}": getattr(self, k) for k in self._FIELDS},
+                **({"AOTC_GEMM_BF16": 1} if self.bf16 else {}), **({"AOTC_IGEMM_AMX": 1} if self.int8_amx else {})}
 
     def defines(self) -> list[str]:
         return [f"#define {k} {v}" for k, v in self.macros().items()]
@@ -83,6 +87,8 @@ class GemmTiles:
             n += kc * _round_up(min(self.nc, N), self.nr)
         if not a_packed:
             n += kc * _round_up(min(self.mc, M), self.mr)
+        if self.int8_amx and min(M, N, K) >= INT8_AMX_MIN:        # A's rows for the tiles, and the tail
+            n += _round_up(min(self.mc, M), 32) * _round_up(kc, 64) + INT8_AMX_TAIL
         return n
 
     def computed_rows(self, M: int) -> int:
@@ -156,6 +162,11 @@ class GemmTiles:
         return (b + a) // 2
 
 
+# the integer GEMM's AMX path (runtime/aotc_igemm.h AOTC_IGEMM_AMX_MIN, AOTC_IGEMM_AMX_TAIL): the least
+# rows, columns and K it takes, and the bytes its last K step may read past a panel of B
+INT8_AMX_MIN = 16
+INT8_AMX_TAIL = 2048
+
 # the AMX path's constants (runtime/aotc_gemm_packed.h AOTC_BF16_MIN, AOTC_BF16_NC, AOTC_BF16_A_ONCE)
 BF16_MIN = 16
 BF16_COLUMNS = 512
@@ -188,8 +199,12 @@ def pack_a_int8(a: np.ndarray, tiles: GemmTiles) -> np.ndarray:
 
 
 def pack_b_int8(b: np.ndarray, tiles: GemmTiles) -> np.ndarray:
-    """B [K, N] (uint8 or int8) as the integer GEMM's NR-column panels of quads."""
-    return _pack_quads(np.asarray(b).T, tiles.nr, tiles.int8_k_step(b.shape[-2]))
+    """B [K, N] (uint8 or int8) as the integer GEMM's NR-column panels of quads (then, where it
+    may run on AMX tiles, INT8_AMX_TAIL zero bytes that their last K step may read)."""
+    packed = _pack_quads(np.asarray(b).T, tiles.nr, tiles.int8_k_step(b.shape[-2]))
+    if tiles.int8_amx:
+        packed = np.concatenate([packed, np.zeros(INT8_AMX_TAIL, packed.dtype)])
+    return packed
 
 
 def _round_up(x: int, m: int) -> int:

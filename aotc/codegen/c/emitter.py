@@ -59,8 +59,6 @@ def emit_source(prefix: str, g: Graph, program: Program, plan: MemoryPlan, exter
         if h == "aotc_gemm_packed.h":
             L.append(f"/* aotc_gemm_packed.h configured for target {target.name} */")
             L += GemmTiles.of(target).defines()
-            if target.numerics.bf16:
-                L.append("#define AOTC_GEMM_BF16 1     /* the option bf16: float32 GEMMs on AMX tiles where the CPU has them */")
         L.append(f'#include "{h}"')
     L.append("")
     for k in kernels:
