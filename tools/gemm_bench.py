@@ -135,7 +135,7 @@ int igemm_tile_kind(void)
 /* 1: products of 16 rows, columns and K or more run on AMX-INT8 tiles here */
 int igemm_amx(void)
 {
-#if AOTC_IGEMM_ON_AMX
+#if defined(AOTC_IGEMM_ON_AMX) && AOTC_IGEMM_ON_AMX
     return aotc_amx_ready(AOTC_AMX_INT8);
 #else
     return 0;
