@@ -624,3 +624,30 @@ def test_a_run_time_dim_may_be_zero(target, tmp_path):
     """A range from 0: the runtime's GEMM over K = 0 (no K blocks) and loops that run no times."""
     path = zero_case(tmp_path)
     check_zero_case(path, load(compile_model(path, target=target, output_dir=tmp_path / "o", dims={"n": (0, 40)})))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_run_time_k_below_its_bound_fits_the_gemm_scratch(tmp_path, threads):
+    """A product whose K is a run-time size: its scratch is sized for every K block a K in the
+    range can take, not for the bound's alone (K = 2048 runs in blocks of 342, K = 384 in one of
+    384: sized for 2048, the packed blocks overran the scratch and the heap), K at both ends and
+    between, against numpy. (The integer GEMM's scratch is sized the same way; MatMulInteger
+    takes no run-time dimensions yet.)"""
+    from aotc.schedule.gemm_cpu import GemmTiles
+    from aotc.targets import load_target
+    t = GemmTiles.of(load_target("native"))
+    assert t.work_floats(64, 64, 2048, False, False, k_varies=True) > t.work_floats(64, 64, 2048, False, False)
+    assert t.int8_work_bytes(64, 64, 2048, False, True, k_varies=True) > t.int8_work_bytes(64, 64, 2048, False, True)
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "g",
+                          [helper.make_tensor_value_info("a", TP.FLOAT, [64, "K"]),
+                           helper.make_tensor_value_info("b", TP.FLOAT, ["K", 64])],
+                          [helper.make_tensor_value_info("c", TP.FLOAT, [64, 64])])
+    path = tmp_path / "k.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    out = compile_model(path, output_dir=tmp_path / "out", dims={"K": (1, 2048)}, threads=threads)
+    m = load(out, threads=threads)
+    rng = np.random.default_rng(0)
+    for K in (384, 2048, 385, 100, 1):
+        a, b = rng.standard_normal((64, K)).astype(np.float32), rng.standard_normal((K, 64)).astype(np.float32)
+        (c,) = m.run({"a": a, "b": b})
+        np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4 * np.sqrt(K))

@@ -135,7 +135,8 @@ def _schedule_gemm(gm: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, t
         if pb is not None:
             gm = replace(gm, b=pb)
     a, b = gm.a, gm.b
-    work = tiles.work_floats(*capacity(gm), a.packed and not a.bf16, b.packed and not b.bf16, a.bf16, b.bf16)
+    work = tiles.work_floats(*capacity(gm), a.packed and not a.bf16, b.packed and not b.bf16, a.bf16, b.bf16,
+                             k_varies=isinstance(gm.K, Expr))
     gm = _on_threads(gm, tiles, threads, min_gemm, work, line)
     return replace(gm, tile_epilogue=in_tile and epilogue_in_tile(gm, tiles))
 
@@ -175,7 +176,7 @@ def _schedule_integer_gemm(gm: Gemm, loops, st, packer: ConstPacker, tiles: Gemm
             gm = replace(gm, **{signed[0]: packed}, a_zero=None, b_zero=None)
             if sums is not None:
                 gm = _less_zero_point(gm, z, sums, st.kernel.fresh)
-            work_bytes = tiles.int8_work_bytes(*capacity(gm), gm.a.packed, gm.b.packed)
+            work_bytes = tiles.int8_work_bytes(*capacity(gm), gm.a.packed, gm.b.packed, k_varies=isinstance(gm.K, Expr))
             gm = _on_threads(gm, tiles, threads, min_gemm, -(-work_bytes // 4), line)   # (the scratch is floats)
             return [replace(gm, tile_epilogue=in_tile and epilogue_in_tile(gm, tiles, c_dead))]
     return expand_integer_gemm(gm, st.kernel.fresh)

@@ -79,8 +79,19 @@ class GemmTiles:
         (aotc_igemm_kstep in the runtime)."""
         return _round_up(self.k_step(K), 4)
 
-    def int8_work_bytes(self, M: int, N: int, K: int, a_packed: bool, b_packed: bool) -> int:
-        """Scratch bytes aotc_igemm needs for the blocks of its strided operand."""
+    def k_sizes(self, K: int, k_varies: bool) -> list[int]:
+        """The K to size a GEMM's scratch for: K itself, or where K is a run-time size with K at
+        its bound, also every K below KC. The runtime's K blocks are not monotone in K (K = 385
+        takes blocks of 193, K = 384 one of 384), and its scratch grows with the block: sized for
+        the bound alone, a product of 64 x K x 64 with K up to 2048 overran it at K = 384. A K up
+        to KC is its own block, so those K reach every block a smaller K can take."""
+        return sorted({K, *range(1, min(K, self.kc) + 1)}) if k_varies else [K]
+
+    def int8_work_bytes(self, M: int, N: int, K: int, a_packed: bool, b_packed: bool, k_varies: bool = False) -> int:
+        """Scratch bytes aotc_igemm needs for the blocks of its strided operand (`k_varies`:
+        K is a run-time size, K its bound; k_sizes)."""
+        if k_varies:
+            return max(self.int8_work_bytes(M, N, k, a_packed, b_packed) for k in self.k_sizes(K, True))
         kc = self.int8_k_step(K)
         n = 0
         if not b_packed:
@@ -133,10 +144,13 @@ class GemmTiles:
         return swapped / plain if plain else 1.0
 
     def work_floats(self, M: int, N: int, K: int, a_packed: bool, b_packed: bool, a_bf16: bool = False,
-                    b_bf16: bool = False) -> int:
+                    b_bf16: bool = False, k_varies: bool = False) -> int:
         """Scratch floats aotc_sgemm_packed needs for the blocks of its strided operands (and of
         its operands stored as bfloat16 tiles, `a_bf16` / `b_bf16`, which the float32 path widens
-        as it would pack a strided one), plus the AMX path's with the option bf16."""
+        as it would pack a strided one), plus the AMX path's with the option bf16 (`k_varies`:
+        K is a run-time size, K its bound; k_sizes)."""
+        if k_varies:
+            return max(self.work_floats(M, N, k, a_packed, b_packed, a_bf16, b_bf16) for k in self.k_sizes(K, True))
         kc = self.k_step(K)
         n = self.bf16_work_floats(M, N, K, a_packed, b_packed, a_bf16, b_bf16) \
             if self.bf16 and min(M, N, K) >= BF16_MIN else 0
