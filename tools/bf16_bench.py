@@ -85,9 +85,10 @@ def bench_model(name: str, threads: list[int], runs: int, rounds: int, warmup: i
 
 def report(results: list[dict], threads: list[int]) -> str:
     import openvino as ov
+    from tools.bench import _cpu_name
     L = [BEGIN, "", "### Reduced precision: `native,bf16` (AMX)", "",
          "`python -m tools.bf16_bench` (`make bench-bf16`): medians in ms, engines alternating in one process; "
-         f"OpenVINO {ov.get_version().split('-')[0]}. bf16 speed-up = aotc f32 / aotc bf16; "
+         f"{_cpu_name()}; OpenVINO {ov.get_version().split('-')[0]}. bf16 speed-up = aotc f32 / aotc bf16; "
          "vs OV bf16 = aotc bf16 / OpenVINO bf16 (below 1: aotc faster). Error: largest difference from "
          "ONNX Runtime float32 over the output's largest magnitude.", "",
          "| model | threads | aotc f32 | aotc bf16 | ORT f32 | OV f32 | OV bf16 | bf16 speed-up | vs OV bf16 | "
