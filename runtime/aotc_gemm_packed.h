@@ -874,8 +874,12 @@ static void aotc_sgemm_one_row(const aotc_sgemm_call *g, int64_t m, int64_t n0, 
  * AMX-TILE, 22 AMX-BF16, 25 AMX-INT8) and Linux grants the process the tile state (arch_prctl
  * ARCH_REQ_XCOMP_PERM for XTILEDATA; the grant covers every thread). Both asked once: in a
  * virtual machine CPUID traps to the hypervisor, microseconds each (asked per product, it
- * made a 128 x 128 x 64 one 4x slower). */
-#if defined(__GNUC__) && defined(__x86_64__)
+ * made a 128 x 128 x 64 one 4x slower). Compiled only where a GEMM may use AMX (the option bf16,
+ * the target's int8_amx) and the compiler knows it (GCC 11, Clang 12): elsewhere AOTC_AMX is 0
+ * and the other tiles run. */
+#if defined(__x86_64__) && ((defined(AOTC_GEMM_BF16) && AOTC_GEMM_BF16) || (defined(AOTC_IGEMM_AMX) && AOTC_IGEMM_AMX)) && \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+#define AOTC_AMX 1
 #include <cpuid.h>
 #include <immintrin.h>
 #define AOTC_AMX_BF16 22
@@ -920,6 +924,8 @@ __attribute__((target("amx-tile"))) static inline void aotc_amx_tiles_off(void)
 {
     _tile_release();
 }
+#else
+#define AOTC_AMX 0
 #endif
 
 /* ---- bfloat16 products on AMX tiles (the target option bf16: AOTC_GEMM_BF16 defined 1) ----
@@ -1003,7 +1009,7 @@ static void aotc_bf16_widen_b(int64_t kc, int64_t n, const uint16_t *Bh, float *
 #define AOTC_GEMM_BF16_LAYOUTS 0
 #endif
 
-#if AOTC_GEMM_BF16_LAYOUTS && defined(__GNUC__) && defined(__x86_64__)
+#if AOTC_GEMM_BF16_LAYOUTS && AOTC_AMX
 #define AOTC_BF16_AMX 1
 #include <immintrin.h>
 #define AOTC_BF16_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))

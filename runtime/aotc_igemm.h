@@ -435,7 +435,7 @@ typedef struct {
  * to 15 quad rows past it (k past kc, times A's zeros): the packed constants and the scratch have
  * AOTC_IGEMM_AMX_TAIL bytes after them (schedule/gemm_cpu.py). 32 x 32 blocks of C: four tiles of
  * sums, stored, then the epilogue. */
-#if defined(AOTC_IGEMM_AMX) && AOTC_IGEMM_AMX && AOTC_IGEMM_AVX512 && AOTC_GEMM_NR == 32 && \
+#if AOTC_AMX && defined(AOTC_IGEMM_AMX) && AOTC_IGEMM_AMX && AOTC_IGEMM_AVX512 && AOTC_GEMM_NR == 32 && \
     !defined(AOTC_IGEMM_NO_AMX) && AOTC_GEMM_MC % 32 == 0
 #define AOTC_IGEMM_ON_AMX 1
 #define AOTC_IGEMM_AMX_TARGET __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw")))
