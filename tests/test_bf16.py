@@ -239,3 +239,25 @@ def test_check_says_its_tolerances_are_widened(tmp_path):
         "bfloat16 operands" in p.stdout, p.stdout
     p = aotc("check", path, "--target", "c-avx512", "--shape", "x=32x64", check_rc=0)
     assert "widened" not in p.stdout
+
+
+@pytest.mark.parametrize("name", ["gpt2", "gru", "legacy_opset11", "legacy_opset13", "lenet5", "lstm", "mlp",
+                                  "mobilenetv2", "vit", "yolo"])
+def test_every_other_zoo_model_on_bf16_matches_onnx_runtime(name, tmp_path):
+    """The rest of the zoo (depthwise and grouped convolutions, recurrent steps of one row over
+    weights that stay float32, a decoder's attention, a detector's heads) through `aotc check` on
+    the option, at 2 threads."""
+    import onnx
+
+    from aotc.check.runner import run_check
+    from models.zoo import ZOO
+    if set(load_target("c-avx512").requires) - cpu_flags():
+        pytest.skip("this CPU cannot run the c-avx512 target (the bf16 option's)")
+    e = ZOO[name]
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(e.build("small"), str(path))
+    res = run_check(path, target="c-avx512,bf16", shapes=e.shapes_for("small"), output_dir=tmp_path / "out", seed=3,
+                    threads=2)
+    assert res.outputs
+    for o in res.outputs:
+        assert o.passed, f"{name}/{o.name}: max_abs={o.max_abs_err:.3g} max_rel={o.max_rel_err:.3g} {o.note}"
