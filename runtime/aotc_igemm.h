@@ -424,6 +424,20 @@ typedef struct {
     aotc_whole_itile_fn tile;   /* NULL, or the epilogue's whole tiles (csc must be 1) */
 } aotc_igemm_call;
 
+/* B's K block at pc (kc long) for columns [col, col + nc) as NR-column panels of quads: where
+ * it was packed at compile time, or packed here into bwork */
+static const uint8_t *aotc_igemm_b_block(const aotc_igemm_call *g, int64_t pc, int64_t kc, int64_t col, int64_t nc,
+                                         uint8_t *bwork)
+{
+    const uint8_t *B = (const uint8_t *)g->B;
+    if (g->rsb == 0 && g->csb == 0) {
+        const int64_t Npad = (g->N + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR;
+        return B + pc * Npad + col * ((kc + 3) / 4 * 4);
+    }
+    aotc_igemm_pack_b(kc, nc, B + pc * g->rsb + col * g->csb, g->rsb, g->csb, bwork);
+    return bwork;
+}
+
 /* ---- AMX-INT8 (AOTC_IGEMM_AMX, the target's [gemm] int8_amx) ----
  * Where the CPU has AMX-INT8 (aotc_amx_ready), a product of at least 16 rows, columns and K runs
  * on the tiles: TDPBUSD (uint8 x int8) or TDPBSUD (int8 x uint8) adds 16 x 16 sums of 64 products
@@ -534,8 +548,7 @@ static void aotc_igemm_block_amx(const aotc_igemm_call *g, int64_t m0, int64_t m
     const int64_t K = g->K, M = m1 - m0, N = n1 - n0;
     const int64_t kstep = aotc_igemm_kstep(K);
     const int64_t Mpad = (g->M + AOTC_GEMM_MR - 1) / AOTC_GEMM_MR * AOTC_GEMM_MR;
-    const int64_t Npad = (g->N + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR;
-    const uint8_t *A = (const uint8_t *)g->A, *B = (const uint8_t *)g->B;
+    const uint8_t *A = (const uint8_t *)g->A;
     uint8_t *bwork = work;
     uint8_t *Ar = work + (b_packed ? 0 : kstep * aotc_igemm_round(aotc_gemm_min(AOTC_GEMM_NC, g->N), AOTC_GEMM_NR)) +
                   (a_packed ? 0 : kstep * aotc_igemm_round(aotc_gemm_min(AOTC_GEMM_MC, g->M), AOTC_GEMM_MR));
@@ -548,13 +561,7 @@ static void aotc_igemm_block_amx(const aotc_igemm_call *g, int64_t m0, int64_t m
         for (pc = 0; pc < K; pc += kstep) {
             const int64_t kc = aotc_gemm_min(kstep, K - pc), kc4 = (kc + 3) / 4 * 4, kp = aotc_igemm_round(kc, 64);
             const int add = g->accumulate || pc > 0, last = pc + kc == K;
-            const uint8_t *bp;
-            if (b_packed) {
-                bp = B + pc * Npad + (n0 + jc) * kc4;
-            } else {
-                aotc_igemm_pack_b(kc, nc, B + pc * g->rsb + (n0 + jc) * g->csb, g->rsb, g->csb, bwork);
-                bp = bwork;
-            }
+            const uint8_t *bp = aotc_igemm_b_block(g, pc, kc, n0 + jc, nc, bwork);
             for (ic = 0; ic < M; ic += AOTC_GEMM_MC) {
                 const int64_t mc = aotc_gemm_min(AOTC_GEMM_MC, M - ic);
                 if (a_packed)
@@ -598,9 +605,8 @@ static void aotc_igemm_block(const aotc_igemm_call *g, int64_t m0, int64_t m1, i
     const int64_t K = g->K, M = m1 - m0, N = n1 - n0;
     const int64_t kstep = aotc_igemm_kstep(K);
     const int64_t Mpad = (g->M + AOTC_GEMM_MR - 1) / AOTC_GEMM_MR * AOTC_GEMM_MR;
-    const int64_t Npad = (g->N + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR;
     const int64_t nc_max = aotc_gemm_min(AOTC_GEMM_NC, N);
-    const uint8_t *A = (const uint8_t *)g->A, *B = (const uint8_t *)g->B;
+    const uint8_t *A = (const uint8_t *)g->A;
     uint8_t *bwork = work;
     uint8_t *awork = b_packed ? work : work + kstep * ((nc_max + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR);
     int32_t *C0 = g->C + m0 * g->rsc + n0 * g->csc;
@@ -628,13 +634,7 @@ static void aotc_igemm_block(const aotc_igemm_call *g, int64_t m0, int64_t m1, i
         for (pc = 0; pc < K; pc += kstep) {
             const int64_t kc = aotc_gemm_min(kstep, K - pc), kc4 = (kc + 3) / 4 * 4;
             const int last = pc + kc == K;
-            const uint8_t *bp;
-            if (b_packed) {
-                bp = B + pc * Npad + (n0 + jc) * kc4;
-            } else {
-                aotc_igemm_pack_b(kc, nc, B + pc * g->rsb + (n0 + jc) * g->csb, g->rsb, g->csb, bwork);
-                bp = bwork;
-            }
+            const uint8_t *bp = aotc_igemm_b_block(g, pc, kc, n0 + jc, nc, bwork);
             for (ic = 0; ic < M; ic += AOTC_GEMM_MC) {
                 const int64_t mc = aotc_gemm_min(AOTC_GEMM_MC, M - ic);
                 const uint8_t *ap;
