@@ -1009,6 +1009,28 @@ static void aotc_bf16_widen_b(int64_t kc, int64_t n, const uint16_t *Bh, float *
 #define AOTC_GEMM_BF16_LAYOUTS 0
 #endif
 
+/* B's K block at pc (kc long, of blocks kstep long) for columns [col, col + nc) as NR-column
+ * float32 panels: where they were packed at compile time, or packed here into bwork (from the
+ * convolution's input, from bfloat16 tiles widened, or from the strided B) */
+static const float *aotc_sgemm_b_block(const aotc_sgemm_call *g, int64_t pc, int64_t kc, int64_t kstep, int64_t col,
+                                       int64_t nc, float *bwork)
+{
+    if (g->rsb == 0 && g->csb == 0 && !g->bim2col && !g->Bh) {
+        const int64_t Npad = (g->N + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR;
+        return g->B + pc * Npad + col * kc;
+    }
+    if (g->bim2col)
+        aotc_sgemm_pack_b_im2col(g->bim2col, pc, kc, col, nc, bwork);
+#if AOTC_GEMM_BF16_LAYOUTS
+    else if (g->Bh)
+        aotc_bf16_widen_b(kc, nc, aotc_bf16_b_block(g, pc, kstep) + col * aotc_bf16_round(kc, 32), bwork);
+#endif
+    else
+        aotc_sgemm_pack_b(kc, nc, g->B + pc * g->rsb + col * g->csb, g->rsb, g->csb, bwork);
+    (void)kstep;
+    return bwork;
+}
+
 #if AOTC_GEMM_BF16_LAYOUTS && AOTC_AMX
 #define AOTC_BF16_AMX 1
 #include <immintrin.h>
@@ -1183,7 +1205,6 @@ static void aotc_sgemm_block_bf16(const aotc_sgemm_call *g, int64_t m0, int64_t 
     const int64_t nc_step = g->Bh ? AOTC_GEMM_NC : nc_f32;
     const int64_t nh_step = g->Bh ? nc_step : aotc_gemm_min(nc_step, AOTC_BF16_NC);   /* columns converted at a time */
     const int64_t Mpad = (g->M + AOTC_GEMM_MR - 1) / AOTC_GEMM_MR * AOTC_GEMM_MR;
-    const int64_t Npad = (g->N + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR;
     float *bwork = work;
     float *awork = b_packed ? work : work + kstep * aotc_bf16_round(aotc_gemm_min(nc_f32, N), AOTC_GEMM_NR);
     uint16_t *Bh = (uint16_t *)(work + aotc_bf16_work_offset(g, kstep, nc_f32, a_packed, b_packed));
@@ -1201,18 +1222,8 @@ static void aotc_sgemm_block_bf16(const aotc_sgemm_call *g, int64_t m0, int64_t 
         for (pc = 0; pc < K; pc += kstep) {
             const int64_t kc = aotc_gemm_min(kstep, K - pc), kcp = aotc_bf16_round(kc, 32);
             const int add = g->accumulate || pc > 0, last = pc + kc == K;
-            const float *bp = NULL;
-            if (g->Bh || b_rows) {
-                /* (read in place, or converted from B's rows, below) */
-            } else if (b_packed) {
-                bp = g->B + pc * Npad + (n0 + jc) * kc;
-            } else if (g->bim2col) {
-                aotc_sgemm_pack_b_im2col(g->bim2col, pc, kc, n0 + jc, nc, bwork);
-                bp = bwork;
-            } else {
-                aotc_sgemm_pack_b(kc, nc, g->B + pc * g->rsb + (n0 + jc) * g->csb, g->rsb, g->csb, bwork);
-                bp = bwork;
-            }
+            /* (B in tiles is read in place, B's contiguous rows converted as they lie, below) */
+            const float *bp = g->Bh || b_rows ? NULL : aotc_sgemm_b_block(g, pc, kc, kstep, n0 + jc, nc, bwork);
             for (jh = 0; jh < nc; jh += nh_step) {
                 const int64_t nh = aotc_gemm_min(nh_step, nc - jh);
                 const uint16_t *bh = Bh;
@@ -1297,7 +1308,6 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
         : aotc_gemm_min(AOTC_GEMM_NC, aotc_gemm_max(AOTC_GEMM_NR, AOTC_GEMM_MC * AOTC_GEMM_KC / (kstep ? kstep : 1) / AOTC_GEMM_NR * AOTC_GEMM_NR));
     const int64_t nc_max = aotc_gemm_min(nc_step, N);
     const int64_t Mpad = (g->M + AOTC_GEMM_MR - 1) / AOTC_GEMM_MR * AOTC_GEMM_MR;
-    const int64_t Npad = (g->N + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR;
     float *bwork = work;
     float *awork = b_packed ? work : work + kstep * ((nc_max + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR);
     float *C0 = g->C + m0 * g->rsc + n0 * g->csc;
@@ -1318,21 +1328,7 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
         for (pc = 0; pc < K; pc += kstep) {
             const int64_t kc = aotc_gemm_min(kstep, K - pc);
             const int last = pc + kc == K;
-            const float *bp;
-            if (b_packed) {
-                bp = g->B + pc * Npad + (n0 + jc) * kc;
-            } else if (g->bim2col) {
-                aotc_sgemm_pack_b_im2col(g->bim2col, pc, kc, n0 + jc, nc, bwork);
-                bp = bwork;
-#if AOTC_GEMM_BF16_LAYOUTS
-            } else if (g->Bh) {
-                aotc_bf16_widen_b(kc, nc, aotc_bf16_b_block(g, pc, kstep) + (n0 + jc) * aotc_bf16_round(kc, 32), bwork);
-                bp = bwork;
-#endif
-            } else {
-                aotc_sgemm_pack_b(kc, nc, g->B + pc * g->rsb + (n0 + jc) * g->csb, g->rsb, g->csb, bwork);
-                bp = bwork;
-            }
+            const float *bp = aotc_sgemm_b_block(g, pc, kc, kstep, n0 + jc, nc, bwork);
             for (ic = 0; ic < M; ic += AOTC_GEMM_MC) {
                 const int64_t mc = aotc_gemm_min(AOTC_GEMM_MC, M - ic);
                 const float *ap;
