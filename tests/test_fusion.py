@@ -210,6 +210,40 @@ def test_direct_conv_with_a_chain_of_operands(stored_conv, target, tmp_path):
     assert_parity(model, tmp_path / target, feeds, target=target)
 
 
+# (input plane, kernel, stride, pads): each path of ops/conv_direct.py for a depthwise
+# convolution of fixed size (run-time planes: tests/test_run_time_dims.py)
+DIRECT_PATHS = {
+    "padded_plane": ((14, 14), (3, 3), 1, (1, 1)),        # a small plane through the zero-padded copy
+    "padded_phases": ((17, 15), (5, 5), 2, (2, 2)),       # strided with many taps: the phase planes
+    "one_pass": ((60, 58), (3, 3), 1, (1, 1)),            # a large plane, one pass over its rows
+    "one_pass_strided": ((13, 16), (3, 3), 2, (1, 1)),
+    "rows": ((48, 50), (1, 13), 1, (0, 6)),               # a kernel too wide for those: row by row
+}
+
+
+@pytest.mark.parametrize("stored_conv", [False, True], ids=["in_place", "conv_also_stored"])
+@pytest.mark.parametrize("path", list(DIRECT_PATHS))
+def test_direct_conv_chain_runs_on_each_finished_plane(path, stored_conv, tmp_path):
+    """The chain after a direct convolution runs inside its loop over output planes, on each
+    plane once the convolution has finished it (Builder.finished), not in a pass of its own
+    over the whole output: one top-level loop in the kernel. The chain adds a residual and a
+    per-channel input and clips, so that an element run through it twice would show."""
+    (H, W), (kh, kw), s, (ph, pw) = DIRECT_PATHS[path]
+    C = 8
+    OH, OW = (H + 2 * ph - kh) // s + 1, (W + 2 * pw - kw) // s + 1
+    x, r, chan = rand(2, C, H, W, seed=21), rand(2, C, OH, OW, seed=22), rand(C, 1, 1, seed=23)
+    inits = {"w": rand(C, 1, kh, kw, seed=24), "b": rand(C, seed=25),
+             "lo": np.array(-0.5, np.float32), "hi": np.array(0.75, np.float32)}
+    nodes = [N("Conv", ["x", "w", "b"], ["c"], group=C, pads=[ph, pw, ph, pw], strides=[s, s]),
+             N("Add", ["c", "chan"], ["a"]), N("Add", ["a", "r"], ["t"]), N("Clip", ["t", "lo", "hi"], ["y"])]
+    feeds = {"x": x, "r": r, "chan": chan}
+    model = graph_model(nodes, feeds, ["y", "c"] if stored_conv else ["y"], inits, opset=13)
+    c = _analyze(model, tmp_path, target="c", threads=1)
+    assert _kernels(c) == ["Conv+Add+Add+Clip"]
+    assert _outer_loops(c.steps[0]) == 1, "the chain in a loop nest of its own"
+    assert_parity(model, tmp_path, feeds, target="c", threads=2)
+
+
 def test_castlike_in_a_gemm_epilogue_reads_its_second_input_for_the_type_only(tmp_path):
     """CastLike(MatMul + R, L): L is read for its type alone, so the row offset the epilogue
     would hoist for it is not emitted (the C compiler's -Werror=unused-variable failed the

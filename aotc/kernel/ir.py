@@ -451,6 +451,21 @@ class Store(Stmt):
 
 
 @dataclass(eq=False)
+class Finished(Stmt):
+    """buf[at..., start:end) (a run of the last dim) holds its final values: nothing in the
+    kernel writes or reads those elements after this statement. An op says so where it
+    completes its output a part at a time with stores that do not give their multi-index (a
+    depthwise convolution's output row, written tap by tap), so that fusion runs the
+    elementwise ops that follow on each part while it is in cache (lowering/lower.py); an op
+    that says it of a buffer says it of every element of it, once. Lowering expands or drops
+    it: no schedule or code generator sees one."""
+    buf: Buffer
+    at: tuple
+    end: Expr
+    start: Expr = field(default_factory=lambda: const(0))
+
+
+@dataclass(eq=False)
 class Decl(Stmt):
     """Declare a local scalar (`var`) with an initial value. `accumulator`: a reduction sums
     into it (the schedule may widen it, kernel/retype.py); `pinned`: its dtype was chosen by
@@ -1053,6 +1068,10 @@ class Builder:
         """buf[idx] = value, the store remembering its multi-index (see Store.at)."""
         idx = tuple(wrap(i) for i in idx)
         self.emit(Store(buf, buf.flat(idx), cast(wrap(value, None), buf.value_dtype), at=idx))
+
+    def finished(self, buf: Buffer, at: Sequence, end, start=0) -> None:
+        """Say that buf[at..., start:end) is final (see Finished)."""
+        self.emit(Finished(buf, tuple(wrap(i) for i in at), wrap(end), wrap(start)))
 
     def call(self, fn: str, *args, work: int = 1) -> None:
         self.emit(CallStmt(fn, list(args), work))

@@ -12,8 +12,8 @@ from ..ir.dims import RunTimeDim
 from ..ir.graph import Graph, Value
 from ..ir.internal import CARRY
 from ..kernel.context import LowerCtx
-from ..kernel.ir import (SPATIAL, Buffer, Builder, Const, Decl, Expr, Fail, Gemm, Kernel, Load, Rewriter, Store, Var,
-                         cast, const, stmt_exprs, walk_buffers, walk_expr, walk_stmts, wrap)
+from ..kernel.ir import (SPATIAL, Buffer, Builder, Const, Decl, Expr, Fail, Finished, Gemm, Kernel, Load, Loop, Rewriter,
+                         Store, Var, cast, const, stmt_exprs, walk_buffers, walk_expr, walk_stmts, wrap)
 from ..kernel.names import c_ident
 from ..kernel.space import IndexSpace
 from ..ops import registry
@@ -184,11 +184,14 @@ def _lower_group(g: Graph, grp: Group, consumers, k: int, host_reads: set) -> Ke
             b.body[:] = chain.into_gemms(b.body, gemms, b)
         elif chain.positioned_producers(b.body):
             b.body[:] = _finish_gemms(chain.into_stores(b.body, b))
+        elif chain.finished_producers(b.body):
+            b.body[:] = _finish_gemms(chain.into_finished(b.body, b))
         else:
             b.body[:] = _finish_gemms(b.body)
             chain.loop_nest(b)
     else:
         b.body[:] = _finish_gemms(b.body)
+    b.body[:] = _DropFinished().stmts(b.body)          # (the parts no chain took)
 
     label = "_".join(n.op_type.lower().replace(".", "_") for n in grp.nodes)
     name = f"k{k:03d}_{label}"[:60]
@@ -219,6 +222,11 @@ class _FinishGemms(Rewriter):
         if s.result is not None and not s.epilogue:
             return replace(s, epilogue=[Store(s.c.buf, s.c.at(s.i, s.j), s.result)])
         return s
+
+
+class _DropFinished(Rewriter):
+    def visit_Finished(self, s: Finished):
+        return None
 
 
 def _finish_gemms(stmts: list) -> list:
@@ -386,6 +394,50 @@ class _Chain:
 
         return Into().stmts(body)
 
+    # ------------------------------------------------------------------ on finished parts
+    def finished_producers(self, body) -> bool:
+        """Does the anchor say which parts of its output are final (Builder.finished), and no
+        GEMM write or read it? Then the chain runs on each part as it is finished, while it
+        is in cache, instead of in a loop nest of its own after the anchor's."""
+        if self.anchor_out is None or self._can_fail():
+            return False
+        buf = self.anchor_buf[self.anchor_out]
+        found = False
+        for s in walk_stmts(body):
+            if isinstance(s, Finished) and s.buf is buf:
+                found = True
+            elif isinstance(s, Gemm) and buf in (s.a.buf, s.b.buf, s.c.buf, s.dest.buf if s.dest else None):
+                return False
+        return found
+
+    def into_finished(self, body, b: Builder) -> list:
+        """body with every Finished part of the anchor's output replaced by a loop running
+        the chain over it, reading each element from where the anchor left it. (Not a
+        rerun loop: the chain may write its result over the element it read.)"""
+        buf = self.anchor_buf[self.anchor_out]
+        chain, space = self, self.space
+        runs = space.runs(buf.shape)
+
+        class Into(Rewriter):
+            def visit_Finished(self, s: Finished):
+                if s.buf is not buf:
+                    return s
+                q, lead = Var(b.fresh("q")), len(s.at)
+                inner = [k for d in range(lead, len(buf.shape)) for k in runs[d]]
+                first = buf.flat(tuple(s.at) + (0,) * (len(buf.shape) - lead))
+
+                def at(strides) -> Expr:
+                    off = space.dim_offset(inner, q, strides)
+                    for d in range(lead):
+                        off = off + space.dim_offset(runs[d], s.at[d], strides)
+                    return off
+
+                sub = _Sub(b)
+                chain._run_at(sub, sub.local("y", Load(buf, first + q)), at)
+                return Loop(q, s.end, sub.body, start=s.start, role=SPATIAL)
+
+        return Into().stmts(body)
+
     def _at_store(self, st: Store, b: Builder) -> list:
         space, sub = self.space, _Sub(b)
         runs = space.runs(st.buf.shape)
@@ -397,14 +449,20 @@ class _Chain:
             return off
 
         value = st.value if isinstance(st.value, (Const, Var)) else sub.local("y", st.value)
+        self._run_at(sub, value, at, anchor=(st.buf, st.index) if self.anchor_stored else None)
+        return sub.body
+
+    def _run_at(self, sub: "_Sub", value: Expr, at, anchor=None) -> None:
+        """The chain at one element: `value` the anchor's there, `at(strides)` an operand's
+        offset there; its outputs stored, and the anchor's value where `anchor` (buffer,
+        index) is given."""
         env = self._compute(sub, lambda key: value if key[0] == self.anchor_out
                             else Load(self.operands[key][0], at(key[1])))
-        if self.anchor_stored:
-            sub.store(st.buf, st.index, value)
-        out_at = at(space.strides)
+        if anchor is not None:
+            sub.store(anchor[0], anchor[1], value)
+        out_at = at(self.space.strides)
         for o, buf in self.outs.items():
             sub.store(buf, out_at, env[o])
-        return sub.body
 
     def _can_fail(self) -> bool:
         """Does a link check its values at run time (integer Div by zero)? GEMM epilogues cannot

@@ -13,6 +13,9 @@
     a kernel row reaches take all those taps in one pass, the edge columns tap by tap. In
     2-D, with a small kernel, the rows every kernel row reaches are one pass summing all taps
     from the bias (each output element written once).
+Each output plane, once computed, is said to be final (Builder.finished), so that the
+elementwise ops fused after the convolution (bias, ReLU6, a residual) run on it while it is in
+cache instead of in a pass of their own over the whole output.
 """
 from __future__ import annotations
 
@@ -54,6 +57,8 @@ def conv_direct(ctx, X, W, Bias, Y, win: Window, group: int):
             _depthwise_padded(ctx, X, W, Bias, Y, win, group, n, m, *planes)
         else:
             rows(n, m)
+        # (the elementwise ops fused after the convolution run on the plane while it is in cache)
+        b.finished(Y, (n, m), prod(O))
 
 
 # a depthwise 2-D convolution whose zero-padded input plane and wide output take at most this
@@ -380,7 +385,7 @@ def _depthwise_guarded(ctx, X, W, Bias, Y, win: Window, group: int, n, m) -> Non
             else:
                 with b.loop(wrap(OW), "p", role=SPATIAL, rerun=True) as q:
                     element(o, q, True)
-
+        
     edge_rows(const(0), top)
     with b.loop(bottom, "o0", role=SPATIAL, start=top) as o:
         dst = y_plane + o * OW
