@@ -452,13 +452,14 @@ class Store(Stmt):
 
 @dataclass(eq=False)
 class Finished(Stmt):
-    """buf[at..., start:end) (a run of the last dim) holds its final values: nothing in the
-    kernel writes or reads those elements after this statement. An op says so where it
-    completes its output a part at a time with stores that do not give their multi-index (a
-    depthwise convolution's output row, written tap by tap), so that fusion runs the
-    elementwise ops that follow on each part while it is in cache (lowering/lower.py); an op
-    that says it of a buffer says it of every element of it, once. Lowering expands or drops
-    it: no schedule or code generator sees one."""
+    """A part of buf holds its final values: the elements at the leading multi-index `at`,
+    the remaining dims taken row-major from `start` to `end` (a depthwise convolution's output
+    plane (n, m) is at = (n, m), end = OH * OW); nothing in the kernel writes or reads them
+    after this statement. An op says so where it completes its output a part at a time with
+    stores that do not give their multi-index (the plane's edges written tap by tap), so that
+    fusion runs the elementwise ops that follow on each part while it is in cache
+    (lowering/lower.py); an op that says it of a buffer says it of every element of it, once.
+    Lowering expands or drops it: no schedule or code generator sees one."""
     buf: Buffer
     at: tuple
     end: Expr
@@ -1070,7 +1071,8 @@ class Builder:
         self.emit(Store(buf, buf.flat(idx), cast(wrap(value, None), buf.value_dtype), at=idx))
 
     def finished(self, buf: Buffer, at: Sequence, end, start=0) -> None:
-        """Say that buf[at..., start:end) is final (see Finished)."""
+        """Say that the part of buf at `at`, elements [start, end) of the dims after it, is final
+        (see Finished)."""
         self.emit(Finished(buf, tuple(wrap(i) for i in at), wrap(end), wrap(start)))
 
     def call(self, fn: str, *args, work: int = 1) -> None:

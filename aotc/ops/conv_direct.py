@@ -14,7 +14,7 @@
     2-D, with a small kernel, the rows every kernel row reaches are one pass summing all taps
     from the bias (each output element written once).
 Each output plane, once computed, is said to be final (Builder.finished), so that the
-elementwise ops fused after the convolution (bias, ReLU6, a residual) run on it while it is in
+elementwise ops fused after the convolution (ReLU6, a residual add) run on it while it is in
 cache instead of in a pass of their own over the whole output.
 """
 from __future__ import annotations
@@ -385,7 +385,7 @@ def _depthwise_guarded(ctx, X, W, Bias, Y, win: Window, group: int, n, m) -> Non
             else:
                 with b.loop(wrap(OW), "p", role=SPATIAL, rerun=True) as q:
                     element(o, q, True)
-        
+
     edge_rows(const(0), top)
     with b.loop(bottom, "o0", role=SPATIAL, start=top) as o:
         dst = y_plane + o * OW
