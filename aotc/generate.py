@@ -6,13 +6,17 @@ cache grows, for the past length), so that the prompt and the single-token steps
 build. The forms recognized, by their inputs' names:
 
 - input_ids [1, seq] (required), attention_mask [1, past + seq] (ones), position_ids
-  [1, seq] (past, past + 1, ...), each where the model has it;
+  [1, seq] (past, past + 1, ...), write_indices [1] (past: where the step's keys and values
+  go) and nonpad_kv_seqlen [1] (past + seq: how many the cache holds after the step), each
+  where the model has it;
 - caches: every input named past_key_values.* (or past.*) with the output of the same name
-  under present.* that the next step takes as it. A cache whose length is fixed (onnxruntime-
-  genai's model builder: the shared max-length buffer) starts as zeros of that length; one
-  whose length is a run-time dimension (Hugging Face exports with past_key_values) starts
-  empty and grows by the step's tokens. A cache the artifact updates in place (its manifest's
-  "in_place_of") is one array throughout, given as the input and as the output.
+  under present.*, and every input X with an output updated_X (onnxruntime's mobius builder's
+  static cache: key_cache.N, updated_key_cache.N), the output what the next step takes as the
+  input. A cache whose length is fixed (onnxruntime-genai's model builder's shared max-length
+  buffer, mobius's static cache) starts as zeros of that length; one whose length is a run-time
+  dimension (Hugging Face exports with past_key_values) starts empty and grows by the step's
+  tokens. A cache the artifact updates in place (its manifest's "in_place_of") is one array
+  throughout, given as the input and as the output.
 
 `generate(model, prompt, steps)` returns the greedy ids; `Generator(model)` gives the pieces:
 `tokens(prompt)` (an iterator, one run of the model per token taken), `step` (one run on given
@@ -42,18 +46,21 @@ class Generator:
         self.caches: dict[str, str] = {}       # past input -> the present output that feeds it next
         for name in ports:
             m = _PAST.match(name)
-            if m:
+            if f"updated_{name}" in outs:
+                self.caches[name] = f"updated_{name}"
+            elif m:
                 present = "present" + m.group(2)
                 if present not in outs:
                     raise UnsupportedError([f"cache input {name!r} has no output {present!r} to feed it"])
                 self.caches[name] = present
         # caches the artifact updates in place: one array, passed as the input and the output
         self.in_place = {p["in_place_of"]: p["name"] for p in model.manifest["outputs"] if p.get("in_place_of")}
-        known = {"input_ids", "attention_mask", "position_ids", *self.caches}
+        known = {"input_ids", "attention_mask", "position_ids", "write_indices", "nonpad_kv_seqlen", *self.caches}
         other = sorted(set(ports) - known)
         if other:
             raise UnsupportedError([f"decoder input(s) {', '.join(map(repr, other))}: generate() feeds "
-                                    "input_ids, attention_mask, position_ids and past_key_values.*"])
+                                    "input_ids, attention_mask, position_ids, write_indices, nonpad_kv_seqlen "
+                                    "and caches (past_key_values.* / past.* with present.*, or X with updated_X)"])
         self.ports = ports
         # the longest sequence the artifact takes: input_ids' (and the mask's) largest length
         self.max_total = int(ports.get("attention_mask", ports["input_ids"])["shape"][1])
@@ -91,6 +98,10 @@ class Generator:
             feeds["attention_mask"] = np.ones((1, past + n), _dtype(self.ports["attention_mask"]))
         if "position_ids" in self.ports:
             feeds["position_ids"] = np.arange(past, past + n, dtype=_dtype(self.ports["position_ids"]))[None]
+        if "write_indices" in self.ports:
+            feeds["write_indices"] = np.array([past], _dtype(self.ports["write_indices"]))
+        if "nonpad_kv_seqlen" in self.ports:
+            feeds["nonpad_kv_seqlen"] = np.array([past + n], _dtype(self.ports["nonpad_kv_seqlen"]))
         feeds.update(caches)
         into = {self.in_place[k]: v for k, v in caches.items() if k in self.in_place}
         out = dict(zip(self.model.output_names, self.model.run(feeds, into=into) if into else self.model.run(feeds)))

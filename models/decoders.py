@@ -9,8 +9,9 @@ in and out as one tensor per layer and key / value:
 
 with batch, seq, total and past the dynamic axes (total = past + seq). The prompt runs with an
 empty past (past = 0), each step after it with one token. Also the sources of onnxruntime-
-genai's model builder's decoders (`genai_source`, `genai_build`). Used by tests/test_llm_decode.py,
-tests/test_contrib_genai.py and tools/llm_bench.py.
+genai's model builder's decoders (`genai_source`, `genai_build`), and onnxruntime's mobius
+builder's static-cache decoders built from the same sources (`static_cache_build`). Used by
+tests/test_llm_decode.py, tests/test_contrib_genai.py and tools/llm_bench.py.
 
     python -m models.decoders --kind llama -o build/decoders/llama.onnx
 """
@@ -160,6 +161,27 @@ def genai_build(source: Path, out: Path, precision: str, cache: Path, extra: lis
     if run.returncode != 0:
         raise RuntimeError(f"the model builder failed:\n{run.stdout[-2000:]}{run.stderr[-4000:]}")
     return out / "model.onnx"
+
+
+def static_cache_build(source: Path, out: Path, longest: int) -> Path:
+    """onnxruntime's mobius builder on a saved source (`genai_source`), its standard-ops
+    static-cache form (`--static-cache --max-seq-len longest`: KV buffers [batch, longest,
+    kv heads x head] updated by TensorScatter at write_indices, opset-24 Attention reading
+    nonpad_kv_seqlen of them): its model.onnx."""
+    import subprocess
+    import sys
+    cmd = [sys.executable, "-m", "mobius", "build", "--config", str(source), "--static-cache",
+           "--max-seq-len", str(longest), str(out)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if run.returncode != 0:
+        raise RuntimeError(f"the mobius builder failed:\n{run.stdout[-2000:]}{run.stderr[-4000:]}")
+    return out / "model.onnx"
+
+
+def static_cache_dims(longest: int) -> dict:
+    """The run-time dims of a mobius static-cache decoder whose buffers hold `longest` tokens:
+    one sequence, a run of 1..longest tokens."""
+    return {"batch": (1, 1), "sequence_len": (1, longest)}
 
 
 def genai_dims(longest: int, head: int) -> dict:

@@ -1,12 +1,13 @@
 """Language-model decoding (issue 31): a decoder compiled once with run-time dimensions runs
 its prompt and every one-token step, generating the same greedy tokens as ONNX Runtime.
 
-The form here: Hugging Face models exported with past_key_values (models/decoders.py:
+The forms here: Hugging Face models exported with past_key_values (models/decoders.py:
 torch.onnx's TorchScript exporter on transformers' LLaMA and GPT-2 with random weights; the
 cache's length a run-time dim from 0, the prompt's run with an empty one, each step's present
-the next step's past). onnxruntime-genai's model builder's decoders (the shared max-length
-buffer): tests/test_contrib_genai.py. The example app in C (examples/llm/generate.c) runs both
-forms."""
+the next step's past), and onnxruntime's mobius builder's standard-ops static cache (fixed
+buffers updated by TensorScatter at write_indices, opset-24 Attention over nonpad_kv_seqlen of
+them). onnxruntime-genai's model builder's decoders (the shared max-length buffer):
+tests/test_contrib_genai.py. The example app in C (examples/llm/generate.c) runs all three."""
 from __future__ import annotations
 
 import re
@@ -66,6 +67,59 @@ def test_generate_checks_its_decoder(exported, tmp_path):
         aotc.generate(art, list(range(10)), 8)
 
 
+@pytest.fixture(scope="module")
+def static_cache(tmp_path_factory):
+    """mobius's static-cache decoders of models/decoders.py's LLaMA / Phi-3 sources (buffers of
+    LONGEST tokens), built once per kind."""
+    pytest.importorskip("mobius", reason="mobius-onnx (onnxruntime's mobius builder) is not installed")
+    root = tmp_path_factory.mktemp("static")
+    cache = {}
+
+    def get(kind: str):
+        if kind not in cache:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                decoders.genai_source(kind, root / f"{kind}-hf")
+            cache[kind] = decoders.static_cache_build(root / f"{kind}-hf", root / kind, LONGEST)
+        return cache[kind]
+    return get
+
+
+def _transformers_tokens(source: Path, prompt: list, steps: int) -> list:
+    """transformers' own greedy generate on the saved source model (its dynamic cache)."""
+    import torch
+    import transformers as tf
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = tf.AutoModelForCausalLM.from_pretrained(source).eval()
+        with torch.no_grad():
+            out = model.generate(torch.tensor([prompt]), max_new_tokens=steps, min_new_tokens=steps, do_sample=False)
+    return out[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("kind,target", [("llama", "native"), ("phi3", "c")])
+def test_static_cache_decoder_generates_like_onnx_runtime(kind, target, static_cache, tmp_path):
+    """The standard-ops static-cache form (mobius build --static-cache): the buffers are updated
+    in place (one array as input and output), the prompt and every step run on one artifact and
+    generate ONNX Runtime's tokens."""
+    path = static_cache(kind)
+    art = aotc.compile(path, target=target, output_dir=tmp_path / "out", dims=decoders.static_cache_dims(LONGEST))
+    caches = {p["name"]: p.get("in_place_of") for p in art.manifest["outputs"] if p["name"] != "logits"}
+    assert caches and all(v == k.removeprefix("updated_") for k, v in caches.items()), caches
+    prompt = [int(t) for t in np.random.default_rng(5).integers(0, 250, PROMPT)]
+    got = aotc.generate(art, prompt, STEPS)
+    assert len(got) == STEPS and len(set(got)) > 3, got
+    assert got == aotc.generate(OrtDecoder(path, art.manifest), prompt, STEPS)
+    if kind == "llama":
+        # the loop's feeds (write_indices = the tokens before, nonpad_kv_seqlen = after) are the
+        # builder's contract: the same tokens as the source model's own generate. (mobius's Phi-3
+        # graph parts from transformers' after the first token with or without its cache: ONNX
+        # Runtime and aotc agree on it.)
+        assert got == _transformers_tokens(path.parent.parent / f"{kind}-hf", prompt, STEPS)
+    with pytest.raises(aotc.AotcError, match=f"at most {LONGEST}"):
+        aotc.generate(art, prompt, LONGEST)
+
+
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "llm" / "generate.c"
 
 
@@ -113,6 +167,17 @@ def test_c_example_runs_a_genai_builder_decoder(tmp_path):
     path = decoders.genai_build(hf, tmp_path / "built", "int4", tmp_path / "cache")
     out = tmp_path / "llm"
     aotc.compile(path, target="native", output_dir=out, name="llm", dims=GEN_DIMS)
+    prompt = [int(t) for t in np.random.default_rng(9).integers(0, 250, PROMPT)]
+    got = _run_example(_example_app(out, tmp_path), prompt, STEPS)
+    assert got == aotc.generate(OrtDecoder(path, aotc.load(out).manifest), prompt, STEPS)
+
+
+def test_c_example_runs_a_static_cache_decoder(static_cache, tmp_path):
+    """The same app on mobius's static-cache LLaMA: write_indices and nonpad_kv_seqlen fed,
+    key_cache.N updated in place as updated_key_cache.N."""
+    path = static_cache("llama")
+    out = tmp_path / "llm"
+    aotc.compile(path, target="native", output_dir=out, name="llm", dims=decoders.static_cache_dims(LONGEST))
     prompt = [int(t) for t in np.random.default_rng(9).integers(0, 250, PROMPT)]
     got = _run_example(_example_app(out, tmp_path), prompt, STEPS)
     assert got == aotc.generate(OrtDecoder(path, aotc.load(out).manifest), prompt, STEPS)

@@ -1,7 +1,9 @@
 """Decoding speed of a language model: aotc against ONNX Runtime and onnxruntime-genai's
 generator, on a LLaMA-style decoder written by onnxruntime-genai's model builder from a random-
 weight transformers model (models/decoders.py: GENAI_SMALL, 125M parameters, or with --model 1b
-GENAI_1B, 1.01B parameters, hidden 2048), float32 and int4.
+GENAI_1B, 1.01B parameters, hidden 2048), float32 and int4; and "static", the same source through
+onnxruntime's mobius builder's standard-ops static cache (float32; TensorScatter into fixed
+buffers, opset-24 Attention), which onnxruntime-genai's Generator does not run.
 
 Each engine runs the same greedy loop in one process, timed in alternating rounds: a prompt of
 --prompt tokens (prefill), then --steps single-token steps. aotc: one artifact with the
@@ -13,7 +15,7 @@ milliseconds, decode tokens per second, and the bytes a step reads (weights + th
 attends to) times tokens per second against this machine's copy bandwidth (numpy, 256 MiB).
 Also aotc's compile time and peak memory (a child process) against the weights' bytes.
 
-python -m tools.llm_bench [--model small|1b] [--precision fp32,int4] [--threads 1,2] [--prompt 128]
+python -m tools.llm_bench [--model small|1b] [--precision fp32,int4,static] [--threads 1,2] [--prompt 128]
                           [--steps 64] [--rounds 3] [--report docs/PERFORMANCE.md]
 (each model has its own section of the report: `make llm-bench`, `make llm-bench-1b`)
 """
@@ -108,7 +110,7 @@ def compile_measured(path: Path, out: Path, dims: dict, threads: int) -> tuple[f
 def bench(precision: str, threads: list[int], prompt_len: int, steps: int, rounds: int, root: Path,
           cfg: dict) -> list[dict]:
     import aotc
-    from models.decoders import genai_build, genai_dims, genai_source
+    from models.decoders import genai_build, genai_dims, genai_source, static_cache_build, static_cache_dims
     head = cfg["hidden_size"] // cfg["num_attention_heads"]
     longest = prompt_len + steps + 1
     source = root / "source"
@@ -117,10 +119,13 @@ def bench(precision: str, threads: list[int], prompt_len: int, steps: int, round
             warnings.simplefilter("ignore")
             genai_source("llama", source, cfg)
     folder = root / precision
-    path = genai_build(source, folder, precision, root / "cache")
+    if precision == "static":
+        path, dims = static_cache_build(source, folder, longest), static_cache_dims(longest)
+    else:
+        path, dims = genai_build(source, folder, precision, root / "cache"), genai_dims(longest, head)
     weights = sum(f.stat().st_size for f in folder.glob("model.onnx*"))
     out = root / f"aotc_{precision}"
-    secs, peak = compile_measured(path, out, genai_dims(longest, head), max(threads))
+    secs, peak = compile_measured(path, out, dims, max(threads))
     art_weights = aotc.load(out).manifest["weights"]["bytes"]
     prompt = [int(t) for t in np.random.default_rng(3).integers(0, cfg["vocab_size"] - 3, prompt_len)]
     kv_per_token = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * head * 4
@@ -129,11 +134,13 @@ def bench(precision: str, threads: list[int], prompt_len: int, steps: int, round
     for t in threads:
         model = aotc.load(out, threads=t)
         gens = {"aotc": aotc.Generator(model), "ort": aotc.Generator(OrtDecoder(path, model.manifest, t))}
-        runs: dict[str, list] = {k: [] for k in (*gens, "ort-genai")}
+        genai = precision != "static"
+        runs: dict[str, list] = {k: [] for k in (*gens, *(["ort-genai"] if genai else []))}
         for _ in range(rounds):              # alternating, so that the machine's slow spells fall on all
             for k, g in gens.items():
                 runs[k].append(loop_timing(g, prompt, steps))
-            runs["ort-genai"].append(genai_timing(folder, t, prompt, steps, longest))
+            if genai:
+                runs["ort-genai"].append(genai_timing(folder, t, prompt, steps, longest))
         row = {"precision": precision, "threads": t, "params_bytes": weights, "artifact_weights": art_weights,
                "compile_s": secs, "compile_peak": peak, "bandwidth": bandwidth}
         for k, rs in runs.items():
@@ -164,16 +171,20 @@ def report(results: list[dict], prompt_len: int, steps: int, model: str, cfg: di
          "run-time dim, the KV buffers updated in place; ORT: an InferenceSession under the same loop; "
          "ORT GenAI: onnxruntime-genai's Generator. int4: the builder's block-32 symmetric weights at its "
          "accuracy_level 4 (int8 activations in ONNX Runtime and in aotc: runtime/aotc_nbits.h, VNNI "
-         "where the CPU has it). Bandwidth: (weights + cache) bytes a step reads x tokens/s over numpy's copy "
+         "where the CPU has it). static: the same source model through onnxruntime's mobius builder "
+         "(`mobius build --static-cache`, float32: TensorScatter into fixed KV buffers, opset-24 Attention; "
+         "aotc updates them in place), which ORT GenAI does not run (-). Bandwidth: (weights + cache) bytes a step reads x tokens/s over numpy's copy "
          "bandwidth on this machine (one thread's: two threads can exceed 1).", "",
          "| weights | threads | prefill ms aotc / ORT / ORT GenAI | tokens/s aotc / ORT / ORT GenAI | "
          "aotc / best other | aotc's bandwidth fraction |",
          "|---|---|---|---|---|---|"]
+    def cell(r, k, what):
+        return f"{r[k][what]:.1f}" if k in r else "-"
     for r in results:
-        others = max(r["ort"]["tokens_per_s"], r["ort-genai"]["tokens_per_s"])
+        others = max(r[k]["tokens_per_s"] for k in ("ort", "ort-genai") if k in r)
         L.append(f"| {r['precision']} | {r['threads']} | {r['aotc']['prefill_ms']:.1f} / {r['ort']['prefill_ms']:.1f} / "
-                 f"{r['ort-genai']['prefill_ms']:.1f} | {r['aotc']['tokens_per_s']:.1f} / "
-                 f"{r['ort']['tokens_per_s']:.1f} / {r['ort-genai']['tokens_per_s']:.1f} | "
+                 f"{cell(r, 'ort-genai', 'prefill_ms')} | {r['aotc']['tokens_per_s']:.1f} / "
+                 f"{r['ort']['tokens_per_s']:.1f} / {cell(r, 'ort-genai', 'tokens_per_s')} | "
                  f"{r['aotc']['tokens_per_s'] / others:.2f} | {r['aotc']['bandwidth_fraction']:.2f} |")
     L += ["", "| weights | ONNX file bytes | artifact weight bytes | compile s | compile peak memory | peak / file |",
           "|---|---|---|---|---|---|"]
@@ -195,7 +206,8 @@ def report(results: list[dict], prompt_len: int, steps: int, model: str, cfg: di
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=sorted(MODELS), default="small")
-    ap.add_argument("--precision", default="fp32,int4")
+    ap.add_argument("--precision", default="fp32,int4,static",
+                    help="comma-separated: fp32, int4 (the genai builder's), static (mobius's static cache)")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--steps", type=int, default=64)

@@ -1,12 +1,14 @@
 /* Greedy generation with a decoder compiled by aotc: a prompt of token ids, then one token per
  * step, each the argmax of the last position's logits, the cache fed back each step.
  *
- * It works with any decoder artifact of the two forms aotc.generate (Python) knows, finding its
- * ports by name through the header's port functions: input_ids, attention_mask and
- * position_ids where the model has them, and every past_key_values.* input with the present.*
- * output that feeds it next. A cache of fixed length (onnxruntime-genai's shared max-length
- * buffer) starts as zeros; one whose length is a run-time dimension (Hugging Face exports with
- * past_key_values) starts empty and grows. A cache the header says the run updates in place
+ * It works with any decoder artifact of the forms aotc.generate (Python) knows, finding its
+ * ports by name through the header's port functions: input_ids, attention_mask, position_ids,
+ * write_indices (where a step's keys and values go) and nonpad_kv_seqlen (how many the cache
+ * holds after it) where the model has them, and every cache input with the output that feeds
+ * it next: past_key_values.* (or past.*) with present.*, or X with updated_X (onnxruntime's
+ * mobius builder's static cache). A cache of fixed length (onnxruntime-genai's shared
+ * max-length buffer, mobius's static cache) starts as zeros; one whose length is a run-time
+ * dimension (Hugging Face exports with past_key_values) starts empty and grows. A cache the header says the run updates in place
  * (<name>_output_in_place) is one array, passed as both; any other has two of its largest
  * size, past and present, that swap roles after every step. Nothing is copied here.
  *
@@ -87,10 +89,18 @@ int main(int argc, char **argv)
     /* the ports */
     int ids = FN(input_index)("input_ids"), mask = FN(input_index)("attention_mask");
     int positions = FN(input_index)("position_ids"), logits = FN(output_index)("logits");
+    int writes = FN(input_index)("write_indices"), filled = FN(input_index)("nonpad_kv_seqlen");
     if (ids < 0 || logits < 0 || strcmp(FN(output_type)(logits), "float32") != 0) {
         fprintf(stderr, "generate: the model needs an input input_ids and a float32 output logits\n");
         return 2;
     }
+    const int counts[] = {ids, mask, positions, writes, filled};
+    for (int k = 0; k < 5; ++k)
+        if (counts[k] >= 0 && strcmp(FN(input_type)(counts[k]), "int64") != 0) {
+            fprintf(stderr, "generate: input %s is %s; this app feeds int64\n", FN(input_name)(counts[k]),
+                    FN(input_type)(counts[k]));
+            return 2;
+        }
     int64_t lo[MAX_RANK], hi[MAX_RANK];
     FN(input_shape)(ids, lo, hi);
     const int64_t longest = hi[1];         /* the most tokens a run takes */
@@ -100,15 +110,17 @@ int main(int argc, char **argv)
     static cache caches[MAX_CACHES];
     int n_caches = 0;
     for (int i = 0; FN(input_name)(i); ++i) {
-        const char *name = FN(input_name)(i), *rest;
-        if (strncmp(name, "past_key_values", 15) == 0)
-            rest = name + 15;
+        const char *name = FN(input_name)(i);
+        char present[512];
+        snprintf(present, sizeof present, "updated_%s", name);
+        if (FN(output_index)(present) >= 0)
+            ;                              /* X, updated_X */
+        else if (strncmp(name, "past_key_values", 15) == 0)
+            snprintf(present, sizeof present, "present%s", name + 15);
         else if (strncmp(name, "past", 4) == 0)
-            rest = name + 4;
+            snprintf(present, sizeof present, "present%s", name + 4);
         else
             continue;
-        char present[512];
-        snprintf(present, sizeof present, "present%s", rest);
         cache *c = &caches[n_caches++];
         c->input = i;
         c->output = FN(output_index)(present);
@@ -171,6 +183,11 @@ int main(int argc, char **argv)
                 pos[k] = done + k;
             FN(set_input)(&in, positions, pos, seq_shape);
         }
+        const int64_t one[1] = {1}, at = done, after = done + n_feed;
+        if (writes >= 0)
+            FN(set_input)(&in, writes, &at, one);
+        if (filled >= 0)
+            FN(set_input)(&in, filled, &after, one);
         FN(set_output)(&out, logits, out_logits);
         for (int k = 0; k < n_caches; ++k) {
             FN(set_input)(&in, caches[k].input, caches[k].past, caches[k].shape);
