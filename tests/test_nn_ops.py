@@ -124,6 +124,39 @@ def test_depthwise_padded_plane_matches_the_other_paths(case, tmp_path, monkeypa
     np.testing.assert_allclose(padded.run({"x": x})[0], other.run({"x": x})[0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("case", [
+    ((1, 5, 14, 14), (5, 1, 5, 5), dict(group=5, pads=[2, 2, 2, 2])),
+    ((2, 3, 17, 13), (6, 1, 5, 5), dict(group=3, pads=[1, 2, 3, 2])),
+    ((1, 4, 14, 14), (4, 1, 7, 7), dict(group=4, pads=[3, 3, 3, 3])),
+    ((1, 2, 28, 28), (2, 1, 5, 5), dict(group=2, pads=[2, 2, 2, 2])),
+    ((1, 3, 16, 13), (3, 1, 5, 4), dict(group=3, pads=[4, 2, 4, 1], dilations=[2, 1])),
+], ids=["5x5_14", "17_rows_two_groups_mult2_batch2", "7x7", "28_rows_pitch_32", "5x4_dil_asym"])
+def test_depthwise_stencil_by_rows_matches_the_flat_one(case, tmp_path, monkeypatch):
+    """At stride 1 with 16 taps or more, the padded plane's stencil goes by groups of output rows
+    over whole lines (ops/conv_direct.py _stencil_rows; a group moved back to end at the last
+    row where the rows do not divide evenly): against ONNX Runtime at 1 and 2 threads, and the
+    same sums, bit for bit, as the flat stencil (ROW_MIN_TAPS out of reach)."""
+    import re
+    from aotc.api import compile as aotc_compile
+    from aotc.ops import conv_direct
+    xs, ws, attrs = case
+    x = rand(*xs, seed=11)
+    m = single_op_model("Conv", {"x": x}, inits={"w": rand(*ws, seed=12), "b": rand(ws[0], seed=13)}, **attrs)
+    (tmp_path / "rows").mkdir()
+    assert_parity(m, tmp_path / "rows", {"x": x})
+    path = tmp_path / "rows" / "model.onnx"
+    two = aotc_compile(path, output_dir=tmp_path / "r2", target=eager_threads_target(tmp_path), threads=2)
+    rows = aotc_compile(path, output_dir=tmp_path / "r1", threads=1)
+    by_rows = r"for \(int64_t t = 0; t < (16|32); \+\+t\)"
+    assert re.search(by_rows, (tmp_path / "r2" / "model.c").read_text())
+    assert re.search(by_rows, (tmp_path / "r1" / "model.c").read_text())
+    np.testing.assert_allclose(two.run({"x": x})[0], rows.run({"x": x})[0], rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(conv_direct, "ROW_MIN_TAPS", 10 ** 9)
+    flat = aotc_compile(path, output_dir=tmp_path / "flat", threads=1)
+    assert not re.search(r"int64_t t = 0; t <", (tmp_path / "flat" / "model.c").read_text())
+    np.testing.assert_array_equal(rows.run({"x": x})[0], flat.run({"x": x})[0])
+
+
 def test_conv1d(tmp_path):
     _conv_case(tmp_path, (2, 4, 17), (6, 4, 3), pads=[1, 2], strides=[2], dilations=[2])
 
