@@ -71,10 +71,10 @@ class ThreadsConfig:
     """[threads]: the CPU schedule (schedule/cpu.py). A loop runs on the thread pool when its
     estimated work reaches min_parallel_work, a GEMM when its multiply-adds reach
     min_parallel_gemm_macs; each thread's copy of per-thread scratch starts on its own
-    cache_line-byte line (kernel/ir.py Buffer.thread_stride)."""
+    scratch_block-byte block (kernel/ir.py Buffer.thread_stride)."""
     min_parallel_work: int = 32768
     min_parallel_gemm_macs: int = 262144
-    cache_line: int = 64
+    scratch_block: int = 4096
 
 
 @dataclass(frozen=True)

@@ -162,25 +162,28 @@ def test_accumulators_widen_and_what_derives_from_them_follows():
     assert widen_accumulators(b.body, F32, F32) is b.body
 
 
-def test_per_thread_copies_start_on_their_own_cache_lines():
-    """A per-thread scratch's copies are whole cache lines apart (no two threads write one
-    line: the target's [threads] cache_line), and the workspace holds them so."""
+def test_per_thread_copies_start_on_their_own_blocks():
+    """A per-thread scratch's copies are whole blocks apart (the target's [threads]
+    scratch_block: a page, so that no two threads write one cache line or one page), and the
+    workspace holds them so."""
     import numpy as np
     from aotc.kernel.ir import F32, I64, Buffer
     from aotc.kernel.ir import scratch_bytes
     from aotc.targets import load_target
-    line = load_target("c").threads.cache_line
-    assert line == 64
-    row = Buffer("row", F32, (28,), "scratch", per_thread=True, line=line)
-    assert row.thread_stride == 32 and scratch_bytes(row, 2) == 2 * 32 * 4
-    taps = Buffer("tap", I64, (3,), "scratch", per_thread=True, line=line)
-    assert taps.thread_stride == 8 and scratch_bytes(taps, 3) == 3 * 64
-    whole = Buffer("w", F32, (64,), "scratch", per_thread=True, line=line)
-    assert whole.thread_stride == 64
+    block = load_target("c").threads.scratch_block
+    assert block == 4096
+    row = Buffer("row", F32, (28,), "scratch", per_thread=True, block=block)
+    assert row.thread_stride == 1024 and scratch_bytes(row, 2) == 2 * 4096
+    taps = Buffer("tap", I64, (3,), "scratch", per_thread=True, block=block)
+    assert taps.thread_stride == 512 and scratch_bytes(taps, 3) == 3 * 4096
+    whole = Buffer("w", F32, (1024,), "scratch", per_thread=True, block=block)
+    assert whole.thread_stride == 1024
+    more = Buffer("m", F32, (1025,), "scratch", per_thread=True, block=block)
+    assert more.thread_stride == 2048
     shared = Buffer("s", F32, (28,), "scratch")
     assert scratch_bytes(shared, 2) == 28 * 4
-    assert np.dtype(row.dtype).itemsize * row.thread_stride % line == 0
-    assert Buffer("wide", F32, (28,), "scratch", per_thread=True, line=128).thread_stride == 32
+    assert np.dtype(row.dtype).itemsize * row.thread_stride % block == 0
+    assert Buffer("wide", F32, (28,), "scratch", per_thread=True, block=64).thread_stride == 32
 
 
 # ----------------------------------------------------------------------------- the rewriter

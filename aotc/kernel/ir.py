@@ -347,7 +347,7 @@ class Buffer:
     role: in | out | scratch (kernel-private memory the planner places) | local (declared
     inside the kernel, in `space`). `dtype` is how elements are stored, `compute` (when set)
     the dtype they are computed in. `per_thread`: scratch with one copy per thread, each
-    starting on its own `line`-byte line (the target's cache line: [threads] cache_line)."""
+    starting on its own `block`-byte block (the target's [threads] scratch_block)."""
     name: str
     dtype: np.dtype
     shape: tuple
@@ -355,7 +355,7 @@ class Buffer:
     space: str = GLOBAL   # global | local | private | constant
     compute: Optional[np.dtype] = None
     per_thread: bool = False
-    line: int = 0
+    block: int = 0
 
     @property
     def value_dtype(self) -> np.dtype:
@@ -384,11 +384,15 @@ class Buffer:
     @property
     def thread_stride(self) -> int:
         """Elements from one thread's copy of a per-thread buffer to the next: its size rounded
-        up to whole cache lines, so that two threads never write one line (a 28-float row
-        each, 112 bytes apart, would share lines and bounce them between the cores)."""
+        up to whole blocks of the target's [threads] scratch_block bytes, so that two threads
+        never write one cache line (a 28-float row each, 112 bytes apart, would share lines and
+        bounce them between the cores), nor one page, in which a core's prefetchers fetch the
+        lines after those it writes: the other thread's (targets/c.toml says what it cost)."""
+        if not self.per_thread:
+            return self.capacity               # (one copy)
         item = np.dtype(self.dtype).itemsize
-        per_line = max(1, self.line // item)
-        return -(-self.capacity // per_line) * per_line
+        per_block = max(1, self.block // item)
+        return -(-self.capacity // per_block) * per_block
 
     def strides(self) -> list[int]:
         st, acc = [], 1

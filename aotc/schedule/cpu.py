@@ -54,7 +54,7 @@ def schedule_cpu(graph, steps, target: Target, threads: int) -> None:
     packer = ConstPacker(graph, tiles)
     min_work = target.threads.min_parallel_work
     min_gemm = target.threads.min_parallel_gemm_macs
-    line = target.threads.cache_line
+    block = target.threads.scratch_block
     acc = target.numerics.accumulate_float32 or "float64"
     im2col, in_tile = target.gemm.im2col_packing, target.gemm.tile_epilogue
     run, run_stmts = target.vector.run, target.vector.run_max_statements
@@ -63,17 +63,17 @@ def schedule_cpu(graph, steps, target: Target, threads: int) -> None:
         # (a GEMM computed transposed reads B as its A: that one keeps the im2col buffer)
         k.body = read_im2col_directly(k.body, lambda g: im2col and packs_im2col(g, target.gemm) and
                                       not computes_transposed(g, tiles))
-        k.body = _Gemms(st, packer, tiles, threads, min_gemm, in_tile, line).stmts(k.body)
+        k.body = _Gemms(st, packer, tiles, threads, min_gemm, in_tile, block).stmts(k.body)
         drop_unused_scratch(k)
         if threads > 1:
-            k.body = _parallelize(k.body, min_work, threads, line)
-            _private_per_thread(k, line)
+            k.body = _parallelize(k.body, min_work, threads, block)
+            _private_per_thread(k, block)
         if run > 1:
             k.body = _vector_runs(k.body, run, run_stmts, st.kernel.fresh)
         k.body = _vectorize(k.body)
         k.body = widen_accumulators(k.body, F32, acc)
         work = [g for g in walk_stmts(k.body) if isinstance(g, Gemm) and g.work is not None]
-        _share_work_buffer(st, work, threads, line)
+        _share_work_buffer(st, work, threads, block)
         st.drop_unused_params()
 
 
@@ -83,9 +83,9 @@ class _Gemms(Rewriter):
     loops around it."""
 
     def __init__(self, st, packer: ConstPacker, tiles: GemmTiles, threads: int, min_gemm: int, in_tile: bool,
-                 line: int):
+                 block: int):
         self.st, self.packer, self.tiles, self.threads = st, packer, tiles, threads
-        self.min_gemm, self.in_tile, self.line = min_gemm, in_tile, line
+        self.min_gemm, self.in_tile, self.block = min_gemm, in_tile, block
         self.loops: list[Loop] = []
 
     def visit_Loop(self, s: Loop) -> Loop:
@@ -97,7 +97,7 @@ class _Gemms(Rewriter):
 
     def visit_Gemm(self, s: Gemm):
         args = (list(self.loops), self.st, self.packer, self.tiles, self.threads, self.min_gemm, self.in_tile,
-                self.line)
+                self.block)
         if s.integer:
             return _schedule_integer_gemm(s, *args, _c_dead(s, self.st))
         return _schedule_gemm(s, *args)
@@ -118,7 +118,7 @@ def _c_dead(gm: Gemm, st) -> bool:
 
 
 def _schedule_gemm(gm: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int, min_gemm: int,
-                   in_tile: bool, line: int) -> Gemm:
+                   in_tile: bool, block: int) -> Gemm:
     # with the option bf16, a constant of a product big enough for the AMX tiles is stored as
     # their bfloat16 (half the bytes, nothing converted per run; the float32 path widens it),
     # and the product is never computed transposed: the tiles' 32 x 32 blocks pad M and N alike,
@@ -137,16 +137,16 @@ def _schedule_gemm(gm: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, t
     a, b = gm.a, gm.b
     work = tiles.work_floats(*capacity(gm), a.packed and not a.bf16, b.packed and not b.bf16, a.bf16, b.bf16,
                              k_varies=isinstance(gm.K, Expr))
-    gm = _on_threads(gm, tiles, threads, min_gemm, work, line)
+    gm = _on_threads(gm, tiles, threads, min_gemm, work, block)
     return replace(gm, tile_epilogue=in_tile and epilogue_in_tile(gm, tiles))
 
 
-def _on_threads(gm: Gemm, tiles: GemmTiles, threads: int, min_gemm: int, work_floats: int, line: int) -> Gemm:
+def _on_threads(gm: Gemm, tiles: GemmTiles, threads: int, min_gemm: int, work_floats: int, block: int) -> Gemm:
     """g split among the threads where it is big enough (`[threads] min_parallel_gemm_macs`),
     with its packing scratch of work_floats (one per thread when split)."""
     parallel = threads > 1 and gemm_macs(gm) >= min_gemm
     split = choose_split(gm, tiles, threads) if parallel else "none"
-    work = Buffer("gemm_work", F32, (work_floats,), "scratch", per_thread=split != "none", line=line) \
+    work = Buffer("gemm_work", F32, (work_floats,), "scratch", per_thread=split != "none", block=block) \
         if work_floats else None
     sized = [x for x in (gm.M, gm.N, gm.K) if isinstance(x, Expr)]
     when = None
@@ -157,7 +157,7 @@ def _on_threads(gm: Gemm, tiles: GemmTiles, threads: int, min_gemm: int, work_fl
 
 
 def _schedule_integer_gemm(gm: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, threads: int,
-                           min_gemm: int, in_tile: bool, line: int, c_dead: bool) -> list[Stmt]:
+                           min_gemm: int, in_tile: bool, block: int, c_dead: bool) -> list[Stmt]:
     """An integer Gemm: the 8-bit GEMM of runtime/aotc_igemm.h where one operand is uint8 and
     strided and the other a constant int8 with no zero point (a quantized model's weights), the
     constant packed here in quads; the uint8 operand's zero point z comes off in the epilogue:
@@ -177,7 +177,7 @@ def _schedule_integer_gemm(gm: Gemm, loops, st, packer: ConstPacker, tiles: Gemm
             if sums is not None:
                 gm = _less_zero_point(gm, z, sums, st.kernel.fresh)
             work_bytes = tiles.int8_work_bytes(*capacity(gm), gm.a.packed, gm.b.packed, k_varies=isinstance(gm.K, Expr))
-            gm = _on_threads(gm, tiles, threads, min_gemm, -(-work_bytes // 4), line)   # (the scratch is floats)
+            gm = _on_threads(gm, tiles, threads, min_gemm, -(-work_bytes // 4), block)   # (the scratch is floats)
             return [replace(gm, tile_epilogue=in_tile and epilogue_in_tile(gm, tiles, c_dead))]
     return expand_integer_gemm(gm, st.kernel.fresh)
 
@@ -206,14 +206,14 @@ def _less_zero_point(gm: Gemm, z: Expr, sums: Expr, fresh) -> Gemm:
     return replace(gm, value=raw, epilogue=[fix] + epilogue)
 
 
-def _share_work_buffer(st, gemms: list[Gemm], threads: int, line: int) -> None:
+def _share_work_buffer(st, gemms: list[Gemm], threads: int, block: int) -> None:
     """One packing scratch per kernel, as large as its largest GEMM needs (per thread when any
     GEMM of the kernel is split), shared by its GEMMs, which run one after the other."""
     if not gemms:
         return
     size = max(g.work.size for g in gemms)
     per_thread = any(g.work.per_thread for g in gemms)
-    buf = Buffer(st.kernel.fresh("gemm_work"), F32, (size,), "scratch", per_thread=per_thread, line=line)
+    buf = Buffer(st.kernel.fresh("gemm_work"), F32, (size,), "scratch", per_thread=per_thread, block=block)
     mapping = {g.work: buf for g in gemms}
 
     class Share(Rewriter):
@@ -324,24 +324,24 @@ def _nonnegative(e) -> bool:
 NESTED_WORK_FACTOR = 4
 
 
-def _parallelize(stmts: list[Stmt], min_work: int, threads: int, line: int) -> list[Stmt]:
+def _parallelize(stmts: list[Stmt], min_work: int, threads: int, block: int) -> list[Stmt]:
     """Mark the outermost spatial loops worth a hand-off to the pool as parallel. A loop holding
     GEMMs qualifies when it has at least `threads` iterations (attention heads, an RNN's
     directions): its GEMMs then run whole on the thread that runs the iteration, which beats
     splitting each of them."""
-    return _Parallelize(min_work, threads, line).stmts(stmts)
+    return _Parallelize(min_work, threads, block).stmts(stmts)
 
 
 class _Parallelize(Rewriter):
-    def __init__(self, min_work: int, threads: int, line: int):
-        self.min_work, self.threads, self.line = min_work, threads, line
+    def __init__(self, min_work: int, threads: int, block: int):
+        self.min_work, self.threads, self.block = min_work, threads, block
         self.nested = False          # inside an ordered loop or one with private scratch
 
     def visit_Loop(self, s: Loop) -> Loop:
         need = self.min_work * (NESTED_WORK_FACTOR if self.nested else 1)
         if _can_parallelize(s, self.threads) and work_estimate([s]) >= need:
             # (work that depends on run-time sizes: the hand-off only where the run's sizes make it)
-            return replace(s, kind=PARALLEL, body=_serial_inside(s.body, self.line),
+            return replace(s, kind=PARALLEL, body=_serial_inside(s.body, self.block),
                            when=_when(work_estimate([s], sizes=True), need))
         outer = self.nested
         self.nested = outer or s.role != SPATIAL or bool(s.private)
@@ -367,12 +367,12 @@ def _can_parallelize(lp: Loop, threads: int) -> bool:
     return True
 
 
-def _private_per_thread(k, line: int) -> None:
+def _private_per_thread(k, block: int) -> None:
     """The private scratch of a parallel loop (Loop.private: each iteration fills it and uses it
     alone, e.g. an attention head's scores) gets one copy per thread: the task a thread runs
     uses its own (codegen/c/printer.py)."""
     names = {n for s in walk_stmts(k.body) if isinstance(s, Loop) and s.kind == PARALLEL for n in s.private}
-    mapping = {b: replace(b, per_thread=True, line=line) for b in k.scratch if b.name in names and not b.per_thread}
+    mapping = {b: replace(b, per_thread=True, block=block) for b in k.scratch if b.name in names and not b.per_thread}
     if mapping:
         k.scratch = [mapping.get(b, b) for b in k.scratch]
         k.body = replace_buffers(k.body, mapping)
@@ -382,16 +382,16 @@ class _SerialInside(Rewriter):
     """Inside a parallel loop everything runs on the iteration's thread: GEMMs are not split,
     and their packing scratch is per thread."""
 
-    def __init__(self, line: int):
-        self.line = line
+    def __init__(self, block: int):
+        self.block = block
 
     def visit_Gemm(self, s: Gemm) -> Gemm:
-        work = replace(s.work, per_thread=True, line=self.line) if s.work is not None else None
+        work = replace(s.work, per_thread=True, block=self.block) if s.work is not None else None
         return replace(s, parallel=False, split="none", work=work)
 
 
-def _serial_inside(stmts: list[Stmt], line: int) -> list[Stmt]:
-    return _SerialInside(line).stmts(stmts)
+def _serial_inside(stmts: list[Stmt], block: int) -> list[Stmt]:
+    return _SerialInside(block).stmts(stmts)
 
 
 # ----------------------------------------------------------------------------- vector runs
