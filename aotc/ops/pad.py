@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
-from ..kernel.ir import SPATIAL, binop, const, maximum, minimum, select
+from ..ir.dims import decide
+from ..kernel.ir import SPATIAL, binop, const, maximum, minimum, select, wrap
 from .common import ints, shape_error
 from .registry import register
 from .window import Nest, all_of, dot, row_major_strides
@@ -63,34 +64,59 @@ def _lower_pad(node, ctx):
             fill = ctx.ins[2][const(0)]        # read where it is used: no padding, no read
         else:
             fill = const(0, X.dtype)
-    xst = row_major_strides(X.shape)
+    xst, yst = row_major_strides(X.shape), row_major_strides(out)
     srcs, valid, oo = [], [], []
+
+    def source(i, o, inside=False):
+        """The input index along axis i of output index o (and whether it is inside, for
+        constant padding); `inside`: o is known to fall inside the input."""
+        d = X.shape[i]
+        s = o - pb[i]
+        if inside:
+            return s, None
+        if mode == "constant":
+            return s, binop("&&", s >= 0, s < d)
+        if mode == "edge":
+            return maximum(const(0), minimum(const(d - 1), s)), None
+        if mode == "reflect":
+            if d == 1:
+                return const(0), None
+            t = b.local(f"t{i}", select(s < 0, -s, s))
+            return select(t >= d, (2 * (d - 1)) - t, t), None
+        return ((s % d) + d) % d, None                     # wrap
+
     nest = Nest(b, SPATIAL)
-    for i in range(r):
+    for i in range(r - 1):
         o = nest.loop(out[i], f"i{i}")
         oo.append(o)
-        d = X.shape[i]
         if pb[i] == 0 and pe[i] == 0:
             srcs.append(o)
             continue
-        s = o - pb[i]
-        if mode == "constant":
-            valid.append(binop("&&", s >= 0, s < d))
-        elif mode == "edge":
-            s = maximum(const(0), minimum(const(d - 1), s))
-        elif mode == "reflect":
-            if d > 1:
-                t = b.local(f"t{i}", select(s < 0, -s, s))
-                s = select(t >= d, (2 * (d - 1)) - t, t)
-            else:
-                s = const(0)
-        elif mode == "wrap":
-            s = ((s % d) + d) % d
-        srcs.append(b.local(f"s{i}", s) if i < r - 1 else s)
-    idx = dot(srcs, xst)
-    ok = all_of(valid)
-    at = dot(oo, row_major_strides(out))
-    b.store(Y, at, X[idx] if ok is None else select(ok, X[idx], fill))
+        s, ok = source(i, o)
+        if ok is not None:
+            valid.append(ok)
+        srcs.append(b.local(f"s{i}", s))
+
+    def store(o, s, ok_last) -> None:
+        idx = dot(srcs + [s], xst)
+        ok = all_of(valid + ([ok_last] if ok_last is not None else []))
+        b.store(Y, dot(oo + [o], yst), X[idx] if ok is None else select(ok, X[idx], fill))
+
+    last, d = r - 1, X.shape[-1]
+    if pb[last] == 0 and pe[last] == 0:
+        o = nest.loop(out[last], f"i{last}")
+        store(o, o, None)
+    else:
+        # the last axis in three runs: the padding before the input, the input's span (a plain
+        # copy: a vector loop with no per-element index arithmetic or gather), the padding after
+        # (negative pads crop: the span starts at 0, or ends at the output's end)
+        lo, hi = max(pb[last], 0), pb[last] + d + min(pe[last], 0)
+        for start, end, inside in ((0, lo, False), (lo, hi, True), (hi, out[last], False)):
+            if decide(end, ">", start) is False:
+                continue
+            with b.loop(wrap(end), f"i{last}", role=SPATIAL, start=wrap(start)) as o:
+                s, ok = source(last, o, inside)
+                store(o, s, ok)
     nest.close()
 
 
