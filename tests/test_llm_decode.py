@@ -144,15 +144,20 @@ def _run_example(exe: Path, prompt: list, steps: int) -> list:
     return [int(t) for t in ids.split()]
 
 
-def test_c_example_generates_like_onnx_runtime(exported, tmp_path):
-    """The example app in C (examples/llm/generate.c), built against a Hugging Face LLaMA export
-    compiled with a growing past: the prompt's ids in, ONNX Runtime's greedy ids out."""
-    path = exported("llama")
+def _example_generates_like_onnx_runtime(path: Path, dims: dict, tmp_path: Path) -> None:
+    """The decoder at `path` compiled with `dims` (--name llm), the example app built against
+    it: its greedy ids after a 20-token prompt are ONNX Runtime's under aotc.generate's loop."""
     out = tmp_path / "llm"
-    aotc.compile(path, target="native", output_dir=out, name="llm", dims=decoders.dims(LONGEST))
+    aotc.compile(path, target="native", output_dir=out, name="llm", dims=dims)
     prompt = [int(t) for t in np.random.default_rng(9).integers(0, 250, PROMPT)]
     got = _run_example(_example_app(out, tmp_path), prompt, STEPS)
     assert got == aotc.generate(OrtDecoder(path, aotc.load(out).manifest), prompt, STEPS)
+
+
+def test_c_example_generates_like_onnx_runtime(exported, tmp_path):
+    """The example app in C (examples/llm/generate.c), built against a Hugging Face LLaMA export
+    compiled with a growing past: the prompt's ids in, ONNX Runtime's greedy ids out."""
+    _example_generates_like_onnx_runtime(exported("llama"), decoders.dims(LONGEST), tmp_path)
 
 
 def test_c_example_runs_a_genai_builder_decoder(tmp_path):
@@ -165,19 +170,10 @@ def test_c_example_runs_a_genai_builder_decoder(tmp_path):
         warnings.simplefilter("ignore")
         decoders.genai_source("llama", hf)
     path = decoders.genai_build(hf, tmp_path / "built", "int4", tmp_path / "cache")
-    out = tmp_path / "llm"
-    aotc.compile(path, target="native", output_dir=out, name="llm", dims=GEN_DIMS)
-    prompt = [int(t) for t in np.random.default_rng(9).integers(0, 250, PROMPT)]
-    got = _run_example(_example_app(out, tmp_path), prompt, STEPS)
-    assert got == aotc.generate(OrtDecoder(path, aotc.load(out).manifest), prompt, STEPS)
+    _example_generates_like_onnx_runtime(path, GEN_DIMS, tmp_path)
 
 
 def test_c_example_runs_a_static_cache_decoder(static_cache, tmp_path):
     """The same app on mobius's static-cache LLaMA: write_indices and nonpad_kv_seqlen fed,
     key_cache.N updated in place as updated_key_cache.N."""
-    path = static_cache("llama")
-    out = tmp_path / "llm"
-    aotc.compile(path, target="native", output_dir=out, name="llm", dims=decoders.static_cache_dims(LONGEST))
-    prompt = [int(t) for t in np.random.default_rng(9).integers(0, 250, PROMPT)]
-    got = _run_example(_example_app(out, tmp_path), prompt, STEPS)
-    assert got == aotc.generate(OrtDecoder(path, aotc.load(out).manifest), prompt, STEPS)
+    _example_generates_like_onnx_runtime(static_cache("llama"), decoders.static_cache_dims(LONGEST), tmp_path)

@@ -86,6 +86,18 @@ def test_depthwise_one_pass_matches_the_row_by_row_nest(case, tmp_path, monkeypa
     np.testing.assert_allclose(fast.run({"x": x})[0], slow.run({"x": x})[0], rtol=1e-5, atol=1e-5)
 
 
+def _conv_at_parity(case, folder, seed: int):
+    """A one-Conv model of `case` (input shape, weight shape, attributes; random input, weights
+    and bias from `seed`) checked against ONNX Runtime in `folder`: (its input, its path)."""
+    xs, ws, attrs = case
+    x = rand(*xs, seed=seed)
+    m = single_op_model("Conv", {"x": x}, inits={"w": rand(*ws, seed=seed + 1), "b": rand(ws[0], seed=seed + 2)},
+                        **attrs)
+    folder.mkdir()
+    assert_parity(m, folder, {"x": x})
+    return x, folder / "model.onnx"
+
+
 @pytest.mark.parametrize("case", [
     ((2, 6, 14, 14), (6, 1, 5, 5), dict(group=6, pads=[2, 2, 2, 2])),
     ((1, 4, 7, 9), (8, 1, 3, 3), dict(group=4, pads=[1, 0, 2, 1])),
@@ -108,12 +120,7 @@ def test_depthwise_padded_plane_matches_the_other_paths(case, tmp_path, monkeypa
     row-by-row paths)."""
     from aotc.api import compile as aotc_compile
     from aotc.ops import conv_direct
-    xs, ws, attrs = case
-    x = rand(*xs, seed=8)
-    m = single_op_model("Conv", {"x": x}, inits={"w": rand(*ws, seed=9), "b": rand(ws[0], seed=10)}, **attrs)
-    (tmp_path / "padded").mkdir()
-    assert_parity(m, tmp_path / "padded", {"x": x})
-    path = tmp_path / "padded" / "model.onnx"
+    x, path = _conv_at_parity(case, tmp_path / "padded", seed=8)
     padded = aotc_compile(path, output_dir=tmp_path / "p2", target=eager_threads_target(tmp_path), threads=2)
     src = (tmp_path / "p2" / "model.c").read_text()
     assert "padded" in src and "wide" in src, "the padded plane was not taken"
@@ -139,12 +146,7 @@ def test_depthwise_stencil_by_rows_matches_the_flat_one(case, tmp_path, monkeypa
     import re
     from aotc.api import compile as aotc_compile
     from aotc.ops import conv_direct
-    xs, ws, attrs = case
-    x = rand(*xs, seed=11)
-    m = single_op_model("Conv", {"x": x}, inits={"w": rand(*ws, seed=12), "b": rand(ws[0], seed=13)}, **attrs)
-    (tmp_path / "rows").mkdir()
-    assert_parity(m, tmp_path / "rows", {"x": x})
-    path = tmp_path / "rows" / "model.onnx"
+    x, path = _conv_at_parity(case, tmp_path / "rows", seed=11)
     two = aotc_compile(path, output_dir=tmp_path / "r2", target=eager_threads_target(tmp_path), threads=2)
     rows = aotc_compile(path, output_dir=tmp_path / "r1", threads=1)
     by_rows = r"for \(int64_t t = 0; t < (16|32); \+\+t\)"
