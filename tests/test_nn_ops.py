@@ -322,6 +322,19 @@ def test_pad(mode, pads, tmp_path):
     assert_parity(single_op_model("Pad", {"x": x}, inits=inits, mode=mode, opset=opset), tmp_path, {"x": x})
 
 
+def test_pad_of_a_scalar_is_the_scalar(tmp_path):
+    """A rank-0 input with no pads (ONNX Runtime refuses it, data_rank > 0, and numpy's np.pad
+    too): nothing to pad, so the output is the input's random value."""
+    from aotc.api import compile as aotc_compile
+    x = rand(seed=14)
+    m = single_op_model("Pad", {"x": x}, inits={"pads": np.zeros(0, np.int64)})
+    import onnx
+    path = tmp_path / "model.onnx"
+    onnx.save(m, path)
+    got = aotc_compile(path, output_dir=tmp_path / "out", target="c").run({"x": x})[0]
+    assert got.shape == () and got == x
+
+
 def test_pad_axes_and_runtime_value(tmp_path):
     x, v = rand(2, 3, 4, seed=11), np.array(-2.0, np.float32)
     node = helper.make_node("Pad", ["x", "pads", "v", "axes"], ["y"], mode="constant")

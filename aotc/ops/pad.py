@@ -102,15 +102,17 @@ def _lower_pad(node, ctx):
         ok = all_of(valid + ([ok_last] if ok_last is not None else []))
         b.store(Y, dot(oo + [o], yst), X[idx] if ok is None else select(ok, X[idx], fill))
 
-    last, d = r - 1, X.shape[-1]
-    if pb[last] == 0 and pe[last] == 0:
+    last = r - 1
+    if r == 0:
+        store(const(0), const(0), None)      # (a scalar: nothing to pad)
+    elif pb[last] == 0 and pe[last] == 0:
         o = nest.loop(out[last], f"i{last}")
         store(o, o, None)
     else:
         # the last axis in three runs: the padding before the input, the input's span (a plain
         # copy: a vector loop with no per-element index arithmetic or gather), the padding after
         # (negative pads crop: the span starts at 0, or ends at the output's end)
-        lo, hi = max(pb[last], 0), pb[last] + d + min(pe[last], 0)
+        lo, hi = max(pb[last], 0), pb[last] + X.shape[last] + min(pe[last], 0)
         for start, end, inside in ((0, lo, False), (lo, hi, True), (hi, out[last], False)):
             if decide(end, ">", start) is False:
                 continue

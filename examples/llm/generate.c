@@ -94,11 +94,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "generate: the model needs an input input_ids and a float32 output logits\n");
         return 2;
     }
-    const int counts[] = {ids, mask, positions, writes, filled};
+    const int int_ports[] = {ids, mask, positions, writes, filled};
     for (int k = 0; k < 5; ++k)
-        if (counts[k] >= 0 && strcmp(FN(input_type)(counts[k]), "int64") != 0) {
-            fprintf(stderr, "generate: input %s is %s; this app feeds int64\n", FN(input_name)(counts[k]),
-                    FN(input_type)(counts[k]));
+        if (int_ports[k] >= 0 && strcmp(FN(input_type)(int_ports[k]), "int64") != 0) {
+            fprintf(stderr, "generate: input %s is %s; this app feeds int64\n", FN(input_name)(int_ports[k]),
+                    FN(input_type)(int_ports[k]));
             return 2;
         }
     int64_t lo[MAX_RANK], hi[MAX_RANK];
