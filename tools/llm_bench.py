@@ -6,7 +6,10 @@ onnxruntime's mobius builder's standard-ops static cache (float32; TensorScatter
 buffers, opset-24 Attention), which onnxruntime-genai's Generator does not run.
 
 Each engine runs the same greedy loop in one process, timed in alternating rounds: a prompt of
---prompt tokens (prefill), then --steps single-token steps. aotc: one artifact with the
+--prompt tokens (prefill), then --steps single-token steps; before each engine's loop, a pause
+(aotc.bench.SETTLE_S) in which the previous engine's thread pool stops spinning (ONNX Runtime's
+workers spin for about 30 ms after a run: without the pause, a 2-thread prompt run just after
+one of its runs took 124 ms instead of 104). aotc: one artifact with the
 sequence as a run-time dim (aotc.generate's Generator, the KV buffers updated in place); ONNX
 Runtime: the same loop over an InferenceSession (its presents are new arrays each step, as any
 caller of its plain run gets); onnxruntime-genai: its own Generator (append_tokens, then
@@ -33,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aotc.bench import OrtDecoder, publish_report
+from aotc.bench import SETTLE_S, OrtDecoder, publish_report
 
 MODELS = {"small": "GENAI_SMALL", "1b": "GENAI_1B"}      # --model: models/decoders.py's configs
 
@@ -138,8 +141,10 @@ def bench(precision: str, threads: list[int], prompt_len: int, steps: int, round
         runs: dict[str, list] = {k: [] for k in (*gens, *(["ort-genai"] if genai else []))}
         for _ in range(rounds):              # alternating, so that the machine's slow spells fall on all
             for k, g in gens.items():
+                time.sleep(SETTLE_S)
                 runs[k].append(loop_timing(g, prompt, steps))
             if genai:
+                time.sleep(SETTLE_S)
                 runs["ort-genai"].append(genai_timing(folder, t, prompt, steps, longest))
         row = {"precision": precision, "threads": t, "params_bytes": weights, "artifact_weights": art_weights,
                "compile_s": secs, "compile_peak": peak, "bandwidth": bandwidth}
