@@ -23,8 +23,9 @@
  *
  * Blocking (Goto/BLIS): columns in blocks of NC, K in blocks of KC (B block in L2/L3), rows in
  * blocks of MC (A block in L2), then NR x MR tiles (B micro-panel in L1). The tile prefetches
- * both streams AOTC_GEMM_PREFETCH k steps ahead (0: no prefetch), which keeps weights that
- * come from memory from stalling it.
+ * both streams AOTC_GEMM_PREFETCH k steps ahead (0: no prefetch), and, where B is packed at
+ * compile time (weights, which come from memory), a part of the B panel after its own into L2
+ * (aotc_ahead), so that the panel's misses are spread over the tiles before it.
  *
  * C is strided too (element (i, j) at C[i*rsc + j*csc]), so a product computed transposed
  * lands in place. When a tile's last K block is stored, the call's `epilogue` (if any) runs on
@@ -351,6 +352,16 @@ static void aotc_sgemm_pack_b_im2col(const aotc_im2col *v, int64_t k0, int64_t k
     }
 }
 
+/* What a tile brings into L2 while it computes: `lines` cache lines from p, one per k step (a
+ * B packed at compile time: the panel after the tile's, so that a weight panel that comes from
+ * memory arrives over the tiles before it instead of as one burst of misses in its first tile;
+ * prefetched in a burst before each tile, the same lines made a product whose weights were in
+ * L3 7% slower). lines 0: nothing. */
+typedef struct {
+    const float *p;
+    int64_t lines;
+} aotc_ahead;
+
 /* With GCC or Clang, the tile is held in vectors of the target's width (the compiler's vector
  * extension), so that the accumulators are values, not an array: an array of floats stays in
  * memory around the k loop (zeroed there first, stored there after it, read back for the
@@ -395,7 +406,8 @@ static inline aotc_tile_vec aotc_tile_load(const float *p)
  * emitter generates for a GEMM whose epilogue runs on the sums before they are stored
  * (aotc_sgemm_call.tile). */
 AOTC_ALWAYS_INLINE void aotc_sgemm_tile_sums(const int rows, int64_t kc, const float *restrict a,
-                                             const float *restrict b, aotc_tile_vec acc[][AOTC_TILE_V])
+                                             const float *restrict b, aotc_tile_vec acc[][AOTC_TILE_V],
+                                             aotc_ahead ahead)
 {
     int64_t i, j, k;
     int v;
@@ -412,6 +424,8 @@ AOTC_ALWAYS_INLINE void aotc_sgemm_tile_sums(const int rows, int64_t kc, const f
             for (j = 0; j < AOTC_GEMM_NR; j += AOTC_CACHE_LINE_FLOATS)
                 AOTC_PREFETCH(b + (k + AOTC_GEMM_PREFETCH) * AOTC_GEMM_NR + j);
         }
+        if (k < ahead.lines)
+            AOTC_PREFETCH_L2(ahead.p + k * AOTC_CACHE_LINE_FLOATS);
         AOTC_UNROLL_FULLY
         for (v = 0; v < AOTC_TILE_V; ++v)
             bk[v] = aotc_tile_load(b + k * AOTC_GEMM_NR + v * AOTC_TILE_VW);
@@ -514,7 +528,7 @@ static inline void aotc_sgemm_prefetch_c(float *C, int64_t rsc, int64_t csc, int
  * all MR rows; aotc_sgemm_tile_half: an edge tile of at most half of them). */
 static inline void aotc_sgemm_tile_rows(const int rows, int64_t kc, const float *restrict a,
                                         const float *restrict b, float *restrict C, int64_t rsc, int64_t csc,
-                                        int64_t mr, int64_t nr, int accumulate)
+                                        int64_t mr, int64_t nr, int accumulate, aotc_ahead ahead)
 {
     float part[AOTC_GEMM_MR][AOTC_GEMM_NR];   /* the tile, for the edge tiles' stores */
     const int whole = mr == rows && nr == AOTC_GEMM_NR && csc == 1;
@@ -525,7 +539,7 @@ static inline void aotc_sgemm_tile_rows(const int rows, int64_t kc, const float 
         aotc_tile_vec acc[AOTC_GEMM_MR][AOTC_TILE_V];
         int v;
         (void)k;
-        aotc_sgemm_tile_sums(rows, kc, a, b, acc);
+        aotc_sgemm_tile_sums(rows, kc, a, b, acc, ahead);
 #if AOTC_TILE_COLUMNS
         if (rows == AOTC_GEMM_MR && mr == AOTC_GEMM_MR && nr == AOTC_GEMM_NR && rsc == 1) {
             aotc_tile_col col[AOTC_GEMM_NR];
@@ -568,6 +582,8 @@ static inline void aotc_sgemm_tile_rows(const int rows, int64_t kc, const float 
             for (j = 0; j < AOTC_GEMM_NR; j += AOTC_CACHE_LINE_FLOATS)
                 AOTC_PREFETCH(b + (k + AOTC_GEMM_PREFETCH) * AOTC_GEMM_NR + j);
         }
+        if (k < ahead.lines)
+            AOTC_PREFETCH_L2(ahead.p + k * AOTC_CACHE_LINE_FLOATS);
         AOTC_UNROLL_FULLY
         for (i = 0; i < rows; ++i) {
             AOTC_UNROLL_NOT
@@ -595,17 +611,17 @@ static inline void aotc_sgemm_tile_rows(const int rows, int64_t kc, const float 
 
 AOTC_NOINLINE static void aotc_sgemm_tile(int64_t kc, const float *restrict a, const float *restrict b,
                                           float *restrict C, int64_t rsc, int64_t csc, int64_t mr, int64_t nr,
-                                          int accumulate)
+                                          int accumulate, aotc_ahead ahead)
 {
-    aotc_sgemm_tile_rows(AOTC_GEMM_MR, kc, a, b, C, rsc, csc, mr, nr, accumulate);
+    aotc_sgemm_tile_rows(AOTC_GEMM_MR, kc, a, b, C, rsc, csc, mr, nr, accumulate, ahead);
 }
 
 #define AOTC_GEMM_HALF_MR ((AOTC_GEMM_MR + 1) / 2)
 AOTC_NOINLINE static void aotc_sgemm_tile_half(int64_t kc, const float *restrict a, const float *restrict b,
                                                float *restrict C, int64_t rsc, int64_t csc, int64_t mr, int64_t nr,
-                                               int accumulate)
+                                               int accumulate, aotc_ahead ahead)
 {
-    aotc_sgemm_tile_rows(AOTC_GEMM_HALF_MR, kc, a, b, C, rsc, csc, mr, nr, accumulate);
+    aotc_sgemm_tile_rows(AOTC_GEMM_HALF_MR, kc, a, b, C, rsc, csc, mr, nr, accumulate, ahead);
 }
 
 /* The micro-kernel for one row of C (batch-1 products: an LSTM step, a classifier head):
@@ -739,14 +755,14 @@ AOTC_NOINLINE static void aotc_sgemm_tile_row_panels(int64_t kc, const float *re
  * half as many rows (an 8-row product on 6-row tiles: 9 rows computed, not 12), or the one-row
  * one when the tile has one row. */
 static void aotc_sgemm_tile_any(int64_t kc, const float *a, const float *b, float *C, int64_t rsc, int64_t csc,
-                                int64_t mr, int64_t nr, int accumulate)
+                                int64_t mr, int64_t nr, int accumulate, aotc_ahead ahead)
 {
     if (mr == 1)
         aotc_sgemm_tile_row(kc, a, b, C, csc, nr, accumulate);
     else if (mr <= AOTC_GEMM_HALF_MR && AOTC_GEMM_HALF_MR < AOTC_GEMM_MR)
-        aotc_sgemm_tile_half(kc, a, b, C, rsc, csc, mr, nr, accumulate);
+        aotc_sgemm_tile_half(kc, a, b, C, rsc, csc, mr, nr, accumulate, ahead);
     else
-        aotc_sgemm_tile(kc, a, b, C, rsc, csc, mr, nr, accumulate);
+        aotc_sgemm_tile(kc, a, b, C, rsc, csc, mr, nr, accumulate, ahead);
 }
 
 /* What runs on a finished tile: rows [i0, i1) x columns [j0, j1) of C. */
@@ -761,7 +777,7 @@ typedef void (*aotc_tile_fn)(void *args, int64_t i0, int64_t i1, int64_t j0, int
  * epilogue after the stores cost up to 40% of a product with a short K (a 1x1 convolution of
  * 16 input channels). The edge tiles keep the plain tile and the epilogue function. */
 typedef void (*aotc_whole_tile_fn)(void *args, int64_t kc, const float *a, const float *b, float *C,
-                                   int64_t i0, int64_t j0, int accumulate);
+                                   int64_t i0, int64_t j0, int accumulate, aotc_ahead ahead);
 /* Generated tiles exist where the tile is held in vectors and the compiler takes OpenMP's SIMD
  * pragmas (-fopenmp-simd -DAOTC_OPENMP_SIMD): their epilogue is a loop over a vector's lanes,
  * which GCC otherwise unrolls into scalar code before it would vectorize it (3x slower than the
@@ -1281,13 +1297,18 @@ static int aotc_sgemm_on_tiles(const aotc_sgemm_call *g)
 }
 #endif
 
-/* Part `part` of `parts` of the `floats` floats at p, brought into L2 */
-static inline void aotc_sgemm_prefetch_part(const float *p, int64_t floats, int64_t part, int64_t parts)
+/* Part `tile` of `tiles` of the panel (kc x NR floats) at `panel`, for a tile to bring into L2
+ * (aotc_ahead): each of the tiles that cross the panel before it brings a part; NULL: none */
+static aotc_ahead aotc_sgemm_ahead(const float *panel, int64_t kc, int64_t tile, int64_t tiles)
 {
-    const int64_t lines = (floats + AOTC_CACHE_LINE_FLOATS - 1) / AOTC_CACHE_LINE_FLOATS;
-    int64_t l;
-    for (l = part * lines / parts; l < (part + 1) * lines / parts; ++l)
-        AOTC_PREFETCH_L2(p + l * AOTC_CACHE_LINE_FLOATS);
+    const int64_t lines = (kc * AOTC_GEMM_NR + AOTC_CACHE_LINE_FLOATS - 1) / AOTC_CACHE_LINE_FLOATS;
+    const int64_t l0 = tile * lines / tiles, l1 = (tile + 1) * lines / tiles;
+    aotc_ahead ahead = { NULL, 0 };
+    if (panel) {
+        ahead.p = panel + l0 * AOTC_CACHE_LINE_FLOATS;
+        ahead.lines = aotc_gemm_min(l1 - l0, kc);
+    }
+    return ahead;
 }
 
 /* Rows [m0, m1) x columns [n0, n1) of C (m0 a multiple of MR, n0 of aotc_sgemm_row_unit(g), so
@@ -1342,6 +1363,7 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
             const float *bp = aotc_sgemm_b_block(g, pc, kc, kstep, n0 + jc, nc, bwork);
             for (ic = 0; ic < M; ic += AOTC_GEMM_MC) {
                 const int64_t mc = aotc_gemm_min(AOTC_GEMM_MC, M - ic);
+                const int64_t tiles = (mc + AOTC_GEMM_MR - 1) / AOTC_GEMM_MR;     /* (row tiles in the block) */
                 const float *ap;
                 if (a_packed) {
                     ap = g->A + pc * Mpad + (m0 + ic) * kc;
@@ -1390,32 +1412,30 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
                                 const int64_t mr = aotc_gemm_min(AOTC_GEMM_MR, mc - ir);
                                 const int64_t nr = aotc_gemm_min(AOTC_GEMM_NR, nc - jr);
                                 float *c = C0 + (ic + ir) * g->rsc + (jc + jr) * g->csc;
+                                /* (the next part of B's panels, a part of one per tile) */
+                                const aotc_ahead ahead = aotc_sgemm_ahead(b_packed && jr + part < nc ? bp + (jr + part) * kc
+                                                                          : NULL, kc, ir / AOTC_GEMM_MR, tiles);
                                 if (g->tile && mr == AOTC_GEMM_MR && nr == AOTC_GEMM_NR) {
                                     g->tile(g->epilogue_args, kc, ap + ir * kc, bp + jr * kc, c,
-                                            m0 + ic + ir, n0 + jc + jr, g->accumulate || pc > 0);
+                                            m0 + ic + ir, n0 + jc + jr, g->accumulate || pc > 0, ahead);
                                     continue;
                                 }
                                 aotc_sgemm_tile_any(kc, ap + ir * kc, bp + jr * kc, c, g->rsc, g->csc,
-                                                    mr, nr, g->accumulate || pc > 0);
+                                                    mr, nr, g->accumulate || pc > 0, ahead);
                                 g->epilogue(g->epilogue_args, m0 + ic + ir, m0 + ic + ir + mr,
                                             n0 + jc + jr, n0 + jc + jr + nr);
                             }
                 } else {
-                    /* B's micro-panel stays in L1 while the tiles walk down A's panels; a B packed
-                       at compile time (weights, from memory) has its next panel brought into L2
-                       meanwhile, a part per tile: read by the first tile alone, its cache misses
-                       came in one burst (a 128 x 768 x 32000 head 6% faster, Intel Xeon) */
-                    const int64_t tiles = (mc + AOTC_GEMM_MR - 1) / AOTC_GEMM_MR;
+                    /* B's micro-panel stays in L1 while the tiles walk down A's panels (and bring
+                       the next panel into L2, a part each, where B was packed at compile time) */
                     for (jr = 0; jr < nc; jr += AOTC_GEMM_NR)
-                        for (ir = 0; ir < mc; ir += AOTC_GEMM_MR) {
-                            if (b_packed && jr + AOTC_GEMM_NR < nc)
-                                aotc_sgemm_prefetch_part(bp + (jr + AOTC_GEMM_NR) * kc, kc * AOTC_GEMM_NR,
-                                                         ir / AOTC_GEMM_MR, tiles);
+                        for (ir = 0; ir < mc; ir += AOTC_GEMM_MR)
                             aotc_sgemm_tile_any(kc, ap + ir * kc, bp + jr * kc,
                                                 C0 + (ic + ir) * g->rsc + (jc + jr) * g->csc, g->rsc, g->csc,
                                                 aotc_gemm_min(AOTC_GEMM_MR, mc - ir), aotc_gemm_min(AOTC_GEMM_NR, nc - jr),
-                                                g->accumulate || pc > 0);
-                        }
+                                                g->accumulate || pc > 0,
+                                                aotc_sgemm_ahead(b_packed && jr + AOTC_GEMM_NR < nc ? bp + (jr + AOTC_GEMM_NR) * kc
+                                                                 : NULL, kc, ir / AOTC_GEMM_MR, tiles));
                 }
             }
         }

@@ -276,7 +276,7 @@ class CPrinter(CStylePrinter):
             self.out("    aotc_tile_vec aotc_sums[AOTC_GEMM_MR][AOTC_TILE_V];")
             self.out(f"    aotc_sgemm_prefetch_c(aotc_c, {self.expr(wrap(C.rs))}, {self.expr(wrap(C.cs))}, "
                      "AOTC_GEMM_MR, AOTC_GEMM_NR);")
-            self.out("    aotc_sgemm_tile_sums(AOTC_GEMM_MR, aotc_kc, aotc_a, aotc_b, aotc_sums);")
+            self.out("    aotc_sgemm_tile_sums(AOTC_GEMM_MR, aotc_kc, aotc_a, aotc_b, aotc_sums, aotc_next);")
             if by_rows:          # for each row r, each vector v of its columns
                 self.out("    AOTC_UNROLL_FULLY")
                 self.out("    for (int aotc_r = 0; aotc_r < AOTC_GEMM_MR; ++aotc_r) {")
@@ -323,7 +323,8 @@ class CPrinter(CStylePrinter):
                 f"/* a whole tile of the GEMM, its epilogue run on the sums (edge tiles: the runtime's tile, "
                 f"then {self.kernel_.name}_epilogue{n}) */",
                 f"AOTC_NOINLINE static void {name}(void *aotc_task, int64_t aotc_kc, const float *aotc_a, "
-                "const float *aotc_b, float *aotc_c, int64_t aotc_i0, int64_t aotc_j0, int aotc_accumulate)",
+                "const float *aotc_b, float *aotc_c, int64_t aotc_i0, int64_t aotc_j0, int aotc_accumulate, "
+                "aotc_ahead aotc_next)",
                 "{",
                 f"    {struct} *aotc_args = ({struct} *)aotc_task;"] + unpack + lines + ["}", "#endif"]
         self.helpers.append("\n".join(text))
