@@ -67,6 +67,27 @@ def test_generate_checks_its_decoder(exported, tmp_path):
         aotc.generate(art, list(range(10)), 8)
 
 
+def test_a_steps_results_outlive_the_next_step(exported, tmp_path):
+    """Generator.step writes every step's logits into one array, and the artifact returns its
+    run-time-sized outputs (the presents) as views: what one step returned is unchanged by the
+    step after it (two one-token steps write the same row), and the logits are ONNX Runtime's."""
+    path = exported("llama")
+    art = aotc.compile(path, target="native", output_dir=tmp_path / "out", dims=decoders.dims(16))
+    prompt = [int(t) for t in np.random.default_rng(8).integers(0, 250, 6)]
+    got, want = [], []
+    for gen, out in ((aotc.Generator(art), got), (aotc.Generator(OrtDecoder(path, art.manifest)), want)):
+        logits, caches = gen.step(prompt, 0, gen.empty_caches())
+        for past in range(len(prompt), len(prompt) + 2):
+            out.append((logits, caches, logits.copy(), {k: v.copy() for k, v in caches.items()}))
+            logits, caches = gen.step([int(np.argmax(logits))], past, caches)
+        out.append((logits, caches, logits, caches))
+    for (logits, caches, then, caches_then), (ref, *_) in zip(got, want):
+        assert np.array_equal(logits, then)
+        assert all(np.array_equal(caches[k], caches_then[k]) for k in caches)
+        np.testing.assert_allclose(logits, ref, rtol=1e-4, atol=1e-4)
+    assert not np.allclose(got[1][0], got[2][0])
+
+
 @pytest.fixture(scope="module")
 def static_cache(tmp_path_factory):
     """mobius's static-cache decoders of models/decoders.py's LLaMA / Phi-3 sources (buffers of

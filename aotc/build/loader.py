@@ -145,7 +145,9 @@ class Library:
     def run(self, instance, arrays: list[np.ndarray], into: dict[int, np.ndarray] | None = None) -> list[np.ndarray]:
         """The outputs of a run on `arrays` (graph order); `into` gives arrays for outputs to be
         written into (by position: C-contiguous, of the output's type and largest size), an
-        input's own where the manifest says the output may share it (in_place_of)."""
+        input's own where the manifest says the output may share it (in_place_of). An output
+        with run-time axes is returned as a view of its array's leading part, of the run's
+        sizes."""
         ffi, p = self.ffi, self.prefix
         into = into or {}
         cin = ffi.new(f"{p}_inputs *")
@@ -176,8 +178,11 @@ class Library:
             raise RunError(f"{p} failed{at}: {self.error(status)} (status {status})")
         for k, (name, field, dt, shape) in enumerate(self.outputs):
             if field in self.shape_fields:
+                # the run's size of an output with run-time axes: the leading part of the array
+                # (a view: a decoder's 16 MB of prompt logits copied out of a 25 MB buffer took
+                # longer than the attention that made them)
                 dims = tuple(int(d) for d in getattr(cout, self.shape_fields[field]))
-                outs[k] = outs[k].reshape(-1)[:int(np.prod(dims))].reshape(dims).copy()
+                outs[k] = outs[k].reshape(-1)[:int(np.prod(dims))].reshape(dims)
         return outs
 
 
