@@ -9,7 +9,9 @@ Each engine runs the same greedy loop in one process, timed in alternating round
 --prompt tokens (prefill), then --steps single-token steps; before each engine's loop, a pause
 (aotc.bench.SETTLE_S) in which the previous engine's thread pool stops spinning (ONNX Runtime's
 workers spin for about 30 ms after a run: without the pause, a 2-thread prompt run just after
-one of its runs took 124 ms instead of 104). aotc: one artifact with the
+one of its runs took 124 ms instead of 104). Each engine's model is loaded once and runs a short
+loop untimed before the rounds (onnxruntime-genai's first prompt run took 238 ms, its next ones
+190: the embedding's pages mapped in). aotc: one artifact with the
 sequence as a run-time dim (aotc.generate's Generator, the KV buffers updated in place); ONNX
 Runtime: the same loop over an InferenceSession (its presents are new arrays each step, as any
 caller of its plain run gets); onnxruntime-genai: its own Generator (append_tokens, then
@@ -19,7 +21,7 @@ attends to) times tokens per second against this machine's copy bandwidth (numpy
 Also aotc's compile time and peak memory (a child process) against the weights' bytes.
 
 python -m tools.llm_bench [--model small|1b] [--precision fp32,int4,static] [--threads 1,2] [--prompt 128]
-                          [--steps 64] [--rounds 3] [--report docs/PERFORMANCE.md]
+                          [--steps 64] [--rounds 5] [--report docs/PERFORMANCE.md]
 (each model has its own section of the report: `make llm-bench`, `make llm-bench-1b`)
 """
 from __future__ import annotations
@@ -71,14 +73,20 @@ def loop_timing(gen, prompt: list, steps: int) -> tuple[float, list[float], list
     return times[0], times[1:], tokens
 
 
-def genai_timing(folder: Path, threads: int, prompt: list, steps: int, longest: int):
-    """The same with onnxruntime-genai's Generator on the builder's folder."""
+def genai_model(folder: Path, threads: int):
+    """onnxruntime-genai's model on the builder's folder, its session on `threads` intra-op threads."""
     import onnxruntime_genai as og
     cfg = json.loads((folder / "genai_config.json").read_text())
     cfg["model"]["decoder"]["session_options"]["intra_op_num_threads"] = threads
     cfg["model"]["decoder"]["session_options"]["inter_op_num_threads"] = 1
     (folder / "genai_config.json").write_text(json.dumps(cfg, indent=4))
-    model = og.Model(str(folder))
+    return og.Model(str(folder))
+
+
+def genai_timing(model, prompt: list, steps: int, longest: int):
+    """The same with onnxruntime-genai's Generator on its model (genai_model), loaded once for
+    all rounds as the other engines are (a model's first prompt run also maps its weights in)."""
+    import onnxruntime_genai as og
     params = og.GeneratorParams(model)
     params.set_search_options(max_length=longest, do_sample=False)
     gen = og.Generator(model, params)
@@ -137,7 +145,11 @@ def bench(precision: str, threads: list[int], prompt_len: int, steps: int, round
     for t in threads:
         model = aotc.load(out, threads=t)
         gens = {"aotc": aotc.Generator(model), "ort": aotc.Generator(OrtDecoder(path, model.manifest, t))}
-        genai = precision != "static"
+        genai = genai_model(folder, t) if precision != "static" else None
+        if genai:
+            genai_timing(genai, prompt, 1, longest)              # (warm-up, as the others' below)
+        for g in gens.values():
+            loop_timing(g, prompt, 1)
         runs: dict[str, list] = {k: [] for k in (*gens, *(["ort-genai"] if genai else []))}
         for _ in range(rounds):              # alternating, so that the machine's slow spells fall on all
             for k, g in gens.items():
@@ -145,7 +157,7 @@ def bench(precision: str, threads: list[int], prompt_len: int, steps: int, round
                 runs[k].append(loop_timing(g, prompt, steps))
             if genai:
                 time.sleep(SETTLE_S)
-                runs["ort-genai"].append(genai_timing(folder, t, prompt, steps, longest))
+                runs["ort-genai"].append(genai_timing(genai, prompt, steps, longest))
         row = {"precision": precision, "threads": t, "params_bytes": weights, "artifact_weights": art_weights,
                "compile_s": secs, "compile_peak": peak, "bandwidth": bandwidth}
         for k, rs in runs.items():
@@ -216,7 +228,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--steps", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--work", type=Path, default=None, help="where the models are built (default: a temporary folder)")
     ap.add_argument("--report", type=Path, default=None, help="a Markdown file whose llm-bench section to replace")
     a = ap.parse_args(argv)
