@@ -76,11 +76,13 @@
 #define AOTC_UNROLL_NOT
 #endif
 #if defined(__GNUC__)
+#define AOTC_ALWAYS_INLINE static inline __attribute__((always_inline))
 #define AOTC_NOINLINE __attribute__((noinline))
 #define AOTC_PREFETCH(p) __builtin_prefetch(p)
 #define AOTC_PREFETCH_W(p) __builtin_prefetch(p, 1)
 #define AOTC_PREFETCH_L2(p) __builtin_prefetch(p, 0, 2)
 #else
+#define AOTC_ALWAYS_INLINE static inline
 #define AOTC_NOINLINE
 #define AOTC_PREFETCH(p) ((void)0)
 #define AOTC_PREFETCH_W(p) ((void)0)
@@ -394,11 +396,6 @@ static inline aotc_tile_vec aotc_tile_load(const float *p)
 
 #if AOTC_TILE_VECTORS
 #define AOTC_TILE_V (AOTC_GEMM_NR / AOTC_TILE_VW)      /* vectors in a row of the tile */
-#if defined(__GNUC__)
-#define AOTC_ALWAYS_INLINE static inline __attribute__((always_inline))
-#else
-#define AOTC_ALWAYS_INLINE static inline
-#endif
 
 /* The sums of one tile: acc[i][v] = the first `rows` rows of a . b over kc steps (a one packed A
  * panel, kc x MR; b one packed B panel, kc x NR), the vectors of row i. Inlined wherever it is
@@ -704,8 +701,15 @@ AOTC_NOINLINE static void aotc_sgemm_tile_row(int64_t kc, const float *restrict 
 #else
 #define AOTC_ROW_PANELS 4
 #endif
-AOTC_NOINLINE static void aotc_sgemm_tile_row_panels(int64_t kc, const float *restrict a, const float *restrict b,
-                                                     float *restrict C, int64_t csc, int64_t n, int accumulate)
+/* The unit threads split such a row in (aotc_sgemm_row_unit): half a group, done by the same
+ * kernel on half as many panels (panels = AOTC_ROW_HALF), whose sums are the same bits, panel by
+ * panel. With whole groups as the unit, threads were uneven wherever the groups did not divide
+ * among them: a decoder's 768-column products are 3 groups, 2 for one thread and 1 for the
+ * other (the one-token step's down projection 0.23 ms at 2 threads against 0.34 at 1). */
+#define AOTC_ROW_HALF (AOTC_ROW_PANELS / 2)
+AOTC_ALWAYS_INLINE void aotc_sgemm_tile_row_panels_of(const int panels, int64_t kc, const float *restrict a,
+                                                      const float *restrict b, float *restrict C, int64_t csc,
+                                                      int64_t n, int accumulate)
 {
     float acc[AOTC_ROW_PANELS * AOTC_GEMM_NR];
     int64_t j, k;
@@ -716,7 +720,7 @@ AOTC_NOINLINE static void aotc_sgemm_tile_row_panels(int64_t kc, const float *re
         aotc_tile_vec sum[AOTC_ROW_PANELS][V];
         int v;
         AOTC_UNROLL_FULLY
-        for (p = 0; p < AOTC_ROW_PANELS; ++p) {
+        for (p = 0; p < panels; ++p) {
             AOTC_UNROLL_FULLY
             for (v = 0; v < V; ++v)
                 sum[p][v] = (aotc_tile_vec){ 0.0f };
@@ -724,31 +728,43 @@ AOTC_NOINLINE static void aotc_sgemm_tile_row_panels(int64_t kc, const float *re
         for (k = 0; k < kc; ++k) {
             const float ak = a[k * AOTC_GEMM_MR];
             AOTC_UNROLL_FULLY
-            for (p = 0; p < AOTC_ROW_PANELS; ++p) {
+            for (p = 0; p < panels; ++p) {
                 AOTC_UNROLL_FULLY
                 for (v = 0; v < V; ++v)
                     sum[p][v] += ak * aotc_tile_load(b + (p * kc + k) * AOTC_GEMM_NR + v * AOTC_TILE_VW);
             }
         }
         AOTC_UNROLL_FULLY
-        for (p = 0; p < AOTC_ROW_PANELS; ++p) {
+        for (p = 0; p < panels; ++p) {
             AOTC_UNROLL_FULLY
             for (v = 0; v < V; ++v)
                 memcpy(&acc[p * AOTC_GEMM_NR + v * AOTC_TILE_VW], &sum[p][v], sizeof sum[p][v]);
         }
     }
 #else
-    for (j = 0; j < AOTC_ROW_PANELS * AOTC_GEMM_NR; ++j)
+    for (j = 0; j < panels * AOTC_GEMM_NR; ++j)
         acc[j] = 0.0f;
     for (k = 0; k < kc; ++k) {
         const float ak = a[k * AOTC_GEMM_MR];
-        for (p = 0; p < AOTC_ROW_PANELS; ++p)
+        for (p = 0; p < panels; ++p)
             for (j = 0; j < AOTC_GEMM_NR; ++j)
                 acc[p * AOTC_GEMM_NR + j] += ak * b[(p * kc + k) * AOTC_GEMM_NR + j];
     }
 #endif
-    for (j = 0; j < n; ++j)
+    for (j = 0; j < n && j < panels * AOTC_GEMM_NR; ++j)
         C[j * csc] = accumulate ? C[j * csc] + acc[j] : acc[j];
+}
+
+AOTC_NOINLINE static void aotc_sgemm_tile_row_panels(int64_t kc, const float *restrict a, const float *restrict b,
+                                                     float *restrict C, int64_t csc, int64_t n, int accumulate)
+{
+    aotc_sgemm_tile_row_panels_of(AOTC_ROW_PANELS, kc, a, b, C, csc, n, accumulate);
+}
+
+AOTC_NOINLINE static void aotc_sgemm_tile_row_half(int64_t kc, const float *restrict a, const float *restrict b,
+                                                   float *restrict C, int64_t csc, int64_t n, int accumulate)
+{
+    aotc_sgemm_tile_row_panels_of(AOTC_ROW_HALF, kc, a, b, C, csc, n, accumulate);
 }
 
 /* One tile of C: the MR-row micro-kernel, the half-height one for an edge tile of at most
@@ -832,15 +848,15 @@ typedef struct {
 } aotc_sgemm_call;
 
 /* The columns a split of C among threads counts in: NR-column panels, or for a one-row product
- * of a B packed at compile time (a layer's weights) groups of AOTC_ROW_PANELS panels, which
- * aotc_sgemm_block takes together. */
+ * of a B packed at compile time (a layer's weights) half-groups of AOTC_ROW_HALF panels, which
+ * aotc_sgemm_block takes together (two at a time where it can). */
 #if AOTC_GEMM_NC % (AOTC_ROW_PANELS * AOTC_GEMM_NR) != 0
 #error "AOTC_GEMM_NC must be a multiple of AOTC_ROW_PANELS * AOTC_GEMM_NR (8 or 4 panels)"
 #endif
 static int64_t aotc_sgemm_row_unit(const aotc_sgemm_call *g)
 {
     const int b_packed = g->rsb == 0 && g->csb == 0 && !g->bim2col && !g->Bh;
-    return g->M == 1 && b_packed ? AOTC_ROW_PANELS * AOTC_GEMM_NR : AOTC_GEMM_NR;
+    return g->M == 1 && b_packed ? AOTC_ROW_HALF * AOTC_GEMM_NR : AOTC_GEMM_NR;
 }
 
 /* Row m of C, columns [n0, n1), from a B that is strided with unit stride along k (rsb 1: each
@@ -1378,16 +1394,22 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
                 }
                 if (aotc_sgemm_row_unit(g) > AOTC_GEMM_NR) {
                     /* one row of weights packed at compile time: its tiles AOTC_ROW_PANELS panels at
-                       a time (aotc_sgemm_tile_row_panels), the panels left one at a time; the groups
-                       start at multiples of aotc_sgemm_row_unit(g) columns (as do a split among
-                       threads and NC), so that every column gets the kernel one thread gives it */
+                       a time (aotc_sgemm_tile_row_panels), or half as many (the same sums), the
+                       panels left one at a time; the groups start at multiples of
+                       aotc_sgemm_row_unit(g) columns (as do a split among threads and NC), so that
+                       every column gets the kernel one thread gives it */
                     float *c = C0 + ic * g->rsc + jc * g->csc;
                     for (jr = 0; jr < nc;) {
                         const int whole = nc - jr > (AOTC_ROW_PANELS - 1) * AOTC_GEMM_NR;
-                        const int64_t n = aotc_gemm_min(whole ? AOTC_ROW_PANELS * AOTC_GEMM_NR : AOTC_GEMM_NR, nc - jr);
+                        const int half = !whole && nc - jr > (AOTC_ROW_HALF - 1) * AOTC_GEMM_NR;
+                        const int64_t n = aotc_gemm_min(whole ? AOTC_ROW_PANELS * AOTC_GEMM_NR
+                                                        : half ? AOTC_ROW_HALF * AOTC_GEMM_NR : AOTC_GEMM_NR, nc - jr);
                         if (whole)
                             aotc_sgemm_tile_row_panels(kc, ap, bp + jr * kc, c + jr * g->csc, g->csc, n,
                                                        g->accumulate || pc > 0);
+                        else if (half)
+                            aotc_sgemm_tile_row_half(kc, ap, bp + jr * kc, c + jr * g->csc, g->csc, n,
+                                                     g->accumulate || pc > 0);
                         else
                             aotc_sgemm_tile_row(kc, ap, bp + jr * kc, c + jr * g->csc, g->csc, n,
                                                 g->accumulate || pc > 0);

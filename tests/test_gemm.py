@@ -101,15 +101,16 @@ def test_one_row_kernel_matches_the_tile_rows(lib):
 
 def test_one_row_over_many_panels(lib):
     """A row of C over many NR-column panels of weights packed at compile time takes them
-    several at a time (the row-panels kernel: 8 on AVX-512, 4 elsewhere), the panels left one
-    at a time (B packed at run time: all one at a time). Against numpy and the same row as the
-    first of an MR-row tile, for N with whole groups, a partial last panel in a group, leftover
-    panels; accumulating, with the epilogue (each element seen once, after the last K block) and
-    split by columns over threads, which gives what one thread gives, bit for bit."""
+    several at a time (the row-panels kernel: 8 on AVX-512, 4 elsewhere, or half as many), the
+    panels left one at a time (B packed at run time: all one at a time). Against numpy and the
+    same row as the first of an MR-row tile, for N with whole groups, half groups (threads split
+    the row by halves: 3 groups among 2 threads are 1.5 each), a partial last panel in a group,
+    leftover panels; accumulating, with the epilogue (each element seen once, after the last K
+    block) and split by columns over threads, which gives what one thread gives, bit for bit."""
     rng = np.random.default_rng(11)
     t = lib.tiles
-    for groups, extra in [(1, 0), (1, 5), (2, t.nr + 3), (3, 3 * t.nr - 1)]:
-        N = groups * 8 * t.nr + extra
+    for groups, extra in [(1, 0), (1, 5), (2, t.nr + 3), (3, 3 * t.nr - 1), (3, 0), (1.5, 0), (2.5, 7)]:
+        N = int(groups * 8) * t.nr + extra
         for K in (1, 7, t.kc + 9):
             A, B = _rand(rng, t.mr, K), _rand(rng, K, N)
             tile = np.full((t.mr, N), np.nan, np.float32)
