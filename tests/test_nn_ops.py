@@ -396,30 +396,48 @@ def test_resize_cubic(ct, a, exclude, tmp_path):
 
 
 @pytest.mark.parametrize("case", [
-    ((1, 4, 28, 28), [1, 1, 1.25, 1.25], "half_pixel"),
-    ((2, 3, 5, 6), [1, 1, 1, 2.5], "align_corners"),
-    ((3, 7), [2, 0.6], "asymmetric"),
-    ((2, 3, 4, 5, 6), [1, 1, 1.5, 1.3, 0.5], "pytorch_half_pixel"),
-], ids=["2d_up", "last_axis_only", "2d_down", "3d"])
+    ((1, 4, 28, 28), [1, 1, 1.25, 1.25], "half_pixel", "plane"),
+    ((2, 5, 14, 14), [1, 1, 2.5, 2.5], "pytorch_half_pixel", "plane"),
+    ((1, 3, 6, 9), [1, 1, 2, 0.5], "align_corners", "plane"),
+    ((2, 3, 5, 6), [1, 1, 1, 2.5], "align_corners", "row"),
+    ((3, 7), [2, 0.6], "asymmetric", "plane"),
+    ((2, 3, 8, 8), [1, 1, 0.5, 0.75], "half_pixel", "row"),
+    ((2, 3, 4, 5, 6), [1, 1, 1.5, 1.3, 0.5], "pytorch_half_pixel", "row"),
+], ids=["2d_up", "2d_up_uneven", "rows_up_columns_down", "last_axis_only", "rank2", "2d_down", "3d"])
 def test_resize_linear_by_rows_matches_the_elementwise_form(case, tmp_path, monkeypatch):
-    """Linear Resize axis after axis (a row scratch per output row, the last axis from a tap
-    table: ops/resize.py _resize_linear_by_rows) against ONNX Runtime, and against the element-wise
-    form (RESIZE_BY_ROWS = False), built with 2 threads (the row scratch per thread)."""
+    """Linear Resize axis after axis (ops/resize.py: by planes, the last axis first into a
+    plane scratch, where only the last two axes change and the rows grow; else by rows, a row
+    scratch per output row, the last axis from a tap table) against ONNX Runtime, and against
+    the forms below it: by rows (RESIZE_BY_PLANES = False) and element-wise (RESIZE_BY_ROWS =
+    False), built with 2 threads (the scratch per thread)."""
     from aotc.api import compile as aotc_compile
     from aotc.ops import resize
-    shape, scales, ct = case
+    shape, scales, ct, form = case
     x = rand(*shape, seed=21)
     m = graph_model([helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear",
                                       coordinate_transformation_mode=ct)],
                     {"x": x}, ["y"], {"s": np.array(scales, np.float32)}, opset=13)
-    (tmp_path / "rows").mkdir()
-    assert_parity(m, tmp_path / "rows", {"x": x})
-    rows = aotc_compile(tmp_path / "rows" / "model.onnx", output_dir=tmp_path / "rows" / "t2", threads=2)
-    assert "row[tap[" in (tmp_path / "rows" / "t2" / "model.c").read_text()
+    (tmp_path / "ort").mkdir()
+    assert_parity(m, tmp_path / "ort", {"x": x})
+    onnx_path = tmp_path / "ort" / "model.onnx"
+    markers = {"plane": "plane[h * ", "row": "row[tap["}
+
+    def built(name):
+        out = aotc_compile(onnx_path, output_dir=tmp_path / name, threads=2)
+        code = (tmp_path / name / "model.c").read_text()
+        return out.run({"x": x})[0], {k for k, v in markers.items() if v in code}
+
+    y, forms = built("default")
+    assert forms == {form}
+    if form == "plane":
+        monkeypatch.setattr(resize, "RESIZE_BY_PLANES", False)
+        by_rows, forms = built("rows")
+        assert forms == {"row"}
+        np.testing.assert_allclose(y, by_rows, rtol=1e-5, atol=1e-6)
     monkeypatch.setattr(resize, "RESIZE_BY_ROWS", False)
-    elementwise = aotc_compile(tmp_path / "rows" / "model.onnx", output_dir=tmp_path / "elementwise", threads=2)
-    assert "row[tap[" not in (tmp_path / "elementwise" / "model.c").read_text()
-    np.testing.assert_allclose(rows.run({"x": x})[0], elementwise.run({"x": x})[0], rtol=1e-5, atol=1e-6)
+    elementwise, forms = built("elementwise")
+    assert forms == set()
+    np.testing.assert_allclose(y, elementwise, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])

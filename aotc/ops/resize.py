@@ -219,7 +219,10 @@ def _lower_resize(node, ctx):
     filtered = filtered_axes(mode, antialias, scales, X.shape, out)
     if RESIZE_BY_ROWS and mode == "linear" and r >= 2 and not crop and not filtered \
             and not (out[-1] == X.shape[-1] and float(scales[-1]) == 1.0):
-        _resize_linear_by_rows(ctx, X, Y, out, scales, ct)
+        if _by_planes(X.shape, out, scales):
+            _resize_linear_by_planes(ctx, X, Y, out, scales, ct)
+        else:
+            _resize_linear_by_rows(ctx, X, Y, out, scales, ct)
         return
     filters = {}              # per filtered axis: its taps and weights by output index (a table)
     for i in filtered:
@@ -299,9 +302,19 @@ def _lower_resize(node, ctx):
     nest.close()
 
 
-# linear Resize whose last axis changes: axis after axis (_resize_linear_by_rows); False: the
-# element-wise form (tests compare the two)
+# linear Resize whose last axis changes: axis after axis (_resize_linear_by_rows, or by planes
+# where that gathers less); False: the element-wise form (tests compare the forms)
 RESIZE_BY_ROWS = True
+RESIZE_BY_PLANES = True
+
+
+def _by_planes(shape, out, scales) -> bool:
+    """Whether a linear Resize goes by planes: only its last two axes change, the rows'
+    count grows, and the sizes are known at compile time (the plane scratch)."""
+    r = len(shape)
+    return RESIZE_BY_PLANES and r >= 2 and not any(is_dim(d) for d in (*shape[-2:], *out[-2:])) \
+        and out[-2] > shape[-2] \
+        and all(out[i] == shape[i] and float(scales[i]) == 1.0 for i in range(r - 2))
 
 
 def _linear_taps(b, x: Expr, L: int, i: int) -> list:
@@ -347,6 +360,54 @@ def _cubic_taps(b, x: Expr, L: int, i: int, A: float, exclude_outside: bool) -> 
     return taps
 
 
+def _last_axis_taps(ctx, X, out, scales, ct):
+    """The last axis' two taps per output index as tables computed once per kernel: (indices
+    [2, OW], weights [2, OW]), tap k of output o at k * OW + o."""
+    b = ctx.b
+    r, L, OW = len(X.shape), X.shape[-1], out[-1]
+    taps = ctx.scratch((2, OW), I64, "tap")
+    weights = ctx.scratch((2, OW), F32, "weight")
+    with b.loop(OW, "o", role=SPATIAL) as o:
+        for k, (ix, w) in enumerate(_linear_taps(b, _original_coord(o, ct, scales[-1], L, OW), L, r - 1)):
+            b.store(taps, k * OW + o, ix)
+            b.store(weights, k * OW + o, w)
+    return taps, weights
+
+
+def _horizontal(taps, weights, OW, src, at, o, dtype):
+    """Output element o of a row resized along the last axis: its two taps of the source row
+    that starts at src[at], weighted."""
+    return cast(weights[o], dtype) * src[at + taps[o]] + cast(weights[OW + o], dtype) * src[at + taps[OW + o]]
+
+
+def _resize_linear_by_planes(ctx, X, Y, out, scales, ct) -> None:
+    """Linear Resize of the last two axes only, growing the rows' count (an upsampling, the
+    common case): per plane, the input's rows are first resized along the last axis into a
+    plane scratch (taps gathered from a table: the scalar part, done once per input row), then
+    each output row is two of the scratch's rows weighted and summed (contiguous, vectorized).
+    The by-rows form gathers for every output row, so this one gathers H / OH of that."""
+    b = ctx.b
+    r = len(X.shape)
+    H, L = X.shape[-2:]
+    OH, OW = out[-2:]
+    xst, yst = row_major_strides(X.shape), row_major_strides(out)
+    taps, weights = _last_axis_taps(ctx, X, out, scales, ct)
+    plane = ctx.scratch((H, OW), X.dtype, "plane")
+    walked = [i for i in range(r - 2) if out[i] > 1]
+    with b.loops([out[i] for i in walked], [f"i{i}" for i in walked], role=SPATIAL, private=(plane,)) as idx:
+        oo = [const(0)] * (r - 2)
+        for i, v in zip(walked, idx):
+            oo[i] = v
+        src, dst = dot(oo, xst[:-2]), dot(oo, yst[:-2])
+        with b.loop(H, "h", role=SPATIAL) as h:
+            with b.loop(OW, "o", role=SPATIAL) as o:
+                b.store(plane, h * OW + o, _horizontal(taps, weights, OW, X, src + h * L, o, X.dtype))
+        with b.loop(OH, "v", role=SPATIAL) as v:
+            (ia, wa), (ib, wb) = _linear_taps(b, _original_coord(v, ct, scales[-2], H, OH), H, r - 2)
+            with b.loop(OW, "o", role=SPATIAL) as o:
+                b.store(Y, dst + v * OW + o, cast(wa, X.dtype) * plane[ia * OW + o] + cast(wb, X.dtype) * plane[ib * OW + o])
+
+
 def _resize_linear_by_rows(ctx, X, Y, out, scales, ct) -> None:
     """Linear Resize whose last axis changes, one axis after the other: each output row is
     first the input rows its outer coordinates reach, weighted and summed into a row scratch
@@ -356,12 +417,7 @@ def _resize_linear_by_rows(ctx, X, Y, out, scales, ct) -> None:
     b = ctx.b
     r, L, OW = len(X.shape), X.shape[-1], out[-1]
     xst = row_major_strides(X.shape)
-    taps = ctx.scratch((2, OW), I64, "tap")           # the last axis' taps: indices ...
-    weights = ctx.scratch((2, OW), F32, "weight")     # ... and weights
-    with b.loop(OW, "o", role=SPATIAL) as o:
-        for k, (ix, w) in enumerate(_linear_taps(b, _original_coord(o, ct, scales[-1], L, OW), L, r - 1)):
-            b.store(taps, k * OW + o, ix)
-            b.store(weights, k * OW + o, w)
+    taps, weights = _last_axis_taps(ctx, X, out, scales, ct)
     row = ctx.scratch((L,), X.dtype, "row")
     walked = [i for i in range(r - 1) if out[i] > 1]        # (an axis of 1 opens no loop)
     with b.loops([out[i] for i in walked], [f"i{i}" for i in walked], role=SPATIAL, private=(row,)) as idx:
@@ -388,8 +444,7 @@ def _resize_linear_by_rows(ctx, X, Y, out, scales, ct) -> None:
             b.store(row, j, total)
         at = dot(oo, row_major_strides(out)[:-1])
         with b.loop(OW, "o", role=SPATIAL) as o:
-            b.store(Y, at + o, cast(weights[o], X.dtype) * row[taps[o]] +
-                    cast(weights[OW + o], X.dtype) * row[taps[OW + o]])
+            b.store(Y, at + o, _horizontal(taps, weights, OW, row, const(0), o, X.dtype))
 
 
 register("Resize", lower=_lower_resize, run_time_dims=True, shape_inputs=frozenset({3}))(_resize_infer)
