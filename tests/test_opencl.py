@@ -212,7 +212,7 @@ def test_gemm_layouts_with_cuda_tiles(mode, rows, tmp_path):
 
 def test_private_scratch_of_a_spatial_nest_is_per_work_item(tmp_path):
     """A spatial nest whose iterations each fill and read a private scratch (Loop.private: a
-    linear Resize's row) runs its iterations as work-items at once: each gets its own copy
+    linear Resize's plane) runs its iterations as work-items at once: each gets its own copy
     (schedule/gpu.py with_private_copies). One shared copy made this flaky on PoCL."""
     import re
     x = rand(2, 16, 24, 20, seed=31)
@@ -222,5 +222,6 @@ def test_private_scratch_of_a_spatial_nest_is_per_work_item(tmp_path):
         (tmp_path / str(i)).mkdir()
         assert_parity(m, tmp_path / str(i), {"x": x}, target="opencl")
     cl = (tmp_path / "0" / "out" / "model.cl").read_text()
-    # the row is indexed by the nest's iteration: row[(i2 + i1 * 36 + i0 * 576) * 20 + j]
-    assert re.search(r"row\[\([^\]]*i0[^\]]*\) \* 20 \+ j\]", cl), cl
+    # the plane (24 input rows of 35) is indexed by the nest's iteration:
+    # plane[(i1 + i0 * 16) * 840 + (h * 35 + o1)]
+    assert re.search(r"plane\[\([^\]]*i0[^\]]*\) \* 840 \+", cl), cl
