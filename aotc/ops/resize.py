@@ -360,17 +360,18 @@ def _cubic_taps(b, x: Expr, L: int, i: int, A: float, exclude_outside: bool) -> 
     return taps
 
 
-def _last_axis_taps(ctx, X, out, scales, ct):
-    """The last axis' two taps per output index as tables computed once per kernel: (indices
-    [2, OW], weights [2, OW]), tap k of output o at k * OW + o."""
+def _axis_taps(ctx, X, out, scales, ct, i: int = -1):
+    """Axis i's two taps per output index as tables computed once per kernel: (indices [2, O],
+    weights [2, O]), tap k of output o at k * O + o."""
     b = ctx.b
-    r, L, OW = len(X.shape), X.shape[-1], out[-1]
-    taps = ctx.scratch((2, OW), I64, "tap")
-    weights = ctx.scratch((2, OW), F32, "weight")
-    with b.loop(OW, "o", role=SPATIAL) as o:
-        for k, (ix, w) in enumerate(_linear_taps(b, _original_coord(o, ct, scales[-1], L, OW), L, r - 1)):
-            b.store(taps, k * OW + o, ix)
-            b.store(weights, k * OW + o, w)
+    i = i % len(X.shape)
+    L, O = X.shape[i], out[i]
+    taps = ctx.scratch((2, O), I64, "tap")
+    weights = ctx.scratch((2, O), F32, "weight")
+    with b.loop(O, "o", role=SPATIAL) as o:
+        for k, (ix, w) in enumerate(_linear_taps(b, _original_coord(o, ct, scales[i], L, O), L, i)):
+            b.store(taps, k * O + o, ix)
+            b.store(weights, k * O + o, w)
     return taps, weights
 
 
@@ -391,7 +392,8 @@ def _resize_linear_by_planes(ctx, X, Y, out, scales, ct) -> None:
     H, L = X.shape[-2:]
     OH, OW = out[-2:]
     xst, yst = row_major_strides(X.shape), row_major_strides(out)
-    taps, weights = _last_axis_taps(ctx, X, out, scales, ct)
+    taps, weights = _axis_taps(ctx, X, out, scales, ct)
+    rows, row_weights = _axis_taps(ctx, X, out, scales, ct, r - 2)     # (the same for every plane)
     plane = ctx.scratch((H, OW), X.dtype, "plane")
     walked = [i for i in range(r - 2) if out[i] > 1]
     with b.loops([out[i] for i in walked], [f"i{i}" for i in walked], role=SPATIAL, private=(plane,)) as idx:
@@ -403,9 +405,10 @@ def _resize_linear_by_planes(ctx, X, Y, out, scales, ct) -> None:
             with b.loop(OW, "o", role=SPATIAL) as o:
                 b.store(plane, h * OW + o, _horizontal(taps, weights, OW, X, src + h * L, o, X.dtype))
         with b.loop(OH, "v", role=SPATIAL) as v:
-            (ia, wa), (ib, wb) = _linear_taps(b, _original_coord(v, ct, scales[-2], H, OH), H, r - 2)
+            ia, ib = b.local("ia", rows[v]), b.local("ib", rows[OH + v])
+            wa, wb = b.local("wa", cast(row_weights[v], X.dtype)), b.local("wb", cast(row_weights[OH + v], X.dtype))
             with b.loop(OW, "o", role=SPATIAL) as o:
-                b.store(Y, dst + v * OW + o, cast(wa, X.dtype) * plane[ia * OW + o] + cast(wb, X.dtype) * plane[ib * OW + o])
+                b.store(Y, dst + v * OW + o, wa * plane[ia * OW + o] + wb * plane[ib * OW + o])
 
 
 def _resize_linear_by_rows(ctx, X, Y, out, scales, ct) -> None:
@@ -417,7 +420,7 @@ def _resize_linear_by_rows(ctx, X, Y, out, scales, ct) -> None:
     b = ctx.b
     r, L, OW = len(X.shape), X.shape[-1], out[-1]
     xst = row_major_strides(X.shape)
-    taps, weights = _last_axis_taps(ctx, X, out, scales, ct)
+    taps, weights = _axis_taps(ctx, X, out, scales, ct)
     row = ctx.scratch((L,), X.dtype, "row")
     walked = [i for i in range(r - 1) if out[i] > 1]        # (an axis of 1 opens no loop)
     with b.loops([out[i] for i in walked], [f"i{i}" for i in walked], role=SPATIAL, private=(row,)) as idx:
