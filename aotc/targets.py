@@ -101,7 +101,8 @@ class NumericsConfig:
     models as written), tf32 (float32 GEMMs on TF32 tensor cores), bf16 (a CPU's float32 GEMMs on
     AMX tiles with bfloat16 operands where the CPU has them: runtime/aotc_gemm_packed.h),
     ieee_subnormals (a CPU or CUDA target computes subnormal floats as IEEE says, instead of as
-    zero: passes/subnormals.py)."""
+    zero: passes/subnormals.py), planar (every tensor channels-first: no channels-last values
+    around depthwise convolutions, passes/layout.py)."""
     accumulate_float32: Optional[str] = None
     winograd: bool = False
     winograd4: bool = False
@@ -110,6 +111,7 @@ class NumericsConfig:
     tf32: bool = False
     bf16: bool = False
     ieee_subnormals: bool = False
+    planar: bool = False
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ def test_target_options_after_a_comma():
     nat = load_target("native,direct_conv")
     assert nat.numerics.direct_conv is True and nat.name.endswith(",direct_conv")
     for bad, why in (("cuda,fast", "its options: ieee_subnormals, tf32"), ("opencl,tf32", "its options: none"),
-                     ("c,tf32", "its options: ieee_subnormals, direct_conv, winograd4")):
+                     ("c,tf32", "its options: ieee_subnormals, direct_conv, planar, winograd4")):
         with pytest.raises(AotcError, match="has no option") as e:
             load_target(bad)
         assert why in str(e.value.hint), e.value.hint

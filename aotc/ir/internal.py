@@ -16,6 +16,9 @@ Node kinds that compile (each is an entry of the op registry, in the module name
                   written by passes/decompose.py)
     WINOGRAD_CONV `aotc.WinogradConv`: a 3 x 3 convolution by Winograd's transforms
                   (ops/winograd.py, written by passes/winograd.py)
+    CHANNELS_LAST_CONV `aotc.ChannelsLastConv`: a depthwise or 1x1 convolution whose input and/or
+                  output is channels-last, (N, H, W, C) (ops/channels_last.py, written by
+                  passes/layout.py; attributes Conv's, and x_last / y_last)
     COUNT         `aotc.Count`: a run-time row count computed from others (ops/data_dependent.py,
                   written by passes/bounded.py)
     CONCAT_ROWS   `aotc.ConcatRows`: a Concat along a run-time sized axis (same)
@@ -103,6 +106,7 @@ ROUND_FLOAT = "aotc.RoundFloat"
 WRAP_INT = "aotc.WrapInt"
 CONV_INTEGER = "aotc.ConvInteger"
 WINOGRAD_CONV = "aotc.WinogradConv"
+CHANNELS_LAST_CONV = "aotc.ChannelsLastConv"
 COUNT = "aotc.Count"
 CONCAT_ROWS = "aotc.ConcatRows"
 CARRY = "aotc.Carry"

@@ -48,21 +48,26 @@ def _lower_conv(node, ctx):
     conv_gemms(ctx, X, W, Bias, Y, group, win)
 
 
-def conv_gemms(ctx, X, W, Bias, Y, group: int, win: Window, x_zero: Expr | None = None) -> None:
+def conv_gemms(ctx, X, W, Bias, Y, group: int, win: Window, x_zero: Expr | None = None,
+               x_last: bool = False, y_last: bool = False) -> None:
     """The convolution as a GEMM per (batch entry, group): output channels x output positions
     = weights x the im2col matrix of the input (the input itself for a 1x1 convolution).
     x_zero: 8-bit X and W (aotc.ConvInteger), an integer Gemm of (X - x_zero) . W, whose
-    padding reads x_zero (so that it adds nothing)."""
+    padding reads x_zero (so that it adds nothing). x_last / y_last: a 1x1 convolution whose
+    input / output is channels-last, (N, spatial..., C) (aotc.ChannelsLastConv,
+    ops/channels_last.py): B reads the input, C lands in the output, by their strides."""
     b = ctx.b
-    N, C, S = X.shape[0], X.shape[1], list(X.shape[2:])
-    M, O = W.shape[0], list(Y.shape[2:])
+    N, C, S = X.shape[0], X.shape[-1 if x_last else 1], list(X.shape[1:-1] if x_last else X.shape[2:])
+    M, O = W.shape[0], list(Y.shape[1:-1] if y_last else Y.shape[2:])
     Cg, Mg = C // group, M // group
     KK, SL, OL = prod(win.kernel), prod(S), prod(O)
     pointwise = all(k == 1 for k in win.kernel) and all(s == 1 for s in win.strides) \
         and not any(win.pads_begin) and not any(win.pads_end)
     integer = X.dtype != dtypes.FLOAT32
+    assert pointwise or not (x_last or y_last), "channels-last: 1x1 convolutions only"
     if pointwise:
-        b.comment("1x1 convolution: one GEMM per group on the input itself")
+        last = " and ".join(w for w, on in (("input", x_last), ("output", y_last)) if on)
+        b.comment("1x1 convolution: one GEMM per group on the input itself" + (f" ({last} channels-last)" if last else ""))
     else:
         b.comment(f"im2col ({Cg * KK} x {OL}) + GEMM per group")
         col = ctx.scratch((Cg * KK, OL), X.dtype, "col")
@@ -71,7 +76,9 @@ def conv_gemms(ctx, X, W, Bias, Y, group: int, win: Window, x_zero: Expr | None 
     # batch entries and groups are independent but for the im2col scratch, which each fills and
     # then reads: a schedule runs them one at a time, or gives each its own copy
     with b.loops([N, group], ["n", "g"], role=SPATIAL, private=() if pointwise else (col,)) as (n, g):
-        if pointwise:
+        if pointwise and x_last:
+            src = matrix(X, n * SL * C + g * Cg, 1, C)          # B(k, j): channel k at position j
+        elif pointwise:
             src = matrix(X, (n * C + g * Cg) * SL, SL, 1)
         elif integer:
             _im2col(b, X, col, n, g * Cg, Cg, S, O, win, pad=cast(x_zero, X.dtype))
@@ -80,7 +87,10 @@ def conv_gemms(ctx, X, W, Bias, Y, group: int, win: Window, x_zero: Expr | None 
             _im2col(b, X, col, n, g * Cg, Cg, S, O, win)
             src = replace(matrix(col, 0, OL, 1), direct=_im2col_direct(X, n, g * Cg, S, O, win))
         # C(i, j): output channel g*Mg + i at output position j
-        dest = GemmDest(Y, (n, g * Mg) + (0,) * r, (1,), tuple(range(2, 2 + r)))
+        if y_last:
+            dest = GemmDest(Y, (n,) + (0,) * r + (g * Mg,), (r + 1,), tuple(range(1, 1 + r)))
+        else:
+            dest = GemmDest(Y, (n, g * Mg) + (0,) * r, (1,), tuple(range(2, 2 + r)))
         b.gemm(Mg, OL, K, matrix(W, g * (Mg * K), K, 1), src, dest,
                result=(lambda v, i, j: v + Bias[g * Mg + i]) if Bias is not None else None, b_zero=x_zero)
 

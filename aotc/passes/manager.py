@@ -23,6 +23,7 @@ from .attention import fuse_attention
 from .branches import node_conditions
 from .caches import caches_in_place, runtime_kernels
 from .infer import infer_shapes
+from .layout import channels_last
 from .loops import order_loop_bodies
 from .normalize import normalize_opset
 from .qdq import integer_qdq
@@ -74,6 +75,10 @@ def _qdq(g: Graph, ctx: PassContext) -> Graph:
 
 def _winograd(g: Graph, ctx: PassContext) -> Graph:
     return winograd_convs(g, ctx.target) if ctx.target is not None else g
+
+
+def _channels_last(g: Graph, ctx: PassContext) -> Graph:
+    return channels_last(g, ctx.target)
 
 
 def _caches(g: Graph, ctx: PassContext) -> Graph:
@@ -144,6 +149,8 @@ def pipeline() -> list[Pass]:
         _plain("bounded_dimensions", bounded.analyze),
         # 3 x 3 convolutions by Winograd where the target allows and the cost model says it pays
         Pass("winograd_convs", _winograd),
+        # CPU targets: channels-last tensors around depthwise convolutions (a mobile network's blocks)
+        Pass("channels_last", _channels_last),
         # the nodes of Ifs' branches, which run only when taken; then the bodies of the loops
         # the host runs, each in one piece
         Pass("branch_conditions", _conditions),

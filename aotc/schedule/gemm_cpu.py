@@ -348,10 +348,27 @@ def computes_transposed(gm: Gemm, tiles: GemmTiles, margin: float = 0.05) -> boo
     twice what a build fixed to 16 costs."""
     sizes = [as_dim(x) for x in (gm.M, gm.N, gm.K)]
     points = range_points(sizes) if None not in sizes else [capacity(gm)]
+    if columns_contiguous(gm):
+        # C's columns are contiguous (a channels-last output, ops/channels_last.py): computed
+        # transposed it is stored row by row, and it is the plain product that would pay the
+        # transposed store; so the same choice, made from the other side
+        return not computes_transposed_sizes([(N, M, K) for M, N, K in points], tiles, margin)
+    return computes_transposed_sizes(points, tiles, margin)
+
+
+def computes_transposed_sizes(points, tiles: GemmTiles, margin: float) -> bool:
     if len(points) == 1:
         return tiles.prefers_transposed(*points[0], margin)
     cost = math.exp(sum(math.log(tiles.transposed_cost(*p)) for p in points) / len(points))
     return cost < 1 - margin
+
+
+def columns_contiguous(gm: Gemm) -> bool:
+    """Is C column-major: consecutive rows adjacent and columns not, with more than one of each
+    (a single row or column has no stride that matters)?"""
+    c, (M, N, _) = gm.c, capacity(gm)
+    return c.layout == "strided" and isinstance(c.rs, int) and isinstance(c.cs, int) and c.rs == 1 \
+        and c.cs != 1 and M > 1 and N > 1
 
 
 def gemm_macs(gm: Gemm) -> int:
