@@ -19,21 +19,25 @@ class Inverted(nn.Module):
     """1x1 expand, activation, depthwise k x k, activation, (squeeze-excitation), 1x1 project,
     (residual)."""
 
-    def __init__(self, cin, exp, cout, k, stride, act, se=False, dilation=1):
+    def __init__(self, cin, exp, cout, k, stride, act, se=None, dilation=1):
         super().__init__()
         pad = dilation * (k - 1) // 2
         self.expand = nn.Conv2d(cin, exp, 1)
         self.dw = nn.Conv2d(exp, exp, k, stride, pad, dilation=dilation, groups=exp)
         self.project = nn.Conv2d(exp, cout, 1)
         self.act = act()
-        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(exp, 8, 1), nn.ReLU(),
-                                nn.Conv2d(8, exp, 1), nn.Hardsigmoid()) if se else None
+        # squeeze-excitation, its pooling a GlobalAveragePool ("pool") or a ReduceMean ("mean")
+        self.se = se
+        if se:
+            self.squeeze = nn.Sequential(nn.Conv2d(exp, 8, 1), nn.ReLU(), nn.Conv2d(8, exp, 1), nn.Hardsigmoid())
         self.residual = stride == 1 and cin == cout
 
     def forward(self, x):
         y = self.act(self.dw(self.act(self.expand(x))))
-        if self.se is not None:
-            y = y * self.se(y)
+        if self.se == "pool":
+            y = y * self.squeeze(nn.functional.adaptive_avg_pool2d(y, 1))
+        elif self.se == "mean":
+            y = self.squeeze(y.mean((2, 3), keepdim=True)) * y
         y = self.project(y)
         return x + y if self.residual else y
 
@@ -47,13 +51,16 @@ class Net(nn.Module):
             Inverted(24, 96, 24, 5, 2, nn.Hardswish),           # 5 x 5 at stride 2
             Inverted(24, 64, 24, 7, 1, nn.ReLU),                # 7 x 7, residual add
             Inverted(24, 48, 24, 3, 1, nn.ReLU6, dilation=2),   # dilated
-            Inverted(24, 96, 32, 3, 1, nn.Hardswish, se=True),  # the SE block reads the depthwise output
+            Inverted(24, 96, 32, 3, 1, nn.Hardswish, se="pool"),    # squeeze-excitation blocks
+            Inverted(32, 64, 32, 5, 1, nn.Hardswish, se="mean"),
         )
+        self.side = nn.Conv2d(32, 32, 3, padding=1, groups=32)      # its output read by a pooling alone
         self.head = nn.Linear(32, 10)
 
     def forward(self, x):
         y = self.blocks(nn.functional.hardswish(self.stem(x)))
-        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(y, 1), 1)), y
+        pooled = nn.functional.adaptive_avg_pool2d(y + self.side(y), 1)
+        return self.head(torch.flatten(pooled, 1)), y
 
 
 @pytest.fixture(scope="module")
@@ -78,16 +85,17 @@ def _channels_last_kernels(directory) -> int:
 @pytest.mark.parametrize("target", ["native", "c"])
 def test_blocks_match_onnx_runtime(model_path, target, tmp_path):
     assert_parity(onnx.load(str(model_path)), tmp_path, _feeds(1), target=target, threads=2)
-    # the four plain blocks' depthwise convolutions went channels-last; the SE block's, whose
-    # output the pooling reads, stayed on planes
-    assert _channels_last_kernels(tmp_path / "out") == 4
+    # every block's depthwise convolution went channels-last (the SE blocks' poolings and scaling
+    # read their output channels-last); the side one, whose input is a graph output and whose
+    # output an Add reads, stayed on planes
+    assert _channels_last_kernels(tmp_path / "out") == 6
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_channels_last_gives_the_planar_bits(model_path, threads, tmp_path):
     last = aotc.compile(model_path, target="native", output_dir=tmp_path / "last", threads=threads)
     planar = aotc.compile(model_path, target="native,planar", output_dir=tmp_path / "planar", threads=threads)
-    assert _channels_last_kernels(tmp_path / "last") == 4 and _channels_last_kernels(tmp_path / "planar") == 0
+    assert _channels_last_kernels(tmp_path / "last") == 6 and _channels_last_kernels(tmp_path / "planar") == 0
     for seed in (2, 3):
         for a, b in zip(last.run(_feeds(seed)), planar.run(_feeds(seed))):
             assert np.array_equal(a, b)

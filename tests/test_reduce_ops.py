@@ -29,6 +29,29 @@ def test_reduce(op, axes, keepdims, tmp_path):
     assert_parity(m, tmp_path, {"x": x})
 
 
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceProd", "ReduceL2", "ReduceLogSum"])
+@pytest.mark.parametrize("shape,axes", [((5, 7, 19), [0, 1]), ((2, 6, 5, 40), [1, 2]), ((9, 8), [0])])
+def test_reduce_over_outer_axes(op, shape, axes, tmp_path):
+    """Sums over axes before a kept innermost one (a mean over a channels-last tensor's planes)
+    take their outputs COLUMN_LANES at a time (ops/reduce.py _reduce_columns): whole blocks, a
+    tail (19 = 2 x 8 + 3), batches around them."""
+    from aotc.ops.reduce import COLUMN_LANES
+    assert shape[-1] >= COLUMN_LANES
+    x = _x(op, shape, seed=4)
+    m = single_op_model(op, {"x": x}, inits={"axes": np.array(axes, I64)}, opset=18, keepdims=1)
+    assert_parity(m, tmp_path, {"x": x})
+    assert "adjacent outputs side by side" in "".join(p.read_text() for p in (tmp_path / "out").glob("*.c"))
+
+
+def test_reduce_over_outer_axes_opencl(tmp_path):
+    """The same on OpenCL, each work-item an output block's accumulators."""
+    x = _x("ReduceMean", (2, 6, 5, 40), seed=5)
+    m = single_op_model("ReduceMean", {"x": x}, inits={"axes": np.array([1, 2], I64)}, opset=18, keepdims=1)
+    assert_parity(m, tmp_path, {"x": x}, target="opencl")
+    # (the OpenCL printer leaves comments out: the path's eight accumulators, acc .. acc7, say it)
+    assert "acc7" in "".join(p.read_text() for p in (tmp_path / "out").glob("*.cl"))
+
+
 @pytest.mark.parametrize("op", ["ReduceMean", "ReduceMax", "ReduceSum"])
 def test_reduce_axes_attribute_opset11(op, tmp_path):
     x = rand(2, 3, 6, seed=2)

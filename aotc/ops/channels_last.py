@@ -118,22 +118,22 @@ def depthwise_channels_last(ctx, X, Wt, Bias, Y, win) -> None:
     cols = segments(KW, sw, dw, pw, Wd, OW)
     blocks, tail = divmod(C, CHANNEL_BLOCK)
 
-    def outputs(n, oh, khs, kws, ows: list, c0, lanes: int):
-        """Outputs (oh, ow) for each ow of `ows`, channels c0 + [0, lanes): their sums
-        interleaved tap by tap, each in its own order (bias, then the taps row by row)."""
+    def outputs(n, oh, khs, kws, base, offsets: list[int], c0, lanes: int):
+        """Outputs (oh, base + offset) for each of `offsets`, channels c0 + [0, lanes): their
+        sums interleaved tap by tap, each in its own order (bias, then the taps row by row)."""
         with b.loop(const(lanes), "c", role=SPATIAL) as c:
             ch = c0 + c
             bias = Bias[ch] if Bias is not None else const(0, Y.dtype)
-            accs = [b.local("a", bias) for _ in ows]
+            accs = [b.local("a", bias) for _ in offsets]
             for kh in khs:
                 ih = oh * sh + (kh * dh - ph)
                 for kw in kws:
                     w = Wt[(kh * KW + kw) * C + ch]
-                    for acc, ow in zip(accs, ows):
-                        iw = ow * sw + (kw * dw - pw)
+                    for acc, off in zip(accs, offsets):
+                        iw = base * sw + (off * sw + kw * dw - pw)
                         b.assign(acc, acc + w * X[((n * H + ih) * Wd + iw) * C + ch])
-            for acc, ow in zip(accs, ows):
-                b.store(Y, ((n * OH + oh) * OW + ow) * C + ch, acc)
+            for acc, off in zip(accs, offsets):
+                b.store(Y, ((n * OH + oh) * OW + (base + off)) * C + ch, acc)
 
     def positions(n, oh, khs, c0, lanes: int):
         """Every position of output row oh for the channels c0 + [0, lanes), a few at a time
@@ -143,10 +143,9 @@ def depthwise_channels_last(ctx, X, Wt, Bias, Y, win) -> None:
             runs, rest = divmod(end - start, together)
             if runs:
                 with b.loop(const(runs), "ow", role=SPATIAL) as r:
-                    first = r * together + start
-                    outputs(n, oh, khs, kws, [first + u for u in range(together)], c0, lanes)
+                    outputs(n, oh, khs, kws, r * together, [start + u for u in range(together)], c0, lanes)
             for u in range(rest):
-                outputs(n, oh, khs, kws, [const(start + runs * together + u)], c0, lanes)
+                outputs(n, oh, khs, kws, const(0), [start + runs * together + u], c0, lanes)
 
     def row(n, oh, khs):
         if blocks:

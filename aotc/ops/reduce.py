@@ -119,6 +119,9 @@ def _lower_reduce(node, ctx):
         _lower_logsumexp(b, X, Y, kept, red)
         return
     init, step, final, is_sum = _REDUCERS[node.op_type]
+    if is_sum and red and kept and kept[-1][1] == 1 and kept[-1][0] >= COLUMN_LANES:
+        _reduce_columns(b, X, Y, kept, red, init, step, lambda acc: final(acc, count))
+        return
     # ReduceMax / ReduceMin over floats: the comparison skips a NaN, so a second accumulator
     # flags one (1 when seen) and the result is NaN then. Two plain `acc = acc OP e` updates,
     # which the GPU schedule still splits across a work-group (schedule/gpu_group.py).
@@ -137,6 +140,40 @@ def _lower_reduce(node, ctx):
         if flag_nan:
             result = select(nan > const(0, I32), const(float("nan"), X.dtype), result)
         b.store(Y, sum((i * o for i, (_, _, o) in zip(oidx, kept)), const(0)), result)
+
+
+# the outputs a reduction over outer axes sums side by side (_reduce_columns)
+COLUMN_LANES = 8
+
+
+def _reduce_columns(b: Builder, X: Buffer, Y: Buffer, kept, red, init, step, final) -> None:
+    """A sum over axes before the innermost, which is kept (a mean over the planes of a
+    channels-last tensor: N, H, W, C over H and W): COLUMN_LANES adjacent outputs at a time,
+    each its own accumulator over the reduced elements in order, so that a compiler loads the
+    adjacent inputs of a step as one vector (one element at a time with a stride, the other
+    way: 4-6x slower on 784 x 72). The reduced loop runs in order (ORDERED), not as a vector
+    reduction along it."""
+    (inner, _, _), outer = kept[-1], kept[:-1]
+    blocks, tail = divmod(inner, COLUMN_LANES)
+    b.comment(f"{COLUMN_LANES} adjacent outputs side by side")
+    with b.loops([d for d, _, _ in outer], [f"o{k}" for k in range(len(outer))], role=SPATIAL) as oidx:
+        base = sum((i * s for i, (_, s, _) in zip(oidx, outer)), const(0))
+        obase = sum((i * o for i, (_, _, o) in zip(oidx, outer)), const(0))
+
+        def columns(q0, n: int):
+            accs = [b.accumulator("acc", init(X.dtype)) for _ in range(n)]
+            with b.loops([d for d, _ in red], [f"r{k}" for k in range(len(red))], role=ORDERED) as ridx:
+                off = base + q0 + sum((i * s for i, (_, s) in zip(ridx, red)), const(0))
+                for lane, acc in enumerate(accs):
+                    b.assign(acc, step(acc, Load(X, off + lane)))
+            for lane, acc in enumerate(accs):
+                b.store(Y, obase + q0 + lane, final(acc))
+
+        if blocks:
+            with b.loop(blocks, "q", role=SPATIAL) as q:
+                columns(q * COLUMN_LANES, COLUMN_LANES)
+        if tail:
+            columns(const(blocks * COLUMN_LANES), tail)
 
 
 def _lower_logsumexp(b: Builder, X: Buffer, Y: Buffer, kept, red):
