@@ -99,3 +99,20 @@ def test_channels_last_gives_the_planar_bits(model_path, threads, tmp_path):
     for seed in (2, 3):
         for a, b in zip(last.run(_feeds(seed)), planar.run(_feeds(seed))):
             assert np.array_equal(a, b)
+
+
+def test_squeeze_excitation_on_one_position_planes(tmp_path):
+    """On 1 x 1 planes a squeeze-excitation's scales have the block's own shape, (N, C, 1, 1):
+    they are not taken for a per-channel operand (which would put the scaled value in two
+    groups); the network still compiles and matches ONNX Runtime (the small legacy_opset13 zoo
+    model has such a block)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(Inverted(16, 48, 16, 3, 1, nn.Hardswish, se="pool"),
+                        Inverted(16, 48, 16, 5, 1, nn.ReLU, se="mean"))
+    net = net.eval()                  # (trained_like calibrates on 3-channel images)
+    path = tmp_path / "tiny.onnx"
+    with torch.no_grad():
+        torch.onnx.export(net, (torch.randn(2, 16, 1, 1),), str(path), input_names=["x"], opset_version=17,
+                          dynamo=False)
+    x = np.random.default_rng(6).standard_normal((2, 16, 1, 1)).astype(np.float32)
+    assert_parity(onnx.load(str(path)), tmp_path, {"x": x}, threads=2)

@@ -92,10 +92,13 @@ def channels_last(g: Graph, target: Target | None) -> Graph:
     if not depthwise:
         return g
     last = {i for d in depthwise for i in (d, source[d])}      # convolutions whose group goes
-    pools, scaled = {}, {}
+    pools, scaled, moved = {}, {}, set()
     for owner in last:
         grp = groups[owner]
         for name in grp.values:
+            if name in moved:                # (a value in two groups: the rules above allow none)
+                raise AssertionError(f"channels_last: {name!r} is in two groups")
+            moved.add(name)
             v = g.values[name]
             N, C, H, W = v.shape
             v.shape = (N, H, W, C)
@@ -193,6 +196,8 @@ def _channel_operand(g: Graph, n: Node, name: str, shape) -> int | None:
     k = 1 - n.inputs.index(name)
     other = g.values[n.inputs[k]]
     N, C = shape[0], shape[1]
+    if tuple(shape[2:]) == (1, 1):
+        return None          # (planes of one position: the scales could be a group's own value)
     if other.dtype == dtypes.FLOAT32 and len(other.shape) == 4 and other.shape[0] in (1, N) \
             and tuple(other.shape[1:]) == (C, 1, 1):
         return k
