@@ -9,7 +9,8 @@ A change meant to keep what aotc generates (a refactoring) keeps every hash; one
 on purpose says which hashes moved and why, and records the new ones (`make golden-update`).
 
 python -m tools.golden --check tools/golden_sources.json   # compare: exit 1 on a difference
-python -m tools.golden --write tools/golden_sources.json   # record
+python -m tools.golden --write tools/golden_sources.json   # record (refused where a compile that
+                                                          # had a hash now fails: --accept-failures)
   [--only zoo|conformance] [--filter REGEX] [--jobs N]
 
 `native` is whichever CPU target this machine picks; its hashes are compared only where the
@@ -137,6 +138,13 @@ def collect_jobs(only, filt, workdir):
     return jobs
 
 
+def newly_failing(before: dict, after: dict) -> list[str]:
+    """The compiles recorded with a hash in `before` whose entry in `after` is an error (a
+    write would otherwise record the error as if it were the new code)."""
+    return sorted(k for k, h in after.items()
+                  if h.startswith("error") and k in before and not before[k].startswith("error"))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = ap.add_mutually_exclusive_group(required=True)
@@ -145,6 +153,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", choices=["zoo", "conformance"])
     ap.add_argument("--filter", help="regular expression on KIND/NAME/TARGET:THREADS (e.g. zoo/bert)")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--accept-failures", action="store_true",
+                    help="with --write: record compiles that fail where the file has a hash")
     a = ap.parse_args(argv)
     from aotc.targets import native_target
     native = native_target()
@@ -162,6 +172,13 @@ def main(argv=None) -> int:
         if old["native"] != native and any("/native:" in k for k in results):
             print(f"the file's native hashes are {old['native']}'s, this machine's native is {native}", file=sys.stderr)
             return 2
+        broken = newly_failing(old["hashes"], results)
+        for k in broken:
+            print(f"NOW FAILS {k}: {results[k]}", file=sys.stderr)
+        if broken and not a.accept_failures:
+            print(f"{len(broken)} compiles that had a hash now fail: nothing written "
+                  "(--accept-failures records them)", file=sys.stderr)
+            return 1
         merged = dict(sorted({**old["hashes"], **results}.items()))
         a.write.write_text(json.dumps({"native": old["native"], "hashes": merged}, indent=0) + "\n")
         print(f"{len(results)} hashes written to {a.write}")
@@ -171,8 +188,9 @@ def main(argv=None) -> int:
     diff = [k for k, h in sorted(results.items())
             if k in ref["hashes"] and ref["hashes"][k] != h and (same_native or "/native:" not in k)]
     missing = [k for k in sorted(results) if k not in ref["hashes"]]
+    broken = set(newly_failing(ref["hashes"], results))
     for k in diff:
-        print(f"DIFFERS {k}: {ref['hashes'][k]} -> {results[k]}")
+        print(f"{'NOW FAILS' if k in broken else 'DIFFERS'} {k}: {ref['hashes'][k]} -> {results[k]}")
     for k in missing:
         print(f"NEW {k}: {results[k]}")
     print(f"{len(results)} compiles, {len(diff)} differ, {len(missing)} not in the reference"
