@@ -79,13 +79,11 @@ def channels_last(g: Graph, target: Target | None) -> Graph:
             source[id(r)] = owner
     depthwise = {i for i, k in kinds.items() if k == _DEPTHWISE and i in source and groups[i] is not None}
     while True:
-        bad = set()
-        for d in depthwise:
-            for owner in (d, source[d]):
-                ok_owner = kinds[owner] == _POINTWISE or owner in depthwise
-                ok_readers = all(kinds[id(r)] == _POINTWISE or id(r) in depthwise for r in groups[owner].readers)
-                if not (ok_owner and ok_readers):
-                    bad.add(d)
+        # a depthwise convolution stays only where what makes its input, and every convolution
+        # reading its input's group or its own, can go channels-last too
+        ok = {i for i, k in kinds.items() if k == _POINTWISE} | depthwise
+        bad = {d for d in depthwise if source[d] not in ok
+               or any(id(r) not in ok for owner in (d, source[d]) for r in groups[owner].readers)}
         if not bad:
             break
         depthwise -= bad
@@ -237,6 +235,4 @@ def _rewrite(g: Graph, n: Node, kind: str, x_last: bool, y_last: bool) -> Node:
         inputs[1] = g.add_const(np.ascontiguousarray(w[:, 0].transpose(1, 2, 0)), f"{n.inputs[1]}_last")
     attrs = dict(n.attrs)
     attrs["x_last"], attrs["y_last"] = int(x_last), int(y_last)
-    if kind == _DEPTHWISE:
-        attrs["group"] = int(n.attr("group", 1))
     return Node(CHANNELS_LAST_CONV, inputs, list(n.outputs), attrs, n.name)
