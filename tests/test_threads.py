@@ -125,3 +125,24 @@ def test_a_gemm_streaming_a_huge_operand_splits_it(tmp_path, monkeypatch):
     monkeypatch.setattr(gemm_cpu, "STREAMED_BYTES", 1 << 19)         # B's 1 MiB counts as streamed
     assert split() == ["cols"]
     assert_parity(m, tmp_path / "cols", {"x": x}, target="c", threads=2)
+
+
+@pytest.mark.parametrize("threads, heads_in_parallel", [(2, False), (3, True)])
+def test_attention_heads_that_do_not_divide_among_threads(threads, heads_in_parallel, tmp_path):
+    """3 attention heads on 2 threads: the heads run one after the other, each product split
+    among the threads (3 heads as parallel iterations kept one thread idle a third of the time);
+    on 3 threads the heads are the parallel loop. Both against ONNX Runtime."""
+    q, k, v = (rand(1, 3, 128, 64, seed=s) for s in (21, 22, 23))
+    nodes = [N("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), N("MatMul", ["q", "kt"], ["s"]),
+             N("Mul", ["s", "scale"], ["ss"]), N("Softmax", ["ss"], ["p"], axis=-1), N("MatMul", ["p", "v"], ["y"])]
+    m = graph_model(nodes, {"q": q, "k": k, "v": v}, ["y"], {"scale": np.array(0.125, np.float32)})
+    path = tmp_path / "attn.onnx"
+    onnx.save(m, str(path))
+    c = compile_program(path, target="c", threads=threads)
+    bodies = [st.kernel.body for st in c.steps if st.kernel.name.endswith("attention")]
+    assert len(bodies) == 1, [st.kernel.name for st in c.steps]
+    head_loops = [s for s in walk_stmts(bodies[0]) if isinstance(s, Loop) and s.kind == PARALLEL
+                  and any(isinstance(x, Gemm) for x in walk_stmts(s.body))]
+    split = [s for s in walk_stmts(bodies[0]) if isinstance(s, Gemm) and s.parallel]
+    assert (len(head_loops), len(split)) == ((1, 0) if heads_in_parallel else (0, 2))
+    assert_parity(m, tmp_path, {"q": q, "k": k, "v": v}, target="c", threads=threads)

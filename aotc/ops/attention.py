@@ -13,7 +13,8 @@ the iteration:
   2. softmax of every row of S in place (mode 3 stores the probabilities);
   3. Y = S . V, a Gemm landing in Y's layout.
 The schedule decides the rest: on CPUs the (batch, head) loop runs in parallel with a scores
-scratch per thread; GPUs run each step for every head at once.
+scratch per thread where the heads divide among the threads (or are many; otherwise the heads
+run in turn, each product split among the threads); GPUs run each step for every head at once.
 
 Fully masked rows follow the spec: a row whose bias is -inf everywhere gives zeros (and so
 does a row whose scores are all -inf), never NaN.
