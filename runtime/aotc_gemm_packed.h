@@ -284,10 +284,15 @@ typedef struct {
     uint8_t at, len;
 } aotc_im2col_seg;
 
-#define AOTC_IM2COL_GROUPS ((AOTC_GEMM_NR + 15) / 16)   /* groups of 16 columns in a panel row */
-#define AOTC_IM2COL_TAPS 64                             /* taps planned at a time */
-#if AOTC_GEMM_NR > 255
-#error "the im2col packer keeps panel columns in 8 bits: AOTC_GEMM_NR must be below 256"
+/* the columns planned together: one panel of B, or several of A's narrower ones */
+#define AOTC_IM2COL_SPAN (AOTC_GEMM_NR > 64 ? AOTC_GEMM_NR : 64)
+#define AOTC_IM2COL_GROUPS ((AOTC_IM2COL_SPAN + 15) / 16)   /* groups of 16 columns in a span's row */
+#define AOTC_IM2COL_TAPS 64                                 /* taps planned at a time */
+#if AOTC_IM2COL_SPAN > 255
+#error "the im2col packer keeps a span's columns in 8 bits: AOTC_GEMM_NR must be below 256"
+#endif
+#if AOTC_GEMM_MR > AOTC_GEMM_NR
+#error "the im2col packer packs A's panels in B's panels' room: AOTC_GEMM_MR must be at most AOTC_GEMM_NR"
 #endif
 /* with AVX-512 and NR a multiple of 16, a stride-1 panel row is built in registers, 16 columns
  * at a time: each segment an expanding load into its lanes (reading just the segment) */
@@ -331,38 +336,49 @@ static inline void aotc_im2col_copy(float *restrict d, const float *restrict s, 
 }
 #endif
 
-/* Bp <- rows [k0, k0 + kc) x cols [j0, j0 + n) of the im2col matrix of v as NR-column panels
- * (as aotc_sgemm_pack_b lays them out). A panel's columns are runs along output rows. What a
- * tap (kh, kw) copies from a channel does not depend on the channel, so each panel first
- * plans its taps: per tap and group of 16 columns, the pieces of its runs that read inside
- * the input (segments, at most 16 per group); a panel row, for k = (c, tap), is then those
- * segments' copies from channel c over zeros (the padding, and the columns past n). The plan
- * holds AOTC_IM2COL_TAPS taps: kernels with more are planned again as their taps come. */
-static void aotc_sgemm_pack_b_im2col(const aotc_im2col *v, int64_t k0, int64_t kc, int64_t j0, int64_t n,
-                                     float *restrict Bp)
+/* P <- rows [k0, k0 + kc) x cols [j0, j0 + n) of the im2col matrix of v as panels of `width`
+ * columns: NR-column panels of B (as aotc_sgemm_pack_b lays them out), or with width MR the
+ * MR-row panels of an A that is the im2col matrix transposed (as aotc_sgemm_pack_a lays them
+ * out: a convolution computed as Cᵀ = im2colᵀ . Wᵀ, aotc_sgemm_call's aim2col).
+ *
+ * The columns go in spans: one panel, or for panels narrower than 16 columns as many as make
+ * AOTC_IM2COL_SPAN columns (MR-row panels one at a time made each k row a few floats read from
+ * a channel that the next row leaves: packing 324 x 2304 took as long as writing an im2col
+ * buffer and packing that). A span's columns are runs along output rows. What a tap (kh, kw)
+ * copies from a channel does not depend on the channel, so each span first plans its taps: per
+ * tap and group of 16 columns, the pieces of its runs that read inside the input (segments, at
+ * most 16 per group, none across a panel's edge); a span's row, for k = (c, tap), is then
+ * those segments' copies from channel c over zeros (the padding, and the columns past n), into
+ * each panel's row k. The plan holds AOTC_IM2COL_TAPS taps: kernels with more are planned
+ * again as their taps come. */
+static void aotc_sgemm_pack_im2col(const aotc_im2col *v, int64_t k0, int64_t kc, int64_t j0, int64_t n,
+                                   int64_t width, float *restrict P)
 {
     enum { G = AOTC_IM2COL_GROUPS, T = AOTC_IM2COL_TAPS };
     const int64_t H = v->H, W = v->W, SW = v->SW, KK = v->KH * v->KW;
-    int64_t run_at[AOTC_GEMM_NR + 1], run_h[AOTC_GEMM_NR], run_w[AOTC_GEMM_NR];
+    const int64_t span = width >= 16 ? width : AOTC_IM2COL_SPAN / width * width;
+    const int64_t panel_floats = kc * width;      /* from one panel to the next */
+    int64_t run_at[AOTC_IM2COL_SPAN + 1], run_h[AOTC_IM2COL_SPAN], run_w[AOTC_IM2COL_SPAN];
     aotc_im2col_seg seg[T][G][16];
     int count[T][G];                 /* segments of tap t0 + i in group g */
-    unsigned char full[T];           /* tap t0 + i's segments fill its whole row */
+    unsigned char full[T];           /* tap t0 + i's segments fill every panel's row */
     int64_t p, k, r, t;
-    for (p = 0; p < n; p += AOTC_GEMM_NR, Bp += kc * AOTC_GEMM_NR) {
-        const int64_t nr = aotc_gemm_min(AOTC_GEMM_NR, n - p);
+    for (p = 0; p < n; p += span, P += span / width * panel_floats) {
+        const int64_t ns = aotc_gemm_min(span, n - p);                   /* the span's columns */
+        const int64_t panels = (ns + width - 1) / width, groups = (panels * width + 15) / 16;
         int64_t runs = 0, c = k0 / KK, tap = k0 % KK, t0 = 0, t1 = 0;
-        /* the panel's runs: columns [run_at[r], run_at[r + 1]) are one output row, whose first
+        /* the span's runs: columns [run_at[r], run_at[r + 1]) are one output row, whose first
            one reads input row run_h[r] + kh*DH, column run_w[r] + kw*DW */
-        for (t = 0; t < nr; ++runs) {
+        for (t = 0; t < ns; ++runs) {
             const int64_t j = j0 + p + t, oh = j / v->OW, ow = j % v->OW;
             run_at[runs] = t;
             run_h[runs] = oh * v->SH - v->PH;
             run_w[runs] = ow * SW - v->PW;
-            t += aotc_gemm_min(v->OW - ow, nr - t);
+            t += aotc_gemm_min(v->OW - ow, ns - t);
         }
-        run_at[runs] = nr;
+        run_at[runs] = ns;
         for (k = 0; k < kc; ++k) {
-            float *restrict dst = Bp + k * AOTC_GEMM_NR;
+            float *restrict dst = P + k * width;        /* row k of the span's first panel */
             const float *xc = v->x + c * H * W;
             const int i = (int)(tap - t0);
             int g, e;
@@ -372,7 +388,7 @@ static void aotc_sgemm_pack_b_im2col(const aotc_im2col *v, int64_t k0, int64_t k
                 int64_t kh = t0 / v->KW, kw = t0 % v->KW;
                 for (t = t0; t < t1; ++t, kw = kw + 1 == v->KW ? 0 : kw + 1, kh += kw == 0) {
                     int64_t covered = 0;
-                    for (g = 0; g < G; ++g)
+                    for (g = 0; g < groups; ++g)
                         count[t - t0][g] = 0;
                     for (r = 0; r < runs; ++r) {
                         const int64_t len = run_at[r + 1] - run_at[r];
@@ -382,8 +398,9 @@ static void aotc_sgemm_pack_b_im2col(const aotc_im2col *v, int64_t k0, int64_t k
                             continue;
                         aotc_im2col_inside(iw, len, SW, W, &lo, &hi);
                         covered += hi - lo;
-                        while (hi > lo) {          /* in pieces within groups */
-                            const int64_t at = run_at[r] + lo, piece = aotc_gemm_min(hi - lo, 16 - at % 16);
+                        while (hi > lo) {          /* in pieces within groups and panels */
+                            const int64_t at = run_at[r] + lo;
+                            const int64_t piece = aotc_gemm_min(hi - lo, aotc_gemm_min(16 - at % 16, width - at % width));
                             aotc_im2col_seg *q = &seg[t - t0][at / 16][count[t - t0][at / 16]++];
                             q->src = (int32_t)(ih * W + iw + lo * SW);
                             q->at = (uint8_t)at;
@@ -392,43 +409,60 @@ static void aotc_sgemm_pack_b_im2col(const aotc_im2col *v, int64_t k0, int64_t k
                             lo += piece;
                         }
                     }
-                    full[t - t0] = covered == AOTC_GEMM_NR;
+                    full[t - t0] = covered == panels * width;
                 }
                 k -= 1;                           /* and this k again, with its plan */
                 continue;
             }
 #if AOTC_IM2COL_EXPAND
-            if (SW == 1) {
-                for (g = 0; g < G; ++g) {
-                    __m512 acc = _mm512_setzero_ps();
-                    for (e = 0; e < count[i][g]; ++e)
-                        acc = _mm512_mask_expandloadu_ps(acc, (__mmask16)seg[i][g][e].lanes, xc + seg[i][g][e].src);
-                    _mm512_storeu_ps(dst + 16 * g, acc);
-                }
-            } else if (SW == 2) {
-                /* a segment: its 2*len - 1 floats loaded, the even ones taken, expanded into its lanes */
+            if ((SW == 1 || SW == 2) && (width % 16 == 0 || width == 8)) {
+                /* 16 columns at a time in a register: a segment at stride 1 is an expanding load
+                   into its lanes; at stride 2 its 2*len - 1 floats are loaded, the even ones
+                   taken and expanded into its lanes. A group lies in one panel (width a multiple
+                   of 16: its lanes past the panel's width are never set) or, at width 8, its
+                   halves in two */
                 const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-                for (g = 0; g < G; ++g) {
+                for (g = 0; g < groups; ++g) {
                     __m512 acc = _mm512_setzero_ps();
                     for (e = 0; e < count[i][g]; ++e) {
                         const aotc_im2col_seg *q = &seg[i][g][e];
-                        const int reads = 2 * q->len - 1;
-                        const __mmask16 lo = (__mmask16)(reads >= 16 ? 0xFFFFu : (1u << reads) - 1u);
-                        const __mmask16 hi = (__mmask16)(reads > 16 ? (1u << (reads - 16)) - 1u : 0u);
-                        const __m512 a = _mm512_maskz_loadu_ps(lo, xc + q->src);
-                        const __m512 b = _mm512_maskz_loadu_ps(hi, xc + q->src + 16);
-                        acc = _mm512_mask_expand_ps(acc, (__mmask16)q->lanes, _mm512_permutex2var_ps(a, even, b));
+                        if (SW == 1) {
+                            acc = _mm512_mask_expandloadu_ps(acc, (__mmask16)q->lanes, xc + q->src);
+                        } else {
+                            const int reads = 2 * q->len - 1;
+                            const __mmask16 lo = (__mmask16)(reads >= 16 ? 0xFFFFu : (1u << reads) - 1u);
+                            const __mmask16 hi = (__mmask16)(reads > 16 ? (1u << (reads - 16)) - 1u : 0u);
+                            const __m512 a = _mm512_maskz_loadu_ps(lo, xc + q->src);
+                            /* (a segment of at most 8 columns reads within the first 16 floats) */
+                            const __m512 b = hi ? _mm512_maskz_loadu_ps(hi, xc + q->src + 16) : _mm512_setzero_ps();
+                            acc = _mm512_mask_expand_ps(acc, (__mmask16)q->lanes, _mm512_permutex2var_ps(a, even, b));
+                        }
                     }
-                    _mm512_storeu_ps(dst + 16 * g, acc);
+                    if (width == 8) {
+                        float *d = dst + 2 * g * panel_floats;
+                        _mm256_storeu_ps(d, _mm512_castps512_ps256(acc));
+                        if (2 * g + 1 < panels)
+                            _mm256_storeu_ps(d + panel_floats, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+                    } else {
+                        const int64_t at = 16 * g;
+                        const int64_t room = width - at % width;      /* the panel's columns from `at` */
+                        _mm512_mask_storeu_ps(dst + (at / width) * panel_floats + at % width,
+                                              (__mmask16)(room >= 16 ? 0xFFFFu : (1u << room) - 1u), acc);
+                    }
                 }
             } else
 #endif
             {
+                int64_t q;
                 if (!full[i])
-                    aotc_copy_short(dst, NULL, AOTC_GEMM_NR, 1);
-                for (g = 0; g < G; ++g)
-                    for (e = 0; e < count[i][g]; ++e)
-                        aotc_im2col_copy(dst + seg[i][g][e].at, xc + seg[i][g][e].src, seg[i][g][e].len, SW);
+                    for (q = 0; q < panels; ++q)
+                        aotc_copy_short(dst + q * panel_floats, NULL, width, 1);
+                for (g = 0; g < groups; ++g)
+                    for (e = 0; e < count[i][g]; ++e) {
+                        const int at = seg[i][g][e].at;
+                        aotc_im2col_copy(dst + (at / width) * panel_floats + at % width, xc + seg[i][g][e].src,
+                                         seg[i][g][e].len, SW);
+                    }
             }
             if (++tap == KK) {
                 tap = 0;
@@ -913,6 +947,8 @@ typedef struct {
     int64_t M, N, K;
     const float *A;
     int64_t rsa, csa;
+    const aotc_im2col *aim2col; /* not NULL: A is this convolution's im2col matrix transposed,
+                                   element (i, k) the matrix's (k, i) (A unused) */
     const float *B;
     int64_t rsb, csb;
     const aotc_im2col *bim2col; /* not NULL: B is this convolution's im2col matrix (B unused) */
@@ -1138,7 +1174,7 @@ static const float *aotc_sgemm_b_block(const aotc_sgemm_call *g, int64_t pc, int
         return g->B + pc * Npad + col * kc;
     }
     if (g->bim2col)
-        aotc_sgemm_pack_b_im2col(g->bim2col, pc, kc, col, nc, bwork);
+        aotc_sgemm_pack_im2col(g->bim2col, pc, kc, col, nc, AOTC_GEMM_NR, bwork);
 #if AOTC_GEMM_BF16_LAYOUTS
     else if (g->Bh)
         aotc_bf16_widen_b(kc, nc, aotc_bf16_b_block(g, pc, kstep) + col * aotc_bf16_round(kc, 32), bwork);
@@ -1312,7 +1348,7 @@ static int64_t aotc_bf16_work_offset(const aotc_sgemm_call *g, int64_t kstep, in
 static void aotc_sgemm_block_bf16(const aotc_sgemm_call *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                                   float *work)
 {
-    const int a_packed = g->rsa == 0 && g->csa == 0 && !g->Ah, b_packed = g->rsb == 0 && g->csb == 0 && !g->bim2col && !g->Bh;
+    const int a_packed = g->rsa == 0 && g->csa == 0 && !g->aim2col && !g->Ah, b_packed = g->rsb == 0 && g->csb == 0 && !g->bim2col && !g->Bh;
     const int64_t K = g->K, M = m1 - m0, N = n1 - n0;
     const int64_t kstep = aotc_sgemm_kstep(K), kp = aotc_bf16_round(kstep, 32);
     /* the float32 path's column block (its scratch's layout); B stored for the tiles needs none */
@@ -1362,6 +1398,9 @@ static void aotc_sgemm_block_bf16(const aotc_sgemm_call *g, int64_t m0, int64_t 
                             aotc_bf16_a_panels(mc, kc, g->A + pc * Mpad + (m0 + ic) * kc, Ah + pc / kstep * a_block + ic * kcp);
                     } else if (a_packed) {
                         aotc_bf16_a_panels(mc, kc, g->A + pc * Mpad + (m0 + ic) * kc, Ah);
+                    } else if (g->aim2col) {
+                        aotc_sgemm_pack_im2col(g->aim2col, pc, kc, m0 + ic, mc, AOTC_GEMM_MR, awork);
+                        aotc_bf16_a_panels(mc, kc, awork, Ah);
                     } else if (g->csa == 1) {
                         aotc_bf16_a_rows(mc, kc, g->A + (m0 + ic) * g->rsa + pc, g->rsa, Ah);
                     } else {
@@ -1416,7 +1455,7 @@ static aotc_ahead aotc_sgemm_ahead(const float *panel, int64_t kc, int64_t tile,
 static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                              float *work)
 {
-    const int a_packed = g->rsa == 0 && g->csa == 0 && !g->Ah, b_packed = g->rsb == 0 && g->csb == 0 && !g->bim2col && !g->Bh;
+    const int a_packed = g->rsa == 0 && g->csa == 0 && !g->aim2col && !g->Ah, b_packed = g->rsb == 0 && g->csb == 0 && !g->bim2col && !g->Bh;
     const int64_t K = g->K, M = m1 - m0, N = n1 - n0;
 #if AOTC_BF16_AMX
     if (aotc_sgemm_on_tiles(g)) {
@@ -1424,7 +1463,7 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
         return;
     }
 #endif
-    if (M == 1 && !a_packed && !b_packed && !g->bim2col && !g->Ah && !g->Bh && K > 0 && N > 0 &&
+    if (M == 1 && !a_packed && !b_packed && !g->aim2col && !g->bim2col && !g->Ah && !g->Bh && K > 0 && N > 0 &&
         (g->rsb == 1 || g->csb == 1)) {
         aotc_sgemm_one_row(g, m0, n0, n1);
         if (g->epilogue)
@@ -1472,6 +1511,9 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
                     aotc_bf16_widen_a(mc, kc, aotc_bf16_a_block(g, pc, kstep) + (m0 + ic) * aotc_bf16_round(kc, 32), awork);
                     ap = awork;
 #endif
+                } else if (g->aim2col) {
+                    aotc_sgemm_pack_im2col(g->aim2col, pc, kc, m0 + ic, mc, AOTC_GEMM_MR, awork);
+                    ap = awork;
                 } else {
                     aotc_sgemm_pack_a(mc, kc, g->A + (m0 + ic) * g->rsa + pc * g->csa, g->rsa, g->csa, awork);
                     ap = awork;

@@ -1,5 +1,6 @@
-/* Checks aotc_sgemm_pack_b_im2col (runtime/aotc_gemm_packed.h) against the definition of the
- * im2col matrix, value by value, on thousands of random convolution geometries (kernel sizes,
+/* Checks aotc_sgemm_pack_im2col (runtime/aotc_gemm_packed.h) against the definition of the
+ * im2col matrix, value by value, in B's NR-column panels and in the MR-row panels of an A
+ * that is the matrix transposed, on thousands of random convolution geometries (kernel sizes,
  * strides, dilations, asymmetric and over-wide padding, long kernels that need the taps planned
  * again, outputs wider than a column block), each input an exactly sized heap block so that
  * AddressSanitizer sees any read past it. Built by tests/test_im2col_packing.py with the
@@ -10,7 +11,7 @@
 
 #include "aotc_gemm_packed.h"
 
-static int check(int C, int H, int W, int KH, int KW, int SH, int SW, int DH, int DW, int PT, int PL, int PB, int PR)
+static int check_width(int64_t width, int C, int H, int W, int KH, int KW, int SH, int SW, int DH, int DW, int PT, int PL, int PB, int PR)
 {
     const int OH = (H + PT + PB - DH * (KH - 1) - 1) / SH + 1, OW = (W + PL + PR - DW * (KW - 1) - 1) / SW + 1;
     const int64_t K = (int64_t)C * KH * KW, N = (int64_t)OH * OW, kstep = aotc_sgemm_kstep(K);
@@ -28,24 +29,31 @@ static int check(int C, int H, int W, int KH, int KW, int SH, int SW, int DH, in
     for (jc = 0; jc < N; jc += AOTC_GEMM_NC)
         for (pc = 0; pc < K; pc += kstep) {
             const int64_t kc = aotc_gemm_min(kstep, K - pc), nc = aotc_gemm_min(AOTC_GEMM_NC, N - jc);
-            const int64_t panels = (nc + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR;
-            float *Bp = malloc(sizeof(float) * (size_t)(kc * panels * AOTC_GEMM_NR));
-            aotc_sgemm_pack_b_im2col(&v, pc, kc, jc, nc, Bp);
+            const int64_t panels = (nc + width - 1) / width;
+            float *Bp = malloc(sizeof(float) * (size_t)(kc * panels * width));
+            aotc_sgemm_pack_im2col(&v, pc, kc, jc, nc, width, Bp);
             for (k = 0; k < kc; ++k)
-                for (j = 0; j < panels * AOTC_GEMM_NR; ++j) {
+                for (j = 0; j < panels * width; ++j) {
                     const int64_t row = pc + k, col = jc + j;
                     const int64_t c = row / (KH * KW), kh = row / KW % KH, kw = row % KW;
                     const int64_t ih = col / OW * SH - PT + kh * DH, iw = col % OW * SW - PL + kw * DW;
                     const float want = j < nc && ih >= 0 && ih < H && iw >= 0 && iw < W ? x[(c * H + ih) * W + iw] : 0.0f;
-                    wrong += Bp[(j / AOTC_GEMM_NR) * kc * AOTC_GEMM_NR + k * AOTC_GEMM_NR + j % AOTC_GEMM_NR] != want;
+                    wrong += Bp[(j / width) * kc * width + k * width + j % width] != want;
                 }
             free(Bp);
         }
     free(x);
     if (wrong)
-        printf("%ld wrong: C=%d H=%d W=%d kernel %dx%d strides %dx%d dilations %dx%d pads %d,%d,%d,%d\n",
-               (long)wrong, C, H, W, KH, KW, SH, SW, DH, DW, PT, PL, PB, PR);
+        printf("%ld wrong (panels of %ld): C=%d H=%d W=%d kernel %dx%d strides %dx%d dilations %dx%d pads %d,%d,%d,%d\n",
+               (long)wrong, (long)width, C, H, W, KH, KW, SH, SW, DH, DW, PT, PL, PB, PR);
     return wrong != 0;
+}
+
+/* both panel widths: B's (NR) and A's (MR) */
+static int check(int C, int H, int W, int KH, int KW, int SH, int SW, int DH, int DW, int PT, int PL, int PB, int PR)
+{
+    return check_width(AOTC_GEMM_NR, C, H, W, KH, KW, SH, SW, DH, DW, PT, PL, PB, PR) |
+           check_width(AOTC_GEMM_MR, C, H, W, KH, KW, SH, SW, DH, DW, PT, PL, PB, PR);
 }
 
 int main(void)

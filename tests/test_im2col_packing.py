@@ -1,6 +1,6 @@
-"""A convolution's GEMM packing its B (the im2col matrix) straight from the input
-(runtime/aotc_gemm_packed.h `aotc_sgemm_pack_b_im2col`, chosen by the CPU schedule from the
-lowering's `Matrix.direct`), against the same model built with the im2col buffer
+"""A convolution's GEMM packing its B (the im2col matrix), or its A when the product is computed
+transposed (the matrix transposed), straight from the input (runtime/aotc_gemm_packed.h
+`aotc_sgemm_pack_im2col`, chosen by the CPU schedule from the lowering's `Matrix.direct`), against the same model built with the im2col buffer
 (`[gemm] im2col_packing = false`: the loops that fill it, then the GEMM packs from it) and
 against ONNX Runtime. The packed values and their order are the same, so the two artifacts
 agree bit for bit."""
@@ -22,8 +22,8 @@ from tests.helpers import eager_threads_target, graph_model, rand, target_with_s
 
 # (x shape, w shape, attrs): output rows wider and narrower than a panel, strides, dilations,
 # asymmetric pads, pads wider than the kernel (whole runs of zeros), a kernel as wide as the
-# padded input, groups, batch 2, 1-D, K over one K block, N over one column block, and one
-# whose GEMM is computed transposed (so it keeps the buffer)
+# padded input, groups, batch 2, 1-D, K over one K block, N over one column block, and ones
+# whose GEMM is computed transposed (so that the matrix is packed as A)
 CONVS = [
     ((2, 9, 13, 40), (7, 9, 3, 3), dict(pads=[1, 1, 1, 1])),
     ((1, 8, 17, 19), (6, 8, 5, 4), dict(strides=[2, 3], pads=[2, 1, 0, 3])),
@@ -38,6 +38,8 @@ CONVS = [
     ((1, 3, 330, 300), (8, 3, 3, 3), dict(strides=[2, 2])),        # ... but a 2.5 MiB buffer
     ((1, 3, 20, 36), (64, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3])),   # 3 channels, 64 rows
     ((1, 128, 7, 7), (64, 128, 3, 3), dict(pads=[1, 1, 1, 1])),      # computed transposed
+    ((1, 64, 35, 35), (256, 64, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),   # ... at stride 2
+    ((1, 24, 9, 75), (96, 24, 3, 3), dict(strides=[1, 3], pads=[1, 1, 1, 1])),     # ... and 3
     # column strides 2 and 3
     ((1, 8, 15, 29), (32, 8, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
     ((1, 10, 11, 40), (36, 10, 2, 4), dict(strides=[1, 3], pads=[1, 2, 0, 1])),
@@ -88,22 +90,22 @@ def test_im2col_packing_matches_the_im2col_buffer_and_ort(target, threads, tmp_p
     buffered = aotc_compile(path, target=_with_buffer(target, tmp_path), output_dir=tmp_path / "buffer",
                             threads=threads)
 
-    # the schedule took the direct B for every convolution whose GEMM keeps its orientation
-    # (a transposed one reads B as A: it keeps the buffer) and has the target's [gemm]
+    # the schedule read the input directly for every convolution that has the target's [gemm]
     # im2col_min_channels input channels per group, im2col_min_rows output channels or a buffer
-    # over im2col_max_buffer bytes; its im2col loops are gone
+    # over im2col_max_buffer bytes: as B, or as A where the product is computed transposed;
+    # its im2col loops are gone
     t = load_target(target)
     tiles = GemmTiles.of(t)
-    plain = sum(not tiles.prefers_transposed(*_gemm_shape(*c)) and
-                (c[1][1] >= t.gemm.im2col_min_channels or _gemm_shape(*c)[0] >= t.gemm.im2col_min_rows or
-                 _gemm_shape(*c)[1] * _gemm_shape(*c)[2] * 4 > t.gemm.im2col_max_buffer) for c in CONVS)
-    # (most of them, so that the comparison below covers the direct B: 13 of the 15 on
-    # c-avx512's tiles, 12 on c-avx2's)
-    assert plain >= 2 * len(CONVS) // 3
+    direct_ones = [c for c in CONVS if c[1][1] >= t.gemm.im2col_min_channels or _gemm_shape(*c)[0] >= t.gemm.im2col_min_rows
+                   or _gemm_shape(*c)[1] * _gemm_shape(*c)[2] * 4 > t.gemm.im2col_max_buffer]
+    transposed = sum(tiles.prefers_transposed(*_gemm_shape(*c)) for c in direct_ones)
+    # (most of them, so that the comparison below covers the direct forms, and both)
+    assert len(direct_ones) >= 2 * len(CONVS) // 3 and transposed >= 1
     src = (tmp_path / "direct" / "convs.c").read_text()
-    assert len(re.findall(r"const aotc_im2col im2col = ", src)) == plain
-    assert src.count(".bim2col = &im2col") == plain
-    assert "bim2col" not in (tmp_path / "buffer" / "convs.c").read_text()
+    assert len(re.findall(r"const aotc_im2col im2col = ", src)) == len(direct_ones)
+    assert (src.count(".bim2col = &im2col"), src.count(".aim2col = &im2col")) == \
+        (len(direct_ones) - transposed, transposed)
+    assert "im2col = &im2col" not in (tmp_path / "buffer" / "convs.c").read_text()
 
     got, want = direct.run(feeds), buffered.run(feeds)
     ref = ort.InferenceSession(onnx.load(str(path)).SerializeToString()).run(None, feeds)

@@ -601,7 +601,8 @@ class Matrix:
       * 'bf16_a' / 'bf16_b': a constant the schedule stored as bfloat16 in the AMX tiles' layout
         (the option bf16; schedule/gemm_cpu.py pack_a_bf16 / pack_b_bf16), likewise;
       * 'im2col': a convolution's im2col matrix read from the input itself (`window` says how;
-        `offset` is where the input's channels start).
+        `offset` is where the input's channels start); 'im2col_t' the same matrix transposed
+        (the A of a convolution computed as Cᵀ = im2colᵀ . Wᵀ).
     `direct`, on a strided matrix that an op fills itself (an im2col buffer), is the same
     matrix as the op's input holds it (layout 'im2col'): a schedule whose GEMM can read that
     skips the buffer and the statements that fill it."""
@@ -637,6 +638,8 @@ class Matrix:
         both of its bounds, and only for the axes the window can leave."""
         if self.layout == "strided":
             return Load(self.buf, self.at(r, c))
+        if self.layout == "im2col_t":
+            return self.transposed().element(c, r, local)
         if self.layout != "im2col":
             raise ValueError(f"a {self.layout} matrix is read by the packed GEMM only")
         w = self.window
@@ -665,8 +668,8 @@ class Matrix:
         return select(cond, value, const(0.0, self.buf.value_dtype))
 
     def transposed(self) -> "Matrix":
-        if self.layout == "im2col":
-            raise ValueError("an im2col matrix is read as the GEMM's B only")
+        if self.layout in ("im2col", "im2col_t"):
+            return replace(self, layout="im2col_t" if self.layout == "im2col" else "im2col")
         return Matrix(self.buf, self.offset, self.cs, self.rs, self.layout)
 
 

@@ -60,9 +60,8 @@ def schedule_cpu(graph, steps, target: Target, threads: int) -> None:
     run, run_stmts = target.vector.run, target.vector.run_max_statements
     for st in steps:
         k = st.kernel
-        # (a GEMM computed transposed reads B as its A: that one keeps the im2col buffer)
-        k.body = read_im2col_directly(k.body, lambda g: im2col and packs_im2col(g, target.gemm) and
-                                      not computes_transposed(g, tiles))
+        # (a GEMM computed transposed packs the im2col matrix as its A: aotc_sgemm_call's aim2col)
+        k.body = read_im2col_directly(k.body, lambda g: im2col and packs_im2col(g, target.gemm))
         k.body = _Gemms(st, packer, tiles, threads, min_gemm, in_tile, block).stmts(k.body)
         drop_unused_scratch(k)
         if threads > 1:

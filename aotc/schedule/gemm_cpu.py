@@ -317,8 +317,9 @@ def pack_b_bf16(b: np.ndarray, tiles: GemmTiles) -> np.ndarray:
 
 def packs_im2col(gm: Gemm, gemm: GemmConfig) -> bool:
     """Should g read its B from the convolution's input (g.b.direct) rather than its im2col buffer?
-    It packs an im2col B from the input (aotc_sgemm_pack_b_im2col) when each tap's plan, made
-    once per panel, serves at least `im2col_min_channels` input channels, or every packed
+    It packs the im2col matrix from the input (aotc_sgemm_pack_im2col: as B, or as A when the
+    product is computed transposed) when each tap's plan, made once per panel (or span of A's
+    panels), serves at least `im2col_min_channels` input channels, or every packed
     element feeds at least `im2col_min_rows` rows of the product (the packing is then small
     beside the GEMM), or the im2col buffer would exceed `im2col_max_buffer` bytes (its passes
     then run at memory speed, and reading the input directly is no slower while the workspace

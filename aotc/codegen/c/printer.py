@@ -207,13 +207,16 @@ class CPrinter(CStylePrinter):
                 fields += [("work", f"(uint8_t *){s.work.name}"), ("work_bytes", str(4 * s.work.thread_stride))]
             else:
                 fields += [("work", s.work.name), ("work_floats", str(s.work.thread_stride))]
-        view = None
-        if B.layout == "im2col":
-            w = B.window
-            view = [("x", self.expr(_ptr(B)))] + [
-                (k, num(v)) for k, v in zip(("H", "W", "KH", "KW", "SH", "SW", "DH", "DW", "PH", "PW", "OH", "OW"),
-                                            (*w.size, *w.kernel, *w.strides, *w.dilations, *w.pads, *w.out))]
-            fields[6:9] = [("B", "NULL"), ("rsb", "0"), ("csb", "0"), ("bim2col", "&im2col")]
+        view, role = None, None
+        for m, at, name, layout, role_text in ((A, 3, "a", "im2col_t", "A: the transposed"), (B, 6, "b", "im2col", "B: the")):
+            if m.layout == layout:       # a convolution's im2col matrix, packed from its input
+                w = m.window
+                view = [("x", self.expr(_ptr(m)))] + [
+                    (k, num(v)) for k, v in zip(("H", "W", "KH", "KW", "SH", "SW", "DH", "DW", "PH", "PW", "OH", "OW"),
+                                                (*w.size, *w.kernel, *w.strides, *w.dilations, *w.pads, *w.out))]
+                fields[at:at + 3] = [(name.upper(), "NULL"), (f"rs{name}", "0"), (f"cs{name}", "0"),
+                                     (f"{name}im2col", "&im2col")]
+                role = role_text
         struct = None
         if s.epilogue:
             self._task += 1
@@ -225,7 +228,7 @@ class CPrinter(CStylePrinter):
                 fields.append(("tile", make(s, self._task, struct, unpack)))
         self.out(f"{pad}{{")
         if view:
-            self.out(f"{pad}    /* B: the im2col matrix of {view[0][1]}, packed from it block by block */")
+            self.out(f"{pad}    /* {role} im2col matrix of {view[0][1]}, packed from it block by block */")
             self.out(f"{pad}    const aotc_im2col im2col = {{ {', '.join(f'.{k} = {v}' for k, v in view)} }};")
         if struct:
             self.out(f"{pad}    {struct} epilogue = {{ {', '.join(init)} }};")
