@@ -825,6 +825,8 @@ AOTC_NOINLINE static void aotc_sgemm_tile_row(int64_t kc, const float *restrict 
  * among them: a decoder's 768-column products are 3 groups, 2 for one thread and 1 for the
  * other (the one-token step's down projection 0.23 ms at 2 threads against 0.34 at 1). */
 #define AOTC_ROW_HALF (AOTC_ROW_PANELS / 2)
+/* weights of at most this many bytes are read by half-groups only (aotc_sgemm_block) */
+#define AOTC_ROW_CACHED_BYTES ((int64_t)1 << 20)
 AOTC_ALWAYS_INLINE void aotc_sgemm_tile_row_panels_of(const int panels, int64_t kc, const float *restrict a,
                                                       const float *restrict b, float *restrict C, int64_t csc,
                                                       int64_t n, int accumulate)
@@ -1514,6 +1516,15 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
                 } else if (g->aim2col) {
                     aotc_sgemm_pack_im2col(g->aim2col, pc, kc, m0 + ic, mc, AOTC_GEMM_MR, awork);
                     ap = awork;
+                } else if (mc == 1) {
+                    /* one row: the one-row kernels read the panel's first row only, so only it
+                       is written (an LSTM step's h . R packed 8 x 128 floats for 128 read: 5%
+                       of the zoo LSTM's time) */
+                    const float *a = g->A + (m0 + ic) * g->rsa + pc * g->csa;
+                    int64_t k;
+                    for (k = 0; k < kc; ++k)
+                        awork[k * AOTC_GEMM_MR] = a[k * g->csa];
+                    ap = awork;
                 } else {
                     aotc_sgemm_pack_a(mc, kc, g->A + (m0 + ic) * g->rsa + pc * g->csa, g->rsa, g->csa, awork);
                     ap = awork;
@@ -1525,8 +1536,13 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
                        aotc_sgemm_row_unit(g) columns (as do a split among threads and NC), so that
                        every column gets the kernel one thread gives it */
                     float *c = C0 + ic * g->rsc + jc * g->csc;
+                    /* weights that stay in L2 from one product to the next (an LSTM's recurrent
+                       weights, read every time step) go by half-groups: 4 streams of 256 KB took
+                       0.93 of the time of 8 in the zoo's LSTM (AMD EPYC Zen 4); from memory, 8
+                       streams draw more (128 MB: 0.96) */
+                    const int groups = g->K * g->N * (int64_t)sizeof(float) > AOTC_ROW_CACHED_BYTES;
                     for (jr = 0; jr < nc;) {
-                        const int whole = nc - jr > (AOTC_ROW_PANELS - 1) * AOTC_GEMM_NR;
+                        const int whole = groups && nc - jr > (AOTC_ROW_PANELS - 1) * AOTC_GEMM_NR;
                         const int half = !whole && nc - jr > (AOTC_ROW_HALF - 1) * AOTC_GEMM_NR;
                         const int64_t n = aotc_gemm_min(whole ? AOTC_ROW_PANELS * AOTC_GEMM_NR
                                                         : half ? AOTC_ROW_HALF * AOTC_GEMM_NR : AOTC_GEMM_NR, nc - jr);

@@ -140,6 +140,25 @@ def test_one_row_over_many_panels(lib):
                     assert np.array_equal(C, first), f"N={N} K={K}: {threads} threads differ from one"
 
 
+def test_one_row_by_groups_or_half_groups_gives_the_same_bits(lib):
+    """Weights of at most 1 MiB (AOTC_ROW_CACHED_BYTES: they stay in L2 from one product to the
+    next) go by half-groups of panels, larger ones by whole groups: each panel's sums are the
+    same chain either way, so the columns of a product over 1 MiB and of its left half under it
+    agree bit for bit (packed at compile time, as the one-row kernels need)."""
+    rng = np.random.default_rng(12)
+    t = lib.tiles
+    K = t.kc + 9
+    N = 2 * ((1 << 20) // (4 * K) // (8 * t.nr) * (8 * t.nr))     # a left half of whole groups
+    A, B = _rand(rng, 1, K), _rand(rng, K, N)
+    assert K * N * 4 > 1 << 20 >= K * (N // 2) * 4
+    whole = np.full((1, N), np.nan, np.float32)
+    lib.packed(1, N, K, A, pack_b(B, t), whole, b_packed=True)
+    _check(whole, _expected(A, B), K)
+    half = np.full((1, N // 2), np.nan, np.float32)
+    lib.packed(1, N // 2, K, A, pack_b(np.ascontiguousarray(B[:, :N // 2]), t), half, b_packed=True)
+    assert np.array_equal(whole[:, :N // 2], half)
+
+
 def test_accumulate_adds_onto_c(lib):
     rng = np.random.default_rng(1)
     for M, N, K in [(1, 1, 1), (7, 33, 5), (lib.tiles.mr + 2, lib.tiles.nr + 3, lib.tiles.kc + 7)]:
