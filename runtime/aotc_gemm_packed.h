@@ -419,8 +419,7 @@ static void aotc_sgemm_pack_im2col(const aotc_im2col *v, int64_t k0, int64_t kc,
                 /* 16 columns at a time in a register: a segment at stride 1 is an expanding load
                    into its lanes; at stride 2 its 2*len - 1 floats are loaded, the even ones
                    taken and expanded into its lanes. A group lies in one panel (width a multiple
-                   of 16: its lanes past the panel's width are never set) or, at width 8, its
-                   halves in two */
+                   of 16) or, at width 8, its halves in two */
                 const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
                 for (g = 0; g < groups; ++g) {
                     __m512 acc = _mm512_setzero_ps();
@@ -444,10 +443,7 @@ static void aotc_sgemm_pack_im2col(const aotc_im2col *v, int64_t k0, int64_t kc,
                         if (2 * g + 1 < panels)
                             _mm256_storeu_ps(d + panel_floats, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
                     } else {
-                        const int64_t at = 16 * g;
-                        const int64_t room = width - at % width;      /* the panel's columns from `at` */
-                        _mm512_mask_storeu_ps(dst + (at / width) * panel_floats + at % width,
-                                              (__mmask16)(room >= 16 ? 0xFFFFu : (1u << room) - 1u), acc);
+                        _mm512_storeu_ps(dst + (16 * g / width) * panel_floats + 16 * g % width, acc);
                     }
                 }
             } else
