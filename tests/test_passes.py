@@ -512,3 +512,46 @@ def test_normalize_softmax12_marks_the_2d_coercion(tmp_path):
     assert n.attrs.get("_coerce_2d") == 1 and n.attrs["axis"] == 1
     assert "_coerce_2d" not in [a.name for a in to_model(g).graph.node[0].attribute]
     assert_parity(m, tmp_path, {"x": x})
+
+
+def test_zero_pads_fold_into_the_convolution_after_them(tmp_path):
+    """torch.onnx's Pad before a Conv (F.pad, as TensorFlow's converters write "SAME" padding
+    of a strided convolution; the TorchScript exporter keeps the Pads, the dynamo one's
+    optimizer folds the zero ones itself): a Pad of zeros over the spatial axes becomes the
+    Conv's own padding, grown by it where the Conv pads too; a Pad of another value and a
+    reflecting one stay, and one that a Slice reads too stays for it. ONNX Runtime's results
+    on fresh inputs."""
+    torch = pytest.importorskip("torch")
+    import onnx
+    nn, F = torch.nn, torch.nn.functional
+
+    class PaddedConvs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dw = nn.Conv2d(8, 8, 3, stride=2, groups=8)
+            self.c = nn.Conv2d(8, 6, 3, padding=1)
+            self.v = nn.Conv2d(6, 6, 3)
+            self.r = nn.Conv2d(6, 4, 3)
+
+        def forward(self, x):
+            y = torch.relu(self.dw(F.pad(x, (0, 1, 0, 1))))          # folds: the TF "SAME" form
+            y = self.c(F.pad(y, (2, 0, 1, 1)))                       # folds into pads 1 + these
+            shared = F.pad(y, (1, 1, 1, 1))
+            y = self.v(shared) + shared[:, :, 1:-1, 1:-1]            # folds; the Pad stays for the Slice
+            y = self.v(F.pad(y, (1, 1, 1, 1), value=0.5))            # stays: not zeros
+            return self.r(F.pad(y, (1, 1, 1, 1), mode="reflect"))    # stays: reflect
+
+    torch.manual_seed(3)
+    path = tmp_path / "padded.onnx"
+    x = torch.randn(1, 8, 15, 15)
+    with torch.no_grad():
+        torch.onnx.export(PaddedConvs().eval(), (x,), str(path), input_names=["x"], dynamo=False, opset_version=13)
+    model = onnx.load(str(path))
+    assert [n.op_type for n in model.graph.node].count("Pad") == 5
+    g = full_pipeline(model)
+    pads = [n for n in g.nodes if n.op_type == "Pad"]
+    assert len(pads) == 3, pads
+    convs = [n for n in g.nodes if n.op_type == "Conv"]
+    assert sorted(list(n.attr("pads", [0] * 4)) for n in convs) == \
+        [[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 1, 1], [1, 1, 1, 1], [2, 3, 2, 1]]
+    assert_parity(model, tmp_path, {"x": rand(1, 8, 15, 15, seed=4)})

@@ -135,6 +135,8 @@ def pipeline() -> list[Pass]:
         _plain("fold_scale_shift", simplify.fold_scale_shift),
         _plain("prepack_recurrent_weights", prepack_recurrent_weights),
         _plain("fold_constants", simplify.fold_constants),
+        # (its pads are constants now)
+        _plain("fold_pads_into_convs", simplify.fold_pads_into_convs),
         Pass("flush_folded_subnormals", _folded_subnormals),
         _plain("eliminate_common_subexpressions", simplify.eliminate_common_subexpressions),
         _plain("canonicalize_views_again", simplify.canonicalize_views),

@@ -360,3 +360,36 @@ def materialize_outputs(g: Graph) -> Graph:
     # the ONNX name of each renamed output: the artifact's interface keeps the model's names
     g.output_labels = labels
     return g
+
+
+def fold_pads_into_convs(g: Graph) -> Graph:
+    """A Pad of zeros over the spatial axes only, read by a Conv, becomes that Conv's own
+    padding (TensorFlow's converters write "SAME" padding of a strided convolution as a Pad
+    before it): the Conv reads the Pad's input, its pads grown by the Pad's, and the Pad goes
+    where nothing else reads it. The padded tensor is then never written; the convolution's
+    kernels skip the taps outside the input as they do for their own pads."""
+    from ..ops.pad import _pad_spec
+    producers = g.producers()
+    changed = False
+    for n in g.nodes:
+        if n.op_type != "Conv" or not n.inputs or n.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+            continue
+        pad = producers.get(n.inputs[0])
+        if pad is None or pad.op_type != "Pad":
+            continue
+        ins = [g.values[i] if i else None for i in pad.inputs]
+        if any(v is not None and v.const is None for v in ins[1:]):
+            continue                                   # (pads, value or axes computed at run time)
+        pb, pe, _, mode = _pad_spec(pad, ins)
+        value = ins[2].const if len(ins) > 2 and ins[2] is not None else np.zeros(())
+        if mode != "constant" or np.any(value != 0) or pb[:2] != [0, 0] or pe[:2] != [0, 0] \
+                or min(pb + pe) < 0:
+            continue
+        r = len(pb) - 2
+        own = [0] * (2 * r) if n.attr("auto_pad", "NOTSET") == "VALID" else \
+            [int(p) for p in n.attr("pads", [0] * (2 * r))]
+        n.attrs.pop("auto_pad", None)
+        n.attrs["pads"] = [own[i] + pb[2 + i] for i in range(r)] + [own[r + i] + pe[2 + i] for i in range(r)]
+        n.inputs[0] = pad.inputs[0]
+        changed = True
+    return eliminate_dead_code(g) if changed else g
