@@ -369,6 +369,29 @@ def test_resize_nearest_modes(ct, tmp_path):
     assert_parity(graph_model(nodes, {"x": x}, outs, inits, opset=13), tmp_path, {"x": x})
 
 
+@pytest.mark.parametrize("ct,nm,scales,repeated", [
+    ("asymmetric", "floor", [1, 1, 2, 2], True),
+    ("half_pixel", "round_prefer_floor", [1, 1, 1, 3], True),
+    ("pytorch_half_pixel", "round_prefer_ceil", [1, 2, 3, 2], True),
+    ("half_pixel", "ceil", [1, 1, 2, 2], False),            # (indices 0, 1, 1, 2, ...: not o // 2)
+    ("align_corners", "floor", [1, 1, 2, 2], False),
+])
+def test_resize_nearest_repeats_the_source_elements(ct, nm, scales, repeated, tmp_path):
+    """Nearest Resize whose last axis grows by a whole factor q with indices o // q (a feature
+    pyramid's upsampling) stores each source element q times from one load, instead of
+    gathering every output: ONNX Runtime's values exactly, and the form taken only where the
+    indices are those."""
+    from aotc.api import compile as aotc_compile
+    x = rand(2, 3, 5, 7, seed=22)
+    m = graph_model([helper.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest",
+                                      coordinate_transformation_mode=ct, nearest_mode=nm)],
+                    {"x": x}, ["y"], {"s": np.array(scales, np.float32)}, opset=13)
+    assert_parity(m, tmp_path, {"x": x}, rtol=0, atol=0)
+    aotc_compile(tmp_path / "model.onnx", output_dir=tmp_path / "repeat")
+    code = (tmp_path / "repeat" / "model.c").read_text()
+    assert ("source element repeated" in code) == repeated
+
+
 @pytest.mark.parametrize("ct", _CT)
 def test_resize_linear(ct, tmp_path):
     x = rand(2, 3, 5, 6, seed=13)

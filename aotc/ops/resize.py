@@ -232,14 +232,25 @@ def _lower_resize(node, ctx):
                                       float(node.attr("cubic_coeff_a", -0.75)),
                                       bool(int(node.attr("exclude_outside", 0))))
     windows = {}              # per filtered axis: the output's (first tap, tap count)
+    # nearest, the last axis enlarged by a whole factor q (each element repeated q times): the
+    # loop walks the input's elements and stores each q times (contiguous loads and interleaved
+    # stores, not a gather per output)
+    repeat = _repeat_factor(ct, nearest_mode, scales[-1], X.shape[-1], out[-1]) \
+        if not linear and not crop and r >= 1 else 1
     nest = Nest(b, SPATIAL)
     oo = []
     idx_terms = []            # per axis: [(index expr, weight expr or None), ...] (1 to 4 entries)
     outside = None            # tf_crop_and_resize: a source coordinate outside the input
     for i in range(r):
+        L = X.shape[i]
+        if i == r - 1 and repeat > 1:
+            k = nest.loop(L, f"i{i}")
+            b.comment(f"axis {i}: each source element repeated {repeat} times")
+            oo.append(k * repeat)
+            idx_terms.append([(k, None)])
+            continue
         o = nest.loop(out[i], f"i{i}")
         oo.append(o)
-        L = X.shape[i]
         if out[i] == L and (float(scales[i]) == 1.0 or antialias) and not (crop and tuple(roi[i]) != (0.0, 1.0)):
             idx_terms.append([(o, None)])
             continue
@@ -298,8 +309,23 @@ def _lower_resize(node, ctx):
         total = acc
     if outside is not None:
         total = select(outside, const(float(node.attr("extrapolation_value", 0.0)), X.dtype), total)
-    b.store(Y, at, total)
+    if repeat > 1:
+        v = b.local("v", total)
+        for k in range(repeat):
+            b.store(Y, at + k, v)
+    else:
+        b.store(Y, at, total)
     nest.close()
+
+
+def _repeat_factor(ct: str, nearest_mode: str, scale, L, O) -> int:
+    """q where a nearest Resize's axis of L elements becomes O = q * L, every source element
+    repeated q times (its index table is o // q), else 1."""
+    if is_dim(L) or is_dim(O) or O <= L or O % L:
+        return 1
+    q = O // L
+    table = _nearest_table(ct, nearest_mode, scale, L, O)
+    return q if np.array_equal(table, np.arange(O) // q) else 1
 
 
 # linear Resize whose last axis changes: axis after axis (_resize_linear_by_rows, or by planes
