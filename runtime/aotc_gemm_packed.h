@@ -1083,9 +1083,10 @@ __attribute__((target("amx-tile"))) static inline void aotc_amx_tiles_off(void)
 /* ---- bfloat16 products on AMX tiles (the target option bf16: AOTC_GEMM_BF16 defined 1) ----
  * On a CPU with AMX-BF16, a float32 GEMM of at least AOTC_BF16_MIN rows, columns and K runs
  * with its operands rounded to bfloat16 (to nearest even) and its products summed in float32 by
- * the tile instruction (TDPBF16PS: C[16 x 16] += A[16 x 32] . B[32 x 16]); elsewhere (no AMX,
- * the OS refuses the tile state, a small product) the float32 path above runs, so one artifact
- * runs on every CPU its target runs on. The tiles read their operands in two layouts, K block
+ * the tile instruction (TDPBF16PS: C[16 x 16] += A[16 x 32] . B[32 x 16]); on a CPU with
+ * AVX512-BF16 but no AMX (or where the OS refuses the tile state), the same blocks by VDPBF16PS
+ * (aotc_bf16_tile_dot); elsewhere (neither, a small product) the float32 path above runs, so one
+ * artifact runs on every CPU its target runs on. The tiles read their operands in two layouts, K block
  * after K block (aotc_sgemm_kstep's blocks, each kc long, kp = kc rounded up to 32, zeros past
  * kc; a block's region is laid out for kstep's kp, the last block's content may be shorter):
  *   A: rows, k contiguous: element (i, k) at Ah[i*kp + k]; rows up to a multiple of 32, zero
@@ -1188,7 +1189,12 @@ static const float *aotc_sgemm_b_block(const aotc_sgemm_call *g, int64_t pc, int
 #include <immintrin.h>
 #define AOTC_BF16_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))
 
-/* Can this thread use the tiles? The CPU has AMX-BF16 and AVX512-BF16 (aotc_amx_ready) */
+#define AOTC_BF16_ON_AMX 1      /* the tiles (TDPBF16PS) */
+#define AOTC_BF16_ON_AVX512 2   /* AVX512-BF16's dot products of pairs (VDPBF16PS), no AMX */
+
+/* How this thread computes bfloat16 products: on the tiles where the CPU has AMX-BF16 (and
+ * AVX512-BF16, which the conversions use) and the OS grants the tile state; else by AVX512-BF16
+ * alone where the CPU has it (AMD Zen 4 and newer); else 0 (the float32 path) */
 static int aotc_bf16_ready(void)
 {
     static volatile int avx512_bf16 = -1;       /* CPUID 7.1 EAX bit 5, asked once */
@@ -1196,7 +1202,13 @@ static int aotc_bf16_ready(void)
         unsigned a = 0, b = 0, c = 0, d = 0;
         avx512_bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1);
     }
-    return avx512_bf16 && aotc_amx_ready(AOTC_AMX_BF16);
+    if (!avx512_bf16)
+        return 0;
+#if defined(AOTC_BF16_NO_AMX) && AOTC_BF16_NO_AMX
+    return AOTC_BF16_ON_AVX512;                 /* (a test build of the dot-product tile on AMX CPUs) */
+#else
+    return aotc_amx_ready(AOTC_AMX_BF16) ? AOTC_BF16_ON_AMX : AOTC_BF16_ON_AVX512;
+#endif
 }
 
 /* Ah <- rows [0, m) of A's block (kc columns), as the tiles take them. From a strided A with
@@ -1313,6 +1325,43 @@ AOTC_BF16_TARGET static void aotc_bf16_tile(int64_t kp, const uint16_t *a, const
     _tile_stored(3, out + 16 * ldo + 16, ldo * 4);
 }
 
+/* aotc_bf16_tile's product without the tiles: the same operands (a 32 rows of Ah, b two groups
+ * of Bh) and result, by AVX512-BF16's VDPBF16PS, which adds to each of 16 float32 lanes the two
+ * products of a pair of bfloat16 values: 8 rows of out at a time, each row's pair (k, k + 1)
+ * broadcast against the pairs of b's 32 columns, 16 accumulators of 16 columns. */
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void aotc_bf16_tile_dot(int64_t kp, const uint16_t *a,
+                                                                                   const uint16_t *b, float *out,
+                                                                                   int64_t ldo, int add)
+{
+    const uint16_t *b1 = b + kp * 16;
+    int64_t r0, i, k;
+    for (r0 = 0; r0 < 32; r0 += 8) {
+        __m512 c0[8], c1[8];
+#pragma GCC unroll 8
+        for (i = 0; i < 8; ++i) {
+            c0[i] = add ? _mm512_loadu_ps(out + (r0 + i) * ldo) : _mm512_setzero_ps();
+            c1[i] = add ? _mm512_loadu_ps(out + (r0 + i) * ldo + 16) : _mm512_setzero_ps();
+        }
+        for (k = 0; k < kp; k += 2) {
+            const __m512bh p0 = (__m512bh)_mm512_loadu_si512((const void *)(b + k * 16));
+            const __m512bh p1 = (__m512bh)_mm512_loadu_si512((const void *)(b1 + k * 16));
+#pragma GCC unroll 8
+            for (i = 0; i < 8; ++i) {
+                uint32_t pair;
+                memcpy(&pair, a + (r0 + i) * kp + k, sizeof pair);
+                const __m512bh x = (__m512bh)_mm512_set1_epi32((int)pair);
+                c0[i] = _mm512_dpbf16_ps(c0[i], x, p0);
+                c1[i] = _mm512_dpbf16_ps(c1[i], x, p1);
+            }
+        }
+#pragma GCC unroll 8
+        for (i = 0; i < 8; ++i) {
+            _mm512_storeu_ps(out + (r0 + i) * ldo, c0[i]);
+            _mm512_storeu_ps(out + (r0 + i) * ldo + 16, c1[i]);
+        }
+    }
+}
+
 /* C's rows [0, mr) x columns [0, nr) at c (strides rsc, csc) <- (C +) s[32 x 32] */
 static void aotc_bf16_store(const float *s, float *c, int64_t rsc, int64_t csc, int64_t mr, int64_t nr, int add)
 {
@@ -1368,7 +1417,11 @@ static void aotc_sgemm_block_bf16(const aotc_sgemm_call *g, int64_t m0, int64_t 
     float *C0 = g->C + m0 * g->rsc + n0 * g->csc;
     float sums[32 * 32] __attribute__((aligned(64)));
     int64_t jc, jh, pc, ic, jr, ir;
-    aotc_amx_tiles_on();
+    const int amx = aotc_bf16_ready() == AOTC_BF16_ON_AMX;
+    void (*const tile)(int64_t, const uint16_t *, const uint16_t *, float *, int64_t, int) =
+        amx ? aotc_bf16_tile : aotc_bf16_tile_dot;
+    if (amx)
+        aotc_amx_tiles_on();
     for (jc = 0; jc < N; jc += nc_step) {
         const int64_t nc = aotc_gemm_min(nc_step, N - jc);
         for (pc = 0; pc < K; pc += kstep) {
@@ -1411,9 +1464,9 @@ static void aotc_sgemm_block_bf16(const aotc_sgemm_call *g, int64_t m0, int64_t 
                             const int64_t i = ic + ir, j = jc + jh + jr;
                             float *c = C0 + i * g->rsc + j * g->csc;
                             if (mr == 32 && nr == 32 && g->csc == 1) {      /* C's own rows are the tiles' */
-                                aotc_bf16_tile(kcp, ah + ir * kcp, bh + jr * kcp, c, g->rsc, add);
+                                tile(kcp, ah + ir * kcp, bh + jr * kcp, c, g->rsc, add);
                             } else {
-                                aotc_bf16_tile(kcp, ah + ir * kcp, bh + jr * kcp, sums, 32, 0);
+                                tile(kcp, ah + ir * kcp, bh + jr * kcp, sums, 32, 0);
                                 aotc_bf16_store(sums, c, g->rsc, g->csc, mr, nr, add);
                             }
                             if (last && g->epilogue)
@@ -1423,7 +1476,8 @@ static void aotc_sgemm_block_bf16(const aotc_sgemm_call *g, int64_t m0, int64_t 
             }
         }
     }
-    aotc_amx_tiles_off();
+    if (amx)
+        aotc_amx_tiles_off();
 }
 
 /* Does this GEMM run on the tiles? (Decided by the whole product, so that a thread's block of

@@ -1,14 +1,17 @@
-"""The option bf16 (`native,bf16`): float32 GEMMs on AMX tiles with bfloat16 operands
-(runtime/aotc_gemm_packed.h aotc_sgemm_block_bf16).
+"""The option bf16 (`native,bf16`): float32 GEMMs with bfloat16 operands (runtime/aotc_gemm_packed.h
+aotc_sgemm_block_bf16), on AMX tiles where the CPU has AMX-BF16, else by AVX512-BF16's dot
+products of pairs (AMD Zen 4 and newer).
 
-On a CPU with AMX-BF16 the product must be what float32 sums of the operands rounded to bfloat16
-give (numpy, in float64), far closer to that than to the float32 product (so the tiles ran): every
-way the float32 path takes its operands (strided, transposed, packed at compile time, a
-convolution's im2col matrix), edges of the 32 x 32 block and of K's blocks, C strided and
+On a CPU with AVX512-BF16 the product must be what float32 sums of the operands rounded to
+bfloat16 give (numpy, in float64), far closer to that than to the float32 product (so the bfloat16
+path ran): every way the float32 path takes its operands (strided, transposed, packed at compile
+time, a convolution's im2col matrix), edges of the 32 x 32 block and of K's blocks, C strided and
 transposed, accumulate, the epilogue once per element, threads, and no write past the scratch.
-Products under 16 rows or columns stay float32. On a CPU without AMX the same build must give the
-float32 path's results (what the option promises there); a model compiled with it is checked
-against ONNX Runtime either way."""
+Each of these runs twice: as the runtime chooses (the tiles where there is AMX), and built with
+AOTC_BF16_NO_AMX (the dot-product tile even where there is AMX, so that an AMX machine tests both).
+Products under 16 rows or columns stay float32. On a CPU without AVX512-BF16 the same build must
+give the float32 path's results (what the option promises there); a model compiled with it is
+checked against ONNX Runtime either way."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,16 +21,18 @@ from aotc.schedule.gemm_cpu import BF16_MIN, pack_a, pack_a_bf16, pack_b, pack_b
 from aotc.targets import cpu_flags, load_target
 from tools.gemm_bench import GemmLib
 
-AMX = {"amx_bf16", "amx_tile", "avx512_bf16"} <= cpu_flags()
+# products in bfloat16 here: on the tiles (AMX-BF16) or by the dot-product tile (AVX512-BF16)
+BF16 = "avx512_bf16" in cpu_flags()
 
 
-@pytest.fixture(scope="module")
-def libs(tmp_path_factory):
+@pytest.fixture(scope="module", params=["chosen", "no_amx"])
+def libs(request, tmp_path_factory):
     missing = set(load_target("c-avx512").requires) - cpu_flags()
     if missing:
         pytest.skip(f"this CPU lacks {', '.join(sorted(missing))} for target c-avx512 (the bf16 option's)")
     d = tmp_path_factory.mktemp("bf16")
-    return GemmLib("c-avx512,bf16", d), GemmLib("c-avx512", d)
+    defines = {"AOTC_BF16_NO_AMX": 1} if request.param == "no_amx" else None
+    return GemmLib("c-avx512,bf16", d, defines=defines), GemmLib("c-avx512", d)
 
 
 def _bf16(x: np.ndarray) -> np.ndarray:
@@ -41,12 +46,12 @@ def _rand(rng, *shape):
 
 
 def _check(C, A, B, lib_f32_result=None, C0=None):
-    """C against the bf16 product (on AMX) or the float32 one (elsewhere, or small)."""
+    """C against the bf16 product (with AVX512-BF16) or the float32 one (elsewhere, or small)."""
     A64, B64 = np.asarray(A, np.float64), np.asarray(B, np.float64)
     f32 = A64 @ B64 + (0 if C0 is None else C0)
     M, K = A.shape
     N = B.shape[1]
-    on_tiles = AMX and min(M, N, K) >= BF16_MIN
+    on_tiles = BF16 and min(M, N, K) >= BF16_MIN
     if not on_tiles:
         np.testing.assert_allclose(C, f32, rtol=1e-4, atol=2e-6 * K + 1e-6)
         return
@@ -139,7 +144,7 @@ def _check_where(product, A, B, C0, live):
     """_check on the elements in `live` only (the others the ReLU made 0)."""
     f32 = A.astype(np.float64) @ B.astype(np.float64) + C0
     K = A.shape[1]
-    if not AMX:
+    if not BF16:
         np.testing.assert_allclose(product[live], f32[live], rtol=1e-4, atol=2e-6 * K + 1e-5)
         return
     bf = _bf16(A).astype(np.float64) @ _bf16(B).astype(np.float64) + C0
@@ -148,15 +153,15 @@ def _check_where(product, A, B, C0, live):
     assert err_bf.max() < 2e-6 and err_f32.max() > 20 * err_bf.max()
 
 
-def test_without_amx_or_small_the_product_is_float32(libs):
+def test_without_bf16_or_small_the_product_is_float32(libs):
     """Products under 16 rows, columns or K take the float32 path bit for bit; so does every
-    product on a CPU without AMX. A constant stored as bfloat16 tiles is widened for it: the
+    product on a CPU without AVX512-BF16. A constant stored as bfloat16 tiles is widened for it: the
     float32 product of its bfloat16 values (a decoder's one-token step over its weights), up to
     the order of the sums (a one-row product of strided operands sums in its own order)."""
     bf, f32 = libs
     rng = np.random.default_rng(4)
     shapes = [(15, 64, 64), (64, 15, 64), (64, 64, 15), (1, 500, 300), (3, 70, 800)] + \
-        ([] if AMX else [(64, 64, 64), (40, 600, 500)])
+        ([] if BF16 else [(64, 64, 64), (40, 600, 500)])
     for M, N, K in shapes:
         for packed in ("", "A16", "B16"):
             A, B = _rand(rng, M, K), _rand(rng, K, N)
@@ -200,7 +205,7 @@ def test_zoo_models_on_bf16_match_onnx_runtime(name, tmp_path):
     """A CNN (convolutions as im2col products, their weights packed at compile time) and a
     transformer (MatMuls over packed weights, attention over run-time operands) compiled with the
     option: within its tolerances of ONNX Runtime, and not the float32 artifact's numbers (its
-    weights are bfloat16 on every CPU; on AMX its operands too)."""
+    weights are bfloat16 on every CPU; with AVX512-BF16 its operands too)."""
     import onnx
 
     from aotc.api import load

@@ -1,5 +1,5 @@
-"""Reduced precision on the CPU: aotc's `,bf16` option (float32 GEMMs on AMX tiles with bfloat16
-operands) against aotc float32, ONNX Runtime and OpenVINO in float32 and in its bfloat16 mode.
+"""Reduced precision on the CPU: aotc's `,bf16` option (float32 GEMMs with bfloat16 operands, on
+AMX tiles or by AVX512-BF16's dot products) against aotc float32, ONNX Runtime and OpenVINO in float32 and in its bfloat16 mode.
 
 python -m tools.bf16_bench [--models resnet50,bert] [--threads 1,2] [--runs 30] [--rounds 6]
                            [--report docs/PERFORMANCE.md]
@@ -9,8 +9,9 @@ Each zoo model (full size) runs in one process, the engines timed in alternating
 OpenVINO's CPU plugin with INFERENCE_PRECISION_HINT f32 and bf16 (bf16 is its default on CPUs
 with AMX or AVX512-BF16), each at every thread count. It reports medians, aotc's bf16 speed-up
 over its float32 and aotc bf16 / OpenVINO bf16, and how far the bf16 outputs are from float32
-ONNX Runtime's (largest absolute difference over the largest magnitude). Needs a CPU with AMX
-(elsewhere aotc's bf16 build runs float32, and the bench says so and stops).
+ONNX Runtime's (largest absolute difference over the largest magnitude). Needs a CPU with
+AVX512-BF16 (elsewhere aotc's bf16 build runs float32, and the bench says so and stops); the
+table's heading says which way the products ran (AMX where the CPU has AMX-BF16).
 """
 from __future__ import annotations
 
@@ -86,7 +87,8 @@ def bench_model(name: str, threads: list[int], runs: int, rounds: int, warmup: i
 def report(results: list[dict], threads: list[int]) -> str:
     import openvino as ov
     from tools.bench import _cpu_name
-    L = [BEGIN, "", "### Reduced precision: `native,bf16` (AMX)", "",
+    way = "AMX" if {"amx_bf16", "amx_tile"} <= cpu_flags() else "AVX512-BF16, no AMX"
+    L = [BEGIN, "", f"### Reduced precision: `native,bf16` ({way})", "",
          "`python -m tools.bf16_bench` (`make bench-bf16`): medians in ms, engines alternating in one process; "
          f"{_cpu_name()}; OpenVINO {ov.get_version().split('-')[0]}. bf16 speed-up = aotc f32 / aotc bf16; "
          "vs OV bf16 = aotc bf16 / OpenVINO bf16 (below 1: aotc faster). Error: largest difference from "
@@ -114,8 +116,8 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=Path("build/bf16_bench"))
     ap.add_argument("--report", type=Path, default=None, help="Markdown file to update between its markers")
     a = ap.parse_args()
-    if not {"amx_bf16", "amx_tile"} <= cpu_flags():
-        sys.exit("this CPU has no AMX-BF16: aotc's bf16 build would run float32 here (nothing to measure)")
+    if "avx512_bf16" not in cpu_flags():
+        sys.exit("this CPU has no AVX512-BF16: aotc's bf16 build would run float32 here (nothing to measure)")
     a.workdir.mkdir(parents=True, exist_ok=True)
     threads = [int(x) for x in a.threads.split(",")]
     results = []
