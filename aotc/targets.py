@@ -99,7 +99,8 @@ class NumericsConfig:
     The switches, each an option a target may list in [options]: winograd (3 x 3 convolutions
     by F(2x2, 3x3)), winograd4 (F(4x4, 3x3) too), direct_conv (no Winograd), qdq_float (QDQ
     models as written), tf32 (float32 GEMMs on TF32 tensor cores), bf16 (a CPU's float32 GEMMs on
-    AMX tiles with bfloat16 operands where the CPU has them: runtime/aotc_gemm_packed.h),
+    AMX tiles or AVX512-BF16 dot products, with bfloat16 operands, where the CPU has them:
+    runtime/aotc_gemm_packed.h),
     ieee_subnormals (a CPU or CUDA target computes subnormal floats as IEEE says, instead of as
     zero: passes/subnormals.py), planar (every tensor channels-first: no channels-last values
     around depthwise convolutions, passes/layout.py)."""
