@@ -555,3 +555,25 @@ def test_zero_pads_fold_into_the_convolution_after_them(tmp_path):
     assert sorted(list(n.attr("pads", [0] * 4)) for n in convs) == \
         [[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 1, 1], [1, 1, 1, 1], [2, 3, 2, 1]]
     assert_parity(model, tmp_path, {"x": rand(1, 8, 15, 15, seed=4)})
+
+
+def test_pads_fold_only_where_the_convolution_can_take_them(tmp_path):
+    """Hand-built cases the exporters above do not write: an opset-18 Pad over named axes
+    before a Conv whose auto_pad is VALID (folds: the pads become the Conv's), and Pads that
+    must stay: one over the channels, one that crops (negative pads), one before a Conv that
+    pads itself SAME_UPPER (whose padding depends on its input's size)."""
+    x = rand(1, 4, 9, 9, seed=30)
+    w = rand(4, 4, 3, 3, seed=31) * 0.3
+    inits = {"w": w, "p_hw": np.array([1, 2, 0, 1], np.int64), "axes": np.array([2, 3], np.int64),
+             "p_c": np.array([0, 1, 0, 0, 0, 0, 0, 0], np.int64), "p_crop": np.array([0, 0, -1, 0, 0, 0, 1, 1], np.int64),
+             "p_all": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "w5": rand(4, 5, 3, 3, seed=32) * 0.3}
+    nodes = [N("Pad", ["x", "p_hw", "", "axes"], ["a"]), N("Conv", ["a", "w"], ["y1"], auto_pad="VALID"),
+             N("Pad", ["x", "p_c"], ["b"]), N("Conv", ["b", "w5"], ["y2"]),
+             N("Pad", ["x", "p_crop"], ["c"]), N("Conv", ["c", "w"], ["y3"]),
+             N("Pad", ["x", "p_all"], ["d"]), N("Conv", ["d", "w"], ["y4"], auto_pad="SAME_UPPER")]
+    m = graph_model(nodes, {"x": x}, ["y1", "y2", "y3", "y4"], inits, opset=18)
+    g = full_pipeline(m)
+    assert ops(g).count("Pad") == 3
+    folded = [n for n in g.nodes if n.op_type == "Conv" and n.inputs[0] == g.inputs[0]]
+    assert len(folded) == 1 and list(folded[0].attr("pads")) == [1, 2, 0, 1] and folded[0].attr("auto_pad") is None
+    assert_parity(m, tmp_path, {"x": x})
