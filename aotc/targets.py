@@ -100,7 +100,8 @@ class NumericsConfig:
     by F(2x2, 3x3)), winograd4 (F(4x4, 3x3) too), direct_conv (no Winograd), qdq_float (QDQ
     models as written), tf32 (float32 GEMMs on TF32 tensor cores), bf16 (a CPU's float32 GEMMs on
     AMX tiles or AVX512-BF16 dot products, with bfloat16 operands, where the CPU has them:
-    runtime/aotc_gemm_packed.h),
+    runtime/aotc_gemm_packed.h), bf16_winograd (with bf16, Winograd convolutions still: what
+    pays where the bf16 products are AVX512-BF16's, `native,bf16` adds it on such a CPU),
     ieee_subnormals (a CPU or CUDA target computes subnormal floats as IEEE says, instead of as
     zero: passes/subnormals.py), planar (every tensor channels-first: no channels-last values
     around depthwise convolutions, passes/layout.py)."""
@@ -111,6 +112,7 @@ class NumericsConfig:
     qdq_float: bool = False
     tf32: bool = False
     bf16: bool = False
+    bf16_winograd: bool = False
     ieee_subnormals: bool = False
     planar: bool = False
 
@@ -289,6 +291,14 @@ def runs_here(t: Target) -> bool:
     return req <= cpu_flags()
 
 
+def _bf16_by_dot_products() -> bool:
+    """This CPU computes bfloat16 products by AVX512-BF16's dot products, not on AMX tiles
+    (runtime/aotc_gemm_packed.h aotc_bf16_ready): about 2x float32's rate, where Winograd's
+    fewer products still pay (AMX's are several times faster, and they do not)."""
+    flags = cpu_flags()
+    return "avx512_bf16" in flags and "amx_bf16" not in flags
+
+
 def native_target() -> str:
     """The best CPU target this machine runs."""
     best, rank = "c", -1
@@ -308,6 +318,8 @@ def load_target(name: str) -> Target:
     spec, *options = [name] if name.endswith(".toml") else name.split(",")   # cuda:sm_90,tf32: with options
     if spec == NATIVE:                         # native,winograd4: the native target with an option
         spec = native_target()
+        if "bf16" in options and "bf16_winograd" not in options and _bf16_by_dot_products():
+            options.append("bf16_winograd")    # (this machine's bf16 products: see the option)
         name = ",".join([spec, *options])
     base, _, arch = spec.partition(":")        # cuda:sm_90: the cuda target for one architecture
     t = _read(base if arch else spec)

@@ -184,6 +184,23 @@ def test_option_belongs_to_the_avx512_target():
         load_target("c,bf16")
 
 
+@pytest.mark.parametrize("flags,winograd", [({"avx512_bf16"}, True), ({"avx512_bf16", "amx_bf16", "amx_tile"}, False),
+                                            (set(), False)])
+def test_native_bf16_keeps_winograd_where_the_products_are_dot_products(flags, winograd, monkeypatch):
+    """`native,bf16` adds bf16_winograd on a CPU with AVX512-BF16 and no AMX (its bf16 products
+    about 2x float32's, so Winograd's fewer products still pay), not on AMX nor where bf16 runs
+    float32; a target named outright keeps what it says."""
+    from aotc import targets
+    from aotc.passes.winograd import allowed_tiles
+    base = set(load_target("c-avx512").requires)
+    monkeypatch.setattr(targets, "cpu_flags", lambda: frozenset(base | flags))
+    t = load_target("native,bf16")
+    assert t.numerics.bf16 and t.numerics.bf16_winograd == winograd
+    assert t.name == "c-avx512,bf16" + (",bf16_winograd" if winograd else "")
+    assert bool(allowed_tiles(t)) == winograd
+    assert not allowed_tiles(load_target("c-avx512,bf16")) and allowed_tiles(load_target("c-avx512,bf16,bf16_winograd"))
+
+
 def test_threads_compute_what_one_thread_does(libs):
     """Whether a product runs on the tiles is decided for the whole product, never per thread's
     block: split by rows or columns, it is bit for bit the one-thread result."""
@@ -244,6 +261,26 @@ def test_check_says_its_tolerances_are_widened(tmp_path):
         "bfloat16 operands" in p.stdout, p.stdout
     p = aotc("check", path, "--target", "c-avx512", "--shape", "x=32x64", check_rc=0)
     assert "widened" not in p.stdout
+
+
+def test_resnet_by_winograd_on_bf16_matches_onnx_runtime(tmp_path):
+    """bf16_winograd: ResNet's 3 x 3 convolutions by Winograd with bfloat16 products (where the
+    CPU has AVX512-BF16; float32 elsewhere), within the option's tolerances of ONNX Runtime."""
+    import onnx
+
+    from aotc.check.runner import run_check
+    from models.zoo import ZOO
+    if set(load_target("c-avx512").requires) - cpu_flags():
+        pytest.skip("this CPU cannot run the c-avx512 target (the bf16 option's)")
+    e = ZOO["resnet50"]
+    path = tmp_path / "resnet50.onnx"
+    onnx.save(e.build("small"), str(path))
+    res = run_check(path, target="c-avx512,bf16,bf16_winograd", shapes=e.shapes_for("small"),
+                    output_dir=tmp_path / "out", seed=3)
+    assert (res.rtol, res.atol) == (5e-2, 5e-2) and res.outputs
+    for o in res.outputs:
+        assert o.passed, f"{o.name}: max_abs={o.max_abs_err:.3g} max_rel={o.max_rel_err:.3g} {o.note}"
+    assert "winogradconv" in (tmp_path / "out" / "resnet50.c").read_text()
 
 
 @pytest.mark.parametrize("name", ["gpt2", "gru", "legacy_opset11", "legacy_opset13", "lenet5", "lstm", "mlp",

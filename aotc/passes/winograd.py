@@ -7,7 +7,10 @@ convolutions). `,winograd4` on the target name allows F(4x4, 3x3) too: about 1.5
 on large planes, with errors 10-25x a direct sum's (about 1e-5 of the output's scale), so
 it is a choice the user makes, like TF32 on CUDA. `,direct_conv` turns Winograd off, and so does
 `,bf16`: on AMX tiles the direct product's multiply-adds are cheap and Winograd's transforms are
-not (ResNet-50 at 224, one thread, Intel Xeon: 34.3 ms with Winograd, 31.3 without). The pass
+not (ResNet-50 at 224, one thread, Intel Xeon: 34.3 ms with Winograd, 31.3 without). Where the
+bf16 products are AVX512-BF16 dot products instead (no AMX: about 2x float32's rate) they still
+pay, and `,bf16_winograd` keeps them (AMD EPYC Zen 4: 50.6 ms against 57.8); `native,bf16` adds
+it on such a CPU (targets.py). The pass
 runs after the graph passes, as it depends on the target: a Conv with constant 3 x 3 weights,
 stride 1, dilation 1, one group and a float32 N-C-H-W input becomes aotc.WinogradConv with the
 weights transformed at compile time, when the estimated cost of the cheapest allowed form is
@@ -59,9 +62,9 @@ def choose_tile(N: int, C: int, M: int, OH: int, OW: int, tiles=(2,)) -> int | N
 
 def allowed_tiles(target: Target) -> tuple[int, ...]:
     """The Winograd tile sizes the target's [numerics] allow: F(2x2) with `winograd`, F(4x4)
-    too with `winograd4`; none with `direct_conv` or `bf16`."""
+    too with `winograd4`; none with `direct_conv`, or with `bf16` unless `bf16_winograd`."""
     num = target.numerics
-    if not num.winograd or num.direct_conv or num.bf16:
+    if not num.winograd or num.direct_conv or (num.bf16 and not num.bf16_winograd):
         return ()
     return (2, 4) if num.winograd4 else (2,)
 
