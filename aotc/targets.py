@@ -291,7 +291,7 @@ def runs_here(t: Target) -> bool:
     return req <= cpu_flags()
 
 
-def _bf16_by_dot_products() -> bool:
+def bf16_by_dot_products() -> bool:
     """This CPU computes bfloat16 products by AVX512-BF16's dot products, not on AMX tiles
     (runtime/aotc_gemm_packed.h aotc_bf16_ready): about 2x float32's rate, where Winograd's
     fewer products still pay (AMX's are several times faster, and they do not)."""
@@ -318,7 +318,7 @@ def load_target(name: str) -> Target:
     spec, *options = [name] if name.endswith(".toml") else name.split(",")   # cuda:sm_90,tf32: with options
     if spec == NATIVE:                         # native,winograd4: the native target with an option
         spec = native_target()
-        if "bf16" in options and "bf16_winograd" not in options and _bf16_by_dot_products():
+        if "bf16" in options and "bf16_winograd" not in options and bf16_by_dot_products():
             options.append("bf16_winograd")    # (this machine's bf16 products: see the option)
         name = ",".join([spec, *options])
     base, _, arch = spec.partition(":")        # cuda:sm_90: the cuda target for one architecture

@@ -26,7 +26,7 @@ from aotc.bench import BoundInstance, ort_session, publish_report, time_engines
 from aotc.check.inputs import sample_inputs
 from aotc.compiler import compile_model
 from aotc.frontend import import_model, load_onnx
-from aotc.targets import cpu_flags
+from aotc.targets import bf16_by_dot_products, cpu_flags
 
 from models.build import save
 from models.zoo import ZOO
@@ -87,7 +87,7 @@ def bench_model(name: str, threads: list[int], runs: int, rounds: int, warmup: i
 def report(results: list[dict], threads: list[int]) -> str:
     import openvino as ov
     from tools.bench import _cpu_name
-    way = "AMX" if {"amx_bf16", "amx_tile"} <= cpu_flags() else "AVX512-BF16, no AMX"
+    way = "AVX512-BF16, no AMX" if bf16_by_dot_products() else "AMX"
     L = [BEGIN, "", f"### Reduced precision: `native,bf16` ({way})", "",
          "`python -m tools.bf16_bench` (`make bench-bf16`): medians in ms, engines alternating in one process; "
          f"{_cpu_name()}; OpenVINO {ov.get_version().split('-')[0]}. bf16 speed-up = aotc f32 / aotc bf16; "

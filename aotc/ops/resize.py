@@ -235,8 +235,7 @@ def _lower_resize(node, ctx):
     # nearest, the last axis enlarged by a whole factor q (each element repeated q times): the
     # loop walks the input's elements and stores each q times (contiguous loads and interleaved
     # stores, not a gather per output)
-    repeat = _repeat_factor(ct, nearest_mode, scales[-1], X.shape[-1], out[-1]) \
-        if not linear and not crop and r >= 1 else 1
+    repeat = 1 if linear or crop else _repeat_factor(ct, nearest_mode, scales[-1], X.shape[-1], out[-1])
     nest = Nest(b, SPATIAL)
     oo = []
     idx_terms = []            # per axis: [(index expr, weight expr or None), ...] (1 to 4 entries)
