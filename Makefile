@@ -73,8 +73,9 @@ bench-bf16: venv
 	$(BIN)/python -m pip install -q -e '.[test,bench]'
 	$(BIN)/python -m tools.bf16_bench --threads 1,2 --report docs/PERFORMANCE.md
 
-# decoding speed of a 125M LLaMA-style decoder (fp32, int4) against ONNX Runtime and its
-# genai generator; updates the "Language models" table in docs/PERFORMANCE.md
+# decoding speed of a 125M LLaMA-style decoder (fp32, int4, the static-cache and Hugging Face
+# forms) against ONNX Runtime and its genai generator; updates the "Language models" table in
+# docs/PERFORMANCE.md
 llm-bench: venv
 	$(BIN)/python -m tools.llm_bench --threads 1,2 --report docs/PERFORMANCE.md
 

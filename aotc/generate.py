@@ -16,7 +16,8 @@ build. The forms recognized, by their inputs' names:
   buffer, mobius's static cache) starts as zeros of that length; one whose length is a run-time
   dimension (Hugging Face exports with past_key_values) starts empty and grows by the step's
   tokens. A cache the artifact updates in place (its manifest's "in_place_of") is one array
-  throughout, given as the input and as the output.
+  throughout, given as the input and as the output (one that grows as the leading part of an
+  array of the output's largest shape: a step writes only its own positions).
 
 `generate(model, prompt, steps)` returns the greedy ids; `Generator(model)` gives the pieces:
 `tokens(prompt)` (an iterator, one run of the model per token taken), `step` (one run on given
@@ -76,14 +77,22 @@ class Generator:
                                  "with an empty one", f"compile with --dim {d['dim']}=0..{d['max']}")
 
     def empty_caches(self) -> dict:
-        """Each cache before a prompt: zeros of its fixed length, or empty where it grows."""
+        """Each cache before a prompt: zeros of its fixed length, or empty where it grows (where
+        the artifact updates it in place, the empty leading part of an array of its output's
+        largest shape, which every step then fills further)."""
         out = {}
+        outs = {p["name"]: p for p in self.model.manifest["outputs"]}
         for name in self.caches:
             p = self.ports[name]
             shape = list(p["shape"])
             shape[0] = 1
             if name in self.growing:
-                shape[self.growing[name]["axis"]] = 0
+                axis = self.growing[name]["axis"]
+                shape[axis] = 0
+                if name in self.in_place:
+                    full = np.zeros(outs[self.in_place[name]]["shape"], _dtype(p))
+                    out[name] = full[tuple(slice(0, n) for n in shape)]
+                    continue
             out[name] = np.zeros(shape, _dtype(p))
         return out
 
@@ -104,7 +113,9 @@ class Generator:
         if "nonpad_kv_seqlen" in self.ports:
             feeds["nonpad_kv_seqlen"] = np.array([past + n], _dtype(self.ports["nonpad_kv_seqlen"]))
         feeds.update(caches)
-        into = {self.in_place[k]: v for k, v in caches.items() if k in self.in_place}
+        # (a cache that grows in place is a view of its array: its base)
+        into = {self.in_place[k]: v if v.base is None or k not in self.growing else v.base
+                for k, v in caches.items() if k in self.in_place}
         if self._logits is None:
             port = next(p for p in self.model.manifest["outputs"] if p["name"] == self.logits)
             self._logits = np.empty(port["shape"], _dtype(port))

@@ -129,6 +129,33 @@ def test_attention_op_matches_the_reference(config, kind, tmp_path):
             assert not per_thread
 
 
+@pytest.mark.parametrize("rank", [3, 4])
+def test_past_and_present_may_be_one_array(rank, tmp_path):
+    """A past key / value that is a graph input only the Attention reads, with its present a
+    graph output, may share the present's array (the header's output_in_place): the array has
+    the present's shape, the past's positions at the start of each (batch, head) row, and the
+    run writes the new ones after them (the rest of it NaN here: nothing reads them before).
+    Y and the presents are the reference's, as with two arrays."""
+    model, feeds = attention_model(rank=rank, B=2, Hq=6, Hkv=2, Sq=3, Skv=3, P=4, is_causal=1, outputs=3, seed=rank)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path))
+    out = compile_model(path, target="c", output_dir=tmp_path / "out", threads=2,
+                        shapes={k: v.shape for k, v in feeds.items()})
+    m = load(out, threads=2)
+    assert {p["name"]: p.get("in_place_of") for p in m.manifest["outputs"]} == \
+        {"Y": None, "present_key": "past_key", "present_value": "past_value"}
+    want = ReferenceEvaluator(model).run(None, feeds)
+    full = {}
+    for past, present, w in (("past_key", "present_key", want[1]), ("past_value", "present_value", want[2])):
+        full[present] = np.full(w.shape, np.nan, np.float32)
+        full[present][:, :, :4] = feeds[past]
+    got = m.run({**feeds, "past_key": full["present_key"][:, :, :4], "past_value": full["present_value"][:, :, :4]},
+                into=full)
+    for name, g, w in zip(m.output_names, got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=name)
+    assert got[1] is full["present_key"] and got[2] is full["present_value"]
+
+
 def test_fully_masked_rows_give_zeros(tmp_path):
     """The spec's rule (zeros, not NaN) where a bool mask hides every key of a row, decided on
     the mask: even where the masked scores are NaN (a NaN in the query row)."""

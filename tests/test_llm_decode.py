@@ -41,7 +41,7 @@ def exported(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("kind,target", [("llama", "native"), ("llama", "c"), ("gpt2", "native")])
+@pytest.mark.parametrize("kind,target", [("llama", "native"), ("llama", "c"), ("gpt2", "native"), ("llama", "opencl")])
 def test_exported_decoder_generates_like_onnx_runtime(kind, target, exported, tmp_path):
     """One artifact for up to 64 tokens (past 0..63, seq 1..64): a 20-token prompt on an empty
     cache, then 32 tokens, each step's present fed back: ONNX Runtime's tokens."""
@@ -86,6 +86,59 @@ def test_a_steps_results_outlive_the_next_step(exported, tmp_path):
         assert all(np.array_equal(caches[k], caches_then[k]) for k in caches)
         np.testing.assert_allclose(logits, ref, rtol=1e-4, atol=1e-4)
     assert not np.allclose(got[1][0], got[2][0])
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_exported_cache_grows_in_place(kind, exported, tmp_path):
+    """A Hugging Face export's cache (Concat of past and new, GQA's repeat_kv after it for LLaMA)
+    becomes its Attention node's past and present (passes/attention.py): nothing but that node
+    reads a past, and each present may be its past's array. Given one array per cache at the
+    present's largest shape (filled with NaN: no position may be read before it is written), a
+    prompt and three steps each return ONNX Runtime's logits and presents, the presents views
+    of those arrays; given two arrays, or the present's array holding the past densely (copied
+    then), the same."""
+    from aotc.compiler import compile_program
+    path = exported(kind)
+    dims = decoders.dims(16)
+    graph = compile_program(path, target="native", dims=dims).graph
+    readers = graph.consumers()
+    pasts = [n for n in graph.inputs if n.startswith("past_key_values")]
+    assert pasts and all([r.op_type for r in readers[n]] == ["Attention"] for n in pasts)
+    made = graph.producers()
+    assert all(made[n].op_type == "Attention" for n in graph.outputs if n.startswith("present"))
+    assert not any(n.op_type == "Expand" and len(graph.values[n.outputs[0]].shape) == 5 for n in graph.nodes)
+    art = aotc.compile(path, target="native", output_dir=tmp_path / "out", dims=dims)
+    outs = {p["name"]: p for p in art.manifest["outputs"]}
+    in_place = {p["in_place_of"]: p["name"] for p in outs.values() if p.get("in_place_of")}
+    assert sorted(in_place) == sorted(pasts)
+    ref = OrtDecoder(path, art.manifest)
+    rng = np.random.default_rng(11)
+    full = {k: np.full(outs[v]["shape"], np.nan, np.float32) for k, v in in_place.items()}
+    shape = tuple(art.manifest["inputs"][art.input_names.index(pasts[0])]["shape"])
+    caches = {k: full[k][:1, :, :0] for k in pasts}
+    ref_caches = {k: np.zeros((1, shape[1], 0, shape[3]), np.float32) for k in pasts}
+    done = 0
+    for n in (5, 1, 1, 1):
+        ids = rng.integers(0, 250, (1, n))
+        feeds = {"input_ids": ids, "attention_mask": np.ones((1, done + n), np.int64),
+                 "position_ids": np.arange(done, done + n)[None]}
+        want = dict(zip(art.output_names, ref.run({**feeds, **ref_caches})))
+        got = dict(zip(art.output_names, art.run({**feeds, **caches}, into={in_place[k]: full[k] for k in pasts})))
+        two = dict(zip(art.output_names, art.run({**feeds, **{k: v.copy() for k, v in caches.items()}})))
+        buf = np.full(outs[in_place[pasts[0]]]["shape"], np.nan, np.float32)
+        dense = buf.reshape(-1)[:caches[pasts[0]].size].reshape(caches[pasts[0]].shape)
+        dense[...] = caches[pasts[0]]
+        copied = dict(zip(art.output_names, art.run({**feeds, **caches, pasts[0]: dense}, into={in_place[pasts[0]]: buf})))
+        for out in (got, two, copied):
+            np.testing.assert_allclose(out["logits"], want["logits"], rtol=1e-4, atol=1e-4)
+            for k in pasts:
+                np.testing.assert_allclose(out[in_place[k]], want[in_place[k]], rtol=1e-5, atol=1e-5)
+        for k in pasts:          # (where the header says they lie: a row of the largest shape each)
+            assert np.array_equal(got[in_place[k]], full[k][:1, :, :done + n])
+            assert np.isnan(full[k][:, :, done + n:]).all()
+        caches = {k: got[in_place[k]] for k in pasts}
+        ref_caches = {k: want[in_place[k]] for k in pasts}
+        done += n
 
 
 @pytest.fixture(scope="module")

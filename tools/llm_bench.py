@@ -3,7 +3,10 @@ generator, on a LLaMA-style decoder written by onnxruntime-genai's model builder
 weight transformers model (models/decoders.py: GENAI_SMALL, 125M parameters, or with --model 1b
 GENAI_1B, 1.01B parameters, hidden 2048), float32 and int4; and "static", the same source through
 onnxruntime's mobius builder's standard-ops static cache (float32; TensorScatter into fixed
-buffers, opset-24 Attention), which onnxruntime-genai's Generator does not run.
+buffers, opset-24 Attention), which onnxruntime-genai's Generator does not run; and "hf", a model
+of the same config exported the Hugging Face way (torch.onnx with past_key_values in and
+present.* out, models/decoders.py export_with_past; float32, its own random weights), which
+the Generator does not run either.
 
 Each engine runs the same greedy loop in one process, timed in alternating rounds: a prompt of
 --prompt tokens (prefill), then --steps single-token steps; before each engine's loop, a pause
@@ -20,7 +23,7 @@ milliseconds, decode tokens per second, and the bytes a step reads (weights + th
 attends to) times tokens per second against this machine's copy bandwidth (numpy, 256 MiB).
 Also aotc's compile time and peak memory (a child process) against the weights' bytes.
 
-python -m tools.llm_bench [--model small|1b] [--precision fp32,int4,static] [--threads 1,2] [--prompt 128]
+python -m tools.llm_bench [--model small|1b] [--precision fp32,int4,static,hf] [--threads 1,2] [--prompt 128]
                           [--steps 64] [--rounds 5] [--report docs/PERFORMANCE.md]
 (each model has its own section of the report: `make llm-bench`, `make llm-bench-1b`)
 """
@@ -121,7 +124,8 @@ def compile_measured(path: Path, out: Path, dims: dict, threads: int) -> tuple[f
 def bench(precision: str, threads: list[int], prompt_len: int, steps: int, rounds: int, root: Path,
           cfg: dict) -> list[dict]:
     import aotc
-    from models.decoders import genai_build, genai_dims, genai_source, static_cache_build, static_cache_dims
+    from models.decoders import (dims as hf_dims, export_with_past, genai_build, genai_dims, genai_source,
+                                 static_cache_build, static_cache_dims)
     head = cfg["hidden_size"] // cfg["num_attention_heads"]
     longest = prompt_len + steps + 1
     source = root / "source"
@@ -132,6 +136,11 @@ def bench(precision: str, threads: list[int], prompt_len: int, steps: int, round
     folder = root / precision
     if precision == "static":
         path, dims = static_cache_build(source, folder, longest), static_cache_dims(longest)
+    elif precision == "hf":
+        path = folder / "model.onnx"
+        if not path.exists():
+            export_with_past("llama", path, config=cfg)
+        dims = hf_dims(longest)
     else:
         path, dims = genai_build(source, folder, precision, root / "cache"), genai_dims(longest, head)
     weights = sum(f.stat().st_size for f in folder.glob("model.onnx*"))
@@ -145,7 +154,7 @@ def bench(precision: str, threads: list[int], prompt_len: int, steps: int, round
     for t in threads:
         model = aotc.load(out, threads=t)
         gens = {"aotc": aotc.Generator(model), "ort": aotc.Generator(OrtDecoder(path, model.manifest, t))}
-        genai = genai_model(folder, t) if precision != "static" else None
+        genai = genai_model(folder, t) if precision in ("fp32", "int4") else None
         if genai:
             genai_timing(genai, prompt, 1, longest)              # (warm-up, as the others' below)
         for g in gens.values():
@@ -190,7 +199,10 @@ def report(results: list[dict], prompt_len: int, steps: int, model: str, cfg: di
          "accuracy_level 4 (int8 activations in ONNX Runtime and in aotc: runtime/aotc_nbits.h, VNNI "
          "where the CPU has it). static: the same source model through onnxruntime's mobius builder "
          "(`mobius build --static-cache`, float32: TensorScatter into fixed KV buffers, opset-24 Attention; "
-         "aotc updates them in place), which ORT GenAI does not run (-). Bandwidth: (weights + cache) bytes a step reads x tokens/s over numpy's copy "
+         "aotc updates them in place), which ORT GenAI does not run (-); hf: a model of the same config "
+         "exported by torch.onnx with past_key_values (the Hugging Face form: the cache grows by a Concat "
+         "each step; aotc updates it in place, ORT returns new presents), its own random weights, "
+         "which ORT GenAI does not run either. Bandwidth: (weights + cache) bytes a step reads x tokens/s over numpy's copy "
          "bandwidth on this machine (one thread's: two threads can exceed 1).", "",
          "| weights | threads | prefill ms aotc / ORT / ORT GenAI | tokens/s aotc / ORT / ORT GenAI | "
          "aotc / best other | aotc's bandwidth fraction |",
@@ -223,8 +235,9 @@ def report(results: list[dict], prompt_len: int, steps: int, model: str, cfg: di
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=sorted(MODELS), default="small")
-    ap.add_argument("--precision", default="fp32,int4,static",
-                    help="comma-separated: fp32, int4 (the genai builder's), static (mobius's static cache)")
+    ap.add_argument("--precision", default="fp32,int4,static,hf",
+                    help="comma-separated: fp32, int4 (the genai builder's), static (mobius's static cache), "
+                         "hf (torch.onnx's export with past_key_values)")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--steps", type=int, default=64)

@@ -80,6 +80,10 @@ class Library:
         # goes into the inputs struct's shape_field)
         self.input_dims = {x["name"]: ({d["axis"]: d for d in x["dims"]}, x["shape_field"])
                            for x in m["inputs"] if x.get("dims")}
+        # output position -> the input position whose array it may be (a cache the run updates
+        # in place; one that grows is then laid out at the output's largest shape)
+        names = [x["name"] for x in m["inputs"]]
+        self.in_place = {k: names.index(x["in_place_of"]) for k, x in enumerate(m["outputs"]) if x.get("in_place_of")}
 
     def _fn(self, name: str):
         return getattr(self.lib, f"{self.prefix}_{name}")
@@ -147,18 +151,33 @@ class Library:
         written into (by position: C-contiguous, of the output's type and largest size), an
         input's own where the manifest says the output may share it (in_place_of). An output
         with run-time axes is returned as a view of its array's leading part, of the run's
-        sizes."""
+        sizes. A cache that grows (the output one run longer than the input) shares its array
+        as the leading part of the output's largest shape: the input is given as a view of
+        that part (`full[:, :, :past]`), the output comes back as one (`full[:, :, :past +
+        seq]`), and the run writes only the new positions."""
         ffi, p = self.ffi, self.prefix
         into = into or {}
+        arrays = list(arrays)
         cin = ffi.new(f"{p}_inputs *")
         cout = ffi.new(f"{p}_outputs *")
+        # inputs whose array is their in-place output's, given as the part of it that they fill
+        # (a growing cache: a view of the output's array at its largest shape)
+        shared = {}
+        for o, i in self.in_place.items():
+            full = into.get(o)
+            if full is not None and _start(arrays[i]) == _start(full):
+                if _lays_in(arrays[i], full, self.outputs[o][3]):
+                    shared[i] = full
+                else:        # (the same memory laid out otherwise: a copy keeps the run's meaning)
+                    arrays[i] = arrays[i].copy()
         keep = []
-        for (name, field, dt, shape), a in zip(self.inputs, arrays):
-            a = np.ascontiguousarray(a)
+        for i, ((name, field, dt, shape), a) in enumerate(zip(self.inputs, arrays)):
+            a_shape = a.shape
+            a = shared[i] if i in shared else np.ascontiguousarray(a)
             keep.append(a)
             setattr(cin, field, ffi.from_buffer(a))
             if name in self.input_dims:
-                getattr(cin, self.input_dims[name][1])[0:a.ndim] = list(a.shape)
+                getattr(cin, self.input_dims[name][1])[0:len(a_shape)] = list(a_shape)
         outs = []
         for k, (name, field, dt, shape) in enumerate(self.outputs):
             o = into.get(k)
@@ -182,8 +201,28 @@ class Library:
                 # (a view: a decoder's 16 MB of prompt logits copied out of a 25 MB buffer took
                 # longer than the attention that made them)
                 dims = tuple(int(d) for d in getattr(cout, self.shape_fields[field]))
-                outs[k] = outs[k].reshape(-1)[:int(np.prod(dims))].reshape(dims)
+                if self.in_place.get(k) in shared:    # (laid out at the largest shape)
+                    outs[k] = _at_largest(outs[k], shape)[tuple(slice(0, n) for n in dims)]
+                else:
+                    outs[k] = outs[k].reshape(-1)[:int(np.prod(dims))].reshape(dims)
         return outs
+
+
+def _start(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def _at_largest(full: np.ndarray, largest: tuple) -> np.ndarray:
+    return full.reshape(-1)[:int(np.prod(largest))].reshape(largest)
+
+
+def _lays_in(a: np.ndarray, full: np.ndarray, largest: tuple) -> bool:
+    """Whether `a` is the leading part of `full` viewed at the shape `largest` (a[i, j, ...] is
+    that view's [i, j, ...]), as a cache updated in place lies in its output's array."""
+    if a.dtype != full.dtype or a.ndim != len(largest) or any(n > m for n, m in zip(a.shape, largest)):
+        return False
+    view = _at_largest(full, largest)[tuple(slice(0, n) for n in a.shape)]
+    return all(x == y for n, x, y in zip(a.shape, a.strides, view.strides) if n > 1)
 
 
 # library path -> identity (device, inode, size, mtime) of the file first dlopen()ed under it
@@ -240,7 +279,7 @@ def check_inputs(lib: Library, feeds) -> list[np.ndarray]:
         elif tuple(a.shape) != shape:
             raise InputError(f"input {name!r} has shape {tuple(a.shape)}, the model was compiled for {shape}",
                              "recompile with --shape to change it")
-        out.append(np.ascontiguousarray(a))
+        out.append(a)            # (run() makes it contiguous, unless it lies in its output's array)
     return out
 
 

@@ -113,7 +113,10 @@ PORT_DECLARATIONS = [
     "   input with run-time dims, its shape (copied); set_output: the array, allocated at the",
     "   largest shape; output_dims: the shape the last run gave an output (its fixed one where it",
     "   has no run-time dims); output_in_place: the input whose array an output may be (a cache",
-    "   the run updates in place, writing only its new positions), -1 if none. */",
+    "   the run updates in place, writing only its new positions), -1 if none. Where the output",
+    "   is longer than the input (a cache that grows: past, then past + new positions), that one",
+    "   array is allocated at the output's largest shape and both are laid out at its strides,",
+    "   each row's positions from its start; given two arrays, each is dense at its own shape. */",
     "int {p}_input_index(const char *name);",
     "int {p}_output_index(const char *name);",
     "const char *{p}_input_name(int i);",
@@ -131,8 +134,8 @@ PORT_DECLARATIONS = [
 
 def in_place(g: Graph, ins: list[Port], outs: list[Port]) -> dict[int, int]:
     """Output position -> the input position whose array it may be (a cache its TensorScatter
-    updates in place: passes/caches.py)."""
-    pairs = {n.outputs[0]: n.inputs[0] for n in g.nodes if n.attrs.get(IN_PLACE)}
+    or Attention updates in place: passes/caches.py)."""
+    pairs = {n.outputs[o]: n.inputs[i] for n in g.nodes for o, i in n.attrs.get(IN_PLACE, ())}
     at = {p.value: i for i, p in enumerate(ins)}
     return {o: at[pairs[p.value]] for o, p in enumerate(outs) if p.value in pairs and pairs[p.value] in at}
 
@@ -295,7 +298,10 @@ def emit_header(prefix: str, g: Graph, plan: MemoryPlan, external: bool, threads
     shared = in_place(g, ins, outs)
     for o, p in enumerate(outs):
         if o in shared:
-            L.append(f"    /* may be the array of in->{ins[shared[o]].field}, which the run then updates in place */")
+            grows = tuple(p.shape) != tuple(ins[shared[o]].shape)
+            L.append(f"    /* may be the array of in->{ins[shared[o]].field}, which the run then updates in place"
+                     + (" (allocated at this output's largest shape, whose strides both then take)" if grows else "")
+                     + " */")
         if not p.run_time_axes:
             L.append(f"    {ctype(p.dtype)} *{p.field};  /* '{p.name}': {dtypes.name(p.dtype)}{list(p.shape)} */")
             continue

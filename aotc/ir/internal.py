@@ -83,10 +83,13 @@ Attributes:
     COERCE_2D        on a Softmax, LogSoftmax or Hardmax of opset < 13: it works over the input
                      flattened to 2-D at `axis` (passes/normalize.py, ops/reduce.py)
     SIZES_ATTR       on an aotc.SizeValues: its values, ints and run-time Dims (ir/dims.py)
-    IN_PLACE         on a TensorScatter whose cache is a graph input that it alone reads and
-                     whose result is a graph output of the same shape: the caller may pass one
-                     array for both, and the kernel copies the cache only where they differ, then
-                     writes the update's positions (passes/caches.py, ops/state.py)
+    IN_PLACE         ((output position, input position), ...): on a node that may write each
+                     of those outputs over the caller's array of that input, a cache that it
+                     alone reads and whose update is a graph output: a TensorScatter's (the same
+                     shape; ops/state.py) or an Attention's past key and value (the present one
+                     run longer: the array is then laid out at the output's largest shape;
+                     ops/attention.py). The kernel copies the cache only where the two arrays
+                     differ, then writes the new positions (passes/caches.py)
     NBITS_KERNEL     on an aotc.MatMulNBits with int8_activations, on a target whose runtime
                      has the product (`[gemm] nbits_kernel`): it calls runtime/aotc_nbits.h
                      rather than running the same arithmetic as kernel loops (passes/caches.py

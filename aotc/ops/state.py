@@ -70,7 +70,7 @@ def _lower_scatter(node, ctx):
     W = ctx.ins[2] if len(ctx.ins) > 2 else None
     axis, prefix, batch, cap, seq, inner, mode = _scatter_geometry(node, [P, U] + ([W] if W is not None else []))
     b = ctx.b
-    in_place = bool(node.attrs.get(IN_PLACE))
+    in_place = (0, 0) in node.attrs.get(IN_PLACE, ())
     b.comment(f"TensorScatter ({mode}): {seq} of {cap} positions along axis {axis} written from each "
               "batch's write index" + (" (in place where the cache and the result are one array)"
                                        if in_place else ""))

@@ -214,3 +214,85 @@ def _merge_target(g: Graph, value: str, only_use) -> Optional[tuple[Node, Node]]
     if rs is None or rs.op_type != "Reshape":
         return None
     return tr, rs
+
+
+def caches_into_attention(g: Graph) -> Graph:
+    """A Hugging Face export's KV cache (torch.onnx of a transformers decoder with past_key_values)
+    joined into the Attention node that reads it:
+
+        present = Concat(past, new, axis=2)    [batch, kv heads, past + seq, head size]
+        [Reshape -> Expand -> Reshape: each kv head repeated for its group of query heads]
+        -> Attention(Q, present_k, present_v, mask)
+
+    becomes Attention(Q, new_k, new_v, mask, past_k, past_v) with present_k and present_v as its
+    outputs 1 and 2 (the opset-23 op's own cache form, ops/attention.py): the query heads of a
+    group read their kv head where it is, instead of a copy repeated for each of them (GQA's
+    repeat_kv wrote the whole cache `group` times a step), and the present is filled by the
+    kernel that reads it, which on CPU targets may update the caller's array in place
+    (passes/caches.py). The meaning is the same: the op's present is the Concat of the past and
+    the new positions, its grouped heads read kv head h * kv / q as repeat_kv laid them."""
+    producers = g.producers()
+    consumers = g.consumers()
+    outputs = set(g.outputs)
+    gone: set[int] = set()
+    for n in g.nodes:
+        if n.op_type != "Attention" or not 3 <= len(n.inputs) <= 4 or any(n.outputs[1:]):
+            continue
+        q = g.values[n.inputs[0]]
+        if len(q.shape) != 4:
+            continue
+        joins = [_cache_join(g, n, pos, producers, consumers, outputs) for pos in (1, 2)]
+        if None in joins or joins[0][3] != joins[1][3]:
+            continue
+        (ck, past_k, new_k, group), (cv, past_v, new_v, _) = joins
+        if q.shape[1] != g.values[new_k].shape[1] * group:
+            continue
+        mask = n.inputs[3] if len(n.inputs) > 3 else ""
+        n.inputs = [n.inputs[0], new_k, new_v, mask, past_k, past_v]
+        n.outputs = [n.outputs[0], ck.outputs[0], cv.outputs[0]]
+        gone |= {id(ck), id(cv)}
+    if not gone:
+        return g
+    g.nodes = [n for n in g.nodes if id(n) not in gone]
+    return eliminate_dead_code(g)
+
+
+def _cache_join(g: Graph, att: Node, pos: int, producers, consumers, outputs
+                ) -> Optional[tuple[Node, str, str, int]]:
+    """(the Concat, past, new, group) when Attention `att`'s input `pos` is the Concat of a cache
+    along its sequence axis, read through GQA's repeat_kv or as it is, and nothing else reads
+    what `att` reads but the chain (the Concat's result may also be a graph output); else None."""
+    def only(value: str, reader: Node) -> bool:
+        return value not in outputs and [id(c) for c in consumers.get(value, [])] == [id(reader)]
+
+    value, reader, group = att.inputs[pos], att, 1
+    if [id(c) for c in consumers.get(value, [])].count(id(att)) != 1:
+        return None                       # (K and V one tensor: not a cache's two halves)
+    r2 = producers.get(value)
+    if r2 is not None and r2.op_type == "Reshape":
+        ex = producers.get(r2.inputs[0])
+        r1 = producers.get(ex.inputs[0]) if ex is not None and ex.op_type == "Expand" else None
+        if r1 is None or r1.op_type != "Reshape":
+            return None
+        base = g.values[r1.inputs[0]]
+        if len(base.shape) != 4:
+            return None
+        B, H, T, D = base.shape
+        group = g.values[ex.outputs[0]].shape[2]
+        if (tuple(g.values[r1.outputs[0]].shape) != (B, H, 1, T, D)
+                or tuple(g.values[ex.outputs[0]].shape) != (B, H, group, T, D)
+                or tuple(g.values[value].shape) != (B, H * group, T, D)
+                or not only(value, att) or not only(ex.outputs[0], r2) or not only(r1.outputs[0], ex)):
+            return None
+        value, reader = base.name, r1
+    cat = producers.get(value)
+    if cat is None or cat.op_type != "Concat" or len(cat.inputs) != 2 or int(cat.attr("axis")) not in (2, -2):
+        return None
+    if [id(c) for c in consumers.get(value, [])] != [id(reader)]:
+        return None
+    past, new, out = (g.values[v] for v in (cat.inputs[0], cat.inputs[1], value))
+    if len(out.shape) != 4 or past.dtype != out.dtype or new.dtype != out.dtype or past.const is not None:
+        return None
+    if tuple(past.shape[:2]) + (past.shape[3],) != tuple(new.shape[:2]) + (new.shape[3],):
+        return None
+    return cat, past.name, new.name, group

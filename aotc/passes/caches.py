@@ -6,8 +6,12 @@ Caches updated in place: a decoder's KV cache as onnxruntime-genai's model build
 new positions into a copy that is a graph output of the same shape. Marked IN_PLACE, the
 caller may pass one array as both, as the genai runtime does: the kernel then writes only the
 update's positions (ops/state.py), where a copy would read and write the whole cache every
-step; given two arrays, it copies the cache first, as before. The header says which outputs
-may share their input's array (codegen/abi.py, `<name>_output_in_place`)."""
+step; given two arrays, it copies the cache first, as before. A Hugging Face export's cache
+(past_key_values.* in, present.* out, one run longer: passes/attention.py joins it into its
+Attention node) is the same where the caller passes one array of the present's largest shape
+for both: past and present are then laid out at that shape's strides, each head's positions
+from the start of its rows (ops/attention.py). The header says which outputs may share their
+input's array (codegen/abi.py, `<name>_output_in_place`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,19 +21,29 @@ from ..ir.graph import Graph
 from ..ir.internal import GATHER_NBITS, IN_PLACE, MATMUL_NBITS, NBITS_KERNEL, NBITS_TILES
 
 
+# op -> the (output, input) positions of its caches: a TensorScatter's result and cache, an
+# Attention's present and past key and value
+_CACHES = {"TensorScatter": ((0, 0),), "Attention": ((1, 4), (2, 5))}
+
+
 def caches_in_place(g: Graph) -> Graph:
     consumers = g.consumers()
     for n in g.nodes:
-        if n.op_type != "TensorScatter" or not n.inputs or not n.outputs:
-            continue
-        past, present = n.inputs[0], n.outputs[0]
-        if past not in g.inputs or present not in g.outputs or g.outputs.count(present) != 1:
-            continue
-        if [id(c) for c in consumers.get(past, [])] != [id(n)]:
-            continue          # (another node reads the cache: it would see the new positions)
-        a, b = g.values[past], g.values[present]
-        if a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape):
-            n.attrs[IN_PLACE] = 1
+        pairs = []
+        for o, i in _CACHES.get(n.op_type, ()):
+            if len(n.inputs) <= i or len(n.outputs) <= o or not n.inputs[i] or not n.outputs[o]:
+                continue
+            past, present = n.inputs[i], n.outputs[o]
+            if past not in g.inputs or present not in g.outputs or g.outputs.count(present) != 1:
+                continue
+            if [id(c) for c in consumers.get(past, [])] != [id(n)]:
+                continue          # (another node reads the cache: it would see the new positions)
+            a, b = g.values[past], g.values[present]
+            same = tuple(a.shape) == tuple(b.shape) if n.op_type == "TensorScatter" else len(a.shape) == 4
+            if a.dtype == b.dtype and same:
+                pairs.append((o, i))
+        if pairs:
+            n.attrs[IN_PLACE] = tuple(pairs)
     return g
 
 

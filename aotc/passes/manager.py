@@ -19,7 +19,7 @@ from ..ir.graph import Graph
 from ..targets import Target
 from ..ir.verify import verify
 from . import bounded, simplify
-from .attention import fuse_attention
+from .attention import caches_into_attention, fuse_attention
 from .branches import node_conditions
 from .caches import caches_in_place, runtime_kernels
 from .infer import infer_shapes
@@ -128,6 +128,8 @@ def pipeline() -> list[Pass]:
         # before cancel_transposes, which folds the Transpose of K it may add into the one making Kᵀ
         _plain("fuse_attention", fuse_attention),
         _plain("cancel_transposes", simplify.cancel_transposes),
+        # (after it: the K an Attention node reads is then the cache's own value)
+        _plain("caches_into_attention", caches_into_attention),
         # constant Gemm weights stored transposed are transposed first, so that a following
         # per-channel Mul/Add (a decomposed BatchNormalization) folds into them too
         _plain("canonicalize_gemm", simplify.canonicalize_gemm),

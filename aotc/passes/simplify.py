@@ -29,7 +29,8 @@ def eliminate_dead_code(g: Graph) -> Graph:
 
 def remove_identities(g: Graph) -> Graph:
     """Identity, Dropout in inference (with its mask unused), Cast to the type it already has,
-    and Expand or Tile to the shape it already has."""
+    Expand or Tile to the shape it already has, and a Concat of one input (TorchScript exports
+    of a cache write one for the first layer's past)."""
     consumers = g.consumers()
     kept = []
     for n in g.nodes:
@@ -42,6 +43,8 @@ def remove_identities(g: Graph) -> Graph:
             removable = not mask_used and not training
         elif n.op_type == "Cast":
             removable = g.values[n.inputs[0]].dtype == g.values[n.outputs[0]].dtype
+        elif n.op_type == "Concat":
+            removable = len(n.inputs) == 1
         elif n.op_type in ("Expand", "Tile"):
             src, out = g.values[n.inputs[0]], g.values[n.outputs[0]]
             removable = src.dtype == out.dtype and tuple(src.shape) == tuple(out.shape)
