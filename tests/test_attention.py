@@ -156,6 +156,33 @@ def test_past_and_present_may_be_one_array(rank, tmp_path):
     assert got[1] is full["present_key"] and got[2] is full["present_value"]
 
 
+@pytest.mark.parametrize("causal", [0, 1])
+def test_a_concatenated_cache_joins_its_attention(causal, tmp_path):
+    """present = Concat(past, new) along the sequence read by an Attention node becomes that
+    node's past and present (passes/attention.py caches_into_attention), its meaning kept: Y and
+    the presents are the reference's. A causal node stays as it is (its frontier would move by
+    the past's length)."""
+    rng = np.random.default_rng(7 + causal)
+    feeds = {"Q": rng.standard_normal((1, 4, 3, 8)), "k": rng.standard_normal((1, 2, 3, 8)),
+             "v": rng.standard_normal((1, 2, 3, 8)), "past_k": rng.standard_normal((1, 2, 5, 8)),
+             "past_v": rng.standard_normal((1, 2, 5, 8))}
+    feeds = {k: v.astype(np.float32) for k, v in feeds.items()}
+    nodes = [N("Concat", ["past_k", "k"], ["present_k"], axis=2), N("Concat", ["past_v", "v"], ["present_v"], axis=-2),
+             N("Attention", ["Q", "present_k", "present_v"], ["Y"], is_causal=causal)]
+    g_in = [helper.make_tensor_value_info(k, NP2ONNX[v.dtype], v.shape) for k, v in feeds.items()]
+    outs = [helper.make_empty_tensor_value_info(o) for o in ("Y", "present_k", "present_v")]
+    model = helper.make_model(helper.make_graph(nodes, "cache", g_in, outs), opset_imports=[helper.make_opsetid("", 23)])
+    model.ir_version = 10
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path))
+    graph = compile_program(path, target="c").graph
+    assert [len(n.inputs) for n in graph.nodes if n.op_type == "Attention"] == [3 if causal else 6]
+    out = compile_model(path, target="c", output_dir=tmp_path / "out", threads=1)
+    got = load(out, threads=1).run(feeds)
+    for name, g, w in zip(("Y", "present_k", "present_v"), got, ReferenceEvaluator(model).run(None, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
 def test_fully_masked_rows_give_zeros(tmp_path):
     """The spec's rule (zeros, not NaN) where a bool mask hides every key of a row, decided on
     the mask: even where the masked scores are NaN (a NaN in the query row)."""

@@ -238,15 +238,18 @@ def caches_into_attention(g: Graph) -> Graph:
     for n in g.nodes:
         if n.op_type != "Attention" or not 3 <= len(n.inputs) <= 4 or any(n.outputs[1:]):
             continue
+        if int(n.attr("is_causal", 0)) or int(n.attr("left_window_size", -1)) >= 0 \
+                or int(n.attr("right_window_size", -1)) >= 0:
+            continue          # (their frontier would move by the past's length)
         q = g.values[n.inputs[0]]
         if len(q.shape) != 4:
             continue
         joins = [_cache_join(g, n, pos, producers, consumers, outputs) for pos in (1, 2)]
         if None in joins or joins[0][3] != joins[1][3]:
             continue
-        (ck, past_k, new_k, group), (cv, past_v, new_v, _) = joins
-        if q.shape[1] != g.values[new_k].shape[1] * group:
-            continue
+        # (query head h read repeated head h // (Hq / (H * group)), which is kv head
+        # h // (Hq / H): the one the op's grouped heads read)
+        (ck, past_k, new_k, _), (cv, past_v, new_v, _) = joins
         mask = n.inputs[3] if len(n.inputs) > 3 else ""
         n.inputs = [n.inputs[0], new_k, new_v, mask, past_k, past_v]
         n.outputs = [n.outputs[0], ck.outputs[0], cv.outputs[0]]
