@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -183,7 +184,7 @@ class Library:
             o = into.get(k)
             if o is None:
                 o = np.empty(shape, dtype=dt)
-            elif o.dtype != dt or not o.flags.c_contiguous or not o.flags.writeable or o.size < np.prod(shape):
+            elif o.dtype != dt or not o.flags.c_contiguous or not o.flags.writeable or o.size < math.prod(shape):
                 raise InputError(f"{p}: the array given for output {name!r} is {o.dtype}{list(o.shape)}",
                                  f"give a writeable C-contiguous {dtypes.name(dt)} array of {list(shape)}")
             outs.append(o)
@@ -204,7 +205,7 @@ class Library:
                 if self.in_place.get(k) in shared:    # (laid out at the largest shape)
                     outs[k] = _at_largest(outs[k], shape)[tuple(slice(0, n) for n in dims)]
                 else:
-                    outs[k] = outs[k].reshape(-1)[:int(np.prod(dims))].reshape(dims)
+                    outs[k] = outs[k].reshape(-1)[:math.prod(dims)].reshape(dims)
         return outs
 
 
@@ -213,7 +214,7 @@ def _start(a: np.ndarray) -> int:
 
 
 def _at_largest(full: np.ndarray, largest: tuple) -> np.ndarray:
-    return full.reshape(-1)[:int(np.prod(largest))].reshape(largest)
+    return full.reshape(-1)[:math.prod(largest)].reshape(largest)
 
 
 def _lays_in(a: np.ndarray, full: np.ndarray, largest: tuple) -> bool:
@@ -221,8 +222,12 @@ def _lays_in(a: np.ndarray, full: np.ndarray, largest: tuple) -> bool:
     that view's [i, j, ...]), as a cache updated in place lies in its output's array."""
     if a.dtype != full.dtype or a.ndim != len(largest) or any(n > m for n, m in zip(a.shape, largest)):
         return False
-    view = _at_largest(full, largest)[tuple(slice(0, n) for n in a.shape)]
-    return all(x == y for n, x, y in zip(a.shape, a.strides, view.strides) if n > 1)
+    stride = a.itemsize
+    for n, m, st in zip(reversed(a.shape), reversed(largest), reversed(a.strides)):
+        if n > 1 and st != stride:
+            return False
+        stride *= m
+    return True
 
 
 # library path -> identity (device, inode, size, mtime) of the file first dlopen()ed under it
@@ -286,15 +291,16 @@ def check_inputs(lib: Library, feeds) -> list[np.ndarray]:
 def _check_ranged(name: str, have: tuple, capacity: tuple, ranged: dict) -> None:
     """An input with run-time dimensions: its rank, its fixed dims and each run-time dim's range
     (the run checks them too, and that inputs sharing a dimension agree)."""
-    want = ", ".join(f"{ranged[a]['dim']} in {ranged[a]['min']}..{ranged[a]['max']}" if a in ranged else str(n)
-                     for a, n in enumerate(capacity))
+    def want() -> str:       # (written only for an error: a decoder's step checks 50 inputs)
+        return ", ".join(f"{ranged[a]['dim']} in {ranged[a]['min']}..{ranged[a]['max']}" if a in ranged else str(n)
+                         for a, n in enumerate(capacity))
     if len(have) != len(capacity):
-        raise InputError(f"input {name!r} has shape {tuple(have)}, the model takes [{want}]")
+        raise InputError(f"input {name!r} has shape {tuple(have)}, the model takes [{want()}]")
     for a, (n, size) in enumerate(zip(capacity, have)):
         d = ranged.get(a)
         bad = size != n if d is None else not (d["min"] <= size <= d["max"] and size % d.get("multiple", 1) == 0)
         if bad:
-            raise InputError(f"input {name!r} has shape {tuple(have)}, the model takes [{want}]"
+            raise InputError(f"input {name!r} has shape {tuple(have)}, the model takes [{want()}]"
                              + (f" (dim {a}: a multiple of {d['multiple']})" if d and d.get("multiple", 1) > 1
                                 else ""), "recompile with other --shape / --dim ranges to change them")
 

@@ -8,9 +8,11 @@
  * it next: past_key_values.* (or past.*) with present.*, or X with updated_X (onnxruntime's
  * mobius builder's static cache). A cache of fixed length (onnxruntime-genai's shared
  * max-length buffer, mobius's static cache) starts as zeros; one whose length is a run-time
- * dimension (Hugging Face exports with past_key_values) starts empty and grows. A cache the header says the run updates in place
- * (<name>_output_in_place) is one array, passed as both; any other has two of its largest
- * size, past and present, that swap roles after every step. Nothing is copied here.
+ * dimension (Hugging Face exports with past_key_values) starts empty and grows. A cache the
+ * header says the run updates in place (<name>_output_in_place) is one array of the present's
+ * largest shape, passed as both (a growing one then laid out at that shape's strides, as the
+ * header says); any other has two of that size, past and present, that swap roles after every
+ * step. Nothing is copied here.
  *
  * Build against an artifact compiled with --name llm (another name: -DMODEL=name
  * -DMODEL_HEADER='"name.h"'):
