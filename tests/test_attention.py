@@ -156,6 +156,23 @@ def test_past_and_present_may_be_one_array(rank, tmp_path):
     assert got[1] is full["present_key"] and got[2] is full["present_value"]
 
 
+def test_a_present_that_is_read_shares_no_array(tmp_path):
+    """A present key that another node reads too is not offered as its past's array (that
+    reader would take the shared array's longer rows as dense ones); the present value is."""
+    model, feeds = attention_model(rank=4, B=1, Hq=4, Hkv=2, Sq=2, Skv=2, P=3, outputs=3, seed=3)
+    model.graph.node.append(N("ReduceSum", ["present_key"], ["total"], keepdims=0))
+    model.graph.output.append(helper.make_empty_tensor_value_info("total"))
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path))
+    out = compile_model(path, target="c", output_dir=tmp_path / "out", threads=1,
+                        shapes={k: v.shape for k, v in feeds.items()})
+    m = load(out, threads=1)
+    assert {p["name"]: p.get("in_place_of") for p in m.manifest["outputs"]} == \
+        {"Y": None, "present_key": None, "present_value": "past_value", "total": None}
+    for name, g, w in zip(m.output_names, m.run(feeds), ReferenceEvaluator(model).run(None, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
 @pytest.mark.parametrize("causal", [0, 1])
 def test_a_concatenated_cache_joins_its_attention(causal, tmp_path):
     """present = Concat(past, new) along the sequence read by an Attention node becomes that

@@ -87,8 +87,8 @@ Attributes:
                      of those outputs over the caller's array of that input, a cache that it
                      alone reads and whose update is a graph output: a TensorScatter's (the same
                      shape; ops/state.py) or an Attention's past key and value (the present one
-                     run longer: the array is then laid out at the output's largest shape;
-                     ops/attention.py). The kernel copies the cache only where the two arrays
+                     run longer and read by no other node: the array is then laid out at the
+                     output's largest shape; ops/attention.py). The kernel copies the cache only where the two arrays
                      differ, then writes the new positions (passes/caches.py)
     NBITS_KERNEL     on an aotc.MatMulNBits with int8_activations, on a target whose runtime
                      has the product (`[gemm] nbits_kernel`): it calls runtime/aotc_nbits.h

@@ -38,6 +38,8 @@ def caches_in_place(g: Graph) -> Graph:
                 continue
             if [id(c) for c in consumers.get(past, [])] != [id(n)]:
                 continue          # (another node reads the cache: it would see the new positions)
+            if n.op_type != "TensorScatter" and present in consumers:
+                continue          # (a reader would take a shared array's rows as dense)
             a, b = g.values[past], g.values[present]
             same = tuple(a.shape) == tuple(b.shape) if n.op_type == "TensorScatter" else len(a.shape) == 4
             if a.dtype == b.dtype and same:
