@@ -129,6 +129,17 @@ def test_attention_op_matches_the_reference(config, kind, tmp_path):
             assert not per_thread
 
 
+def _shared_arrays(model, feeds, tmp_path, threads):
+    """The model compiled for c at the feeds' shapes, loaded; and {output: the input whose array
+    it may be, or None} from its manifest."""
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path))
+    out = compile_model(path, target="c", output_dir=tmp_path / "out", threads=threads,
+                        shapes={k: v.shape for k, v in feeds.items()})
+    m = load(out, threads=threads)
+    return m, {p["name"]: p.get("in_place_of") for p in m.manifest["outputs"]}
+
+
 @pytest.mark.parametrize("rank", [3, 4])
 def test_past_and_present_may_be_one_array(rank, tmp_path):
     """A past key / value that is a graph input only the Attention reads, with its present a
@@ -137,13 +148,8 @@ def test_past_and_present_may_be_one_array(rank, tmp_path):
     run writes the new ones after them (the rest of it NaN here: nothing reads them before).
     Y and the presents are the reference's, as with two arrays."""
     model, feeds = attention_model(rank=rank, B=2, Hq=6, Hkv=2, Sq=3, Skv=3, P=4, is_causal=1, outputs=3, seed=rank)
-    path = tmp_path / "model.onnx"
-    onnx.save(model, str(path))
-    out = compile_model(path, target="c", output_dir=tmp_path / "out", threads=2,
-                        shapes={k: v.shape for k, v in feeds.items()})
-    m = load(out, threads=2)
-    assert {p["name"]: p.get("in_place_of") for p in m.manifest["outputs"]} == \
-        {"Y": None, "present_key": "past_key", "present_value": "past_value"}
+    m, shared = _shared_arrays(model, feeds, tmp_path, threads=2)
+    assert shared == {"Y": None, "present_key": "past_key", "present_value": "past_value"}
     want = ReferenceEvaluator(model).run(None, feeds)
     full = {}
     for past, present, w in (("past_key", "present_key", want[1]), ("past_value", "present_value", want[2])):
@@ -162,13 +168,8 @@ def test_a_present_that_is_read_shares_no_array(tmp_path):
     model, feeds = attention_model(rank=4, B=1, Hq=4, Hkv=2, Sq=2, Skv=2, P=3, outputs=3, seed=3)
     model.graph.node.append(N("ReduceSum", ["present_key"], ["total"], keepdims=0))
     model.graph.output.append(helper.make_empty_tensor_value_info("total"))
-    path = tmp_path / "model.onnx"
-    onnx.save(model, str(path))
-    out = compile_model(path, target="c", output_dir=tmp_path / "out", threads=1,
-                        shapes={k: v.shape for k, v in feeds.items()})
-    m = load(out, threads=1)
-    assert {p["name"]: p.get("in_place_of") for p in m.manifest["outputs"]} == \
-        {"Y": None, "present_key": None, "present_value": "past_value", "total": None}
+    m, shared = _shared_arrays(model, feeds, tmp_path, threads=1)
+    assert shared == {"Y": None, "present_key": None, "present_value": "past_value", "total": None}
     for name, g, w in zip(m.output_names, m.run(feeds), ReferenceEvaluator(model).run(None, feeds)):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, err_msg=name)
 
