@@ -57,6 +57,16 @@ class CompiledModel:
             raise InputError(f"no output named {', '.join(map(repr, unknown))}", f"the outputs are {names}")
         return self._lib.run(self._instance, arrays, {names.index(k): v for k, v in (into or {}).items()})
 
+    def keep_caches(self, keep: bool = True) -> None:
+        """On a GPU target, with keep: a cache the artifact updates in place, passed as one
+        array for its input and output (see run), stays on the device between runs: the first
+        run that passes the array copies it in, the runs after it that pass it again copy it
+        neither way (its contents are then the device's), and keep_caches(False) writes each
+        kept cache back into its array. An array is known by its address: clear keep before
+        freeing one or giving it other contents. On CPU targets the array is the cache, and
+        this does nothing. aotc.generate keeps the caches for the length of a generation."""
+        self._lib.keep_caches(self._instance, keep)
+
     def __repr__(self) -> str:
         return f"CompiledModel({str(self.directory)!r}, inputs={self.input_names}, outputs={self.output_names})"
 

@@ -17,7 +17,8 @@ build. The forms recognized, by their inputs' names:
   dimension (Hugging Face exports with past_key_values) starts empty and grows by the step's
   tokens. A cache the artifact updates in place (its manifest's "in_place_of") is one array
   throughout, given as the input and as the output (one that grows as the leading part of an
-  array of the output's largest shape: a step writes only its own positions).
+  array of the output's largest shape: a step writes only its own positions); on a GPU target
+  those arrays stay on the device while tokens are generated (CompiledModel.keep_caches).
 
 `generate(model, prompt, steps)` returns the greedy ids; `Generator(model)` gives the pieces:
 `tokens(prompt)` (an iterator, one run of the model per token taken), `step` (one run on given
@@ -133,13 +134,22 @@ class Generator:
         return self._tokens(list(prompt))
 
     def _tokens(self, prompt: list) -> Iterator[int]:
-        logits, caches = self.step(prompt, 0, self.empty_caches())
-        done = len(prompt)
-        while True:
-            token = int(np.argmax(logits))
-            yield token
-            logits, caches = self.step([token], done, caches)
-            done += 1
+        # on a GPU target the caches stay on the device from the prompt to the last token (the
+        # arrays hold them again when the generation ends: the generator closed or collected)
+        keep = getattr(self.model, "keep_caches", None)
+        if keep is not None:
+            keep(True)
+        try:
+            logits, caches = self.step(prompt, 0, self.empty_caches())
+            done = len(prompt)
+            while True:
+                token = int(np.argmax(logits))
+                yield token
+                logits, caches = self.step([token], done, caches)
+                done += 1
+        finally:
+            if keep is not None:
+                keep(False)
 
     def generate(self, prompt: Sequence[int], steps: int, eos: Optional[int] = None) -> list[int]:
         """Greedy decoding: the prompt, then `steps` tokens each the argmax of the logits

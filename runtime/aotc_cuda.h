@@ -69,6 +69,20 @@ static inline int aotc_cuda_time(cudaEvent_t ev[2], cudaStream_t stream, double 
     return AOTC_OK;
 }
 
+/* Rows of a cache updated in place (codegen/host.py CacheCopies) between the host array `host`,
+ * its rows host_pitch bytes apart, and the device array `dev`, its rows `pitch` apart: `rows`
+ * rows of `width` bytes, each from byte `at` of its row on both sides; queued on the stream. */
+static inline cudaError_t aotc_cuda_rows(cudaStream_t stream, void *dev, int to_device, const void *host,
+                                         size_t host_pitch, size_t pitch, size_t at, size_t width, size_t rows)
+{
+    unsigned char *d = (unsigned char *)dev + at, *h = (unsigned char *)host + at;
+    if (width == 0 || rows == 0)
+        return cudaSuccess;
+    if (to_device)
+        return cudaMemcpy2DAsync(d, pitch, h, host_pitch, width, rows, cudaMemcpyHostToDevice, stream);
+    return cudaMemcpy2DAsync(h, host_pitch, d, pitch, width, rows, cudaMemcpyDeviceToHost, stream);
+}
+
 /* A condition (one bool in device memory: an If's, a host loop's flag), read back for the host
  * program after the stream's work so far. A failed copy reads as false and leaves its status in *status. */
 static inline int aotc_cuda_flag(cudaStream_t stream, const void *p, int *status)

@@ -111,6 +111,25 @@ static inline int aotc_cl_build(cl_context context, cl_device_id device, const c
     return AOTC_OK;
 }
 
+/* Rows of a cache updated in place (codegen/host.py CacheCopies) between the host array `host`,
+ * its rows host_pitch bytes apart, and the device array `mem`, its rows `pitch` apart: `rows`
+ * rows of `width` bytes, each from byte `at` of its row on both sides; queued, not waited for.
+ * None where width or rows is 0 (OpenCL refuses an empty region). */
+static inline cl_int aotc_cl_rows(cl_command_queue queue, cl_mem mem, int to_device, const void *host, size_t host_pitch,
+                                  size_t pitch, size_t at, size_t width, size_t rows)
+{
+    size_t origin[3], region[3];
+    if (width == 0 || rows == 0)
+        return CL_SUCCESS;
+    origin[0] = at, origin[1] = 0, origin[2] = 0;
+    region[0] = width, region[1] = rows, region[2] = 1;
+    if (to_device)
+        return clEnqueueWriteBufferRect(queue, mem, CL_FALSE, origin, origin, region, pitch, 0, host_pitch, 0, host, 0,
+                                        NULL, NULL);
+    return clEnqueueReadBufferRect(queue, mem, CL_FALSE, origin, origin, region, pitch, 0, host_pitch, 0, (void *)host, 0,
+                                   NULL, NULL);
+}
+
 /* A condition (one bool at `offset` in `mem`: an If's, a host loop's flag), read back for the
  * host program after the queue's work so far. A failed read reads as false and leaves its status in *status. */
 static inline int aotc_cl_flag(cl_command_queue queue, cl_mem mem, size_t offset, int *status)

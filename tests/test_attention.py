@@ -129,37 +129,68 @@ def test_attention_op_matches_the_reference(config, kind, tmp_path):
             assert not per_thread
 
 
-def _shared_arrays(model, feeds, tmp_path, threads):
-    """The model compiled for c at the feeds' shapes, loaded; and {output: the input whose array
-    it may be, or None} from its manifest."""
+def _shared_arrays(model, feeds, tmp_path, kind):
+    """The model compiled for `kind` (_target's) at the feeds' shapes, loaded; and {output: the
+    input whose array it may be, or None} from its manifest."""
+    target, build, threads = _target(kind, tmp_path)
     path = tmp_path / "model.onnx"
     onnx.save(model, str(path))
-    out = compile_model(path, target="c", output_dir=tmp_path / "out", threads=threads,
+    out = compile_model(path, target=target, output_dir=tmp_path / "out", threads=threads, build=build,
                         shapes={k: v.shape for k, v in feeds.items()})
     m = load(out, threads=threads)
     return m, {p["name"]: p.get("in_place_of") for p in m.manifest["outputs"]}
 
 
-@pytest.mark.parametrize("rank", [3, 4])
-def test_past_and_present_may_be_one_array(rank, tmp_path):
+@pytest.mark.parametrize("rank,kind", [(3, "threads"), (4, "threads"), (4, "opencl"), (4, "cuda")])
+def test_past_and_present_may_be_one_array(rank, kind, tmp_path):
     """A past key / value that is a graph input only the Attention reads, with its present a
     graph output, may share the present's array (the header's output_in_place): the array has
     the present's shape, the past's positions at the start of each (batch, head) row, and the
     run writes the new ones after them (the rest of it NaN here: nothing reads them before).
-    Y and the presents are the reference's, as with two arrays."""
+    Y and the presents are the reference's, as with two arrays (CONFIGS' past case).
+
+    On the GPU targets (PoCL, the CUDA emulation) the host copies rows to and from the device's
+    array laid out the same way (codegen/host.py CacheCopies); with keep_caches the array stays
+    on the device: a second run with the host's array all NaN still gives the reference's Y (it
+    read the device's past), the array is written by none of the runs, and keep_caches(False)
+    writes the reference's presents into it."""
     model, feeds = attention_model(rank=rank, B=2, Hq=6, Hkv=2, Sq=3, Skv=3, P=4, is_causal=1, outputs=3, seed=rank)
-    m, shared = _shared_arrays(model, feeds, tmp_path, threads=2)
+    m, shared = _shared_arrays(model, feeds, tmp_path, kind)
     assert shared == {"Y": None, "present_key": "past_key", "present_value": "past_value"}
     want = ReferenceEvaluator(model).run(None, feeds)
     full = {}
+
+    def run():
+        return m.run({**feeds, "past_key": full["present_key"][:, :, :4], "past_value": full["present_value"][:, :, :4]},
+                     into=full)
     for past, present, w in (("past_key", "present_key", want[1]), ("past_value", "present_value", want[2])):
         full[present] = np.full(w.shape, np.nan, np.float32)
         full[present][:, :, :4] = feeds[past]
-    got = m.run({**feeds, "past_key": full["present_key"][:, :, :4], "past_value": full["present_value"][:, :, :4]},
-                into=full)
+    got = run()
     for name, g, w in zip(m.output_names, got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=name)
     assert got[1] is full["present_key"] and got[2] is full["present_value"]
+    if kind == "threads":
+        # a past inside its present's array but not at its start: copied first (the run writes
+        # where it would read)
+        inside = full["present_key"].reshape(-1)[7:7 + feeds["past_key"].size].reshape(feeds["past_key"].shape)
+        inside[...] = feeds["past_key"]
+        got = m.run({**feeds, "past_key": inside}, into={"present_key": full["present_key"]})
+        for name, g, w in zip(m.output_names, got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=name)
+        return
+    for past, present in (("past_key", "present_key"), ("past_value", "present_value")):
+        full[present][...] = np.nan
+        full[present][:, :, :4] = feeds[past]
+    m.keep_caches(True)
+    run()                                  # (the arrays copied in)
+    for a in full.values():
+        a[...] = np.nan
+    np.testing.assert_allclose(run()[0], want[0], rtol=1e-4, atol=1e-5)
+    assert all(np.isnan(a).all() for a in full.values())
+    m.keep_caches(False)
+    np.testing.assert_allclose(full["present_key"], want[1], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(full["present_value"], want[2], rtol=1e-4, atol=1e-5)
 
 
 def test_a_present_that_is_read_shares_no_array(tmp_path):
@@ -168,7 +199,7 @@ def test_a_present_that_is_read_shares_no_array(tmp_path):
     model, feeds = attention_model(rank=4, B=1, Hq=4, Hkv=2, Sq=2, Skv=2, P=3, outputs=3, seed=3)
     model.graph.node.append(N("ReduceSum", ["present_key"], ["total"], keepdims=0))
     model.graph.output.append(helper.make_empty_tensor_value_info("total"))
-    m, shared = _shared_arrays(model, feeds, tmp_path, threads=1)
+    m, shared = _shared_arrays(model, feeds, tmp_path, "c")
     assert shared == {"Y": None, "present_key": None, "present_value": "past_value", "total": None}
     for name, g, w in zip(m.output_names, m.run(feeds), ReferenceEvaluator(model).run(None, feeds)):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, err_msg=name)

@@ -61,6 +61,7 @@ class Library:
             int {p}_threads(const {p}_model *model);
             const char *{p}_failure(const {p}_model *model);
             int {p}_profile(const {p}_model *model, const double **ms, const char *const **names);
+            int {p}_keep_caches({p}_model *model, int keep);
             void {p}_destroy({p}_model *model);
             const char *{p}_strerror(int status);
         """)
@@ -147,6 +148,15 @@ class Library:
     def threads(self, instance) -> int:
         return int(self._fn("threads")(instance))
 
+    def keep_caches(self, instance, keep: bool) -> None:
+        """<name>_keep_caches: on a GPU target, caches updated in place stay on the device
+        between runs while the same array is passed (see CompiledModel.keep_caches)."""
+        if not self.in_place:
+            return                  # (nothing to keep; artifacts older than the function lack it)
+        status = self._fn("keep_caches")(instance, int(keep))
+        if status != AOTC_OK:
+            raise ArtifactError(f"{self.prefix}_keep_caches failed with status {status}: {self.error(status)}")
+
     def run(self, instance, arrays: list[np.ndarray], into: dict[int, np.ndarray] | None = None) -> list[np.ndarray]:
         """The outputs of a run on `arrays` (graph order); `into` gives arrays for outputs to be
         written into (by position: C-contiguous, of the output's type and largest size), an
@@ -166,11 +176,13 @@ class Library:
         shared = {}
         for o, i in self.in_place.items():
             full = into.get(o)
-            if full is not None and _start(arrays[i]) == _start(full):
-                if _lays_in(arrays[i], full, self.outputs[o][3]):
-                    shared[i] = full
-                else:        # (the same memory laid out otherwise: a copy keeps the run's meaning)
-                    arrays[i] = arrays[i].copy()
+            if full is None:
+                continue
+            if _start(arrays[i]) == _start(full) and _lays_in(arrays[i], full, self.outputs[o][3]):
+                shared[i] = full
+            elif np.may_share_memory(arrays[i], full):
+                arrays[i] = arrays[i].copy()   # (memory of the output's laid out otherwise: a copy keeps
+                #                                 the run's meaning, the run writing where it reads)
         keep = []
         for i, ((name, field, dt, shape), a) in enumerate(zip(self.inputs, arrays)):
             a_shape = a.shape

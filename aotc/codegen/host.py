@@ -263,6 +263,54 @@ def host_statements(program: Program, loop_head, launch, test, depth: int = 1, r
     return lines
 
 
+def _c_product(sizes, itemsize: int) -> str:
+    """The bytes of sizes (ints and run-time Dims) times itemsize, as C of type size_t."""
+    fixed = int(np.prod([d for d in sizes if not isinstance(d, Dim)], dtype=np.int64)) * itemsize
+    return " * ".join([f"(size_t)({c_dim(d)})" for d in sizes if isinstance(d, Dim)] + [f"(size_t){fixed}"])
+
+
+class CacheCopies:
+    """A cache updated in place (passes/caches.py: output `o` may be input `i`'s array) on a GPU
+    target, where the kernels always find the input in the output's device array (ONE_ARRAY),
+    laid out as a caller's one array is: the output's largest shape along the first axis where
+    the two shapes differ (the length of a cache that grows), each of `rows` rows `pitch` bytes
+    apart, the input's `past` bytes at its start and the output's `present` bytes after this
+    run. Without such an axis (one shape), one row of the whole array.
+
+    Around a run the host copies rows: where the caller passes one array, the input's part in
+    and the part the run added out (the whole where nothing grows); where two, each dense array
+    to or from those rows. An instance that keeps caches (`<name>_keep_caches`) copies one array
+    neither way while the caller passes it run after run, and back when told to stop keeping."""
+
+    def __init__(self, o: int, i: int, past, present):
+        self.o, self.i, self.past, self.present = o, i, past, present
+        a, b = _run_sizes(past), _run_sizes(present)
+        item = np.dtype(present.dtype).itemsize
+        axis = next((k for k, (x, y) in enumerate(zip(a, b)) if c_dim(x) != c_dim(y)), None)
+        self.grows = axis is not None
+        if axis is None:
+            self.rows, self.pitch = "(size_t)1", port_run_bytes(present)
+            self.past_row = self.present_row = self.pitch
+        else:
+            self.rows = _c_product(b[:axis], 1)
+            self.past_row, self.present_row = _c_product(a[axis:], item), _c_product(b[axis:], item)
+            self.pitch = _c_product([present.shape[axis], *b[axis + 1:]], item)
+
+    def same(self) -> str:
+        """Whether the caller passed one array for both, as C."""
+        return f"(const void *)in->{self.past.field} == (const void *)out->{self.present.field}"
+
+
+def _run_sizes(p) -> list:
+    ranged = dict(p.dims)
+    return [ranged.get(a, d) for a, d in enumerate(p.shape)]
+
+
+def cache_copies(ins, outs, shared: dict[int, int]) -> list[CacheCopies]:
+    """The in-place caches (codegen/abi.py in_place) as a GPU host copies them."""
+    return [CacheCopies(o, i, ins[i], outs[o]) for o, i in sorted(shared.items())]
+
+
 def strerror_function(prefix: str) -> list[str]:
     """<name>_strerror: the runtime header's messages (runtime/aotc_runtime.h AOTC_STRERROR_CASES)."""
     return [f"const char *{prefix}_strerror(int status)", "{", "    switch (status) {", "    AOTC_STRERROR_CASES",
@@ -293,6 +341,7 @@ class DeviceHost:
 
     extern = ""                      # what precedes an exported definition ('extern "C" ' in C++)
     count_type = "int64_t"           # the host type of a run-time size read back
+    caches: list[CacheCopies] = []   # the caches updated in place (a subclass's constructor sets them)
 
     def invoke_locals(self) -> list[str]:
         raise NotImplementedError
@@ -311,6 +360,18 @@ class DeviceHost:
         raise NotImplementedError
 
     def copy_out(self, i: int, p) -> str:
+        raise NotImplementedError
+
+    def copy_rows(self, to_device: bool, o: int, host: str, host_pitch: str, pitch: str, at: str, width: str,
+                  rows: str) -> str:
+        """A copy of `rows` rows of `width` bytes between the host array `host` (rows
+        `host_pitch` apart) and output o's device array (`pitch` apart), each from byte `at` of
+        its row in both, queued like copy_in / copy_out (a statement, through the runtime's
+        aotc_cl_rows / aotc_cuda_rows: nothing copied where width or rows is 0)."""
+        raise NotImplementedError
+
+    def finish(self) -> str:
+        """A statement that waits for everything queued."""
         raise NotImplementedError
 
     def read_count(self, j: int, offset: int) -> str:
@@ -334,15 +395,68 @@ class DeviceHost:
         L += ["    " + line for line in dims.prologue] + dims.store()
         if draw is not None:
             L += ["    m->draw = m->draws++;        /* the draw number the random ops read */", self.write_draw(draw)]
-        L += [self.copy_in(i, p) for i, p in enumerate(ins) if port_bytes(p)]
+        cache_in = {c.i: c for c in self.caches}
+        cache_out = {c.o: c for c in self.caches}
+        for i, p in enumerate(ins):
+            L += self._cache_in(cache_in[i]) if i in cache_in else [self.copy_in(i, p)] if port_bytes(p) else []
         L += self.run(prefix)
-        L += [self.copy_out(i, p) for i, p in enumerate(outs) if port_bytes(p)]
+        for o, p in enumerate(outs):
+            L += self._cache_out(cache_out[o]) if o in cache_out else [self.copy_out(o, p)] if port_bytes(p) else []
         L += [self.read_count(j, off) for j, off in enumerate(offsets)]
         L += self.read_status()
         L += ["    if (st[0] != AOTC_OK) {", "        m->failed = st[1];", "        return st[0];", "    }"]
         L += ["    " + line for line in bounded_epilogue(program, outs, lambda off: f"counts[{offsets.index(off)}]")]
         L += ["    " + line for line in dims.epilogue]
         L += ["    return AOTC_OK;", "}", ""]
+        return L
+
+    def _cache_in(self, c: CacheCopies) -> list[str]:
+        past, present = f"in->{c.past.field}", f"out->{c.present.field}"
+        return [f"    /* '{c.past.name}' is read from the device array of '{c.present.name}' (CacheCopies):",
+                "       the caller's one array copied in unless this instance keeps it, two arrays between",
+                "       layouts */",
+                f"    if ({c.same()}) {{",
+                f"        if (!m->keep || m->kept[{c.o}] != (void *){present})",
+                "        " + self.copy_rows(True, c.o, past, c.pitch, c.pitch, "0", c.past_row, c.rows),
+                f"        m->kept[{c.o}] = m->keep ? (void *){present} : NULL;",
+                f"        m->kept_rows[{c.o}][0] = {c.rows};",
+                f"        m->kept_rows[{c.o}][1] = {c.present_row};",
+                f"        m->kept_rows[{c.o}][2] = {c.pitch};",
+                "    } else {", f"        m->kept[{c.o}] = NULL;",
+                "    " + self.copy_rows(True, c.o, past, c.past_row, c.pitch, "0", c.past_row, c.rows), "    }"]
+
+    def _cache_out(self, c: CacheCopies) -> list[str]:
+        present = f"out->{c.present.field}"
+        new = (c.past_row, f"{c.present_row} - {c.past_row}") if c.grows else ("0", c.present_row)
+        return [f"    if ({c.same()}) {{          /* the positions this run wrote, unless kept */",
+                "        if (!m->keep)",
+                "        " + self.copy_rows(False, c.o, present, c.pitch, c.pitch, *new, c.rows),
+                "    } else {",
+                "    " + self.copy_rows(False, c.o, present, c.present_row, c.pitch, "0", c.present_row, c.rows),
+                "    }"]
+
+    def cache_fields(self) -> list[str]:
+        """The instance's fields for caches kept on the device (none without caches)."""
+        if not self.caches:
+            return []
+        n = max(c.o for c in self.caches) + 1
+        return ["    int keep;                 /* <name>_keep_caches: caches stay on the device */",
+                f"    void *kept[{n}];           /* per output: the caller's array the device holds */",
+                f"    size_t kept_rows[{n}][3];  /* and its rows at the last run: count, bytes, pitch */"]
+
+    def keep_caches(self, prefix: str) -> list[str]:
+        L = [f"{self.extern}int {prefix}_keep_caches({prefix}_model *m, int keep)", "{",
+             "    if (!m) return AOTC_ERR_NULL_ARGUMENT;"]
+        if not self.caches:
+            return L + ["    (void)keep;             /* no cache is updated in place */", "    return AOTC_OK;", "}", ""]
+        L += ["    if (!keep) {             /* each kept cache back into its array */", *self.invoke_prelude()]
+        for c in self.caches:
+            k = f"m->kept_rows[{c.o}]"
+            L += [f"        if (m->kept[{c.o}]) {{",
+                  "        " + self.copy_rows(False, c.o, f"m->kept[{c.o}]", f"{k}[2]", f"{k}[2]", "0", f"{k}[1]",
+                                              f"{k}[0]"),
+                  f"            m->kept[{c.o}] = NULL;", "        }"]
+        L += ["        " + self.finish(), "    }", "    m->keep = keep != 0;", "    return AOTC_OK;", "}", ""]
         return L
 
     def abi_functions(self, prefix: str, external: bool, n_fusion: int, n_launches: int) -> list[str]:
@@ -360,7 +474,7 @@ class DeviceHost:
               f"const char *{prefix}_failure(const {prefix}_model *model)", "{",
               f"    if (!model || model->failed < 0 || model->failed >= {n_fusion}) return NULL;",
               f"    return {prefix}_kernel_names[model->failed];", "}", ""]
-        return L
+        return L + self.keep_caches(prefix)
 
     # ------------------------------------------------------------------ create / destroy
     def release(self, n_in: int, n_out: int) -> list[str]:
@@ -416,8 +530,9 @@ class DeviceHost:
         before, after = self.upload_weights(prefix)
         L += before + ["    free(weights_raw);", "    weights_raw = NULL;"] + after
         L += self.alloc_workspace(prefix)
+        read_in_place = {c.i for c in self.caches}      # (from their outputs' arrays)
         for i, p in enumerate(ins):
-            L += self.alloc_port(i, p, False)
+            L += self.alloc_port(i, p, False) if i not in read_in_place else []
         for i, p in enumerate(outs):
             L += self.alloc_port(i, p, True)
         L += self.finish_create(prefix) + ["}", "",

@@ -90,6 +90,10 @@ Attributes:
                      run longer and read by no other node: the array is then laid out at the
                      output's largest shape; ops/attention.py). The kernel copies the cache only where the two arrays
                      differ, then writes the new positions (passes/caches.py)
+    ONE_ARRAY        on a node with IN_PLACE, on a GPU target: its caches' inputs are always
+                     their outputs' device arrays (the host copies a caller's two arrays
+                     between layouts: codegen/host.py CacheCopies), so the kernel neither
+                     tests nor copies
     NBITS_KERNEL     on an aotc.MatMulNBits with int8_activations, on a target whose runtime
                      has the product (`[gemm] nbits_kernel`): it calls runtime/aotc_nbits.h
                      rather than running the same arithmetic as kernel loops (passes/caches.py
@@ -141,6 +145,7 @@ RUN_TIME_AXES = "_run_time_axes"
 SIZES_ATTR = "_sizes"
 COERCE_2D = "_coerce_2d"
 IN_PLACE = "_in_place"
+ONE_ARRAY = "_one_array"
 NBITS_KERNEL = "_nbits_kernel"
 NBITS_TILES = "_nbits_tiles"
 

@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..ir.dims import upper
-from ..ir.internal import IN_PLACE, MASK_FILL, PLAIN_SOFTMAX
+from ..ir.internal import IN_PLACE, MASK_FILL, ONE_ARRAY, PLAIN_SOFTMAX
 from ..kernel.ir import (I64, REDUCTION, SPATIAL, Builder, BufPtr, Expr, GemmDest, Load, Store, binop, call, const, matrix,
                          select, wrap)
 from .common import broadcast
@@ -196,7 +196,7 @@ def _present(ctx, pos: int, new, past, d: Dims, head: int, hint: str):
         out = ctx.scratch((d.B, d.Hkv, d.St, head), F32, hint)
     src = Layout.of(tuple(new.shape), d.Hkv, d.rank3)
     if (pos, pos + 3) in ctx.node.attrs.get(IN_PLACE, ()):
-        return _present_in_place(b, out, new, past, src, d, head)
+        return _present_in_place(b, out, new, past, src, d, head, bool(ctx.node.attrs.get(ONE_ARRAY)))
     pst = contiguous_strides(out.shape)
     if past is not None:
         strided_copy(b, out, past, past.shape, pst, contiguous_strides(past.shape))
@@ -205,18 +205,22 @@ def _present(ctx, pos: int, new, past, d: Dims, head: int, hint: str):
     return out, Layout.of(tuple(out.shape), d.Hkv, False)
 
 
-def _present_in_place(b: Builder, out, new, past, src: Layout, d: Dims, head: int):
+def _present_in_place(b: Builder, out, new, past, src: Layout, d: Dims, head: int, one_array: bool):
     """The present filled over the past where the caller passed one array for both (IN_PLACE,
     passes/caches.py): that array is laid out at the present's largest shape, each (batch, head)
     row `cap` positions apart, the past's positions at the start of their rows already, so only
     the new ones are written. Given two arrays, both are dense at the run's sizes (rows P and
-    P + S positions apart) and the past is copied first, as without IN_PLACE."""
+    P + S positions apart) and the past is copied first, as without IN_PLACE. `one_array` (a GPU
+    target's device arrays, ONE_ARRAY): always one array, nothing tested."""
     cap = upper(d.St)
-    same = BufPtr(out).eq(BufPtr(past))
     b.comment(f"the cache in place where present and past are one array: rows of {cap} positions")
-    rows = b.local("rows", select(same, const(cap, I64), wrap(d.St)))
-    with b.if_(BufPtr(out).ne(BufPtr(past))):
-        strided_copy(b, out, past, past.shape, contiguous_strides(out.shape), contiguous_strides(past.shape))
+    if one_array:
+        rows = const(cap, I64)
+    else:
+        differ = BufPtr(out).ne(BufPtr(past))
+        rows = b.local("rows", select(differ, wrap(d.St), const(cap, I64)))
+        with b.if_(differ):
+            strided_copy(b, out, past, past.shape, contiguous_strides(out.shape), contiguous_strides(past.shape))
     with b.loops([d.B, d.Hkv, d.Skv, head], ["n", "h", "s", "k"], role=SPATIAL) as (n, h, s, k):
         b.store(out, ((n * d.Hkv + h) * rows + d.P + s) * head + k, Load(new, src.at(n, h, s, k)))
     return out, Layout(d.Hkv * rows * head, rows * head, head)

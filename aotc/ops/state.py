@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from ..errors import ShapeError, UnsupportedError
 from ..ir.dims import RunTimeDim, decide
-from ..ir.internal import IN_PLACE
+from ..ir.internal import IN_PLACE, ONE_ARRAY
 from ..kernel.ir import I64, ORDERED, REDUCTION, SPATIAL, BufPtr, Load, binop, call, cast, const, select, wrap
 from .common import prod
 from .registry import register
@@ -74,7 +74,7 @@ def _lower_scatter(node, ctx):
     b.comment(f"TensorScatter ({mode}): {seq} of {cap} positions along axis {axis} written from each "
               "batch's write index" + (" (in place where the cache and the result are one array)"
                                        if in_place else ""))
-    if in_place:
+    if in_place and not node.attrs.get(ONE_ARRAY):
         # the caller's one array for both (passes/caches.py): only the update's positions move
         b.call("aotc_copy_unless_same", BufPtr(Y), BufPtr(P), wrap(prod(P.shape) * P.dtype.itemsize))
     with b.loop(batch, "n", role=SPATIAL) as n:

@@ -246,7 +246,7 @@ def caches_into_attention(g: Graph) -> Graph:
             continue
         joins = [_cache_join(g, n, pos, producers, consumers, outputs) for pos in (1, 2)]
         if None in joins or joins[0][3] != joins[1][3]:
-            continue
+            continue          # (K and V repeated alike: the op's K and V have one head count)
         # (query head h read repeated head h // (Hq / (H * group)), which is kv head
         # h // (Hq / H): the one the op's grouped heads read)
         (ck, past_k, new_k, _), (cv, past_v, new_v, _) = joins

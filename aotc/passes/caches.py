@@ -11,14 +11,20 @@ step; given two arrays, it copies the cache first, as before. A Hugging Face exp
 Attention node) is the same where the caller passes one array of the present's largest shape
 for both: past and present are then laid out at that shape's strides, each head's positions
 from the start of its rows (ops/attention.py). The header says which outputs may share their
-input's array (codegen/abi.py, `<name>_output_in_place`)."""
+input's array (codegen/abi.py, `<name>_output_in_place`).
+
+On GPU targets the same pairs are marked, with ONE_ARRAY: there the kernels see the device's
+arrays, and the host makes the input's always its output's (codegen/host.py CacheCopies: a
+caller's two arrays are copied between layouts around the run, one array only where it must
+be). So a step's kernel writes only the new positions, and with `<name>_keep_caches` the cache
+stays on the device between invokes, never crossing to the host."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..frontend.mapped import drop_pages
 from ..ir.graph import Graph
-from ..ir.internal import GATHER_NBITS, IN_PLACE, MATMUL_NBITS, NBITS_KERNEL, NBITS_TILES
+from ..ir.internal import GATHER_NBITS, IN_PLACE, MATMUL_NBITS, NBITS_KERNEL, NBITS_TILES, ONE_ARRAY
 
 
 # op -> the (output, input) positions of its caches: a TensorScatter's result and cache, an
@@ -26,7 +32,7 @@ from ..ir.internal import GATHER_NBITS, IN_PLACE, MATMUL_NBITS, NBITS_KERNEL, NB
 _CACHES = {"TensorScatter": ((0, 0),), "Attention": ((1, 4), (2, 5))}
 
 
-def caches_in_place(g: Graph) -> Graph:
+def caches_in_place(g: Graph, one_array: bool = False) -> Graph:
     consumers = g.consumers()
     for n in g.nodes:
         pairs = []
@@ -46,6 +52,8 @@ def caches_in_place(g: Graph) -> Graph:
                 pairs.append((o, i))
         if pairs:
             n.attrs[IN_PLACE] = tuple(pairs)
+            if one_array:
+                n.attrs[ONE_ARRAY] = 1
     return g
 
 

@@ -82,7 +82,7 @@ def _channels_last(g: Graph, ctx: PassContext) -> Graph:
 
 
 def _caches(g: Graph, ctx: PassContext) -> Graph:
-    return caches_in_place(g) if ctx.target is not None and not ctx.target.is_gpu else g
+    return caches_in_place(g, ctx.target.is_gpu) if ctx.target is not None else g
 
 
 def _runtime_kernels(g: Graph, ctx: PassContext) -> Graph:

@@ -12,7 +12,8 @@
  * header says the run updates in place (<name>_output_in_place) is one array of the present's
  * largest shape, passed as both (a growing one then laid out at that shape's strides, as the
  * header says); any other has two of that size, past and present, that swap roles after every
- * step. Nothing is copied here.
+ * step. Nothing is copied here. On a GPU target the in-place caches stay on the device for the
+ * whole generation (<name>_keep_caches): only the logits cross to the host each step.
  *
  * Build against an artifact compiled with --name llm (another name: -DMODEL=name
  * -DMODEL_HEADER='"name.h"'):
@@ -162,6 +163,9 @@ int main(int argc, char **argv)
     for (int64_t k = 0; k < longest; ++k)
         mask_ones[k] = 1;
 
+    status = FN(keep_caches)(model, 1);    /* (on CPU targets the arrays are the caches already) */
+    if (status != AOTC_OK)
+        return fail("keep_caches", status);
     int64_t done = 0;                      /* tokens the cache holds */
     const int64_t *feed = prompt;
     int64_t n_feed = n_prompt;
@@ -222,6 +226,9 @@ int main(int argc, char **argv)
             prefill = now() - start;
     }
     double decode = now() - start - prefill;
+    status = FN(keep_caches)(model, 0);    /* the caches back in their arrays */
+    if (status != AOTC_OK)
+        return fail("keep_caches", status);
     printf("\nprefill: %d tokens in %.3f ms; decode: %d tokens in %.3f ms, %.1f tokens/s\n", n_prompt,
            1e3 * prefill, steps - 1, 1e3 * decode, decode > 0 ? (steps - 1) / decode : 0.0);
     FN(destroy)(model);

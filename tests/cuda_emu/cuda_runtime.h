@@ -307,6 +307,16 @@ inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMem
     aotc_emu::submit(s, [=] { std::memcpy(dst, src, n); });
     return cudaSuccess;
 }
+inline cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                                     size_t height, cudaMemcpyKind, cudaStream_t s)
+{
+    if (width > dpitch || width > spitch) return cudaErrorInvalidValue;
+    aotc_emu::submit(s, [=] {
+        for (size_t r = 0; r < height; ++r)
+            std::memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    });
+    return cudaSuccess;
+}
 inline cudaError_t cudaMemsetAsync(void *dst, int v, size_t n, cudaStream_t s)
 {
     aotc_emu::submit(s, [=] { std::memset(dst, v, n); });

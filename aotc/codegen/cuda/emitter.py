@@ -21,8 +21,8 @@ from ...memory.planner import MemoryPlan
 from ...program.ir import Launch, Program, storage_args
 from ...targets import Target
 from ..abi import c_string, in_place, port_functions, ports
-from ..host import DeviceDims, DeviceHost, fusion_kernel_names, host_statements, launch_groups, port_bytes,\
-    port_run_bytes
+from ..host import DeviceDims, DeviceHost, cache_copies, fusion_kernel_names, host_statements, launch_groups,\
+    port_bytes, port_run_bytes
 from .printer import CudaPrinter
 
 
@@ -66,6 +66,8 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     L += ["};", ""]
     if not external:
         L += [f'extern "C" const uint64_t {prefix}_weights_data[];', ""]
+    sized = bool(dims.idents) and not program.reads_back()       # a graph per run's sizes (CudaHost)
+    host = CudaHost(prefix, program.reads_back(), sized, cache_copies(ins, outs, in_place(g, ins, outs)))
     L += [f"struct {prefix}_model {{",
           "    int device;", "    cudaStream_t stream;",
           "    cudaGraphExec_t graph;       /* the host program, captured once */",
@@ -76,19 +78,19 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
           "    cudaEvent_t ev[2];",
           f"    double ms[{len(kernels) or 1}];        /* milliseconds per device kernel, summed over invokes */",
           f"    void *in[{max(len(ins), 1)}];", f"    void *out[{max(len(outs), 1)}];",
-          "    int failed;", *dims.field()]
+          "    int failed;", *dims.field(), *host.cache_fields()]
     if program.draw is not None:
         L += ["    uint64_t draws;              /* invokes so far: the next invoke's draw number */",
               "    uint64_t draw;               /* this invoke's, copied into ws before the graph runs */"]
-    sized = bool(dims.idents) and not program.reads_back()       # a graph per run's sizes (CudaHost)
     if sized:
         L.append(f"    int64_t graph_dims[{len(dims.idents)}];   /* the sizes the graph was captured at */")
     L += ["};", ""]
+    # an input updated in place is read from its output's array (codegen/host.py CacheCopies)
+    in_place_of = {ins[c.i].value: c.present.value for c in host.caches}
     L += _execute(prefix, program, {p.value: i for i, p in enumerate(ins)}, {p.value: i for i, p in enumerate(outs)},
-                  {id(k): i for i, k in enumerate(kernels)}, dims)
+                  in_place_of, {id(k): i for i, k in enumerate(kernels)}, dims)
     if sized:
         L += _capture(prefix)
-    host = CudaHost(prefix, program.reads_back(), sized)
     L += host.create(prefix, external, ins, outs)
     L += host.invoke(prefix, ins, outs, program, dims)
     L += host.abi_functions(prefix, external, n_fusion + len(dims.messages), len(kernels))
@@ -96,7 +98,7 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     return "\n".join(L)
 
 
-def _execute(prefix: str, program: Program, in_index: dict, out_index: dict, kernel_index: dict,
+def _execute(prefix: str, program: Program, in_index: dict, out_index: dict, in_place_of: dict, kernel_index: dict,
              dims: DeviceDims) -> list[str]:
     L = ["/* The host program: every launch in order on the instance's stream (captured into a graph). */",
          f"static int {prefix}_execute({prefix}_model *m)", "{", "    int status;", "    (void)status;", *dims.load()]
@@ -107,6 +109,8 @@ def _execute(prefix: str, program: Program, in_index: dict, out_index: dict, ker
         if buf is None:
             return "m->w" if slot.kind == "weight" else "m->ws"
         t = printer.type_name(buf.dtype)
+        if slot.kind == "input" and slot.name in in_place_of:
+            return f"(const {t} *)m->out[{out_index[in_place_of[slot.name]]}]"
         if slot.kind == "input":
             return f"(const {t} *)m->in[{in_index[slot.name]}]"
         return f"({t} *)m->out[{out_index[slot.name]}]"
@@ -174,8 +178,8 @@ class CudaHost(DeviceHost):
 
     extern = 'extern "C" '
 
-    def __init__(self, prefix: str, reads_back: bool, sized: bool = False):
-        self.P, self.reads_back, self.sized = prefix.upper(), reads_back, sized
+    def __init__(self, prefix: str, reads_back: bool, sized: bool = False, caches: list = ()):
+        self.P, self.reads_back, self.sized, self.caches = prefix.upper(), reads_back, sized, list(caches)
 
     def invoke_locals(self) -> list[str]:
         return ["    int st[2];"]
@@ -202,6 +206,14 @@ class CudaHost(DeviceHost):
     def copy_out(self, i: int, p) -> str:
         return (f"    AOTC_CUDA_CHECK(cudaMemcpyAsync(out->{p.field}, m->out[{i}], {port_run_bytes(p)}, "
                 "cudaMemcpyDeviceToHost, m->stream));")
+
+    def copy_rows(self, to_device: bool, o: int, host: str, host_pitch: str, pitch: str, at: str, width: str,
+                  rows: str) -> str:
+        return (f"    AOTC_CUDA_CHECK(aotc_cuda_rows(m->stream, m->out[{o}], {int(to_device)}, {host}, {host_pitch}, "
+                f"{pitch}, {at}, {width}, {rows}));")
+
+    def finish(self) -> str:
+        return "AOTC_CUDA_CHECK(cudaStreamSynchronize(m->stream));"
 
     def read_count(self, j: int, offset: int) -> str:
         return (f"    AOTC_CUDA_CHECK(cudaMemcpyAsync(&counts[{j}], m->ws + {offset}, sizeof counts[{j}], "

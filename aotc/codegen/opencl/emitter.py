@@ -21,8 +21,8 @@ from ...memory.planner import MemoryPlan
 from ...program.ir import Launch, Program
 from ...targets import Target
 from ..abi import in_place, port_functions, ports
-from ..host import DeviceDims, DeviceHost, fusion_kernel_names, host_statements, launch_groups, port_bytes,\
-    port_may_be_empty, port_run_bytes
+from ..host import DeviceDims, DeviceHost, cache_copies, fusion_kernel_names, host_statements, launch_groups,\
+    port_bytes, port_may_be_empty, port_run_bytes
 from .printer import OpenCLPrinter
 
 
@@ -100,6 +100,7 @@ def emit_host(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     L += ["};", ""]
     if not external:
         L += [f"extern const uint64_t {prefix}_weights_data[];", ""]
+    host = OpenCLHost(prefix, cache_copies(ins, outs, in_place(g, ins, outs)))
     L += [f"struct {prefix}_model {{",
           "    cl_context context;", "    cl_command_queue queue;", "    cl_program program;",
           f"    cl_kernel kernels[{max(len(kernels), 1)}];",
@@ -107,13 +108,14 @@ def emit_host(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
           "    cl_mem w;                 /* the weights, uploaded at create */",
           "    cl_mem status;            /* a kernel's failure: status, kernel index */",
           f"    cl_mem in[{max(len(ins), 1)}];", f"    cl_mem out[{max(len(outs), 1)}];",
-          "    int failed;", *dims.field()]
+          "    int failed;", *dims.field(), *host.cache_fields()]
     if program.draw is not None:
         L += ["    cl_ulong draws;           /* invokes so far: the next invoke's draw number */",
               "    cl_ulong draw;            /* this invoke's, as the write into ws reads it */"]
     L += ["};", ""]
-    L += _execute(prefix, program, kidx, in_index, out_index, dims)
-    host = OpenCLHost(prefix)
+    # an input updated in place is read from its output's array (codegen/host.py CacheCopies)
+    in_place_of = {ins[c.i].value: c.present.value for c in host.caches}
+    L += _execute(prefix, program, kidx, in_index, out_index, in_place_of, dims)
     L += host.create(prefix, external, ins, outs)
     L += host.invoke(prefix, ins, outs, program, dims)
     L += host.abi_functions(prefix, external, n_fusion + len(dims.messages), len(kernels))
@@ -121,8 +123,8 @@ def emit_host(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     return "\n".join(L)
 
 
-def _execute(prefix: str, program: Program, kidx: dict, in_index: dict, out_index: dict, dims: DeviceDims
-             ) -> list[str]:
+def _execute(prefix: str, program: Program, kidx: dict, in_index: dict, out_index: dict, in_place_of: dict,
+             dims: DeviceDims) -> list[str]:
     L = ["/* The host program: every launch in order on the instance's in-order queue. */",
          f"static int {prefix}_execute({prefix}_model *m)", "{", "    cl_kernel k;", "    size_t global[3], local[3];",
          "    (void)k;", "    (void)global;", "    (void)local;", *dims.load()]
@@ -132,6 +134,8 @@ def _execute(prefix: str, program: Program, kidx: dict, in_index: dict, out_inde
             return "&m->ws"
         if slot.kind == "weight":
             return "&m->w"
+        if slot.kind == "input" and slot.name in in_place_of:
+            return f"&m->out[{out_index[in_place_of[slot.name]]}]"
         if slot.kind == "input":
             return f"&m->in[{in_index[slot.name]}]"
         return f"&m->out[{out_index[slot.name]}]"
@@ -175,8 +179,8 @@ class OpenCLHost(DeviceHost):
 
     count_type = "cl_long"
 
-    def __init__(self, prefix: str):
-        self.P = prefix.upper()
+    def __init__(self, prefix: str, caches: list = ()):
+        self.P, self.caches = prefix.upper(), list(caches)
 
     def invoke_locals(self) -> list[str]:
         return ["    static const cl_int zero[2] = {0, 0};", "    cl_int st[2];", "    int status;"]
@@ -197,6 +201,14 @@ class OpenCLHost(DeviceHost):
     def copy_out(self, i: int, p) -> str:
         return _when_bytes(p, f"AOTC_CL_CHECK(clEnqueueReadBuffer(m->queue, m->out[{i}], CL_FALSE, 0, "
                               f"{port_run_bytes(p)}, out->{p.field}, 0, NULL, NULL));")
+
+    def copy_rows(self, to_device: bool, o: int, host: str, host_pitch: str, pitch: str, at: str, width: str,
+                  rows: str) -> str:
+        return (f"    AOTC_CL_CHECK(aotc_cl_rows(m->queue, m->out[{o}], {int(to_device)}, {host}, {host_pitch}, {pitch}, "
+                f"{at}, {width}, {rows}));")
+
+    def finish(self) -> str:
+        return "AOTC_CL_CHECK(clFinish(m->queue));"
 
     def read_count(self, j: int, offset: int) -> str:
         return (f"    AOTC_CL_CHECK(clEnqueueReadBuffer(m->queue, m->ws, CL_FALSE, {offset}, sizeof counts[{j}], "
