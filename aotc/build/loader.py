@@ -152,8 +152,12 @@ class Library:
         """<name>_keep_caches: on a GPU target, caches updated in place stay on the device
         between runs while the same array is passed (see CompiledModel.keep_caches)."""
         if not self.in_place:
-            return                  # (nothing to keep; artifacts older than the function lack it)
-        status = self._fn("keep_caches")(instance, int(keep))
+            return                  # (nothing to keep)
+        try:
+            fn = self._fn("keep_caches")
+        except AttributeError:      # (an artifact older than the function: a CPU one, GPU ones
+            return                  #  had no caches in place then)
+        status = fn(instance, int(keep))
         if status != AOTC_OK:
             raise ArtifactError(f"{self.prefix}_keep_caches failed with status {status}: {self.error(status)}")
 
@@ -201,13 +205,7 @@ class Library:
                                  f"give a writeable C-contiguous {dtypes.name(dt)} array of {list(shape)}")
             outs.append(o)
             setattr(cout, field, ffi.from_buffer(o))
-        status = self._fn("invoke")(instance, cin, cout)
-        if status != AOTC_OK:
-            where = self._fn("failure")(instance)
-            at = f" in kernel {ffi.string(where).decode()}" if where != ffi.NULL else ""
-            if status == STATUS["AOTC_ERR_SHAPE"] and where != ffi.NULL:
-                raise InputError(f"{p}: {ffi.string(where).decode()[len('shape check: '):]}", self.error(status))
-            raise RunError(f"{p} failed{at}: {self.error(status)} (status {status})")
+        self.invoke(instance, cin, cout)
         for k, (name, field, dt, shape) in enumerate(self.outputs):
             if field in self.shape_fields:
                 # the run's size of an output with run-time axes: the leading part of the array
@@ -219,6 +217,70 @@ class Library:
                 else:
                     outs[k] = outs[k].reshape(-1)[:math.prod(dims)].reshape(dims)
         return outs
+
+
+    def invoke(self, instance, cin, cout) -> None:
+        """<name>_invoke on filled structs; a failure raised as what it is (a shape the run
+        refused: InputError naming the rule; else RunError naming the kernel)."""
+        status = self._fn("invoke")(instance, cin, cout)
+        if status == AOTC_OK:
+            return
+        ffi, p = self.ffi, self.prefix
+        where = self._fn("failure")(instance)
+        at = f" in kernel {ffi.string(where).decode()}" if where != ffi.NULL else ""
+        if status == STATUS["AOTC_ERR_SHAPE"] and where != ffi.NULL:
+            raise InputError(f"{p}: {ffi.string(where).decode()[len('shape check: '):]}", self.error(status))
+        raise RunError(f"{p} failed{at}: {self.error(status)} (status {status})")
+
+
+class Binding:
+    """An instance's inputs and outputs bound to arrays once, for a loop that runs it again and
+    again on the same arrays with only some inputs' sizes or values changing (a decoder's steps:
+    aotc.generate). A run through it sets what changed and invokes, none of run()'s work per
+    call: the arrays are checked when bound (type, C-contiguous, an output's size), and the run
+    checks the shapes itself (an InputError names a bad one). An input bound as its in-place
+    output's array (`input(i, full, shape)` with that output's own array) is shared as run()
+    shares a view of it. The bound arrays are kept referenced here."""
+
+    def __init__(self, lib: Library, instance):
+        self.lib, self.instance = lib, instance
+        self.cin = lib.ffi.new(f"{lib.prefix}_inputs *")
+        self.cout = lib.ffi.new(f"{lib.prefix}_outputs *")
+        self.arrays: dict = {}
+        # input position -> its shape field (inputs with run-time dims)
+        self.shape_fields = {i: lib.input_dims[x[0]][1] for i, x in enumerate(lib.inputs) if x[0] in lib.input_dims}
+
+    def input(self, i: int, a: np.ndarray, shape: tuple | None = None) -> None:
+        name, field, dt, _ = self.lib.inputs[i]
+        if a.dtype != dt or not a.flags.c_contiguous:
+            raise InputError(f"input {name!r}: a C-contiguous {dtypes.name(dt)} array is bound, not {a.dtype}"
+                             + ("" if a.flags.c_contiguous else " with strides"))
+        setattr(self.cin, field, self.lib.ffi.from_buffer(a))
+        self.arrays["in", i] = a
+        if shape is not None:
+            self.shape(i, shape)
+
+    def shape(self, i: int, shape) -> None:
+        """The shape input i has in the next runs (an input with run-time dims)."""
+        getattr(self.cin, self.shape_fields[i])[0:len(shape)] = shape
+
+    def output(self, k: int, a: np.ndarray) -> None:
+        name, field, dt, shape = self.lib.outputs[k]
+        if a.dtype != dt or not a.flags.c_contiguous or not a.flags.writeable or a.size < math.prod(shape):
+            raise InputError(f"{self.lib.prefix}: the array bound for output {name!r} is {a.dtype}{list(a.shape)}",
+                             f"give a writeable C-contiguous {dtypes.name(dt)} array of {list(shape)}")
+        setattr(self.cout, field, self.lib.ffi.from_buffer(a))
+        self.arrays["out", k] = a
+
+    def run(self) -> None:
+        self.lib.invoke(self.instance, self.cin, self.cout)
+
+    def output_dims(self, k: int) -> tuple:
+        """Output k's shape after the last run (its fixed one where it has no run-time axes)."""
+        field = self.lib.outputs[k][1]
+        if field in self.lib.shape_fields:
+            return tuple(getattr(self.cout, self.lib.shape_fields[field]))
+        return self.lib.outputs[k][3]
 
 
 def _start(a: np.ndarray) -> int:
@@ -234,6 +296,8 @@ def _lays_in(a: np.ndarray, full: np.ndarray, largest: tuple) -> bool:
     that view's [i, j, ...]), as a cache updated in place lies in its output's array."""
     if a.dtype != full.dtype or a.ndim != len(largest) or any(n > m for n, m in zip(a.shape, largest)):
         return False
+    if a.size == 0:
+        return True             # (an empty part at its start: strides say nothing; the run reads none)
     stride = a.itemsize
     for n, m, st in zip(reversed(a.shape), reversed(largest), reversed(a.strides)):
         if n > 1 and st != stride:
