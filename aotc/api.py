@@ -10,7 +10,7 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from .build.loader import Library, check_inputs
+from .build.loader import Binding, Library, check_inputs
 from .errors import InputError
 
 
@@ -56,6 +56,11 @@ class CompiledModel:
         if unknown:
             raise InputError(f"no output named {', '.join(map(repr, unknown))}", f"the outputs are {names}")
         return self._lib.run(self._instance, arrays, {names.index(k): v for k, v in (into or {}).items()})
+
+    def bind(self) -> Binding:
+        """A Binding of this instance's ports (build/loader.py): arrays bound once by position,
+        runs that set only what changes (aotc.generate's steps)."""
+        return Binding(self._lib, self._instance)
 
     def keep_caches(self, keep: bool = True) -> None:
         """On a GPU target, with keep: a cache the artifact updates in place, passed as one

@@ -65,6 +65,10 @@ class Generator:
                                     "and caches (past_key_values.* / past.* with present.*, or X with updated_X)"])
         self.ports = ports
         self._logits = None                    # the array the logits are written into (step)
+        # an artifact of aotc's whose caches are all updated in place runs its steps through a
+        # Binding (_bound_step); anything else (ONNX Runtime in aotc.bench) through run()
+        self._bindable = hasattr(model, "bind") and all(k in self.in_place for k in self.caches)
+        self._binding = None
         # the longest sequence the artifact takes: input_ids' (and the mask's) largest length
         self.max_total = int(ports.get("attention_mask", ports["input_ids"])["shape"][1])
         self.growing = {}                      # cache -> its run-time length axis (a cache that grows)
@@ -104,6 +108,8 @@ class Generator:
         if past + n > self.max_total:
             raise ShapeError(f"{past + n} tokens: the artifact takes at most {self.max_total}",
                              "compile with a larger sequence range")
+        if self._bindable:
+            return self._bound_step(ids, past, caches)
         feeds = {"input_ids": np.array([ids], _dtype(self.ports["input_ids"]))}
         if "attention_mask" in self.ports:
             feeds["attention_mask"] = np.ones((1, past + n), _dtype(self.ports["attention_mask"]))
@@ -125,6 +131,62 @@ class Generator:
         into[self.logits] = self._logits
         out = dict(zip(self.model.output_names, self.model.run(feeds, into=into)))
         return out[self.logits][0, -1].copy(), {k: out[v] for k, v in self.caches.items()}
+
+    _SMALL = ("input_ids", "attention_mask", "position_ids", "write_indices", "nonpad_kv_seqlen")
+
+    def _bound_step(self, ids: Sequence[int], past: int, caches: dict) -> tuple[np.ndarray, dict]:
+        """step() through a Binding (CompiledModel.bind): every array bound once (the inputs
+        other than caches at their largest shapes, written in place each step; each cache's one
+        array as its input and output, bound anew when `caches` is not what the step before
+        returned), then a step writes its ids, positions and indices and sets the run's sizes.
+        (run() checks and binds every port each call: about 0.4 ms a step of a 125M decoder.)"""
+        b, n = self._binding, len(ids)
+        if b is None:
+            b = self._binding = self.model.bind()
+            self._in_at = {name: i for i, name in enumerate(self.model.input_names)}
+            self._out_at = {name: k for k, name in enumerate(self.model.output_names)}
+            self._small = {}
+            for name in self._SMALL:
+                if name in self.ports:      # (ones: the attention mask stays so)
+                    self._small[name] = np.ones(self.ports[name]["shape"], _dtype(self.ports[name]))
+                    b.input(self._in_at[name], self._small[name])
+            port = next(p for p in self.model.manifest["outputs"] if p["name"] == self.logits)
+            self._logits = np.empty(port["shape"], _dtype(port))
+            b.output(self._out_at[self.logits], self._logits)
+            self._bound_caches = None
+        at, small = self._in_at, self._small
+        if caches is not self._bound_caches:
+            self._full = {}
+            for k, v in caches.items():
+                full = v if v.base is None or k not in self.growing else v.base
+                b.input(at[k], full, v.shape if at[k] in b.shape_fields else None)
+                b.output(self._out_at[self.in_place[k]], full)
+                self._full[k] = (full, list(v.shape))
+        small["input_ids"].reshape(-1)[:n] = ids
+        if "position_ids" in small:
+            small["position_ids"].reshape(-1)[:n] = np.arange(past, past + n)
+        if "write_indices" in small:
+            small["write_indices"].reshape(-1)[0] = past
+        if "nonpad_kv_seqlen" in small:
+            small["nonpad_kv_seqlen"].reshape(-1)[0] = past + n
+        sizes = {"input_ids": (1, n), "attention_mask": (1, past + n), "position_ids": (1, n),
+                 "write_indices": (1,), "nonpad_kv_seqlen": (1,)}
+        for name in small:
+            if at[name] in b.shape_fields:
+                b.shape(at[name], sizes[name])
+        for k, (full, shape) in self._full.items():
+            if k in self.growing:
+                shape[self.growing[k]["axis"]] = past
+                b.shape(at[k], shape)
+        b.run()
+        nxt = {}                 # the presents: each cache's array, a growing one's leading part
+        for k, (full, shape) in self._full.items():
+            axis = self.growing[k]["axis"] if k in self.growing else -1
+            nxt[k] = full[tuple(slice(0, past + n if a == axis else m) for a, m in enumerate(shape))] \
+                if axis >= 0 else full
+        self._bound_caches = nxt
+        dims = b.output_dims(self._out_at[self.logits])
+        return self._logits.reshape(-1)[:int(np.prod(dims))].reshape(dims)[0, -1].copy(), nxt
 
     def tokens(self, prompt: Sequence[int]) -> Iterator[int]:
         """Greedy tokens after `prompt`, one run of the model per token taken: the first runs

@@ -75,21 +75,26 @@ def test_generate_checks_its_decoder(exported, tmp_path):
 def test_a_steps_results_outlive_the_next_step(exported, tmp_path):
     """Generator.step writes every step's logits into one array, and the artifact returns its
     run-time-sized outputs (the presents) as views: what one step returned is unchanged by the
-    step after it (two one-token steps write the same row), and the logits are ONNX Runtime's."""
+    step after it (two one-token steps write the same row), and the logits are ONNX Runtime's.
+    Its steps through a Binding (the ports bound once) give exactly what run() gives."""
     path = exported("llama")
     art = aotc.compile(path, target="native", output_dir=tmp_path / "out", dims=decoders.dims(16))
     prompt = [int(t) for t in np.random.default_rng(8).integers(0, 250, 6)]
-    got, want = [], []
-    for gen, out in ((aotc.Generator(art), got), (aotc.Generator(OrtDecoder(path, art.manifest)), want)):
+    plain = aotc.Generator(art)
+    plain._bindable = False                  # (each step through CompiledModel.run)
+    assert aotc.Generator(art)._bindable
+    got, simple, want = [], [], []
+    for gen, out in ((aotc.Generator(art), got), (plain, simple), (aotc.Generator(OrtDecoder(path, art.manifest)), want)):
         logits, caches = gen.step(prompt, 0, gen.empty_caches())
         for past in range(len(prompt), len(prompt) + 2):
             out.append((logits, caches, logits.copy(), {k: v.copy() for k, v in caches.items()}))
             logits, caches = gen.step([int(np.argmax(logits))], past, caches)
         out.append((logits, caches, logits, caches))
-    for (logits, caches, then, caches_then), (ref, *_) in zip(got, want):
+    for (logits, caches, then, caches_then), (ref, *_), (run, run_caches, *_) in zip(got, want, simple):
         assert np.array_equal(logits, then)
         assert all(np.array_equal(caches[k], caches_then[k]) for k in caches)
         np.testing.assert_allclose(logits, ref, rtol=1e-4, atol=1e-4)
+        assert np.array_equal(logits, run) and all(np.array_equal(caches[k], run_caches[k]) for k in caches)
     assert not np.allclose(got[1][0], got[2][0])
 
 
