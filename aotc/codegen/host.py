@@ -274,8 +274,9 @@ class CacheCopies:
     target, where the kernels always find the input in the output's device array (ONE_ARRAY),
     laid out as a caller's one array is: the output's largest shape along the first axis where
     the two shapes differ (the length of a cache that grows), each of `rows` rows `pitch` bytes
-    apart, the input's `past` bytes at its start and the output's `present` bytes after this
-    run. Without such an axis (one shape), one row of the whole array.
+    apart, the input's `past_row` bytes at its start and the output's `present_row` bytes
+    after this run (C expressions of the run's sizes). Without such an axis (one shape), one
+    row of the whole array.
 
     Around a run the host copies rows: where the caller passes one array, the input's part in
     and the part the run added out (the whole where nothing grows); where two, each dense array
