@@ -1,4 +1,4 @@
-"""Decoders' steps on CPU targets: the KV cache updated in place, and the int4 products by the
+"""Decoders' steps: the KV cache updated in place (every target), and the int4 products by the CPU
 runtime's kernel, their weights relaid for it.
 
 Caches updated in place: a decoder's KV cache as onnxruntime-genai's model builder passes it

@@ -144,8 +144,8 @@ def pipeline() -> list[Pass]:
         _plain("canonicalize_views_again", simplify.canonicalize_views),
         _plain("eliminate_dead_code_again", simplify.eliminate_dead_code),
         _plain("materialize_outputs", simplify.materialize_outputs),
-        # CPU targets: a KV cache the caller may pass as its own update's output (the GPU
-        # targets copy every input to the device anyway)
+        # a KV cache the caller may pass as its own update's output (GPU targets: ONE_ARRAY,
+        # the device's array always the output's, the host copying around it)
         Pass("caches_in_place", _caches),
         # CPU targets: MatMulNBits with int8 activations by runtime/aotc_nbits.h
         Pass("runtime_kernels", _runtime_kernels),
