@@ -200,9 +200,8 @@ class Library:
             o = into.get(k)
             if o is None:
                 o = np.empty(shape, dtype=dt)
-            elif o.dtype != dt or not o.flags.c_contiguous or not o.flags.writeable or o.size < math.prod(shape):
-                raise InputError(f"{p}: the array given for output {name!r} is {o.dtype}{list(o.shape)}",
-                                 f"give a writeable C-contiguous {dtypes.name(dt)} array of {list(shape)}")
+            else:
+                self.check_output(k, o, "given")
             outs.append(o)
             setattr(cout, field, ffi.from_buffer(o))
         self.invoke(instance, cin, cout)
@@ -218,6 +217,14 @@ class Library:
                     outs[k] = outs[k].reshape(-1)[:math.prod(dims)].reshape(dims)
         return outs
 
+
+    def check_output(self, k: int, a: np.ndarray, how: str) -> None:
+        """An array the caller gives (or binds) for output k: its type, C-contiguous, writeable,
+        at least the output's largest size."""
+        name, _, dt, shape = self.outputs[k]
+        if a.dtype != dt or not a.flags.c_contiguous or not a.flags.writeable or a.size < math.prod(shape):
+            raise InputError(f"{self.prefix}: the array {how} for output {name!r} is {a.dtype}{list(a.shape)}",
+                             f"give a writeable C-contiguous {dtypes.name(dt)} array of {list(shape)}")
 
     def invoke(self, instance, cin, cout) -> None:
         """<name>_invoke on filled structs; a failure raised as what it is (a shape the run
@@ -265,11 +272,8 @@ class Binding:
         getattr(self.cin, self.shape_fields[i])[0:len(shape)] = shape
 
     def output(self, k: int, a: np.ndarray) -> None:
-        name, field, dt, shape = self.lib.outputs[k]
-        if a.dtype != dt or not a.flags.c_contiguous or not a.flags.writeable or a.size < math.prod(shape):
-            raise InputError(f"{self.lib.prefix}: the array bound for output {name!r} is {a.dtype}{list(a.shape)}",
-                             f"give a writeable C-contiguous {dtypes.name(dt)} array of {list(shape)}")
-        setattr(self.cout, field, self.lib.ffi.from_buffer(a))
+        self.lib.check_output(k, a, "bound")
+        setattr(self.cout, self.lib.outputs[k][1], self.lib.ffi.from_buffer(a))
         self.arrays["out", k] = a
 
     def run(self) -> None:

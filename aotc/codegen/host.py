@@ -436,6 +436,11 @@ class DeviceHost:
                 "    " + self.copy_rows(False, c.o, present, c.present_row, c.pitch, "0", c.present_row, c.rows),
                 "    }"]
 
+    def read_from_outputs(self) -> dict:
+        """Graph input value -> the output value whose device array the kernels read it from
+        (the caches: CacheCopies), for a backend's launch arguments."""
+        return {c.past.value: c.present.value for c in self.caches}
+
     def cache_fields(self) -> list[str]:
         """The instance's fields for caches kept on the device (none without caches)."""
         if not self.caches:

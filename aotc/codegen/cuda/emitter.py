@@ -85,10 +85,8 @@ def emit_cuda(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
     if sized:
         L.append(f"    int64_t graph_dims[{len(dims.idents)}];   /* the sizes the graph was captured at */")
     L += ["};", ""]
-    # an input updated in place is read from its output's array (codegen/host.py CacheCopies)
-    in_place_of = {ins[c.i].value: c.present.value for c in host.caches}
     L += _execute(prefix, program, {p.value: i for i, p in enumerate(ins)}, {p.value: i for i, p in enumerate(outs)},
-                  in_place_of, {id(k): i for i, k in enumerate(kernels)}, dims)
+                  host.read_from_outputs(), {id(k): i for i, k in enumerate(kernels)}, dims)
     if sized:
         L += _capture(prefix)
     L += host.create(prefix, external, ins, outs)

@@ -113,9 +113,7 @@ def emit_host(prefix: str, g: Graph, program: Program, plan: MemoryPlan, externa
         L += ["    cl_ulong draws;           /* invokes so far: the next invoke's draw number */",
               "    cl_ulong draw;            /* this invoke's, as the write into ws reads it */"]
     L += ["};", ""]
-    # an input updated in place is read from its output's array (codegen/host.py CacheCopies)
-    in_place_of = {ins[c.i].value: c.present.value for c in host.caches}
-    L += _execute(prefix, program, kidx, in_index, out_index, in_place_of, dims)
+    L += _execute(prefix, program, kidx, in_index, out_index, host.read_from_outputs(), dims)
     L += host.create(prefix, external, ins, outs)
     L += host.invoke(prefix, ins, outs, program, dims)
     L += host.abi_functions(prefix, external, n_fusion + len(dims.messages), len(kernels))
