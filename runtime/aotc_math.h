@@ -27,6 +27,27 @@
 #define AOTC_MATH_FN static inline
 #endif
 
+/* x, as a value the compiler cannot see: generated code reads the constant bound of a
+ * maximum or minimum select (`x < c ? c : x`: Relu, Clip, HardSigmoid) through these, once at
+ * the top of a function, so that GCC compiles each such select of vectors to one MAXPS / MINPS
+ * (whose NaN and signed-zero rules are the select's) instead of merging a clamp's two selects,
+ * by the order of their known bounds, into mask arithmetic (aotc/codegen/c/printer.py). */
+#if defined(__GNUC__)
+static inline float aotc_opaque_f32(float x)
+{
+    __asm__("" : "+m"(x));
+    return x;
+}
+static inline double aotc_opaque_f64(double x)
+{
+    __asm__("" : "+m"(x));
+    return x;
+}
+#else
+static inline float aotc_opaque_f32(float x) { return x; }
+static inline double aotc_opaque_f64(double x) { return x; }
+#endif
+
 AOTC_MATH_FN float aotc_float_from_bits(int32_t i)
 {
     float f;

@@ -26,7 +26,7 @@ from aotc.check.runner import run_check
 from aotc.cli import app
 from aotc.compiler import compile_model
 from aotc.errors import RunError
-from tests.helpers import eager_cuda_target, eager_gpu_target, eager_threads_target, single_op_model
+from tests.helpers import eager_cuda_target, eager_gpu_target, eager_threads_target, graph_model, single_op_model
 
 F32, F64, I64 = np.float32, np.float64, np.int64
 
@@ -243,6 +243,50 @@ def test_nan_and_inf_as_the_reference(case, threads, eager_threads, tmp_path):
     """threads=2: every loop on a 2-thread pool (thresholds at 1), so reductions and elementwise
     loops are split across threads; vectorized loops run on both."""
     _run_case(case, "c" if threads == 1 else eager_threads, threads, tmp_path)
+
+
+def test_clamps_with_hidden_bounds_keep_nan_on_native(tmp_path):
+    """The max / min selects of Relu, Clip with constant bounds, HardSigmoid and HardSwish read
+    their bounds from locals the C compiler cannot see the values of (aotc/codegen/c/printer.py:
+    so that GCC emits each as one MAXPS / MINPS, not a clamp's two selects merged into mask
+    arithmetic), in elementwise loops and in a 1x1 convolution's tile epilogues: on the native
+    target (AVX-512 here, where the two forms compile differently) NaN and infinities come out as
+    the reference has them, and -0 as the selects say."""
+    N = onnx.helper.make_node
+    seed = _seed()
+    rng = np.random.default_rng(seed)
+    x = _plant(rng, (1, 32, 12, 12)) * 4
+    x.reshape(-1)[rng.random(x.size) < 0.05] = -0.0
+    inits = {"lo": np.array(0.0, F32), "hi": np.array(6.0, F32), "lo2": np.array(-0.5, F32),
+             "hi2": np.array(0.75, F32), "w": (rng.standard_normal((64, 32, 1, 1)) * 0.3).astype(F32),
+             "b": rng.standard_normal(64).astype(F32)}
+    nodes = [N("Relu", ["x"], ["y1"]), N("Clip", ["x", "lo", "hi"], ["y2"]), N("Clip", ["x", "lo2", "hi2"], ["y3"]),
+             N("HardSigmoid", ["x"], ["y4"]), N("HardSwish", ["x"], ["y5"]),
+             N("Conv", ["x", "w", "b"], ["c"]), N("Clip", ["c", "lo", "hi"], ["y6"]),
+             N("Conv", ["x", "w"], ["d"]), N("Relu", ["d"], ["y7"])]
+    outs = [f"y{k}" for k in range(1, 8)]
+    model = graph_model(nodes, {"x": x}, outs, inits)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    cm = aotc_compile(tmp_path / "m.onnx", target="native", output_dir=tmp_path / "out")
+    source = (tmp_path / "out" / "m.c").read_text()
+    assert "aotc_opaque_f32(6.0f)" in source and "aotc_opaque_f32(0.75f)" in source
+    assert not re.search(r"[<>] (0\.0f|6\.0f|0\.75f|\(-0\.5f\)) \?", source), "a bound printed as a constant"
+    assert re.search(r"_tile\d+\(void \*aotc_task[^{]*\{[^}]*aotc_opaque_f32", source), "no tile epilogue reads one"
+    got = cm.run({"x": x})
+    ref = _reference(model, {"x": x})
+    for k, (g, r) in enumerate(zip(got, ref)):
+        what = f"{outs[k]} (seed {seed})"
+        if k < 3:       # bit for bit; -0 stays -0 (x < c is false on it), where numpy's maximum gives +0
+            r = np.where((x == 0) & np.signbit(x), x, r)
+            assert_same(g, r, True, what)
+        elif k < 5:                        # products and sums, contracted into FMAs or not
+            assert_same(g, r, False, what)
+        else:                              # the convolutions' sums: their own order
+            assert_same(np.isnan(g), np.isnan(r), True, what + ": NaN")
+            finite = np.isfinite(r)
+            assert np.array_equal(g[~finite & ~np.isnan(r)], r[~finite & ~np.isnan(r)]), what + ": infinities"
+            np.testing.assert_allclose(g[finite], r[finite], rtol=1e-4, atol=1e-4, err_msg=what)
+            assert np.all((g[finite] >= 0) & (g[finite] <= (6 if k == 5 else np.inf))), what + ": out of range"
 
 
 # ArgMax / ArgMin: numpy's argmax / argmin take NaN for the largest and the smallest value, so

@@ -233,7 +233,7 @@ class CStylePrinter:
             args = ", ".join(self.expr(a) for a in e.args)
             return f"{self.math_name(e.fn, e.dtype)}({args})"
         if isinstance(e, Select):
-            return f"({self.expr(e.cond, 1)} ? {self.expr(e.a, 1)} : {self.expr(e.b, 1)})"
+            return self.select(e)
         if isinstance(e, Cast):
             return self.cast(e)
         if isinstance(e, GpuIndex):
@@ -244,6 +244,9 @@ class CStylePrinter:
         if isinstance(e, Buffer):
             return e.name
         raise PrintError(f"cannot print {e!r}")
+
+    def select(self, e: Select) -> str:
+        return f"({self.expr(e.cond, 1)} ? {self.expr(e.a, 1)} : {self.expr(e.b, 1)})"
 
     def cast(self, e: Cast) -> str:
         return f"({self.type_name(e.dtype)}){self.expr(e.a, 99)}"
@@ -309,10 +312,20 @@ class CStylePrinter:
         self.lines.append("{")
         for buf in self.kernel_locals(k):
             self.out(self.indent + self.local_decl(buf))
+        top = len(self.lines)
+        self.begin_function()
         self.stmts(k.body, 1)
         self.kernel_epilogue(k)
+        self.lines[top:top] = self.end_function(self.lines[top:])
         self.lines.append("}")
         return "\n\n".join(self.helpers + ["\n".join(self.lines)])
+
+    def begin_function(self) -> None:
+        """A function's body is about to be printed (the kernel's, or a helper's)."""
+
+    def end_function(self, body: list[str]) -> list[str]:
+        """The function whose body is `body` is printed: lines to put at the body's top."""
+        return []
 
     def capture(self, fn) -> list[str]:
         """The lines `fn()` prints, printed aside (for a helper function)."""

@@ -60,8 +60,10 @@ def _nan_min(a: Expr, b: Expr) -> Expr:
 
 
 def _clamp01(v: Expr) -> Expr:
-    """min(max(v, 0), 1), NaN staying NaN (both comparisons are false on it)."""
-    return select(v < _c(0, v), _c(0, v), select(v > _c(1, v), _c(1, v), v))
+    """min(max(v, 0), 1), NaN staying NaN (both comparisons are false on it); as Clip writes
+    it, each select a maximum or minimum (the C printer's hidden bounds: one instruction each)."""
+    t = select(v < _c(0, v), _c(0, v), v)
+    return select(t > _c(1, t), _c(1, t), t)
 
 
 # --------------------------------------------------------------------------- unary
