@@ -458,6 +458,35 @@ def _concat_model():
     return m, {"x": x, "z": z, "t": np.abs(t)}
 
 
+def test_a_split_whose_parts_lead_a_concat_is_its_input_in_place(tmp_path):
+    """YOLOv8's C2f block: a 1x1 convolution split in two along the channels, the second half
+    growing a branch, then all three concatenated. The convolution writes straight into the
+    Concat's output and the Split is no kernel (its parts are the convolution's output as it
+    lies); a Split whose parts come in another order, or along another axis, stays a copy.
+    Against ONNX Runtime, and the plan checked independently."""
+    x = rand(1, 8, 6, 8, seed=31)                  # a channel: 48 floats, 192 bytes
+    inits = {"w1": rand(16, 8, 1, 1, seed=32) * 0.3, "w2": rand(8, 8, 3, 3, seed=33) * 0.2,
+             "w3": rand(8, 24, 1, 1, seed=34) * 0.2, "w4": rand(16, 8, 1, 1, seed=35) * 0.3,
+             "w5": rand(8, 24, 1, 1, seed=36) * 0.2, "sp": np.array([8, 8], np.int64)}
+    nodes = [
+        N("Conv", ["x", "w1"], ["y"]), N("Sigmoid", ["y"], ["ys"]), N("Mul", ["y", "ys"], ["y1"]),
+        N("Split", ["y1", "sp"], ["a", "b"], axis=1),
+        N("Conv", ["b", "w2"], ["m"], pads=[1, 1, 1, 1]), N("Relu", ["m"], ["m1"]),
+        N("Concat", ["a", "b", "m1"], ["c"], axis=1), N("Conv", ["c", "w3"], ["out"]),
+        # the parts reversed in the Concat: the Split stays
+        N("Conv", ["x", "w4"], ["z"]), N("Split", ["z", "sp"], ["p", "q"], axis=1),
+        N("Neg", ["q"], ["qn"]), N("Concat", ["q", "p", "qn"], ["d"], axis=1), N("Conv", ["d", "w5"], ["out2"]),
+    ]
+    m = graph_model(nodes, {"x": x}, ["out", "out2"], inits, opset=13)
+    c = compile_info(m, tmp_path)
+    splits = {n.outputs[0] for st in c.steps for n in st.group.nodes if n.op_type == "Split"}
+    assert splits == {"p"}, splits
+    assert c.plan.slices["y1"] == ("c", 0) and c.plan.slices["a"] == ("c", 0) and c.plan.slices["b"] == ("c", 8 * 192)
+    assert "z" not in c.plan.slices
+    independent_check(c)
+    assert_parity(m, tmp_path, {"x": x})
+
+
 def test_concat_inputs_are_computed_into_their_slices(tmp_path):
     """A Concat whose inputs can live in its output is no kernel: each input's kernel writes
     its slice. The plan places them (independent_check sees the output live from its first

@@ -120,7 +120,12 @@ def elide_concats(g: Graph, groups: list[Group], steps: list[KernelStep], align:
     every dim before its axis is 1 (each input is then one contiguous slice of the output),
     every slice starts a multiple of `align` bytes in (every buffer stays aligned), and
     neither its output nor any input is (a view of) a graph input, output or constant, or
-    takes part in another such Concat, or appears twice."""
+    takes part in another such Concat, or appears twice.
+
+    Inputs of such a Concat that are, in order, all the parts of one Split along the same
+    axis (YOLOv8's C2f blocks: a 1x1 convolution, split in two, both halves and the branch
+    grown from the second concatenated) are its input cut as it lies: the Split's input is
+    placed at their slice too, and the Split, then a copy of it onto itself, goes as well."""
     sets = _view_sets(groups)
     external = set(g.inputs) | set(g.outputs) | {n for n, v in g.values.items() if v.const is not None}
     members: dict[str, list[str]] = {}
@@ -128,6 +133,8 @@ def elide_concats(g: Graph, groups: list[Group], steps: list[KernelStep], align:
         members.setdefault(sets.find(v), []).append(v)
     taken: set[str] = set()
     slices: dict[str, tuple[str, int]] = {}
+    writer = {v: st for st in steps for v in st.writes}
+    dropped: set[int] = set()        # (Split steps, by id)
     kept = []
     for st in steps:
         node = st.group.anchor
@@ -152,7 +159,37 @@ def elide_concats(g: Graph, groups: list[Group], steps: list[KernelStep], align:
         for v in values[:-1]:
             slices[v.name] = (out.name, at)
             at += v.nbytes
-    return kept, slices
+        for split, first in _splits_in_place(g, node, axis, writer, sets, members, external, taken):
+            taken.add(sets.find(split.inputs[0]))
+            slices[split.inputs[0]] = slices[first]
+            dropped.add(id(writer[first]))
+    return [st for st in kept if id(st) not in dropped], slices
+
+
+def _splits_in_place(g: Graph, concat, axis: int, writer: dict, sets, members: dict, external: set, taken: set):
+    """(Split node, its first output) for each Split of the Concat's inputs that elide_concats
+    can drop (its docstring): a kernel of its own whose outputs are consecutive inputs of the
+    Concat in their order, cut along the same axis, from a value that is nothing else's
+    storage (not external, not in a slice or another Concat)."""
+    ins = list(concat.inputs)
+    k = 0
+    while k < len(ins):
+        st = writer.get(ins[k])
+        node = st.group.anchor if st is not None else None
+        if node is None or node.op_type != "Split" or st.group.chain or ins[k] != node.outputs[0]:
+            k += 1
+            continue
+        parts = list(node.outputs)
+        src = g.values[node.inputs[0]]
+        sax = int(node.attr("axis", 0))
+        sax = sax + len(src.shape) if sax < 0 else sax
+        root = sets.find(src.name)
+        if ins[k:k + len(parts)] == parts and sax == axis and len(src.shape) == len(g.values[concat.outputs[0]].shape) \
+                and is_static(src.shape) and root not in taken \
+                and not any(m in external for m in members[root]) \
+                and src.nbytes == sum(g.values[v].nbytes for v in parts):
+            yield node, parts[0]
+        k += len(parts) if ins[k:k + len(parts)] == parts else 1
 
 
 def plan_memory(g: Graph, groups: list[Group], steps: list[KernelStep], align: int = 64,
