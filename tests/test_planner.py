@@ -462,7 +462,7 @@ def test_a_split_whose_parts_lead_a_concat_is_its_input_in_place(tmp_path):
     """YOLOv8's C2f block: a 1x1 convolution split in two along the channels, the second half
     growing a branch, then all three concatenated. The convolution writes straight into the
     Concat's output and the Split is no kernel (its parts are the convolution's output as it
-    lies); a Split whose parts come in another order, or along another axis, stays a copy.
+    lies); a Split whose parts come in another order stays a copy.
     Against ONNX Runtime, and the plan checked independently."""
     x = rand(1, 8, 6, 8, seed=31)                  # a channel: 48 floats, 192 bytes
     inits = {"w1": rand(16, 8, 1, 1, seed=32) * 0.3, "w2": rand(8, 8, 3, 3, seed=33) * 0.2,
