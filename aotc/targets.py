@@ -53,6 +53,11 @@ class GemmConfig:
     im2col_min_channels: int = 8
     im2col_min_rows: int = 64
     im2col_max_buffer: int = 1 << 20
+    # a convolution's GEMM with at most conv_broadcast_max_rows rows (output channels) is summed
+    # with the channels in vector lanes, each input element broadcast to them, and no im2col
+    # matrix packed (runtime/aotc_gemm_packed.h aotc_conv_broadcast; AVX-512 targets)
+    conv_broadcast: bool = False
+    conv_broadcast_max_rows: int = 0
     # a GEMM's epilogue runs on each whole micro-tile's sums in registers (schedule/gemm_cpu.py)
     tile_epilogue: bool = True
     # the 8-bit integer GEMM (runtime/aotc_igemm.h) outruns the float32 one: quantized

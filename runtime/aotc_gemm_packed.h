@@ -119,8 +119,9 @@ static int64_t aotc_sgemm_kstep(int64_t K)
 #define AOTC_PACK_TRANSPOSE 1
 /* The `rows` (at most 16) rows of 16 floats at s, s + ld, ... (only the first `valid` of each
  * read, the rest taken as zero), transposed: column c (the rows' elements c, in lanes 0..15;
- * lanes past `rows` zero) stored to d + c * dld, for c < valid. */
-static inline void aotc_transpose16(const float *s, int64_t ld, int rows, int valid, float *d, int64_t dld)
+ * lanes past `rows` zero) stored to d + c * dld, for c < valid, its lanes in `keep` only. */
+static inline void aotc_transpose16_part(const float *s, int64_t ld, int rows, int valid, float *d, int64_t dld,
+                                         __mmask16 keep)
 {
     const __mmask16 m = (__mmask16)((1u << valid) - 1u);
     __m512 r[16], t[16];
@@ -154,7 +155,12 @@ static inline void aotc_transpose16(const float *s, int64_t ld, int rows, int va
         t[12 + e] = _mm512_shuffle_f32x4(y0, y1, 0xDD);                       /* column 12 + e */
     }
     for (i = 0; i < valid; ++i)
-        _mm512_storeu_ps(d + i * dld, t[i]);
+        _mm512_mask_storeu_ps(d + i * dld, keep, t[i]);
+}
+
+static inline void aotc_transpose16(const float *s, int64_t ld, int rows, int valid, float *d, int64_t dld)
+{
+    aotc_transpose16_part(s, ld, rows, valid, d, dld, (__mmask16)0xFFFF);
 }
 #else
 #define AOTC_PACK_TRANSPOSE 0
@@ -959,6 +965,8 @@ typedef struct {
     aotc_tile_fn epilogue;      /* NULL: none */
     void *epilogue_args;
     aotc_whole_tile_fn tile;    /* NULL, or the epilogue's whole tiles (csc must be 1) */
+    int conv_broadcast;         /* with bim2col: the convolution summed by aotc_conv_broadcast
+                                   where it can (the schedule's choice: few output channels) */
     /* not NULL (the option bf16): A / B is a constant stored at compile time as bfloat16 in the
        AMX tiles' layout (aotc_sgemm_block_bf16 reads it as it lies; the float32 path widens
        it block by block); A / B and their strides are then unused */
@@ -1502,6 +1510,172 @@ static aotc_ahead aotc_sgemm_ahead(const float *panel, int64_t kc, int64_t tile,
     return ahead;
 }
 
+/* A convolution with few output channels (the GEMM's rows) summed without its im2col matrix
+ * (aotc_sgemm_call.conv_broadcast). Packed as B, that matrix's every element feeds only M rows of
+ * the product, and packing it cost more than the product: YOLO's 3 -> 16 channel stride-2 stem
+ * spent 45% of its time packing, 33% in the tiles. Here 16 output channels lie in the lanes of a
+ * vector and every input element is broadcast to them (an FMA with a broadcast operand), for a
+ * block of consecutive output columns of a row at a time (16 columns for one group of 16
+ * channels; 14 for two, each broadcast feeding both), so that nothing is packed at run time: A,
+ * the weights, is packed at compile time in panels of 16 rows (one K block), tap k of a group's
+ * 16 channels at its panel + 16 k. The sums are transposed in registers into C's rows; the
+ * epilogue runs on each row's segment once every channel of it is stored. The products and
+ * their order are the packed GEMM's (k = (c, kh, kw) ascending, one FMA each; a tap in the
+ * padding, which the GEMM adds as w . 0, is skipped), so the two agree bit for bit. The
+ * schedule chooses it (schedule/gemm_cpu.py sums_by_broadcast) on targets that say so (AVX-512
+ * ones: a source with such a call defines AOTC_GEMM_CONV_BROADCAST), for C's columns contiguous,
+ * nothing accumulated, output rows of 16 columns or more. */
+#if defined(__AVX512F__)
+#define AOTC_CONV_BROADCAST 1
+
+/* The sums of P consecutive output columns of a row for V groups of 16 channels (V x P <= 28
+ * vectors: P 16 for one group, 14 for two), every tap inside the input: out[32 p + 16 g + l] is
+ * column p's sum for channel l of group g, whose weights are at w + g * wg. Taps kh in [kh0,
+ * kh1) (the rows inside the input); x: the input element that tap (kh0, 0) of channel 0 reads
+ * for the first column. V, P and (where the caller passes one) SW are constants, so that each
+ * broadcast is an FMA's operand at a fixed offset, read once for the V groups. */
+static inline __attribute__((always_inline)) void aotc_conv_broadcast_block(const aotc_im2col *v, const float *restrict w,
+                                                                            int64_t wg, const int V, const int P,
+                                                                            int64_t channels, const float *restrict x,
+                                                                            int64_t kh0, int64_t kh1, int64_t SW,
+                                                                            float *restrict out)
+{
+    const int64_t plane = v->H * v->W, KH = v->KH, KW = v->KW, DH = v->DH * v->W, DW = v->DW;
+    __m512 acc[2][16];
+    int64_t c, kh, kw;
+    int p, g;
+    AOTC_UNROLL_FULLY
+    for (g = 0; g < V; ++g)
+        AOTC_UNROLL_FULLY
+        for (p = 0; p < P; ++p)
+            acc[g][p] = _mm512_setzero_ps();
+    for (c = 0; c < channels; ++c)
+        for (kh = kh0; kh < kh1; ++kh) {
+            const float *row = x + c * plane + (kh - kh0) * DH;
+            const float *wk = w + (c * KH + kh) * KW * 16;
+            for (kw = 0; kw < KW; ++kw) {
+                const __m512 w0 = _mm512_loadu_ps(wk + kw * 16);
+                const __m512 w1 = V > 1 ? _mm512_loadu_ps(wk + wg + kw * 16) : w0;
+                const float *s = row + kw * DW;
+                AOTC_UNROLL_FULLY
+                for (p = 0; p < P; ++p) {
+                    const __m512 e = _mm512_set1_ps(s[p * SW]);
+                    acc[0][p] = _mm512_fmadd_ps(e, w0, acc[0][p]);
+                    if (V > 1)
+                        acc[1][p] = _mm512_fmadd_ps(e, w1, acc[1][p]);
+                }
+            }
+        }
+    AOTC_UNROLL_FULLY
+    for (g = 0; g < V; ++g)
+        AOTC_UNROLL_FULLY
+        for (p = 0; p < P; ++p)
+            _mm512_storeu_ps(out + 32 * p + 16 * g, acc[g][p]);
+}
+
+/* One output column's sums (column ow of row oh) over the taps inside the input: out[l] for
+ * channel l */
+static void aotc_conv_broadcast_one(const aotc_im2col *v, const float *restrict w, int64_t channels, int64_t oh,
+                                    int64_t ow, float *restrict out)
+{
+    const int64_t ih0 = oh * v->SH - v->PH, iw0 = ow * v->SW - v->PW;
+    __m512 acc = _mm512_setzero_ps();
+    int64_t c, kh, kw;
+    for (c = 0; c < channels; ++c)
+        for (kh = 0; kh < v->KH; ++kh) {
+            const int64_t ih = ih0 + kh * v->DH;
+            if (ih < 0 || ih >= v->H)
+                continue;
+            for (kw = 0; kw < v->KW; ++kw) {
+                const int64_t iw = iw0 + kw * v->DW;
+                if (iw >= 0 && iw < v->W)
+                    acc = _mm512_fmadd_ps(_mm512_set1_ps(v->x[(c * v->H + ih) * v->W + iw]),
+                                          _mm512_loadu_ps(w + ((c * v->KH + kh) * v->KW + kw) * 16), acc);
+            }
+        }
+    _mm512_storeu_ps(out, acc);
+}
+
+/* P columns from x (see aotc_conv_broadcast_block) at SW 1, 2 or any */
+#define AOTC_CONV_BROADCAST_AT(V, P)                                                                       \
+    do {                                                                                                   \
+        if (SW == 1)                                                                                       \
+            aotc_conv_broadcast_block(v, w, K * 16, V, P, channels, x, kh0, kh1, 1, sums);                \
+        else if (SW == 2)                                                                                  \
+            aotc_conv_broadcast_block(v, w, K * 16, V, P, channels, x, kh0, kh1, 2, sums);                \
+        else                                                                                               \
+            aotc_conv_broadcast_block(v, w, K * 16, V, P, channels, x, kh0, kh1, SW, sums);               \
+    } while (0)
+
+/* Rows [m0, m1) x columns [n0, n1) of C = the convolution of g->bim2col (see above; m0 a
+ * multiple of 16), its groups of 16 channels two at a time (14 columns a block) and the last one
+ * alone (16) */
+static void aotc_conv_broadcast(const aotc_sgemm_call *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
+{
+    const aotc_im2col *v = g->bim2col;
+    const int64_t K = g->K, channels = K / (v->KH * v->KW), OW = v->OW, SW = v->SW;
+    const int64_t groups = (m1 - m0 + 15) / 16;
+    /* the output columns whose every tap lies inside the input's row: [lo, hi) */
+    const int64_t last = v->W - 1 + v->PW - (v->KW - 1) * v->DW;
+    const int64_t lo = aotc_gemm_min(OW, (v->PW + SW - 1) / SW), hi = last < 0 ? 0 : aotc_gemm_min(OW, last / SW + 1);
+    float sums[16 * 32];
+    int64_t q, j = n0;
+    while (j < n1) {
+        /* columns [a, b) of output row oh */
+        const int64_t oh = j / OW, a = j % OW, b = aotc_gemm_min(OW, a + n1 - j);
+        const int64_t ih0 = oh * v->SH - v->PH;
+        /* the kernel rows inside the input: [kh0, kh1) */
+        const int64_t kh0 = ih0 >= 0 ? 0 : aotc_gemm_min(v->KH, (-ih0 + v->DH - 1) / v->DH);
+        const int64_t kh1 = ih0 >= v->H ? kh0 : aotc_gemm_max(kh0, aotc_gemm_min(v->KH, (v->H - 1 - ih0) / v->DH + 1));
+        const int64_t ilo = aotc_gemm_max(a, lo), ihi = aotc_gemm_min(b, hi);
+        for (q = 0; q < groups;) {
+            const int V = q + 1 < groups ? 2 : 1, P = V == 2 ? 14 : 16;
+            const float *w = g->A + (m0 + 16 * q) * K;
+            const int rows = (int)aotc_gemm_min(16 * V, m1 - m0 - 16 * q);
+            float *c = g->C + (m0 + 16 * q) * g->rsc + oh * OW;
+            int64_t ow, o;
+            int l;
+            for (ow = a; ow < b; ++ow) {
+                if (ihi - ilo >= P && ow == ilo) {
+                    /* P columns at a time, the last block moved back to end at ihi */
+                    for (; ow < ihi; ow += P) {
+                        const float *x;
+                        o = aotc_gemm_min(ow, ihi - P);
+                        x = v->x + (ih0 + kh0 * v->DH) * v->W + o * SW - v->PW;
+                        if (V == 2)
+                            AOTC_CONV_BROADCAST_AT(2, 14);
+                        else
+                            AOTC_CONV_BROADCAST_AT(1, 16);
+                        aotc_transpose16_part(sums, 32, P, (int)aotc_gemm_min(16, rows), c + o, g->rsc,
+                                              (__mmask16)((1u << P) - 1u));
+                        if (rows > 16)
+                            aotc_transpose16_part(sums + 16, 32, P, rows - 16, c + 16 * g->rsc + o, g->rsc,
+                                                  (__mmask16)((1u << P) - 1u));
+                    }
+                    ow = ihi - 1;
+                    continue;
+                }
+                for (l = 0; l < V; ++l) {
+                    int r;
+                    aotc_conv_broadcast_one(v, w + l * K * 16, channels, oh, ow, sums);
+                    for (r = 0; r < aotc_gemm_min(16, rows - 16 * l); ++r)
+                        c[(16 * l + r) * g->rsc + ow] = sums[r];
+                }
+            }
+            q += V;
+        }
+        if (g->epilogue)
+            g->epilogue(g->epilogue_args, m0, m1, j, j + b - a);
+        j += b - a;
+    }
+}
+#undef AOTC_CONV_BROADCAST_AT
+#elif defined(AOTC_GEMM_CONV_BROADCAST)
+#error "the target's [gemm] conv_broadcast needs AVX-512: build with -mavx512f, or set conv_broadcast = false"
+#else
+#define AOTC_CONV_BROADCAST 0
+#endif
+
 /* Rows [m0, m1) x columns [n0, n1) of C (m0 a multiple of MR, n0 of aotc_sgemm_row_unit(g), so
  * that packed operands can be entered at their panels). */
 static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
@@ -1512,6 +1686,13 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
 #if AOTC_BF16_AMX
     if (aotc_sgemm_on_tiles(g)) {
         aotc_sgemm_block_bf16(g, m0, m1, n0, n1, work);
+        return;
+    }
+#endif
+#if AOTC_CONV_BROADCAST
+    if (g->conv_broadcast) {
+        if (M > 0 && N > 0)
+            aotc_conv_broadcast(g, m0, m1, n0, n1);
         return;
     }
 #endif

@@ -100,6 +100,25 @@ def eager_threads_target(directory: Path) -> str:
     return str(p)
 
 
+def convs_model(path: Path, convs: list, silu: bool = False):
+    """A model of independent Conv nodes, one per (x shape, w shape, attrs) of `convs`, each on
+    its own input x<i> with weights w<i> and bias b<i> (seeded random), its output y<i> (with
+    `silu`, the Conv's output times its Sigmoid: an epilogue fused after it). Saved to `path`;
+    returns the feeds."""
+    N = helper.make_node
+    nodes, feeds, inits = [], {}, {}
+    for i, (xs, ws, attrs) in enumerate(convs):
+        feeds[f"x{i}"] = rand(*xs, seed=i)
+        inits[f"w{i}"] = rand(*ws, seed=100 + i) * 0.3
+        inits[f"b{i}"] = rand(ws[0], seed=200 + i)
+        out = f"c{i}" if silu else f"y{i}"
+        nodes.append(N("Conv", [f"x{i}", f"w{i}", f"b{i}"], [out], **attrs))
+        if silu:
+            nodes += [N("Sigmoid", [out], [f"s{i}"]), N("Mul", [out, f"s{i}"], [f"y{i}"])]
+    onnx.save(graph_model(nodes, feeds, [f"y{i}" for i in range(len(convs))], inits), str(path))
+    return feeds
+
+
 def target_with_switch_off(target: str, directory: Path, switch: str, suffix: str) -> str:
     """A target file: `target` (a name or a .toml path) with its boolean `switch` (a key of its
     [gemm] table set to true there, or absent: it defaults to true) set to false, named

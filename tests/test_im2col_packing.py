@@ -12,13 +12,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
 
 from aotc.api import compile as aotc_compile
 from aotc.kernel import ir
 from aotc.schedule.gemm_cpu import GemmTiles
 from aotc.targets import load_target, native_target
-from tests.helpers import eager_threads_target, graph_model, rand, target_with_switch_off
+from tests.helpers import convs_model, eager_threads_target, target_with_switch_off
 
 # (x shape, w shape, attrs): output rows wider and narrower than a panel, strides, dilations,
 # asymmetric pads, pads wider than the kernel (whole runs of zeros), a kernel as wide as the
@@ -47,17 +46,8 @@ CONVS = [
 
 
 def _model(tmp_path: Path):
-    N = helper.make_node
-    nodes, feeds, inits = [], {}, {}
-    for i, (xs, ws, attrs) in enumerate(CONVS):
-        feeds[f"x{i}"] = rand(*xs, seed=i)
-        inits[f"w{i}"] = rand(*ws, seed=100 + i) * 0.3
-        inits[f"b{i}"] = rand(ws[0], seed=200 + i)
-        nodes.append(N("Conv", [f"x{i}", f"w{i}", f"b{i}"], [f"y{i}"], **attrs))
-    m = graph_model(nodes, feeds, [f"y{i}" for i in range(len(CONVS))], inits)
     path = tmp_path / "convs.onnx"
-    onnx.save(m, str(path))
-    return path, feeds
+    return path, convs_model(path, CONVS)
 
 
 def _gemm_shape(xs, ws, attrs):

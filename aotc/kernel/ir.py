@@ -741,6 +741,10 @@ class Gemm(Stmt):
     # them, one vector of consecutive columns at a time, instead of storing the sums and then
     # running it over the stored tile (schedule/gemm_cpu.py epilogue_in_tile)
     tile_epilogue: bool = False
+    # the schedule's choice for a convolution's GEMM that reads its im2col matrix from the input
+    # (b.layout 'im2col') and has few rows: summed with the output channels in vector lanes,
+    # nothing packed but the weights (schedule/gemm_cpu.py sums_by_broadcast)
+    conv_broadcast: bool = False
     # a parallel GEMM of run-time size: split among the threads only where this holds at run time
     when: Optional[Expr] = None
     a_zero: Optional[Expr] = None     # an integer Gemm's zero points (see above)

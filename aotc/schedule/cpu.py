@@ -39,7 +39,7 @@ from ..kernel.retype import widen_accumulators
 from ..targets import Target
 from .direct import drop_unused_scratch, read_im2col_directly
 from .gemm_cpu import (BF16_MIN, ConstPacker, GemmTiles, capacity, choose_split, computes_transposed, epilogue_in_tile,
-                       gemm_macs, packs_im2col, swap_orientation)
+                       gemm_macs, packs_im2col, sums_by_broadcast, swap_orientation)
 
 # a loop of unknown trip count (bounds from data or from outer indices) counts as this many
 UNKNOWN_TRIPS = 8
@@ -61,7 +61,8 @@ def schedule_cpu(graph, steps, target: Target, threads: int) -> None:
     for st in steps:
         k = st.kernel
         # (a GEMM computed transposed packs the im2col matrix as its A: aotc_sgemm_call's aim2col)
-        k.body = read_im2col_directly(k.body, lambda g: im2col and packs_im2col(g, target.gemm))
+        k.body = read_im2col_directly(k.body, lambda g: im2col and (packs_im2col(g, target.gemm)
+                                                                    or sums_by_broadcast(g, tiles)))
         k.body = _Gemms(st, packer, tiles, threads, min_gemm, in_tile, block).stmts(k.body)
         drop_unused_scratch(k)
         if threads > 1:
@@ -124,8 +125,17 @@ def _schedule_gemm(gm: Gemm, loops, st, packer: ConstPacker, tiles: GemmTiles, t
     # and a transposed C is stored element by element (ResNet-50's 7 x 7 layers packed their
     # activations as A for it: 7% of the run)
     bf16 = tiles.bf16 and min(capacity(gm)) >= BF16_MIN
-    if not bf16 and computes_transposed(gm, tiles):
+    broadcast = not bf16 and sums_by_broadcast(gm, tiles)
+    if not bf16 and not broadcast and computes_transposed(gm, tiles):
         gm = swap_orientation(gm)
+    if broadcast:
+        # the weights in panels of 16 rows, as aotc_conv_broadcast reads them; nothing packed at
+        # run time (no work); threads share the output's columns, each summing every channel of
+        # its own; no whole tiles run (the runtime runs the epilogue over each row's segment)
+        pa = packer.pack(st, gm, "a", loops, lanes16=True)
+        if pa is not None:
+            gm = _on_threads(replace(gm, a=pa, conv_broadcast=True), tiles, threads, min_gemm, 0, block)
+            return replace(gm, split="cols") if gm.parallel else gm
     pa = packer.pack(st, gm, "a", loops, bf16)
     if pa is not None:
         gm = replace(gm, a=pa)

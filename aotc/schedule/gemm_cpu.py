@@ -43,6 +43,9 @@ class GemmTiles:
     # [gemm] int8_amx: the integer GEMM may run on AMX-INT8 tiles (runtime/aotc_igemm.h), whose
     # rows of A take scratch and whose reads of B may pass a panel's end (INT8_AMX_TAIL)
     int8_amx: bool = False
+    # [gemm] conv_broadcast: convolutions' GEMMs of at most this many rows are summed by broadcast
+    # (sums_by_broadcast); 0: none
+    conv_broadcast_rows: int = 0
 
     _FIELDS = ("mr", "nr", "kc", "mc", "nc", "prefetch")     # (the C macros)
 
@@ -53,7 +56,8 @@ class GemmTiles:
         if missing:
             raise AotcError(f"target {target.name!r}: its [gemm] table lacks {', '.join(missing)}",
                             "a CPU target's file gives the GEMM's tiles (mr, nr, kc, mc, nc, prefetch)")
-        tiles = cls(t.mr, t.nr, t.kc, t.mc, t.nc, t.prefetch, t.transpose_cost, target.numerics.bf16, t.int8_amx)
+        tiles = cls(t.mr, t.nr, t.kc, t.mc, t.nc, t.prefetch, t.transpose_cost, target.numerics.bf16, t.int8_amx,
+                    t.conv_broadcast_max_rows if t.conv_broadcast else 0)
         if min(tiles.mr, tiles.nr, tiles.kc, tiles.mc, tiles.nc) < 1 or tiles.prefetch < 0 \
                 or tiles.mc % tiles.mr or tiles.nc % tiles.nr:
             raise AotcError(f"target {target.name!r}: gemm tiles {cls._FIELDS} = "
@@ -333,6 +337,29 @@ def packs_im2col(gm: Gemm, gemm: GemmConfig) -> bool:
         or K * N * 4 > gemm.im2col_max_buffer
 
 
+def sums_by_broadcast(gm: Gemm, tiles: GemmTiles) -> bool:
+    """Is g, a convolution's GEMM that can read its im2col matrix from the input, summed (reading
+    it so, whatever packs_im2col says) with its output channels in vector lanes (Gemm.conv_broadcast, runtime/aotc_gemm_packed.h
+    aotc_conv_broadcast)? Where the target has it ([gemm] conv_broadcast), for at most
+    conv_broadcast_max_rows rows: every packed element of the matrix would feed only that many
+    rows, and packing it costs more than the product (YOLO's 3 -> 16 and 16 -> 32 channel
+    stride-2 convolutions: 45% and 34% of their time). Sizes fixed at compile time, K in one K
+    block, C's columns contiguous, float32, nothing accumulated, the weights a constant (packed
+    here in panels of 16 rows: ConstPacker.pack's lanes16)."""
+    b = gm.b.direct if gm.b.direct is not None else gm.b      # (asked before read_im2col_directly too)
+    if not tiles.conv_broadcast_rows or b.layout != "im2col" or gm.integer or gm.accumulate:
+        return False
+    if not all(isinstance(x, int) for x in (gm.M, gm.N, gm.K, gm.c.rs, gm.c.cs)) or gm.c.cs != 1:
+        return False
+    # output rows of at least 16 columns: the kernel's blocks (narrower planes would take its
+    # column-at-a-time path for every column: LeNet-5's 10 x 10 one ran 1.7x the GEMM's time);
+    # and M filling its groups of 16 lanes as well as the GEMM's tiles fill theirs (LeNet-5's
+    # 6 channels: 6 of 16 lanes, 1.25x the time of 8-row tiles with 6 rows)
+    lanes = -(-gm.M // 16) * 16
+    return gm.M <= tiles.conv_broadcast_rows and lanes == -(-gm.M // tiles.mr) * tiles.mr \
+        and 0 < gm.K <= tiles.kc and b.window.out[-1] >= 16
+
+
 def capacity(gm: Gemm) -> tuple[int, int, int]:
     """M, N and K at their largest: a run-time size (kernel/ir.py SizeVar) at its bound. The
     schedule's choices (orientation, packing, threads, tiles) and its scratch are made for
@@ -393,20 +420,25 @@ class ConstPacker:
         self.graph, self.tiles = graph, tiles
         self._made: dict = {}
 
-    def pack(self, step, gm: Gemm, which: str, loops: list[Loop], bf16: bool = False) -> Matrix | None:
+    def pack(self, step, gm: Gemm, which: str, loops: list[Loop], bf16: bool = False,
+             lanes16: bool = False) -> Matrix | None:
         """The operand `which` ('a' or 'b') of g packed (float32 panels; with `bf16`, bfloat16 in
-        the AMX tiles' layout: pack_a_bf16 / pack_b_bf16), or None when it is not a constant (or
-        its offset depends on something other than the enclosing loops' indices)."""
+        the AMX tiles' layout: pack_a_bf16 / pack_b_bf16; with `lanes16`, an A in panels of 16
+        rows, one K block, as aotc_conv_broadcast reads its weights: Gemm.conv_broadcast), or
+        None when it is not a constant (or its offset depends on something other than the
+        enclosing loops' indices)."""
         found = self._instances(step, gm, which, loops)
         if found is None:
             return None
         src, key, index, instances = found
-        key = (("bf16",) if bf16 else ()) + key
+        key = (("bf16",) if bf16 else ("lanes16",) if lanes16 else ()) + key
         name = self._made.get(key)
         if name is None:
             mats = instances(np.float32)
             if bf16:
                 packed = pack_a_bf16(mats, self.tiles) if which == "a" else pack_b_bf16(mats, self.tiles)
+            elif lanes16:
+                packed = _pack(mats, 16, mats.shape[-1])
             else:
                 packed = pack_a(mats, self.tiles) if which == "a" else pack_b(mats, self.tiles)
             name = self.graph.add_const(np.ascontiguousarray(packed.reshape(-1)), f"{src}_packed_{which}")

@@ -59,6 +59,8 @@ def emit_source(prefix: str, g: Graph, program: Program, plan: MemoryPlan, exter
         if h == "aotc_gemm_packed.h":
             L.append(f"/* aotc_gemm_packed.h configured for target {target.name} */")
             L += GemmTiles.of(target).defines()
+            if any(isinstance(s, Gemm) and s.conv_broadcast for k in kernels for s in walk_stmts(k.body)):
+                L.append("#define AOTC_GEMM_CONV_BROADCAST 1  /* a convolution below is summed by aotc_conv_broadcast */")
         L.append(f'#include "{h}"')
     L.append("")
     for k in kernels:

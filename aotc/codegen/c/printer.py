@@ -267,6 +267,8 @@ class CPrinter(CStylePrinter):
                 raise PrintError("an integer Gemm reaches the C printer with its zero points folded and one "
                                  "operand packed (schedule/cpu.py), or as loops")
             fields.insert(9, ("a_unsigned", "1" if A.buf.value_dtype.kind == "u" else "0"))
+        if s.conv_broadcast:
+            fields.append(("conv_broadcast", "1"))
         if s.work is not None:
             # per thread: a split GEMM's thread t packs at work + t * work_floats; in a parallel
             # loop's task, `work` is already the task's thread's part (_outline). The integer
@@ -296,7 +298,11 @@ class CPrinter(CStylePrinter):
                 fields.append(("tile", make(s, self._task, struct, unpack)))
         self.out(f"{pad}{{")
         if view:
-            self.out(f"{pad}    /* {role} im2col matrix of {view[0][1]}, packed from it block by block */")
+            if s.conv_broadcast:
+                self.out(f"{pad}    /* the convolution of {view[0][1]} (its im2col matrix, B), summed with the output channels "
+                         "in vector lanes, each input element broadcast to them (aotc_conv_broadcast) */")
+            else:
+                self.out(f"{pad}    /* {role} im2col matrix of {view[0][1]}, packed from it block by block */")
             self.out(f"{pad}    const aotc_im2col im2col = {{ {', '.join(f'.{k} = {v}' for k, v in view)} }};")
         if struct:
             self.out(f"{pad}    {struct} epilogue = {{ {', '.join(init)} }};")
