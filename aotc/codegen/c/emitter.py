@@ -55,6 +55,8 @@ def emit_source(prefix: str, g: Graph, program: Program, plan: MemoryPlan, exter
          f"weights {plan.weights_bytes} bytes. */",
          "#define _POSIX_C_SOURCE 200809L", "#include <math.h>", "#include <stdint.h>", "#include <stdio.h>",
          "#include <stdlib.h>", "#include <string.h>", "", f'#include "{prefix}.h"']
+    if not target.numerics.ieee_subnormals:
+        L.append("#define AOTC_SUBNORMALS_FLUSHED 1  /* runs compute subnormal floats as zero (aotc_fpenv_flush) */")
     for h in runtime_headers(program)[1:]:
         if h == "aotc_gemm_packed.h":
             L.append(f"/* aotc_gemm_packed.h configured for target {target.name} */")
