@@ -34,7 +34,9 @@ CONVS = [
     ((1, 3, 100), (16, 3, 7), dict(strides=[2], pads=[3, 3])),                       # 1-D
     ((1, 40, 10, 40), (16, 40, 3, 3), dict(pads=[1, 1, 1, 1])),                      # K 360, one K block
     ((1, 48, 10, 40), (16, 48, 3, 3), dict(pads=[1, 1, 1, 1])),                      # K 432: the GEMM
-    ((1, 8, 20, 40), (64, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                        # 64 rows: the GEMM
+    ((1, 8, 20, 40), (48, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                        # 48 rows: 32 + 16
+    ((1, 3, 30, 40), (64, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3])),        # ResNet's stem
+    ((1, 8, 20, 40), (96, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                        # 96 rows: the GEMM
     ((1, 8, 12, 15), (16, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                        # 15 columns: the GEMM
     ((1, 4, 20, 40), (24, 4, 3, 3), dict(pads=[1, 1, 1, 1])),                        # 24 rows (8-row tiles): the GEMM
 ]
@@ -72,7 +74,7 @@ def test_broadcast_sums_match_the_packed_gemm_and_ort(threads, tmp_path, monkeyp
     off = aotc_compile(path, target=target_with_switch_off(target, tmp_path, "conv_broadcast", "packed"),
                        output_dir=tmp_path / "off", threads=threads)
 
-    # the schedule chose it for every convolution of at most 32 output channels per group that
+    # the schedule chose it for every convolution of at most 64 output channels per group that
     # fill their groups of 16 lanes as well as 8-row tiles, K in one K block and output rows of
     # 16 columns or more, and for no other
     src = (tmp_path / "on" / "convs.c").read_text()
