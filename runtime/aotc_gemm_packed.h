@@ -965,8 +965,9 @@ typedef struct {
     aotc_tile_fn epilogue;      /* NULL: none */
     void *epilogue_args;
     aotc_whole_tile_fn tile;    /* NULL, or the epilogue's whole tiles (csc must be 1) */
-    int conv_broadcast;         /* with bim2col: the convolution summed by aotc_conv_broadcast
-                                   where it can (the schedule's choice: few output channels) */
+    int conv_broadcast;         /* with bim2col and A packed in panels of 16 rows: the convolution
+                                   summed by aotc_conv_broadcast (the schedule's choice: few
+                                   output channels) */
     /* not NULL (the option bf16): A / B is a constant stored at compile time as bfloat16 in the
        AMX tiles' layout (aotc_sgemm_block_bf16 reads it as it lies; the float32 path widens
        it block by block); A / B and their strides are then unused */
@@ -1692,16 +1693,16 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
 {
     const int a_packed = g->rsa == 0 && g->csa == 0 && !g->aim2col && !g->Ah, b_packed = g->rsb == 0 && g->csb == 0 && !g->bim2col && !g->Bh;
     const int64_t K = g->K, M = m1 - m0, N = n1 - n0;
-#if AOTC_BF16_AMX
-    if (aotc_sgemm_on_tiles(g)) {
-        aotc_sgemm_block_bf16(g, m0, m1, n0, n1, work);
+#if AOTC_CONV_BROADCAST
+    if (g->conv_broadcast) {          /* (its A is laid out for it alone) */
+        if (M > 0 && N > 0)
+            aotc_conv_broadcast(g, m0, m1, n0, n1);
         return;
     }
 #endif
-#if AOTC_CONV_BROADCAST
-    if (g->conv_broadcast) {
-        if (M > 0 && N > 0)
-            aotc_conv_broadcast(g, m0, m1, n0, n1);
+#if AOTC_BF16_AMX
+    if (aotc_sgemm_on_tiles(g)) {
+        aotc_sgemm_block_bf16(g, m0, m1, n0, n1, work);
         return;
     }
 #endif
