@@ -339,14 +339,16 @@ def packs_im2col(gm: Gemm, gemm: GemmConfig) -> bool:
 
 def sums_by_broadcast(gm: Gemm, tiles: GemmTiles) -> bool:
     """Is g, a convolution's GEMM that can read its im2col matrix from the input, summed (reading
-    it so, whatever packs_im2col says) with its output channels in vector lanes (Gemm.conv_broadcast, runtime/aotc_gemm_packed.h
-    aotc_conv_broadcast)? Where the target has it ([gemm] conv_broadcast), for at most
+    it so, whatever packs_im2col says) with its output channels in vector lanes
+    (Gemm.conv_broadcast, runtime/aotc_gemm_packed.h aotc_conv_broadcast)? Asked both before
+    read_im2col_directly (g.b is then the buffer, its direct form in g.b.direct) and after.
+    Where the target has it ([gemm] conv_broadcast), for at most
     conv_broadcast_max_rows rows: every packed element of the matrix would feed only that many
     rows, and packing it costs more than the product (YOLO's 3 -> 16 and 16 -> 32 channel
     stride-2 convolutions: 45% and 34% of their time). Sizes fixed at compile time, K in one K
     block, C's columns contiguous, float32, nothing accumulated, the weights a constant (packed
     here in panels of 16 rows: ConstPacker.pack's lanes16)."""
-    b = gm.b.direct if gm.b.direct is not None else gm.b      # (asked before read_im2col_directly too)
+    b = gm.b.direct if gm.b.direct is not None else gm.b
     if not tiles.conv_broadcast_rows or b.layout != "im2col" or gm.integer or gm.accumulate:
         return False
     if not all(isinstance(x, int) for x in (gm.M, gm.N, gm.K, gm.c.rs, gm.c.cs)) or gm.c.cs != 1:
