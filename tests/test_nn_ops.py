@@ -426,13 +426,19 @@ def test_resize_cubic(ct, a, exclude, tmp_path):
     ((3, 7), [2, 0.6], "asymmetric", "plane"),
     ((2, 3, 8, 8), [1, 1, 0.5, 0.75], "half_pixel", "row"),
     ((2, 3, 4, 5, 6), [1, 1, 1.5, 1.3, 0.5], "pytorch_half_pixel", "row"),
-], ids=["2d_up", "2d_up_uneven", "rows_up_columns_down", "last_axis_only", "rank2", "2d_down", "3d"])
+    ((1, 2, 20, 60), [1, 1, 1.5, 1.25], "half_pixel", "plane"),
+    ((2, 3, 4, 100), [1, 1, 1, 0.3], "asymmetric", "row"),
+], ids=["2d_up", "2d_up_uneven", "rows_up_columns_down", "last_axis_only", "rank2", "2d_down", "3d", "long_rows",
+        "shrunk_3x"])
 def test_resize_linear_by_rows_matches_the_elementwise_form(case, tmp_path, monkeypatch):
     """Linear Resize axis after axis (ops/resize.py: by planes, the last axis first into a
     plane scratch, where only the last two axes change and the rows grow; else by rows, a row
     scratch per output row, the last axis from a tap table) against ONNX Runtime, and against
-    the forms below it: by rows (RESIZE_BY_PLANES = False) and element-wise (RESIZE_BY_ROWS =
-    False), built with 2 threads (the scratch per thread)."""
+    the forms below it: the last axis' taps gathered by kernel loops rather than picked from
+    windows by runtime/aotc_lerp.h (RESIZE_LERP_ROWS = False; bit-equal: the same arithmetic),
+    by rows (RESIZE_BY_PLANES = False) and element-wise (RESIZE_BY_ROWS = False), built with 2
+    threads (the scratch per thread). Every case's rows fit aotc_lerp.h's windows but the last,
+    whose 16 outputs span 53 source elements; long_rows' windows run past its rows' ends."""
     from aotc.api import compile as aotc_compile
     from aotc.ops import resize
     shape, scales, ct, form = case
@@ -443,7 +449,7 @@ def test_resize_linear_by_rows_matches_the_elementwise_form(case, tmp_path, monk
     (tmp_path / "ort").mkdir()
     assert_parity(m, tmp_path / "ort", {"x": x})
     onnx_path = tmp_path / "ort" / "model.onnx"
-    markers = {"plane": "plane[h * ", "row": "row[tap["}
+    markers = {"plane": "plane[ia * ", "row": "row[j] = ", "lerp": "aotc_lerp_row("}
 
     def built(name):
         out = aotc_compile(onnx_path, output_dir=tmp_path / name, threads=2)
@@ -451,7 +457,13 @@ def test_resize_linear_by_rows_matches_the_elementwise_form(case, tmp_path, monk
         return out.run({"x": x})[0], {k for k, v in markers.items() if v in code}
 
     y, forms = built("default")
-    assert forms == {form}
+    fits = case[0][-1] != 100
+    assert forms == {form} | ({"lerp"} if fits else set())
+    monkeypatch.setattr(resize, "RESIZE_LERP_ROWS", False)
+    if fits:
+        gathered, forms = built("gathered")
+        assert forms == {form}
+        np.testing.assert_array_equal(y, gathered)
     if form == "plane":
         monkeypatch.setattr(resize, "RESIZE_BY_PLANES", False)
         by_rows, forms = built("rows")
@@ -461,6 +473,35 @@ def test_resize_linear_by_rows_matches_the_elementwise_form(case, tmp_path, monk
     elementwise, forms = built("elementwise")
     assert forms == set()
     np.testing.assert_allclose(y, elementwise, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", ["c", "c-avx2"])
+def test_resize_lerp_rows_plain_c(target, tmp_path, monkeypatch):
+    """runtime/aotc_lerp.h's plain C (targets built without AVX-512) against the kernel loops
+    that gather the taps (bit-equal) and ONNX Runtime, rows by planes and by rows."""
+    from aotc.api import compile as aotc_compile
+    from aotc.ops import resize
+    x = rand(2, 3, 9, 40, seed=22)
+    nodes = [helper.make_node("Resize", ["x", "", s], [f"y_{s}"], mode="linear",
+                              coordinate_transformation_mode="half_pixel") for s in ("up", "wide")]
+    m = graph_model(nodes, {"x": x}, ["y_up", "y_wide"],
+                    {"up": np.array([1, 1, 2, 1.7], np.float32), "wide": np.array([1, 1, 1, 0.8], np.float32)},
+                    opset=13)
+    (tmp_path / "ort").mkdir()
+    assert_parity(m, tmp_path / "ort", {"x": x}, target=target)
+    onnx_path = tmp_path / "ort" / "model.onnx"
+
+    def built(name):
+        out = aotc_compile(onnx_path, output_dir=tmp_path / name, target=target)
+        return out.run({"x": x}), (tmp_path / name / "model.c").read_text().count("aotc_lerp_row(")
+
+    lerp, calls = built("lerp")
+    assert calls == 2
+    monkeypatch.setattr(resize, "RESIZE_LERP_ROWS", False)
+    gathered, calls = built("gathered")
+    assert calls == 0
+    for a, b in zip(lerp, gathered):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])

@@ -102,6 +102,9 @@ Attributes:
                      bits), scales and scales x zero points are constants relaid by tiles of 16
                      columns, the order runtime/aotc_nbits.h's VNNI product reads
                      (passes/caches.py)
+    LERP_ROWS        on a Resize, on a CPU target: a linear Resize's gathering axis may call
+                     runtime/aotc_lerp.h rather than kernel loops (passes/caches.py
+                     runtime_kernels, ops/resize.py)
 """
 from __future__ import annotations
 
@@ -148,6 +151,7 @@ IN_PLACE = "_in_place"
 ONE_ARRAY = "_one_array"
 NBITS_KERNEL = "_nbits_kernel"
 NBITS_TILES = "_nbits_tiles"
+LERP_ROWS = "_lerp_rows"
 
 
 def is_carry(n: Node, end: bool) -> bool:

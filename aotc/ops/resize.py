@@ -7,8 +7,10 @@ import itertools
 import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
+from ..ir.internal import LERP_ROWS
 from ..ir.dims import RunTimeDim, decide, is_dim
-from ..kernel.ir import F32, I64, REDUCTION, SPATIAL, Expr, binop, call, cast, const, maximum, minimum, select, wrap
+from ..kernel.ir import (F32, I32, I64, REDUCTION, SPATIAL, BufPtr, Expr, binop, call, cast, const, maximum, minimum,
+                         select, wrap)
 from .common import shape_error
 from .registry import register
 from .resize_filters import antialias_filter, filtered_axes
@@ -172,9 +174,9 @@ def _nearest_index(b, x: Expr, nearest_mode: str, in_len: int, hint: str) -> Exp
     return maximum(const(0), minimum(wrap(in_len - 1), i))
 
 
-def _nearest_table(ct: str, nearest_mode: str, scale, in_len: int, out_len: int) -> np.ndarray:
-    """The source index of every output index, computed by numpy in float32 exactly as the
-    generated C (and ONNX Runtime) compute it."""
+def _coords(ct: str, scale, in_len: int, out_len: int) -> np.ndarray:
+    """The source coordinate of every output index (not tf_crop_and_resize), computed by numpy
+    in float32 as the generated C (and ONNX Runtime) compute it."""
     f = np.float32
     of = np.arange(out_len).astype(f)
     sc = f(scale)
@@ -190,6 +192,14 @@ def _nearest_table(ct: str, nearest_mode: str, scale, in_len: int, out_len: int)
         adj = f(out_len) / (sc * f(in_len))
         offset = f(in_len) / f(2) * (f(1) - adj)
         x = f(offset) + (of + f(0.5)) / sc - f(0.5)
+    return x
+
+
+def _nearest_table(ct: str, nearest_mode: str, scale, in_len: int, out_len: int) -> np.ndarray:
+    """The source index of every output index, computed by numpy in float32 exactly as the
+    generated C (and ONNX Runtime) compute it."""
+    f = np.float32
+    x = _coords(ct, scale, in_len, out_len)
     if nearest_mode == "floor":
         i = np.floor(x)
     elif nearest_mode == "ceil":
@@ -331,6 +341,9 @@ def _repeat_factor(ct: str, nearest_mode: str, scale, L, O) -> int:
 # where that gathers less); False: the element-wise form (tests compare the forms)
 RESIZE_BY_ROWS = True
 RESIZE_BY_PLANES = True
+# ... and their gathering axis by runtime/aotc_lerp.h where the node may call it (LERP_ROWS, a
+# CPU target) and its taps fit; False: kernel loops (tests compare the two)
+RESIZE_LERP_ROWS = True
 
 
 def _by_planes(shape, out, scales) -> bool:
@@ -400,6 +413,57 @@ def _axis_taps(ctx, X, out, scales, ct, i: int = -1):
     return taps, weights
 
 
+def _lerp_fits(ct, scale, L, O) -> bool:
+    """Whether the taps of every 16 consecutive outputs of an axis of L -> O elements lie in a
+    window of 32 source elements (runtime/aotc_lerp.h), from the taps numpy computes as the
+    kernel does (float32, the same operations in the same order), with one element to spare."""
+    if is_dim(L) or is_dim(O):
+        return False
+    x = np.clip(_coords(ct, scale, L, O), np.float32(0), np.float32(L - 1))
+    first = np.minimum(L - 1, x.astype(np.int64))
+    last = np.minimum(L - 1, first + 1)
+    ends = np.minimum(np.arange(0, O, 16) + 15, O - 1)
+    return int((last[ends] - first[::16]).max()) <= 30
+
+
+def _lerp_tables(ctx, taps, O: int):
+    """The tables of runtime/aotc_lerp.h from an axis' taps (_axis_taps): per group of 16
+    outputs, where its window starts (its first output's first tap: the taps never decrease),
+    and per output its two taps as lanes of that window."""
+    b = ctx.b
+    groups = -(-O // 16)
+    first = ctx.scratch((groups,), I64, "first")
+    lanes = ctx.scratch((2, groups * 16), I32, "lanes")
+    with b.loop(groups, "g", role=SPATIAL) as g:
+        b.store(first, g, taps[g * 16])
+    with b.loop(groups * 16, "o", role=SPATIAL) as o:
+        at = minimum(o, wrap(O - 1))             # (the last group's lanes past the row: any tap)
+        for k in range(2):
+            b.store(lanes, k * groups * 16 + o, cast(taps[k * O + at] - taps[o / 16 * 16], I32))
+    return first, lanes
+
+
+def _lerp_rows(ctx, X, out, scales, ct, taps):
+    """(first, lanes) where the last axis' rows go through runtime/aotc_lerp.h, else None."""
+    if not (RESIZE_LERP_ROWS and ctx.node.attr(LERP_ROWS, 0) and X.dtype == F32
+            and _lerp_fits(ct, scales[-1], X.shape[-1], out[-1])):
+        return None
+    return _lerp_tables(ctx, taps, out[-1])
+
+
+def _row(ctx, lerp, dst: BufPtr, src: BufPtr, L, OW, taps, weights, dtype) -> None:
+    """One row of L source elements (src) resized to OW (dst) along the last axis: by
+    runtime/aotc_lerp.h with the tables `lerp`, or each output's two taps gathered in a loop."""
+    b = ctx.b
+    if lerp is not None:
+        b.comment("each output's two taps picked from a window of 32 source elements (runtime/aotc_lerp.h)")
+        b.call("aotc_lerp_row", dst, const(OW), src, const(L), BufPtr(lerp[0]), BufPtr(lerp[1]), BufPtr(weights),
+               work=OW)
+        return
+    with b.loop(OW, "o", role=SPATIAL) as o:
+        b.store(dst.buf, dst.offset + o, _horizontal(taps, weights, OW, src.buf, src.offset, o, dtype))
+
+
 def _horizontal(taps, weights, OW, src, at, o, dtype):
     """Output element o of a row resized along the last axis: its two taps of the source row
     that starts at src[at], weighted."""
@@ -418,6 +482,7 @@ def _resize_linear_by_planes(ctx, X, Y, out, scales, ct) -> None:
     OH, OW = out[-2:]
     xst, yst = row_major_strides(X.shape), row_major_strides(out)
     taps, weights = _axis_taps(ctx, X, out, scales, ct)
+    lerp = _lerp_rows(ctx, X, out, scales, ct, taps)
     rows, row_weights = _axis_taps(ctx, X, out, scales, ct, r - 2)     # (the same for every plane)
     plane = ctx.scratch((H, OW), X.dtype, "plane")
     walked = [i for i in range(r - 2) if out[i] > 1]
@@ -427,8 +492,7 @@ def _resize_linear_by_planes(ctx, X, Y, out, scales, ct) -> None:
             oo[i] = v
         src, dst = dot(oo, xst[:-2]), dot(oo, yst[:-2])
         with b.loop(H, "h", role=SPATIAL) as h:
-            with b.loop(OW, "o", role=SPATIAL) as o:
-                b.store(plane, h * OW + o, _horizontal(taps, weights, OW, X, src + h * L, o, X.dtype))
+            _row(ctx, lerp, BufPtr(plane, h * OW), BufPtr(X, src + h * L), L, OW, taps, weights, X.dtype)
         with b.loop(OH, "v", role=SPATIAL) as v:
             ia, ib = b.local("ia", rows[v]), b.local("ib", rows[OH + v])
             wa, wb = b.local("wa", cast(row_weights[v], X.dtype)), b.local("wb", cast(row_weights[OH + v], X.dtype))
@@ -446,6 +510,7 @@ def _resize_linear_by_rows(ctx, X, Y, out, scales, ct) -> None:
     r, L, OW = len(X.shape), X.shape[-1], out[-1]
     xst = row_major_strides(X.shape)
     taps, weights = _axis_taps(ctx, X, out, scales, ct)
+    lerp = _lerp_rows(ctx, X, out, scales, ct, taps)
     row = ctx.scratch((L,), X.dtype, "row")
     walked = [i for i in range(r - 1) if out[i] > 1]        # (an axis of 1 opens no loop)
     with b.loops([out[i] for i in walked], [f"i{i}" for i in walked], role=SPATIAL, private=(row,)) as idx:
@@ -470,9 +535,7 @@ def _resize_linear_by_rows(ctx, X, Y, out, scales, ct) -> None:
                 term = term if w is None else cast(w, X.dtype) * term
                 total = term if total is None else total + term
             b.store(row, j, total)
-        at = dot(oo, row_major_strides(out)[:-1])
-        with b.loop(OW, "o", role=SPATIAL) as o:
-            b.store(Y, at + o, _horizontal(taps, weights, OW, row, const(0), o, X.dtype))
+        _row(ctx, lerp, BufPtr(Y, dot(oo, row_major_strides(out)[:-1])), BufPtr(row), L, OW, taps, weights, X.dtype)
 
 
 register("Resize", lower=_lower_resize, run_time_dims=True, shape_inputs=frozenset({3}))(_resize_infer)

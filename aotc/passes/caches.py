@@ -24,7 +24,7 @@ import numpy as np
 
 from ..frontend.mapped import drop_pages
 from ..ir.graph import Graph
-from ..ir.internal import GATHER_NBITS, IN_PLACE, MATMUL_NBITS, NBITS_KERNEL, NBITS_TILES, ONE_ARRAY
+from ..ir.internal import GATHER_NBITS, IN_PLACE, LERP_ROWS, MATMUL_NBITS, NBITS_KERNEL, NBITS_TILES, ONE_ARRAY
 
 
 # op -> the (output, input) positions of its caches: a TensorScatter's result and cache, an
@@ -57,9 +57,14 @@ def caches_in_place(g: Graph, one_array: bool = False) -> Graph:
     return g
 
 
-def runtime_kernels(g: Graph, tiles: bool) -> Graph:
-    """On a target whose runtime has the int8-activation product of block-quantized weights
-    (`[gemm] nbits_kernel`), each aotc.MatMulNBits that computes it calls the runtime
+def runtime_kernels(g: Graph, nbits: bool, tiles: bool) -> Graph:
+    """Nodes of a CPU target that call the C runtime's functions rather than kernel loops.
+
+    Every Resize may interpolate its rows with runtime/aotc_lerp.h (LERP_ROWS; ops/resize.py
+    decides where its taps fit).
+
+    With `nbits` (a runtime that has the int8-activation product of block-quantized weights,
+    `[gemm] nbits_kernel`), each aotc.MatMulNBits that computes it calls the runtime
     (NBITS_KERNEL; ops/nbits.py): a decoder's one-token steps are that product's weight stream.
 
     With `tiles` (an AVX-512 build, whose VNNI product reads them), constant weights are relaid
@@ -71,7 +76,9 @@ def runtime_kernels(g: Graph, tiles: bool) -> Graph:
     rather than unpacked and multiplied each call (as many operations as a one-row product); in
     tiles too, which then need no zero points."""
     for n in g.nodes:
-        if n.op_type != MATMUL_NBITS or not int(n.attrs.get("int8_activations", 0)):
+        if n.op_type == "Resize":
+            n.attrs[LERP_ROWS] = 1
+        if not nbits or n.op_type != MATMUL_NBITS or not int(n.attrs.get("int8_activations", 0)):
             continue
         n.attrs[NBITS_KERNEL] = 1
         scales = g.const(n.inputs[2])

@@ -517,7 +517,7 @@ class _Vectorize(Rewriter):
     def visit_Loop(self, s: Loop) -> Loop:
         known = self.known[-1]
         innermost = s.kind != PARALLEL and not any(children(x) for x in s.body) \
-            and not any(isinstance(x, Gemm) for x in s.body)
+            and not any(isinstance(x, (Gemm, CallStmt)) for x in s.body)      # (a call is no vector lane)
         if innermost and s.role == SPATIAL:
             s = replace(s, kind=VECTORIZED)
         elif innermost and s.role == REDUCTION and (red := _reductions(s, known)):

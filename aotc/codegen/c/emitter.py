@@ -20,16 +20,21 @@ from ..weights_check import read_weights_call
 from .printer import CPrinter, uses_pool
 
 
+# the runtime header of each family of functions a kernel calls (CallStmt), by name prefix
+_CALLED_HEADERS = {"aotc_nbits_": "aotc_nbits.h", "aotc_lerp_": "aotc_lerp.h"}
+
+
 def runtime_headers(program: Program) -> list[str]:
     """The runtime/ headers a C artifact includes: status codes, helpers, vectorizable float32
     math, the thread pool, and the GEMM when a kernel multiplies matrices (the integer one too
-    when a kernel multiplies 8-bit ones; the block-quantized product when a kernel calls it)."""
+    when a kernel multiplies 8-bit ones); the header of each runtime function a kernel calls
+    (the block-quantized product, the rows of a linear Resize)."""
     stmts = [s for k in program.kernels() for s in walk_stmts(k.body)]
     gemms = [s for s in stmts if isinstance(s, Gemm)]
-    nbits = any(isinstance(s, CallStmt) and s.fn.startswith("aotc_nbits_") for s in stmts)
+    called = {s.fn for s in stmts if isinstance(s, CallStmt)}
     return ["aotc_runtime.h", "aotc_support.h", "aotc_math.h", "aotc_threads.h"] + \
         (["aotc_gemm_packed.h"] if gemms else []) + (["aotc_igemm.h"] if any(g.integer for g in gemms) else []) + \
-        (["aotc_nbits.h"] if nbits else [])
+        [h for prefix, h in _CALLED_HEADERS.items() if any(fn.startswith(prefix) for fn in called)]
 
 
 def _pointer(slot: Slot, dt, role: str, in_fields: dict, out_fields: dict) -> str:
