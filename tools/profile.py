@@ -176,8 +176,12 @@ def _strategy(comment: str) -> str:
 def _by_strategy(per: dict, sources: list[Path]) -> None:
     first_comment = {}
     for src in sources:
-        for m in re.finditer(r"^static (?:void|int) (k\d+\w*)\(.*?\n\{\n\s*/\* (.*?) \*/", src.read_text(), re.M):
-            first_comment[m.group(1)] = _strategy(m.group(2))
+        text = src.read_text()
+        for m in re.finditer(r"^static (?:void|int) (k\d+\w*)\(.*?\n\{\n\s*/\* (.*?) \*/", text, re.M):
+            body = text[m.end():text.find("\n}\n", m.end())]
+            # (the schedule, not the lowering, chooses a convolution's sums by broadcast)
+            broadcast = ".conv_broadcast = 1" in body
+            first_comment[m.group(1)] = "convolution summed by broadcast" if broadcast else _strategy(m.group(2))
     sums: dict[str, dict[int, float]] = {}
     for t, d in per.items():
         for k, v in d.items():
