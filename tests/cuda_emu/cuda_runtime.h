@@ -4,10 +4,14 @@
  * the test rewrites each `kernel<<<grid, block, shmem, stream>>>(args)` as
  * `aotc_emu::launch(kernel, grid, block, shmem, stream)(args)`.
  *
- * Device code: a block's threads are fibers (ucontext) on the calling thread, run one at a time
- * until each reaches a barrier (__syncthreads, or __syncwarp / a shuffle, which wait for their
- * warp alone), so `__shared__` arrays are static locals, shared by the block running; blocks
- * run one after another. A barrier some threads never reach is a deadlock the emulator reports.
+ * Device code: a block's threads are fibers on the calling thread, run one at a time until
+ * each reaches a barrier (__syncthreads, or __syncwarp / a shuffle, which wait for their warp
+ * alone), so `__shared__` arrays are static locals, shared by the block running; blocks run one
+ * after another. A barrier some threads never reach is a deadlock the emulator reports. A fiber
+ * starts once per launch (ucontext, on a stack it keeps) and runs thread after thread of block
+ * after block; switches are _setjmp / _longjmp, which unlike swapcontext make no system call
+ * (the signal mask): a block's barriers cost two switches per thread each. (Not across
+ * launches: the launch may be another library's, whose copy of this code the fiber is not in.)
  * Host code: memory is host memory, a stream runs its work at once unless a graph capture
  * records it, a graph launch replays the recording, events time nothing. The device is
  * compute capability 9.0 (AOTC_EMU_CC=80 makes it 8.0; AOTC_EMU_DEVICES=0 removes it).
@@ -15,6 +19,7 @@
 #ifndef AOTC_CUDA_EMU_RUNTIME_H
 #define AOTC_CUDA_EMU_RUNTIME_H
 
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <cmath>
@@ -62,23 +67,55 @@ inline cudaError_t last_error = cudaSuccess;
 /* ------------------------------------------------------------------ device threads */
 enum { RUNNING, AT_BLOCK_BARRIER, AT_WARP_BARRIER, DONE };
 struct Fiber {
-    ucontext_t ctx;
+    jmp_buf at;                 /* where it waits (a barrier, or done with its thread) */
     int state;
     dim3 tid;
-    char *stack;
+    char *stack;                /* null until it first runs */
+    bool started;               /* in this launch: else it starts afresh */
 };
 constexpr size_t STACK_BYTES = 256 * 1024;
 inline std::vector<Fiber> fibers;
-inline ucontext_t scheduler;
+inline jmp_buf scheduler;
 inline int current = -1;
 inline const Work *body = nullptr;
 inline uint64_t exchange[1024];          /* a shuffle's values, by thread */
 
+/* From the running fiber back to run_block, to be resumed where it left. */
+inline void yield_to_scheduler()
+{
+    if (!_setjmp(fibers[current].at))
+        _longjmp(scheduler, 1);
+}
+
+/* A fiber's whole life: one thread of a block, then (resumed by the next block) another. */
 inline void fiber_main()
 {
-    (*body)();
-    fibers[current].state = DONE;
-    swapcontext(&fibers[current].ctx, &scheduler);
+    for (;;) {
+        (*body)();
+        fibers[current].state = DONE;
+        yield_to_scheduler();
+    }
+}
+
+/* Into fiber i until it waits or is done: the first time in a launch from the start of
+ * fiber_main, on its stack. */
+inline void resume(int i)
+{
+    Fiber &f = fibers[i];
+    if (_setjmp(scheduler))
+        return;
+    if (f.started)
+        _longjmp(f.at, 1);
+    f.started = true;
+    if (!f.stack)
+        f.stack = static_cast<char *>(std::malloc(STACK_BYTES));
+    static ucontext_t start;
+    getcontext(&start);
+    start.uc_stack.ss_sp = f.stack;
+    start.uc_stack.ss_size = STACK_BYTES;
+    start.uc_link = nullptr;
+    makecontext(&start, fiber_main, 0);
+    setcontext(&start);
 }
 
 inline void wait(int state)
@@ -88,7 +125,7 @@ inline void wait(int state)
         std::abort();
     }
     fibers[current].state = state;
-    swapcontext(&fibers[current].ctx, &scheduler);
+    yield_to_scheduler();
 }
 
 }  // namespace aotc_emu
@@ -103,16 +140,9 @@ namespace aotc_emu {
 inline void run_block(int n)
 {
     if ((int)fibers.size() < n)
-        fibers.resize(n, Fiber{});
+        fibers.resize(n, Fiber{});       /* (a jmp_buf copied still points into its own stack) */
     for (int i = 0; i < n; ++i) {
         Fiber &f = fibers[i];
-        if (!f.stack)
-            f.stack = static_cast<char *>(std::malloc(STACK_BYTES));
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack;
-        f.ctx.uc_stack.ss_size = STACK_BYTES;
-        f.ctx.uc_link = nullptr;
-        makecontext(&f.ctx, fiber_main, 0);
         f.state = RUNNING;
         f.tid = dim3(i % blockDim.x, i / blockDim.x % blockDim.y, i / (blockDim.x * blockDim.y));
     }
@@ -122,7 +152,7 @@ inline void run_block(int n)
                 continue;
             current = i;
             threadIdx = fibers[i].tid;
-            swapcontext(&scheduler, &fibers[i].ctx);
+            resume(i);
         }
         current = -1;
         bool released = false, live = false, all_at_block = true;
@@ -169,6 +199,8 @@ inline void run_grid(dim3 grid, dim3 block, const Work &kernel)
     gridDim = grid;
     blockDim = block;
     body = &kernel;
+    for (Fiber &f : fibers)
+        f.started = false;
     for (unsigned z = 0; z < grid.z; ++z)
         for (unsigned y = 0; y < grid.y; ++y)
             for (unsigned x = 0; x < grid.x; ++x) {
