@@ -425,18 +425,23 @@ def _conv_gemm(x, w, attrs):
 
 @pytest.mark.parametrize("target", ["c", "c-avx512"])
 def test_conv_gemm_both_orientations(target, tmp_path):
-    from tests.helpers import assert_parity, rand, single_op_model
+    """The convolutions (every other one with a bias) in one model, one compile, against ONNX
+    Runtime; between them they take both GEMM orientations."""
+    from onnx import helper
+    from tests.helpers import assert_parity, graph_model, rand
     tiles = _target_or_skip(target)
     taken = set()
+    nodes, feeds, inits = [], {}, {}
     for i, (xs, ws, attrs) in enumerate(CONVS):
         taken.add(tiles.prefers_transposed(*_conv_gemm(xs, ws, attrs)))
-        x = rand(*xs, seed=i)
-        inits = {"w": rand(*ws, seed=10 + i) * 0.1}
+        feeds[f"x{i}"] = rand(*xs, seed=i)
+        inits[f"w{i}"] = rand(*ws, seed=10 + i) * 0.1
         if i % 2 == 0:
-            inits["b"] = rand(ws[0], seed=20 + i)
-        m = single_op_model("Conv", {"x": x}, inits=inits, **attrs)
-        (tmp_path / f"conv{i}").mkdir()
-        assert_parity(m, tmp_path / f"conv{i}", {"x": x}, target=target)
+            inits[f"b{i}"] = rand(ws[0], seed=20 + i)
+        nodes.append(helper.make_node("Conv", [f"x{i}", f"w{i}"] + ([f"b{i}"] if i % 2 == 0 else []), [f"y{i}"],
+                                      **attrs))
+    m = graph_model(nodes, feeds, [f"y{i}" for i in range(len(CONVS))], inits)
+    assert_parity(m, tmp_path, feeds, target=target)
     assert taken == {False, True}, f"the cases should take both GEMM orientations on {target}"
 
 
