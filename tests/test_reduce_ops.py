@@ -161,3 +161,72 @@ def test_layernorm_decomposed_opset13(tmp_path):
     inits = {"two": np.float32(2.0), "eps": np.float32(1e-5), "g": (1 + 0.1 * rand(32, seed=20)).astype(np.float32),
              "b": 0.1 * rand(32, seed=21)}
     assert_parity(graph_model(nodes, {"x": x}, ["y"], inits=inits, opset=13), tmp_path, {"x": x})
+
+
+@pytest.mark.parametrize("subnormals", ["flushed", "ieee"])
+def test_softmax_rows_by_the_runtime(subnormals, tmp_path, monkeypatch):
+    """runtime/aotc_softmax.h (an AVX-512 target's float32 rows: masked 16-lane vectors), its
+    plain C (the same header built with AOTC_SOFTMAX_PLAIN) and the kernels' own loops, on rows
+    of 1 to 197 elements (every tail length of a 16-lane vector among them) with a NaN, +-inf,
+    a row of -inf and scores spread far enough for exp to underflow (subnormal results, flushed
+    or kept); a Softmax op and an Attention op (whose rule makes a row of -inf zeros). The
+    three agree to a rounding of the float64 sum; ONNX Runtime on the finite rows."""
+    import onnxruntime as ort
+
+    import aotc
+    from aotc.ops import reduce
+    from aotc.paths import TARGETS_DIR
+    from aotc.targets import load_target, runs_here
+    if not runs_here(load_target("c-avx512")):
+        pytest.skip("the runtime's softmax rows are for AVX-512 builds, which this CPU does not run")
+    rng = np.random.default_rng(31)
+    lengths = [1, 5, 16, 17, 31, 33, 197]
+    xs = {f"x{n}": (rng.standard_normal((6, n)) * 4).astype(np.float32) for n in lengths}
+    for n in lengths:
+        x = xs[f"x{n}"]
+        x[1] *= 30                             # exp down to subnormals and zero
+        x[2, rng.integers(n)] = np.nan
+        x[3, rng.integers(n)] = np.inf
+        x[4] = -np.inf
+    q, k, v = (rng.standard_normal((1, 2, 45, 8)).astype(np.float32) for _ in range(3))
+    mask = np.zeros((45, 45), np.float32)
+    mask[7] = -np.inf                          # a fully masked query row, its scores NaN: zeros
+    q[0, :, 7, 0] = np.nan
+    mask[:, 40:] = -np.inf
+    nodes = [helper.make_node("Softmax", [name], [f"y{name[1:]}"], axis=-1) for name in xs] + \
+        [helper.make_node("Attention", ["q", "k", "v", "mask"], ["att"])]
+    feeds = dict(xs, q=q, k=k, v=v, mask=mask)
+    m = graph_model(nodes, feeds, [f"y{n}" for n in lengths] + ["att"], opset=23)
+    path = tmp_path / "m.onnx"
+    import onnx
+    onnx.save(m, path)
+
+    text = (TARGETS_DIR / "c-avx512.toml").read_text()
+    assert 'cflags = ["-std=c99", ' in text
+    (tmp_path / "plain.toml").write_text(text.replace('cflags = ["-std=c99", ', 'cflags = ["-DAOTC_SOFTMAX_PLAIN", "-std=c99", ')
+                                         .replace('name = "c-avx512"', 'name = "softmax-plain"'))
+    option = "" if subnormals == "flushed" else ",ieee_subnormals"
+
+    def built(name, target):
+        out = aotc.compile(path, target=target + option, output_dir=tmp_path / name)
+        calls = "".join(p.read_text() for p in (tmp_path / name).glob("*.c")).count("aotc_softmax_row(")
+        return out.run(feeds), calls
+
+    vectors, calls = built("vectors", "c-avx512")
+    assert calls == len(lengths) + 1
+    plain, calls = built("plain", str(tmp_path / "plain.toml"))
+    assert calls == len(lengths) + 1
+    monkeypatch.setattr(reduce, "SOFTMAX_RUNTIME", False)
+    loops, calls = built("loops", "c-avx512")
+    assert calls == 0
+    for name, a, b, c in zip([f"y{n}" for n in lengths] + ["att"], vectors, plain, loops):
+        np.testing.assert_allclose(a, c, rtol=3e-7, atol=0, err_msg=name)
+        np.testing.assert_allclose(b, c, rtol=3e-7, atol=0, err_msg=name)
+        assert (np.isnan(a) == np.isnan(c)).all() and (name == "att" or (a[np.isfinite(c)] >= 0).all()), name
+    assert not vectors[-1][0, :, 7].any()      # the masked row: zeros
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    for name, got, want in zip([f"y{n}" for n in lengths] + ["att"], vectors, sess.run(None, feeds)):
+        rows = [0, 1, 5] if name != "att" else slice(None)
+        if name == "att":
+            got, want = np.delete(got, 7, axis=2), np.delete(want, 7, axis=2)
+        np.testing.assert_allclose(got[rows], want[rows], rtol=1e-5, atol=1e-6, err_msg=name)

@@ -105,6 +105,10 @@ Attributes:
     LERP_ROWS        on a Resize, on a CPU target: a linear Resize's gathering axis may call
                      runtime/aotc_lerp.h rather than kernel loops (passes/caches.py
                      runtime_kernels, ops/resize.py)
+    SOFTMAX_ROWS     on a Softmax or an Attention, on an AVX-512 target: its float32 rows'
+                     softmax may call runtime/aotc_softmax.h (masked 16-lane vectors) rather
+                     than kernel loops (passes/caches.py runtime_kernels, ops/reduce.py
+                     softmax_row)
 """
 from __future__ import annotations
 
@@ -152,6 +156,7 @@ ONE_ARRAY = "_one_array"
 NBITS_KERNEL = "_nbits_kernel"
 NBITS_TILES = "_nbits_tiles"
 LERP_ROWS = "_lerp_rows"
+SOFTMAX_ROWS = "_softmax_rows"
 
 
 def is_carry(n: Node, end: bool) -> bool:

@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..ir.dims import upper
-from ..ir.internal import IN_PLACE, MASK_FILL, ONE_ARRAY, PLAIN_SOFTMAX
+from ..ir.internal import IN_PLACE, MASK_FILL, ONE_ARRAY, PLAIN_SOFTMAX, SOFTMAX_ROWS
 from ..kernel.ir import (I64, REDUCTION, SPATIAL, Builder, BufPtr, Expr, GemmDest, Load, Store, binop, call, const, matrix,
                          select, wrap)
 from .common import broadcast
@@ -359,8 +359,11 @@ def _lower_attention(node, ctx):
                     v = b_.local("bias", bias.value(bb, h, i, j))
                     b_.assign(live, select(v > live, v, live))
                 dead = live.eq(const(NEG_INF, F32))
+            # (the runtime's row where no probability is stored as the 4th output)
+            row = (BufPtr(S, i * St), BufPtr(S, i * St)) \
+                if node.attr(SOFTMAX_ROWS, 0) and (mode != 3 or qk_out is None) else None
             softmax_row(b_, lambda k: Load(S, i * St + k), lambda k, v: Store(S, i * St + k, v), St, F32,
-                        guarded=not plain, dead=dead, on_prob=on_prob)
+                        guarded=not plain, dead=dead, on_prob=on_prob, row=row)
         b_.gemm(d.Sq, d.Dv, St, matrix(S, 0, St, 1), matrix(Vt, vl.at(bb, hk, 0, 0), vl.ss, vl.sd),
                 GemmDest(Y, (bb, 0, h * d.Dv), (1,), (2,)) if d.rank3 else GemmDest(Y, (bb, h, 0, 0), (2,), (3,)))
 

@@ -17,9 +17,10 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import dtypes
-from ..ir.internal import COERCE_2D
-from ..kernel.ir import (I32, ORDERED, REDUCTION, SPATIAL, Buffer, Builder, Expr, Load, Store, binop, call, cast,
-                         const, maximum, select)
+from ..ir.dims import upper
+from ..ir.internal import COERCE_2D, SOFTMAX_ROWS
+from ..kernel.ir import (F32, I32, ORDERED, REDUCTION, SPATIAL, Buffer, Builder, BufPtr, Expr, Load, Store, binop,
+                         call, cast, const, extent, maximum, select, wrap)
 from .common import count, ints, norm_axis, prod
 from .registry import register
 from .tensor import _bstrides, contiguous_strides, strided_copy
@@ -231,8 +232,9 @@ def _lower_softmax(node, ctx):
             return (p * n + k) * inner + q
 
         if op == "Softmax":
+            row = (BufPtr(Y, at(0)), BufPtr(X, at(0))) if node.attr(SOFTMAX_ROWS, 0) and inner == 1 else None
             softmax_row(b, lambda k: Load(X, at(k)), lambda k, v: Store(Y, at(k), v), n, X.dtype,
-                        load_stored=lambda k: Load(Y, at(k)))
+                        load_stored=lambda k: Load(Y, at(k)), row=row)
             return
         # the maximum from -inf (a start the vector lanes can share: schedule/cpu.py); the
         # select inlines, unlike fmaxf. LogSoftmax skips a NaN here: it reaches every output
@@ -265,13 +267,28 @@ def _lower_softmax(node, ctx):
             b.store(Y, at(k), Load(X, at(k)) - shift)
 
 
+# whether rows marked SOFTMAX_ROWS call runtime/aotc_softmax.h (False: the loops below; a
+# switch for the tests that compare the two)
+SOFTMAX_RUNTIME = True
+
+
 def softmax_row(b: Builder, load, store, n: int, dtype, load_stored=None, guarded: bool = False,
-                dead: Expr | None = None, on_prob=None) -> None:
+                dead: Expr | None = None, on_prob=None, row: tuple[BufPtr, BufPtr] | None = None) -> None:
     """softmax over n values: load(k) reads value k, store(k, v) -> the Store statement writing
     result k, load_stored(k) reads what store wrote (default: load, for a row done in place).
     The maximum skips a NaN (it reaches every output anyway, through exp(x - max) and the sum).
     `guarded`: attention's rule for a row of -inf (and, with `dead`, a row whose bias masks
-    every key): zeros, not NaN. on_prob(builder, k, p): more to do with each probability."""
+    every key): zeros, not NaN. on_prob(builder, k, p): more to do with each probability.
+    `row` (destination, source), given where the caller's node is marked SOFTMAX_ROWS (an
+    AVX-512 target), the row is contiguous and on_prob does nothing: a float32 row calls
+    runtime/aotc_softmax.h instead, the same computation in masked vectors."""
+    if row is not None and SOFTMAX_RUNTIME and dtype == F32:
+        b.comment("the row's softmax in 16-lane vectors, its end masked (runtime/aotc_softmax.h)")
+        # its cost as the loops would count it: three statements an element and an exp (a math
+        # call counts 16, schedule/cpu.py CALL_COST)
+        b.call("aotc_softmax_row", row[0], row[1], wrap(extent(n)), const(int(guarded)),
+               const(0) if dead is None else cast(dead, I32), work=upper(n) * 19)
+        return
     load_stored = load_stored or load
     # the maximum from -inf, not from value 0: the row may be what the group writes (in place),
     # which a GPU work-group cannot read before its split loops (schedule/gpu_group.py), and a

@@ -24,7 +24,8 @@ import numpy as np
 
 from ..frontend.mapped import drop_pages
 from ..ir.graph import Graph
-from ..ir.internal import GATHER_NBITS, IN_PLACE, LERP_ROWS, MATMUL_NBITS, NBITS_KERNEL, NBITS_TILES, ONE_ARRAY
+from ..ir.internal import (GATHER_NBITS, IN_PLACE, LERP_ROWS, MATMUL_NBITS, NBITS_KERNEL, NBITS_TILES, ONE_ARRAY,
+                           SOFTMAX_ROWS)
 
 
 # op -> the (output, input) positions of its caches: a TensorScatter's result and cache, an
@@ -63,6 +64,10 @@ def runtime_kernels(g: Graph, nbits: bool, tiles: bool) -> Graph:
     Every Resize may interpolate its rows with runtime/aotc_lerp.h (LERP_ROWS; ops/resize.py
     decides where its taps fit).
 
+    In an AVX-512 build (`tiles`), every Softmax and Attention may compute its rows' softmax with
+    runtime/aotc_softmax.h (SOFTMAX_ROWS; ops/reduce.py softmax_row decides which rows: float32,
+    contiguous, nothing more per probability); elsewhere the kernels' loops do as well.
+
     With `nbits` (a runtime that has the int8-activation product of block-quantized weights,
     `[gemm] nbits_kernel`), each aotc.MatMulNBits that computes it calls the runtime
     (NBITS_KERNEL; ops/nbits.py): a decoder's one-token steps are that product's weight stream.
@@ -78,6 +83,8 @@ def runtime_kernels(g: Graph, nbits: bool, tiles: bool) -> Graph:
     for n in g.nodes:
         if n.op_type == "Resize":
             n.attrs[LERP_ROWS] = 1
+        if tiles and n.op_type in ("Softmax", "Attention") and n.domain in ("", "ai.onnx"):
+            n.attrs[SOFTMAX_ROWS] = 1
         if not nbits or n.op_type != MATMUL_NBITS or not int(n.attrs.get("int8_activations", 0)):
             continue
         n.attrs[NBITS_KERNEL] = 1

@@ -21,14 +21,14 @@ from .printer import CPrinter, uses_pool
 
 
 # the runtime header of each family of functions a kernel calls (CallStmt), by name prefix
-_CALLED_HEADERS = {"aotc_nbits_": "aotc_nbits.h", "aotc_lerp_": "aotc_lerp.h"}
+_CALLED_HEADERS = {"aotc_nbits_": "aotc_nbits.h", "aotc_lerp_": "aotc_lerp.h", "aotc_softmax_": "aotc_softmax.h"}
 
 
 def runtime_headers(program: Program) -> list[str]:
     """The runtime/ headers a C artifact includes: status codes, helpers, vectorizable float32
     math, the thread pool, and the GEMM when a kernel multiplies matrices (the integer one too
     when a kernel multiplies 8-bit ones); the header of each runtime function a kernel calls
-    (the block-quantized product, the rows of a linear Resize)."""
+    (the block-quantized product, the rows of a linear Resize, of a softmax)."""
     stmts = [s for k in program.kernels() for s in walk_stmts(k.body)]
     gemms = [s for s in stmts if isinstance(s, Gemm)]
     called = {s.fn for s in stmts if isinstance(s, CallStmt)}
