@@ -168,20 +168,30 @@ def _owner(ort_node: str, owner_of: dict[str, str], producers: dict) -> str | No
 
 
 def _strategy(comment: str) -> str:
-    """A kernel's lowering, from its body's first comment, without the sizes in it."""
-    text = re.sub(r"\(.*?\)|\b\d+( x \d+)*\b", "", comment.split(":")[0])
+    """A kernel's lowering, from its body's first comment, without the sizes in it (a list of
+    them in brackets: [...])."""
+    text = re.sub(r"\[[^\]]*\]", "[...]", comment.split(":")[0])
+    text = re.sub(r"\(.*?\)|\b\d+( x \d+)*\b", "", text)
     return re.sub(r"\s+", " ", text).strip(" ,") or "?"
+
+
+# comments the C printer writes at the top of a kernel's body, before the lowering's own
+_PRINTER_NOTES = ("bounds of max / min selects",)
 
 
 def _by_strategy(per: dict, sources: list[Path]) -> None:
     first_comment = {}
     for src in sources:
         text = src.read_text()
-        for m in re.finditer(r"^static (?:void|int) (k\d+\w*)\(.*?\n\{\n\s*/\* (.*?) \*/", text, re.M):
+        for m in re.finditer(r"^static (?:void|int) (k\d+\w*)\(.*?\n\{\n", text, re.M):
             body = text[m.end():text.find("\n}\n", m.end())]
+            # (the kernel's own statements' comments, not those of the loops inside them)
+            comments = [c for c in re.findall(r"^ {4}/\* (.*?) \*/", body, re.M) if not c.startswith(_PRINTER_NOTES)]
+            if not comments:
+                continue
             # (the schedule, not the lowering, chooses a convolution's sums by broadcast)
             broadcast = ".conv_broadcast = 1" in body
-            first_comment[m.group(1)] = "convolution summed by broadcast" if broadcast else _strategy(m.group(2))
+            first_comment[m.group(1)] = "convolution summed by broadcast" if broadcast else _strategy(comments[0])
     sums: dict[str, dict[int, float]] = {}
     for t, d in per.items():
         for k, v in d.items():
