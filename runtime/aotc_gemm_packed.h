@@ -294,6 +294,7 @@ typedef struct {
 #define AOTC_IM2COL_SPAN (AOTC_GEMM_NR > 64 ? AOTC_GEMM_NR : 64)
 #define AOTC_IM2COL_GROUPS ((AOTC_IM2COL_SPAN + 15) / 16)   /* groups of 16 columns in a span's row */
 #define AOTC_IM2COL_TAPS 64                                 /* taps planned at a time */
+#define AOTC_IM2COL_AHEAD 2                                 /* channels read ahead of the packing */
 #if AOTC_IM2COL_SPAN > 255
 #error "the im2col packer keeps a span's columns in 8 bits: AOTC_GEMM_NR must be below 256"
 #endif
@@ -421,6 +422,19 @@ static void aotc_sgemm_pack_im2col(const aotc_im2col *v, int64_t k0, int64_t kc,
                 continue;
             }
 #if AOTC_IM2COL_EXPAND
+            if (tap == 0 && t1 - t0 == KK) {
+                /* a channel's first row: the rows that channel c + AHEAD will read, on their way to
+                   L1 (each channel's few rows are a short stream of their own, 4.9 KB from the
+                   last one in a 35 x 35 plane, which the hardware's prefetchers did not follow:
+                   the loads below waited on L2 / L3 for most of the packing's time) */
+                const float *ahead = xc + AOTC_IM2COL_AHEAD * H * W;
+                for (t = 0; t < KK; t += v->KW)               /* each kernel row's first tap */
+                    for (g = 0; g < groups; ++g)
+                        for (e = 0; e < count[t][g]; ++e) {
+                            AOTC_PREFETCH(ahead + seg[t][g][e].src);
+                            AOTC_PREFETCH(ahead + seg[t][g][e].src + (SW == 2 ? 16 : 15));
+                        }
+            }
             if ((SW == 1 || SW == 2) && (width % 16 == 0 || width == 8)) {
                 /* 16 columns at a time in a register: a segment at stride 1 is an expanding load
                    into its lanes; at stride 2 its 2*len - 1 floats are loaded, the even ones
