@@ -1315,10 +1315,14 @@ AOTC_BF16_TARGET static void aotc_bf16_b_rows(int64_t kc, int64_t n, const float
 
 /* out[32 x 32] (row stride ldo floats) <- (out +, when add) a . b over kp values of k: a 32 rows
  * of Ah (row stride kp), b two 16-column groups of Bh (b and b + kp * 16). (Prefetching the next
- * call's B a k step at a time was measured slower: ResNet-50 and BERT 1-5%, in one process.) */
+ * call's B a k step at a time was measured slower: ResNet-50 and BERT 1-5%, in one process.)
+ * rows, cols: how many of out's rows and columns the caller reads (a block at C's edge), which
+ * the tiles compute all of. */
 AOTC_BF16_TARGET static void aotc_bf16_tile(int64_t kp, const uint16_t *a, const uint16_t *b, float *out, int64_t ldo,
-                                            int add)
+                                            int add, int64_t rows, int64_t cols)
 {
+    (void)rows;
+    (void)cols;
     const uint16_t *b1 = b + kp * 16;
     int64_t k;
     if (add) {
@@ -1351,14 +1355,39 @@ AOTC_BF16_TARGET static void aotc_bf16_tile(int64_t kp, const uint16_t *a, const
 /* aotc_bf16_tile's product without the tiles: the same operands (a 32 rows of Ah, b two groups
  * of Bh) and result, by AVX512-BF16's VDPBF16PS, which adds to each of 16 float32 lanes the two
  * products of a pair of bfloat16 values: 8 rows of out at a time, each row's pair (k, k + 1)
- * broadcast against the pairs of b's 32 columns, 16 accumulators of 16 columns. */
+ * broadcast against the pairs of b's 32 columns, 16 accumulators of 16 columns. Only the groups
+ * of 8 rows that hold one of the first `rows`, and with `cols` <= 16 only the first 16 columns,
+ * are computed (the rest of out is left as it was): a product of 16 columns (Winograd's on 4 x 4
+ * tiles: ResNet-50's last stage) computed all 32 spent half its time on columns no one reads. */
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void aotc_bf16_tile_dot(int64_t kp, const uint16_t *a,
                                                                                    const uint16_t *b, float *out,
-                                                                                   int64_t ldo, int add)
+                                                                                   int64_t ldo, int add, int64_t rows,
+                                                                                   int64_t cols)
 {
     const uint16_t *b1 = b + kp * 16;
     int64_t r0, i, k;
-    for (r0 = 0; r0 < 32; r0 += 8) {
+    if (cols <= 16) {
+        for (r0 = 0; r0 < rows; r0 += 8) {
+            __m512 c0[8];
+#pragma GCC unroll 8
+            for (i = 0; i < 8; ++i)
+                c0[i] = add ? _mm512_loadu_ps(out + (r0 + i) * ldo) : _mm512_setzero_ps();
+            for (k = 0; k < kp; k += 2) {
+                const __m512bh p0 = (__m512bh)_mm512_loadu_si512((const void *)(b + k * 16));
+#pragma GCC unroll 8
+                for (i = 0; i < 8; ++i) {
+                    uint32_t pair;
+                    memcpy(&pair, a + (r0 + i) * kp + k, sizeof pair);
+                    c0[i] = _mm512_dpbf16_ps(c0[i], (__m512bh)_mm512_set1_epi32((int)pair), p0);
+                }
+            }
+#pragma GCC unroll 8
+            for (i = 0; i < 8; ++i)
+                _mm512_storeu_ps(out + (r0 + i) * ldo, c0[i]);
+        }
+        return;
+    }
+    for (r0 = 0; r0 < rows; r0 += 8) {
         __m512 c0[8], c1[8];
 #pragma GCC unroll 8
         for (i = 0; i < 8; ++i) {
@@ -1441,7 +1470,7 @@ static void aotc_sgemm_block_bf16(const aotc_sgemm_call *g, int64_t m0, int64_t 
     float sums[32 * 32] __attribute__((aligned(64)));
     int64_t jc, jh, pc, ic, jr, ir;
     const int amx = aotc_bf16_ready() == AOTC_BF16_ON_AMX;
-    void (*const tile)(int64_t, const uint16_t *, const uint16_t *, float *, int64_t, int) =
+    void (*const tile)(int64_t, const uint16_t *, const uint16_t *, float *, int64_t, int, int64_t, int64_t) =
         amx ? aotc_bf16_tile : aotc_bf16_tile_dot;
     if (amx)
         aotc_amx_tiles_on();
@@ -1487,9 +1516,9 @@ static void aotc_sgemm_block_bf16(const aotc_sgemm_call *g, int64_t m0, int64_t 
                             const int64_t i = ic + ir, j = jc + jh + jr;
                             float *c = C0 + i * g->rsc + j * g->csc;
                             if (mr == 32 && nr == 32 && g->csc == 1) {      /* C's own rows are the tiles' */
-                                tile(kcp, ah + ir * kcp, bh + jr * kcp, c, g->rsc, add);
+                                tile(kcp, ah + ir * kcp, bh + jr * kcp, c, g->rsc, add, 32, 32);
                             } else {
-                                tile(kcp, ah + ir * kcp, bh + jr * kcp, sums, 32, 0);
+                                tile(kcp, ah + ir * kcp, bh + jr * kcp, sums, 32, 0, mr, nr);
                                 aotc_bf16_store(sums, c, g->rsc, g->csc, mr, nr, add);
                             }
                             if (last && g->epilogue)
