@@ -279,9 +279,9 @@ def softmax_row(b: Builder, load, store, n: int, dtype, load_stored=None, guarde
     The maximum skips a NaN (it reaches every output anyway, through exp(x - max) and the sum).
     `guarded`: attention's rule for a row of -inf (and, with `dead`, a row whose bias masks
     every key): zeros, not NaN. on_prob(builder, k, p): more to do with each probability.
-    `row` (destination, source), given where the caller's node is marked SOFTMAX_ROWS (an
-    AVX-512 target), the row is contiguous and on_prob does nothing: a float32 row calls
-    runtime/aotc_softmax.h instead, the same computation in masked vectors."""
+    `row` (destination, source), given where the caller's node is marked SOFTMAX_ROWS (the pass
+    runtime_kernels decides for which targets), the row is contiguous and on_prob does nothing:
+    a float32 row calls runtime/aotc_softmax.h instead, the same computation in masked vectors."""
     if row is not None and SOFTMAX_RUNTIME and dtype == F32:
         b.comment("the row's softmax in 16-lane vectors, its end masked (runtime/aotc_softmax.h)")
         # its cost as the loops would count it: three statements an element and an exp (a math
