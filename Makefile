@@ -26,7 +26,7 @@ demo: venv
 	$(BIN)/aotc check build/demo/mlp.onnx --target c --shape x=1x64
 
 test: venv
-	$(BIN)/python -m pytest -q -n $(JOBS) tests
+	$(BIN)/python -m pytest -q -n $(JOBS) --durations=30 tests
 
 # OpenCL on the CPU (PoCL) for the opencl target and its tests (Debian/Ubuntu, as root).
 opencl-deps:
