@@ -20,15 +20,11 @@
 
 #include <stdint.h>
 
+#include "aotc_support.h"       /* aotc_mask16 */
+
 #if defined(__GNUC__) && defined(__x86_64__) && defined(__AVX512F__) && !defined(AOTC_LERP_PLAIN)
 #define AOTC_LERP_AVX512 1
 #include <immintrin.h>
-
-/* lanes 0 .. n - 1 set (none for n <= 0, all 16 for n >= 16) */
-static inline __mmask16 aotc_lerp_mask(int64_t n)
-{
-    return (__mmask16)(n >= 16 ? 0xFFFFu : n > 0 ? (1u << n) - 1u : 0u);
-}
 #else
 #define AOTC_LERP_AVX512 0
 #endif
@@ -42,11 +38,11 @@ static inline void aotc_lerp_row(float *restrict dst, int64_t n_out, const float
     for (int64_t o = 0; o < n_out; o += 16) {
         const float *w = src + first[o >> 4];
         const int64_t left = n_src - first[o >> 4];          /* the window's elements inside the row */
-        const __m512 lo = _mm512_maskz_loadu_ps(aotc_lerp_mask(left), w);
-        const __m512 hi = _mm512_maskz_loadu_ps(aotc_lerp_mask(left - 16), w + 16);
+        const __m512 lo = _mm512_maskz_loadu_ps(aotc_mask16(left), w);
+        const __m512 hi = _mm512_maskz_loadu_ps(aotc_mask16(left - 16), w + 16);
         const __m512 a = _mm512_permutex2var_ps(lo, _mm512_loadu_si512((const void *)(lanes + o)), hi);
         const __m512 b = _mm512_permutex2var_ps(lo, _mm512_loadu_si512((const void *)(lanes + padded + o)), hi);
-        const __mmask16 live = aotc_lerp_mask(n_out - o);
+        const __mmask16 live = aotc_mask16(n_out - o);
         const __m512 wa = _mm512_maskz_loadu_ps(live, weights + o);
         const __m512 wb = _mm512_maskz_loadu_ps(live, weights + n_out + o);
         _mm512_mask_storeu_ps(dst + o, live, _mm512_fmadd_ps(wa, a, _mm512_mul_ps(wb, b)));

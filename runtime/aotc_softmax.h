@@ -24,16 +24,11 @@
 #include <stdint.h>
 
 #include "aotc_math.h"
+#include "aotc_support.h"       /* aotc_mask16 */
 
 #if defined(__GNUC__) && defined(__x86_64__) && defined(__AVX512F__) && !defined(AOTC_SOFTMAX_PLAIN)
 #define AOTC_SOFTMAX_AVX512 1
 #include <immintrin.h>
-
-/* lanes 0 .. n - 1 set (all 16 for n >= 16) */
-static inline __mmask16 aotc_softmax_mask(int64_t n)
-{
-    return (__mmask16)(n >= 16 ? 0xFFFFu : (1u << n) - 1u);
-}
 
 /* aotc_expf of 16 arguments, each <= 0 or NaN (no overflow to handle): the same reduction and
  * polynomial, contracted into FMAs as the kernels' -ffp-contract=fast compiles them. A NaN
@@ -87,7 +82,7 @@ static inline void aotc_softmax_row(float *dst, const float *src, int64_t n, int
 #if AOTC_SOFTMAX_AVX512
     __m512 vmax = _mm512_set1_ps(-INFINITY);
     for (int64_t k = 0; k < n; k += 16) {
-        const __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), aotc_softmax_mask(n - k), src + k);
+        const __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), aotc_mask16(n - k), src + k);
         vmax = _mm512_max_ps(v, vmax);           /* v > max ? v : max: a NaN v keeps max */
     }
     float mx = _mm512_reduce_max_ps(vmax);
@@ -96,7 +91,7 @@ static inline void aotc_softmax_row(float *dst, const float *src, int64_t n, int
     const __m512 shift = _mm512_set1_ps(mx);
     __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
     for (int64_t k = 0; k < n; k += 16) {
-        const __mmask16 live = aotc_softmax_mask(n - k);
+        const __mmask16 live = aotc_mask16(n - k);
         const __m512 e = _mm512_maskz_mov_ps(live, aotc_softmax_exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, src + k), shift)));
         _mm512_mask_storeu_ps(dst + k, live, e);
         lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
@@ -122,7 +117,7 @@ static inline void aotc_softmax_row(float *dst, const float *src, int64_t n, int
 #if AOTC_SOFTMAX_AVX512
     const __m512 vinv = _mm512_set1_ps(inv);
     for (int64_t k = 0; k < n; k += 16) {
-        const __mmask16 live = aotc_softmax_mask(n - k);
+        const __mmask16 live = aotc_mask16(n - k);
         _mm512_mask_storeu_ps(dst + k, live, _mm512_mul_ps(_mm512_maskz_loadu_ps(live, dst + k), vinv));
     }
 #else

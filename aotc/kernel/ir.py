@@ -521,11 +521,17 @@ class If(Stmt):
     orelse: list[Stmt] = field(default_factory=list)
 
 
+# What a math function call (Call: exp, tanh, erf...) costs, in the schedule's units of work
+# (kernel statements run; schedule/cpu.py work_estimate): a scalar libm exp / tanh / erf is tens
+# of cycles, where a vectorized add is a fraction of one. A CallStmt's `work` counts in them too.
+CALL_COST = 16
+
+
 @dataclass(eq=False)
 class CallStmt(Stmt):
     """Call a runtime function: args are Buffers / BufPtrs (passed as pointers) or Exprs; `work`:
     what the call costs, in the schedule's units (kernel statements run; schedule/cpu.py
-    work_estimate), for the thread pool's choice of loops."""
+    work_estimate, CALL_COST), for the thread pool's choice of loops."""
     fn: str
     args: list
     work: int = 1

@@ -19,7 +19,7 @@ from ..errors import ShapeError
 from ..ir import dtypes
 from ..ir.dims import upper
 from ..ir.internal import COERCE_2D, SOFTMAX_ROWS
-from ..kernel.ir import (F32, I32, ORDERED, REDUCTION, SPATIAL, Buffer, Builder, BufPtr, Expr, Load, Store, binop,
+from ..kernel.ir import (CALL_COST, F32, I32, ORDERED, REDUCTION, SPATIAL, Buffer, Builder, BufPtr, Expr, Load, Store, binop,
                          call, cast, const, extent, maximum, select, wrap)
 from .common import count, ints, norm_axis, prod
 from .registry import register
@@ -284,10 +284,9 @@ def softmax_row(b: Builder, load, store, n: int, dtype, load_stored=None, guarde
     a float32 row calls runtime/aotc_softmax.h instead, the same computation in masked vectors."""
     if row is not None and SOFTMAX_RUNTIME and dtype == F32:
         b.comment("the row's softmax in 16-lane vectors, its end masked (runtime/aotc_softmax.h)")
-        # its cost as the loops would count it: three statements an element and an exp (a math
-        # call counts 16, schedule/cpu.py CALL_COST)
+        # its cost as the loops would count it: three statements an element and an exp
         b.call("aotc_softmax_row", row[0], row[1], wrap(extent(n)), const(int(guarded)),
-               const(0) if dead is None else cast(dead, I32), work=upper(n) * 19)
+               const(0) if dead is None else cast(dead, I32), work=upper(n) * (3 + CALL_COST))
         return
     load_stored = load_stored or load
     # the maximum from -inf, not from value 0: the row may be what the group writes (in place),

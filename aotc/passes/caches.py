@@ -58,13 +58,13 @@ def caches_in_place(g: Graph, one_array: bool = False) -> Graph:
     return g
 
 
-def runtime_kernels(g: Graph, nbits: bool, tiles: bool) -> Graph:
+def runtime_kernels(g: Graph, nbits: bool, avx512: bool) -> Graph:
     """Nodes of a CPU target that call the C runtime's functions rather than kernel loops.
 
     Every Resize may interpolate its rows with runtime/aotc_lerp.h (LERP_ROWS; ops/resize.py
     decides where its taps fit).
 
-    In an AVX-512 build (`tiles`), every Softmax and Attention may compute its rows' softmax with
+    In an AVX-512 build (`avx512`), every Softmax and Attention may compute its rows' softmax with
     runtime/aotc_softmax.h (SOFTMAX_ROWS; ops/reduce.py softmax_row decides which rows: float32,
     contiguous, nothing more per probability); elsewhere the kernels' loops do as well.
 
@@ -72,7 +72,7 @@ def runtime_kernels(g: Graph, nbits: bool, tiles: bool) -> Graph:
     `[gemm] nbits_kernel`), each aotc.MatMulNBits that computes it calls the runtime
     (NBITS_KERNEL; ops/nbits.py): a decoder's one-token steps are that product's weight stream.
 
-    With `tiles` (an AVX-512 build, whose VNNI product reads them), constant weights are relaid
+    In an AVX-512 build (`avx512`: its VNNI product reads them), constant weights are relaid
     at compile time in the order that product consumes them (NBITS_TILES; `_tiles`): 16 columns
     x 4 bytes per 64 (4, 8 or 16 positions), their scales by the same 16 columns, so that one
     vpdpbusd makes 16 columns' sums with no lanes to add up; the relaid weights and scales
@@ -83,7 +83,7 @@ def runtime_kernels(g: Graph, nbits: bool, tiles: bool) -> Graph:
     for n in g.nodes:
         if n.op_type == "Resize":
             n.attrs[LERP_ROWS] = 1
-        if tiles and n.op_type in ("Softmax", "Attention") and n.domain in ("", "ai.onnx"):
+        if avx512 and n.op_type in ("Softmax", "Attention") and n.domain in ("", "ai.onnx"):
             n.attrs[SOFTMAX_ROWS] = 1
         if not nbits or n.op_type != MATMUL_NBITS or not int(n.attrs.get("int8_activations", 0)):
             continue
@@ -98,7 +98,7 @@ def runtime_kernels(g: Graph, nbits: bool, tiles: bool) -> Graph:
         zero_scaled = (_zero_scaled(scales, packed.reshape(N, -1), bits)
                        if packed is not None and packed.dtype == np.uint8 else None)
         weights = g.const(n.inputs[1])
-        if tiles and weights is not None and (not zero_points or zero_scaled is not None):
+        if avx512 and weights is not None and (not zero_points or zero_scaled is not None):
             inputs = [n.inputs[0], g.add_const(_tiles(weights.reshape(N, -1), bits), f"{n.inputs[1]}_tiles"),
                       g.add_const(_by_tiles(scales), f"{n.inputs[2]}_tiles")]
             drop_pages(weights)       # (the file's bytes: read once, here)

@@ -88,7 +88,7 @@ def _caches(g: Graph, ctx: PassContext) -> Graph:
 def _runtime_kernels(g: Graph, ctx: PassContext) -> Graph:
     if ctx.target is None or ctx.target.is_gpu:
         return g
-    return runtime_kernels(g, ctx.target.gemm.nbits_kernel, tiles="avx512f" in ctx.target.requires)
+    return runtime_kernels(g, ctx.target.gemm.nbits_kernel, avx512="avx512f" in ctx.target.requires)
 
 
 def _subnormals(g: Graph, ctx: PassContext) -> Graph:

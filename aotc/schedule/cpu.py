@@ -29,7 +29,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import AotcError
-from ..kernel.ir import (F32, PARALLEL, REDUCTION, SERIAL, SPATIAL, VECTORIZED, Assign, BinOp, BufPtr, Buffer, Call,
+from ..kernel.ir import (CALL_COST, F32, PARALLEL, REDUCTION, SERIAL, SPATIAL, VECTORIZED, Assign, BinOp, BufPtr, Buffer, Call,
                          CallStmt, Cast, Const, Decl, Expr, Fail, Gemm, If, Load, Loop, Rewriter, Select, SizeVar, Stmt, Store,
                          Var, as_dim, binop, children, const, dim_expr, map_stmts, replace_buffers, same_expr,
                          stmt_exprs, walk_buffers, walk_expr, walk_stmts)
@@ -43,9 +43,6 @@ from .gemm_cpu import (BF16_MIN, ConstPacker, GemmTiles, capacity, choose_split,
 
 # a loop of unknown trip count (bounds from data or from outer indices) counts as this many
 UNKNOWN_TRIPS = 8
-# what a math function call costs, in statements (a scalar libm exp / tanh / erf is tens of cycles,
-# where a vectorized add is a fraction of one)
-CALL_COST = 16
 
 
 def schedule_cpu(graph, steps, target: Target, threads: int) -> None:
