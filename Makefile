@@ -61,7 +61,7 @@ golden-update: venv
 BENCH_FLAGS ?=
 bench: venv
 	$(BIN)/python -m pip install -q -e '.[test,bench]'
-	$(BIN)/python -m tools.bench --size full --threads 1,2 --runs 30 --rounds 6 --openvino $(BENCH_FLAGS) --report docs/PERFORMANCE.md
+	$(BIN)/python -m tools.bench --size full --threads 1,2 --runs 30 --rounds 10 --openvino $(BENCH_FLAGS) --report docs/PERFORMANCE.md
 
 # Run-time dimensions: one ranged artifact against builds fixed to a size (tools/dims_bench.py),
 # its table in docs/PERFORMANCE.md. (Runs of 0.1-1 ms: 300 of each in 30 rounds; at 40 in 8, one

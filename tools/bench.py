@@ -17,7 +17,12 @@ rounds, in each of which every engine in turn runs `--runs / --rounds` timed run
 so slow drifts of a shared machine hit all alike; runs of one engine are not interleaved with
 another's, whose thread pool would still be spinning on the same cores (ONNX Runtime's and
 aotc's both spin for a while after a run). Each model is measured in a fresh process.
-Reports medians and ratios.
+Reports medians and ratios, and, with OpenVINO, aotc's time over the best other engine's paired
+round by round: in each round aotc's median over the faster of ONNX Runtime's and OpenVINO's in
+that round, the median of those ratios over the rounds. A slow period of the machine (seconds to
+minutes on a shared VM) lasting a round slows every engine of that round alike, so it moves the
+paired ratio far less than a ratio of medians, where it may hit one engine's runs more than
+another's.
 """
 from __future__ import annotations
 
@@ -140,7 +145,30 @@ def bench_model(name: str, size: str, runs: int, warmup: int, workdir: Path, tar
             engines[f"OV, {t} thread{'s' if t > 1 else ''}"] = openvino_runner(path, feeds, t)
     samples = time_engines(engines, runs, warmup, rounds)     # the method of aotc/bench.py's docstring
     med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
-    return {"model": name, "size": size, "median_ms": med, "memory": memory}
+    return {"model": name, "size": size, "median_ms": med, "round_ms": round_medians(samples, rounds),
+            "memory": memory}
+
+
+def round_medians(samples: dict[str, list[float]], rounds: int) -> dict[str, list[float]]:
+    """Each engine's median run of each round, in ms (time_engines records a round's runs together)."""
+    out = {}
+    for k, v in samples.items():
+        per = len(v) // rounds
+        out[k] = [statistics.median(v[r * per:(r + 1) * per]) * 1e3 for r in range(rounds)]
+    return out
+
+
+def paired_over_best(result: dict, t: int) -> float | None:
+    """aotc's time over the best other engine's at t threads, paired by round (the module's
+    docstring): the median over rounds of aotc's round median / the faster other's; None
+    without the rounds or another engine."""
+    rounds = result.get("round_ms")
+    suffix = f"{t} thread{'s' if t > 1 else ''}"
+    others = [rounds[k] for k in (f"ORT, {suffix}", f"OV, {suffix}") if rounds and k in rounds]
+    if not rounds or f"aotc, {suffix}" not in rounds or not others:
+        return None
+    ratios = [a / min(o[r] for o in others) for r, a in enumerate(rounds[f"aotc, {suffix}"])]
+    return statistics.median(ratios)
 
 
 def openvino_runner(path: Path, feeds: dict, threads: int):
@@ -184,7 +212,9 @@ def render(results: list[dict], runs: int, warmup: int, target: str, threads: li
          f"medians of {runs} runs per engine (blocks of back-to-back runs, engines rotated over rounds) after "
          f"{warmup} warm-up runs, in ms. Speed-up = the 1-thread median / the 2-thread median of the same engine; "
          "aotc/ORT = ORT's median / aotc's (> 1: aotc faster)"
-         + (f"; aotc/OV the same against OpenVINO {_openvino_version()} (float32)." if _has_ov(results) else "."), ""]
+         + (f"; aotc/OV the same against OpenVINO {_openvino_version()} (float32); time / best, paired = "
+            "the median over rounds of aotc's round median over the faster other engine's in that round "
+            "(< 1: aotc faster; issue 32's measure)." if _has_ov(results) else "."), ""]
     cols = list(results[0]["median_ms"]) if results else []
     head = ["model"] + cols
     t1, t2 = (f"{threads[0]} thread", f"{threads[-1]} threads") if len(threads) > 1 else (None, None)
@@ -192,10 +222,13 @@ def render(results: list[dict], runs: int, warmup: int, target: str, threads: li
         head += ["aotc speed-up", "ORT speed-up", f"aotc/ORT {threads[0]}T", f"aotc/ORT {threads[-1]}T"]
         if _has_ov(results):
             head += [f"aotc/OV {threads[0]}T", f"aotc/OV {threads[-1]}T"]
+    paired = _has_ov(results) and all(r.get("round_ms") for r in results)
+    if paired:
+        head += [f"time / best, paired {t}T" for t in threads]
     if any("aotc before, 1 thread" in r["median_ms"] for r in results):
         head += ["before/now 1T"]
     L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    sp_a, sp_o = [], []
+    sp_a, sp_o, over = [], [], {t: [] for t in threads}
     for r in results:
         m = r["median_ms"]
         row = [r["model"]] + [f"{m[c]:.2f}" for c in cols]
@@ -206,13 +239,22 @@ def render(results: list[dict], runs: int, warmup: int, target: str, threads: li
             row += [f"{a1 / a2:.2f}x", f"{o1 / o2:.2f}x", f"{o1 / a1:.2f}", f"{o2 / a2:.2f}"]
             if _has_ov(results):
                 row += [f"{m[f'OV, {t1}'] / a1:.2f}", f"{m[f'OV, {t2}'] / a2:.2f}"]
+        if paired:
+            for t in threads:
+                over[t].append(paired_over_best(r, t))
+                row += [f"{over[t][-1]:.2f}"]
         if "aotc before, 1 thread" in m:
             row += [f"{m['aotc before, 1 thread'] / m[f'aotc, {threads[0]} thread']:.2f}"]
         L.append("| " + " | ".join(row) + " |")
+    gm = lambda xs: float(np.exp(np.mean(np.log(xs))))  # noqa: E731
     if sp_a:
-        gm = lambda xs: float(np.exp(np.mean(np.log(xs))))  # noqa: E731
         L += ["", f"Geometric mean speed-up from {threads[0]} to {threads[-1]} threads: aotc {gm(sp_a):.2f}x, "
                   f"ORT {gm(sp_o):.2f}x."]
+    if paired:
+        L += ["", "Time / best other, paired, geometric mean: " + ", ".join(
+            f"{gm(over[t]):.3f} at {t} thread{'s' if t > 1 else ''}" for t in threads) + "; above 1: " + (", ".join(
+                f"{r['model']} {over[t][i]:.2f} ({t}T)" for t in threads for i, r in enumerate(results)
+                if round(over[t][i], 2) > 1.0) or "none") + "."]
     L += ["", END]
     return "\n".join(L)
 

@@ -1,0 +1,47 @@
+"""tools/bench.py's paired measure (issue 32's "aotc / best other"): each round's median of each
+engine, then aotc's over the faster other engine's of the same round, the median over rounds."""
+import pytest
+
+from tools.bench import paired_over_best, round_medians
+
+
+def _samples(per_round_ms: list[float], rng) -> list[float]:
+    """three runs a round around each round's value, in seconds as time_engines records them: the
+    middle one the round's value, one faster and one slower"""
+    out = []
+    for v in per_round_ms:
+        out += [v * (1 + rng.uniform(0.01, 0.05)) / 1e3, v / 1e3, v * (1 - rng.uniform(0.01, 0.05)) / 1e3]
+    return out
+
+
+def test_round_medians_take_each_rounds_middle_run():
+    import numpy as np
+    rng = np.random.default_rng(0)
+    got = round_medians({"e": _samples([4.0, 7.0, 5.5], rng)}, 3)
+    assert got["e"] == pytest.approx([4.0, 7.0, 5.5])
+
+
+def test_a_slow_period_moves_the_paired_ratio_less_than_the_ratio_of_medians():
+    import numpy as np
+    rng = np.random.default_rng(1)
+    # aotc is 10 ms to OpenVINO's 11 (ONNX Runtime slower still) in every round; a slow period
+    # (3x) covers aotc's runs from round 2 on and the others' from round 3 on
+    aotc = [10.0, 10.0, 30.0, 30.0, 30.0]
+    ov = [11.0, 11.0, 11.0, 33.0, 33.0]
+    ort = [x * 1.2 for x in ov]
+    samples = {"aotc, 1 thread": _samples(aotc, rng), "OV, 1 thread": _samples(ov, rng),
+               "ORT, 1 thread": _samples(ort, rng)}
+    result = {"round_ms": round_medians(samples, 5)}
+    assert paired_over_best(result, 1) == pytest.approx(10.0 / 11.0)
+    medians = {k: float(np.median(v)) for k, v in samples.items()}
+    assert medians["aotc, 1 thread"] / medians["OV, 1 thread"] > 2.5     # what the medians would say
+
+
+def test_the_faster_other_engine_is_taken_round_by_round():
+    import numpy as np
+    rng = np.random.default_rng(2)
+    samples = {"aotc, 2 threads": _samples([8.0, 8.0, 8.0], rng), "OV, 2 threads": _samples([10.0, 6.0, 10.0], rng),
+               "ORT, 2 threads": _samples([7.0, 9.0, 9.0], rng)}
+    # rounds: 8/7, 8/6, 8/9 -> the median 8/7
+    assert paired_over_best({"round_ms": round_medians(samples, 3)}, 2) == pytest.approx(8.0 / 7.0)
+    assert paired_over_best({"round_ms": round_medians(samples, 3)}, 1) is None     # no 1-thread engines
