@@ -158,17 +158,21 @@ def round_medians(samples: dict[str, list[float]], rounds: int) -> dict[str, lis
     return out
 
 
-def paired_over_best(result: dict, t: int) -> float | None:
-    """aotc's time over the best other engine's at t threads, paired by round (the module's
-    docstring): the median over rounds of aotc's round median / the faster other's; None
-    without the rounds or another engine."""
-    rounds = result.get("round_ms")
-    suffix = f"{t} thread{'s' if t > 1 else ''}"
-    others = [rounds[k] for k in (f"ORT, {suffix}", f"OV, {suffix}") if rounds and k in rounds]
-    if not rounds or f"aotc, {suffix}" not in rounds or not others:
+def paired_ratio(rounds: dict[str, list[float]], engine: str, others: list[str]) -> float | None:
+    """engine's time over the fastest of `others`, paired by round (the module's docstring): the
+    median over rounds of engine's round median / the fastest other's of that round; None
+    without the engine or any of the others."""
+    theirs = [rounds[k] for k in others if k in rounds]
+    if engine not in rounds or not theirs:
         return None
-    ratios = [a / min(o[r] for o in others) for r, a in enumerate(rounds[f"aotc, {suffix}"])]
-    return statistics.median(ratios)
+    return statistics.median([a / min(o[r] for o in theirs) for r, a in enumerate(rounds[engine])])
+
+
+def paired_over_best(result: dict, t: int) -> float | None:
+    """aotc's time over the best other engine's (ONNX Runtime, OpenVINO) at t threads, paired by
+    round; None without the rounds or another engine."""
+    suffix = f"{t} thread{'s' if t > 1 else ''}"
+    return paired_ratio(result.get("round_ms") or {}, f"aotc, {suffix}", [f"ORT, {suffix}", f"OV, {suffix}"])
 
 
 def openvino_runner(path: Path, feeds: dict, threads: int):

@@ -1,7 +1,7 @@
 """Reduced precision on the CPU: aotc's `,bf16` option (float32 GEMMs with bfloat16 operands, on
 AMX tiles or by AVX512-BF16's dot products) against aotc float32, ONNX Runtime and OpenVINO in float32 and in its bfloat16 mode.
 
-python -m tools.bf16_bench [--models resnet50,bert] [--threads 1,2] [--runs 30] [--rounds 6]
+python -m tools.bf16_bench [--models resnet50,bert] [--threads 1,2] [--runs 30] [--rounds 10]
                            [--report docs/PERFORMANCE.md]
 
 Each zoo model (full size) runs in one process, the engines timed in alternating rounds
@@ -9,7 +9,9 @@ Each zoo model (full size) runs in one process, the engines timed in alternating
 OpenVINO's CPU plugin with INFERENCE_PRECISION_HINT f32 and bf16 (bf16 is its default on CPUs
 with AMX or AVX512-BF16), each at every thread count. It reports medians, aotc's bf16 speed-up
 over its float32 and aotc bf16 / OpenVINO bf16, and how far the bf16 outputs are from float32
-ONNX Runtime's (largest absolute difference over the largest magnitude). Needs a CPU with
+ONNX Runtime's (largest absolute difference over the largest magnitude); the bf16 ratio to
+OpenVINO also paired round by round, as tools/bench.py's (the median over rounds of each round's
+ratio of medians: this VM's slow periods move a ratio of whole-run medians). Needs a CPU with
 AVX512-BF16 (elsewhere aotc's bf16 build runs float32, and the bench says so and stops); the
 table's heading says which way the products ran (AMX where the CPU has AMX-BF16).
 """
@@ -29,6 +31,7 @@ from aotc.frontend import import_model, load_onnx
 from aotc.targets import bf16_by_dot_products, cpu_flags
 
 from models.build import save
+from tools.bench import paired_ratio, round_medians
 from models.zoo import ZOO
 
 BEGIN, END = "<!-- bf16-bench:begin -->", "<!-- bf16-bench:end -->"
@@ -81,7 +84,7 @@ def bench_model(name: str, threads: list[int], runs: int, rounds: int, warmup: i
             engines[f"OV {p}, {t}t"] = req.infer
     samples = time_engines(engines, runs, warmup, rounds)
     return {"model": name, "median_ms": {k: statistics.median(v) * 1e3 for k, v in samples.items()},
-            "spread": spread}
+            "round_ms": round_medians(samples, rounds), "spread": spread}
 
 
 def report(results: list[dict], threads: list[int]) -> str:
@@ -91,16 +94,18 @@ def report(results: list[dict], threads: list[int]) -> str:
     L = [BEGIN, "", f"### Reduced precision: `native,bf16` ({way})", "",
          "`python -m tools.bf16_bench` (`make bench-bf16`): medians in ms, engines alternating in one process; "
          f"{_cpu_name()}; OpenVINO {ov.get_version().split('-')[0]}. bf16 speed-up = aotc f32 / aotc bf16; "
-         "vs OV bf16 = aotc bf16 / OpenVINO bf16 (below 1: aotc faster). Error: largest difference from "
-         "ONNX Runtime float32 over the output's largest magnitude.", "",
+         "vs OV bf16 = aotc bf16 / OpenVINO bf16 (below 1: aotc faster), of the medians and paired (the median "
+         "over rounds of each round's ratio). Error: largest difference from ONNX Runtime float32 over the "
+         "output's largest magnitude.", "",
          "| model | threads | aotc f32 | aotc bf16 | ORT f32 | OV f32 | OV bf16 | bf16 speed-up | vs OV bf16 | "
-         "bf16 error |", "|---|---|---|---|---|---|---|---|---|---|"]
+         "vs OV bf16, paired | bf16 error |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         m = r["median_ms"]
         for t in threads:
             f, b = m[f"aotc f32, {t}t"], m[f"aotc bf16, {t}t"]
+            paired = paired_ratio(r["round_ms"], f"aotc bf16, {t}t", [f"OV bf16, {t}t"])
             L.append(f"| {r['model']} | {t} | {f:.2f} | {b:.2f} | {m[f'ORT f32, {t}t']:.2f} | {m[f'OV f32, {t}t']:.2f} "
-                     f"| {m[f'OV bf16, {t}t']:.2f} | {f / b:.2f}x | {b / m[f'OV bf16, {t}t']:.2f} | "
+                     f"| {m[f'OV bf16, {t}t']:.2f} | {f / b:.2f}x | {b / m[f'OV bf16, {t}t']:.2f} | {paired:.2f} | "
                      f"{r['spread']['aotc bf16']:.1e} |")
     L += ["", END]
     return "\n".join(L)
@@ -111,7 +116,7 @@ def main() -> None:
     ap.add_argument("--models", default="resnet50,bert")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--runs", type=int, default=30)
-    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--workdir", type=Path, default=Path("build/bf16_bench"))
     ap.add_argument("--report", type=Path, default=None, help="Markdown file to update between its markers")
