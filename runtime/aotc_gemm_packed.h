@@ -1371,20 +1371,21 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void aotc_bf16_til
                                                                                    int64_t cols, const uint16_t *ahead)
 {
     const uint16_t *b1 = b + kp * 16;
-    /* (without a block ahead, the prefetches read b, in L1 already) */
+    /* a quarter of ahead a row group (8 kp values), a line every other k pair; without a block
+       ahead, the prefetches read b's first line, in L1 already */
     const uint16_t *pre = ahead ? ahead : b;
-    const int64_t pre_part = ahead ? 8 * kp : 0;      /* a quarter of ahead: 8 kp values */
+    const int64_t pre_step = ahead ? 8 : 0;
     int64_t r0, i, k;
     if (cols <= 16) {
         for (r0 = 0; r0 < rows; r0 += 8) {
-            const uint16_t *next = pre + r0 / 8 * pre_part;
+            const uint16_t *next = pre + r0 * kp * pre_step / 8;
             __m512 c0[8];
 #pragma GCC unroll 8
             for (i = 0; i < 8; ++i)
                 c0[i] = add ? _mm512_loadu_ps(out + (r0 + i) * ldo) : _mm512_setzero_ps();
             for (k = 0; k < kp; k += 2) {
                 const __m512bh p0 = (__m512bh)_mm512_loadu_si512((const void *)(b + k * 16));
-                _mm_prefetch((const char *)(next + (ahead ? k * 8 : 0)), _MM_HINT_T1);
+                _mm_prefetch((const char *)(next + k * pre_step), _MM_HINT_T1);
 #pragma GCC unroll 8
                 for (i = 0; i < 8; ++i) {
                     uint32_t pair;
@@ -1399,7 +1400,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void aotc_bf16_til
         return;
     }
     for (r0 = 0; r0 < rows; r0 += 8) {
-        const uint16_t *next = pre + r0 / 8 * pre_part;
+        const uint16_t *next = pre + r0 * kp * pre_step / 8;
         __m512 c0[8], c1[8];
 #pragma GCC unroll 8
         for (i = 0; i < 8; ++i) {
@@ -1409,7 +1410,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void aotc_bf16_til
         for (k = 0; k < kp; k += 2) {
             const __m512bh p0 = (__m512bh)_mm512_loadu_si512((const void *)(b + k * 16));
             const __m512bh p1 = (__m512bh)_mm512_loadu_si512((const void *)(b1 + k * 16));
-            _mm_prefetch((const char *)(next + (ahead ? k * 8 : 0)), _MM_HINT_T1);
+            _mm_prefetch((const char *)(next + k * pre_step), _MM_HINT_T1);
 #pragma GCC unroll 8
             for (i = 0; i < 8; ++i) {
                 uint32_t pair;
