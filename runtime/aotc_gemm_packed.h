@@ -117,17 +117,11 @@ static int64_t aotc_sgemm_kstep(int64_t K)
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #define AOTC_PACK_TRANSPOSE 1
-/* The `rows` (at most 16) rows of 16 floats at s, s + ld, ... (only the first `valid` of each
- * read, the rest taken as zero), transposed: column c (the rows' elements c, in lanes 0..15;
- * lanes past `rows` zero) stored to d + c * dld, for c < valid, its lanes in `keep` only. */
-static inline void aotc_transpose16_part(const float *s, int64_t ld, int rows, int valid, float *d, int64_t dld,
-                                         __mmask16 keep)
+/* r[0..15] (16 rows of 16 floats) transposed in registers: t[c] holds the rows' elements c,
+ * row i in lane i */
+static inline void aotc_transpose16_regs(__m512 r[16], __m512 t[16])
 {
-    const __mmask16 m = (__mmask16)((1u << valid) - 1u);
-    __m512 r[16], t[16];
     int i, e;
-    for (i = 0; i < 16; ++i)
-        r[i] = i < rows ? _mm512_maskz_loadu_ps(m, s + i * ld) : _mm512_setzero_ps();
     /* per 128-bit lane L of four rows a, b, c, d: [a0 b0 a1 b1], [a2 b2 a3 b3], then
        [a0 b0 c0 d0] ... [a3 b3 c3 d3]: the lane's 4 x 4 block transposed */
     for (i = 0; i < 16; i += 2) {
@@ -154,6 +148,20 @@ static inline void aotc_transpose16_part(const float *s, int64_t ld, int rows, i
         t[4 + e] = _mm512_shuffle_f32x4(y0, y1, 0x88);                        /* column 4 + e */
         t[12 + e] = _mm512_shuffle_f32x4(y0, y1, 0xDD);                       /* column 12 + e */
     }
+}
+
+/* The `rows` (at most 16) rows of 16 floats at s, s + ld, ... (only the first `valid` of each
+ * read, the rest taken as zero), transposed: column c (the rows' elements c, in lanes 0..15;
+ * lanes past `rows` zero) stored to d + c * dld, for c < valid, its lanes in `keep` only. */
+static inline void aotc_transpose16_part(const float *s, int64_t ld, int rows, int valid, float *d, int64_t dld,
+                                         __mmask16 keep)
+{
+    const __mmask16 m = (__mmask16)((1u << valid) - 1u);
+    __m512 r[16], t[16];
+    int i;
+    for (i = 0; i < 16; ++i)
+        r[i] = i < rows ? _mm512_maskz_loadu_ps(m, s + i * ld) : _mm512_setzero_ps();
+    aotc_transpose16_regs(r, t);
     for (i = 0; i < valid; ++i)
         _mm512_mask_storeu_ps(d + i * dld, keep, t[i]);
 }
@@ -343,6 +351,61 @@ static inline void aotc_im2col_copy(float *restrict d, const float *restrict s, 
 }
 #endif
 
+/* Is v a convolution over its input's patches side by side (ViT's patch embedding: stride =
+ * kernel, no dilation, no padding, the last patch inside the input)? Then element (k, j) for
+ * k = (c, kh, kw), j = (oh, ow) is x[c][oh*KH + kh][ow*KW + kw]: the KW values of one patch
+ * row are contiguous. */
+static inline int aotc_im2col_patches(const aotc_im2col *v)
+{
+    return v->SH == v->KH && v->SW == v->KW && v->DH == 1 && v->DW == 1 && v->PH == 0 && v->PW == 0 &&
+           v->OH * v->KH <= v->H && v->OW * v->KW <= v->W;
+}
+
+#if AOTC_PACK_TRANSPOSE
+/* aotc_sgemm_pack_im2col for patches (aotc_im2col_patches) in panels of `width` columns, a
+ * multiple of 16 or 8: 16 columns at a time, each of their patch rows (up to 16 consecutive k)
+ * loaded as a vector and the 16 x 16 block transposed into 16 panel rows. (Read one float at a
+ * time at stride KW, ViT's patch embedding spent a third of its time packing.) */
+static void aotc_pack_patches(const aotc_im2col *v, int64_t k0, int64_t kc, int64_t j0, int64_t n, int64_t width,
+                              float *restrict P)
+{
+    const int64_t taps = v->KH * v->KW, panel_floats = kc * width;
+    const int64_t columns = (n + width - 1) / width * width;      /* zeros past n, to the panel's end */
+    const float *at[16];
+    int64_t j, k;
+    for (j = 0; j < columns; j += 16) {
+        const int cols = (int)aotc_gemm_max(0, aotc_gemm_min(16, n - j));
+        float *d = P + (j / width) * panel_floats + j % width;
+        int i;
+        for (i = 0; i < cols; ++i) {          /* the patch of column j + i */
+            const int64_t oh = (j0 + j + i) / v->OW, ow = (j0 + j + i) % v->OW;
+            at[i] = v->x + oh * v->KH * v->W + ow * v->KW;
+        }
+        for (k = 0; k < kc;) {
+            const int64_t c = (k0 + k) / taps, kh = (k0 + k) % taps / v->KW, kw = (k0 + k) % v->KW;
+            const int valid = (int)aotc_gemm_min(16, aotc_gemm_min(v->KW - kw, kc - k));
+            const int64_t from = (c * v->H + kh) * v->W + kw;
+            const __mmask16 m = (__mmask16)((1u << valid) - 1u);
+            __m512 r[16], t[16];
+            for (i = 0; i < 16; ++i)
+                r[i] = i < cols ? _mm512_maskz_loadu_ps(m, at[i] + from) : _mm512_setzero_ps();
+            aotc_transpose16_regs(r, t);
+            for (i = 0; i < valid; ++i) {     /* row k + i: lanes 0-15 the 16 columns */
+                float *row = d + (k + i) * width;
+                if (width % 16 == 0) {
+                    _mm512_storeu_ps(row, t[i]);
+                } else {                      /* width 8: two panels, the second if it exists */
+                    _mm256_storeu_ps(row, _mm512_castps512_ps256(t[i]));
+                    if (j + 8 < columns)
+                        _mm256_storeu_ps(row + panel_floats, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t[i]), 1)));
+                }
+            }
+            k += valid;
+        }
+    }
+}
+#endif
+
 /* P <- rows [k0, k0 + kc) x cols [j0, j0 + n) of the im2col matrix of v as panels of `width`
  * columns: NR-column panels of B (as aotc_sgemm_pack_b lays them out), or with width MR the
  * MR-row panels of an A that is the im2col matrix transposed (as aotc_sgemm_pack_a lays them
@@ -363,6 +426,12 @@ static void aotc_sgemm_pack_im2col(const aotc_im2col *v, int64_t k0, int64_t kc,
 {
     enum { G = AOTC_IM2COL_GROUPS, T = AOTC_IM2COL_TAPS };
     const int64_t H = v->H, W = v->W, SW = v->SW, KK = v->KH * v->KW;
+#if AOTC_PACK_TRANSPOSE
+    if (aotc_im2col_patches(v) && (width % 16 == 0 || width == 8)) {
+        aotc_pack_patches(v, k0, kc, j0, n, width, P);
+        return;
+    }
+#endif
     const int64_t span = width >= 16 ? width : AOTC_IM2COL_SPAN / width * width;
     const int64_t panel_floats = kc * width;      /* from one panel to the next */
     int64_t run_at[AOTC_IM2COL_SPAN + 1], run_h[AOTC_IM2COL_SPAN], run_w[AOTC_IM2COL_SPAN];

@@ -70,7 +70,16 @@ int main(void)
     failed += check(1, 3, 3000, 1, 3, 1, 1, 1, 1, 0, 1, 0, 1);        /* 3000-wide rows */
     failed += check(3, 20, 41, 9, 9, 2, 2, 1, 1, 4, 4, 3, 4);         /* 81 taps: planned in two parts */
     failed += check(2, 1, 300, 1, 130, 1, 2, 1, 1, 0, 9, 0, 3);       /* 130 taps: in three */
-    cases += 6;
+    /* patches side by side (stride = kernel, no padding: aotc_pack_patches) */
+    failed += check(3, 224, 224, 16, 16, 16, 16, 1, 1, 0, 0, 0, 0);   /* ViT's patch embedding */
+    failed += check(3, 70, 43, 14, 14, 14, 14, 1, 1, 0, 0, 0, 0);     /* 14-wide patches, input past the last */
+    failed += check(9, 21, 35, 7, 7, 7, 7, 1, 1, 0, 0, 0, 0);         /* K blocks starting inside a patch row */
+    failed += check(5, 37, 41, 4, 4, 4, 4, 1, 1, 0, 0, 0, 0);         /* Swin's 4 x 4 */
+    failed += check(4, 6, 150, 2, 3, 2, 3, 1, 1, 0, 0, 0, 0);         /* 2 x 3 patches */
+    failed += check(2, 1, 700, 1, 20, 1, 20, 1, 1, 0, 0, 0, 0);       /* 1-D, 20 wide: two loads a row */
+    failed += check(1, 64, 2100, 32, 32, 32, 32, 1, 1, 0, 0, 0, 0);   /* N over a column block */
+    failed += check(4, 10, 21, 4, 4, 4, 4, 1, 1, 0, 0, 2, 3);         /* end padding: the last patches part zeros */
+    cases += 14;
     printf("%d geometries, %d with wrong values\n", cases, failed);
     return failed != 0;
 }
