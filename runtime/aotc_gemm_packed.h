@@ -1034,11 +1034,15 @@ typedef struct {
     int64_t M, N, K;
     const float *A;
     int64_t rsa, csa;
+#ifdef AOTC_GEMM_IM2COL
     const aotc_im2col *aim2col; /* not NULL: A is this convolution's im2col matrix transposed,
                                    element (i, k) the matrix's (k, i) (A unused) */
+#endif
     const float *B;
     int64_t rsb, csb;
+#ifdef AOTC_GEMM_IM2COL
     const aotc_im2col *bim2col; /* not NULL: B is this convolution's im2col matrix (B unused) */
+#endif
     float *C;
     int64_t rsc, csc;
     int accumulate;
@@ -1048,14 +1052,33 @@ typedef struct {
     aotc_tile_fn epilogue;      /* NULL: none */
     void *epilogue_args;
     aotc_whole_tile_fn tile;    /* NULL, or the epilogue's whole tiles (csc must be 1) */
+#ifdef AOTC_GEMM_CONV_BROADCAST
     int conv_broadcast;         /* with bim2col and A packed in panels of 16 rows: the convolution
                                    summed by aotc_conv_broadcast (the schedule's choice: few
                                    output channels) */
+#endif
     /* not NULL (the option bf16): A / B is a constant stored at compile time as bfloat16 in the
        AMX tiles' layout (aotc_sgemm_block_bf16 reads it as it lies; the float32 path widens
        it block by block); A / B and their strides are then unused */
     const uint16_t *Ah, *Bh;
 } aotc_sgemm_call;
+
+/* A call's im2col operands. Their fields, the packers that read them and the broadcast
+ * convolution exist only in a source that defines AOTC_GEMM_IM2COL (AOTC_GEMM_CONV_BROADCAST):
+ * the C emitter does where one of its products reads a convolution's input (sums by
+ * broadcast), so that a call setting them elsewhere fails to compile. Elsewhere they read as
+ * NULL, and the code behind them is not compiled: about half of the gcc time of a small
+ * model's build. */
+#ifdef AOTC_GEMM_IM2COL
+#define AOTC_AIM2COL(g) ((g)->aim2col)
+#define AOTC_BIM2COL(g) ((g)->bim2col)
+#else
+#define AOTC_AIM2COL(g) ((const aotc_im2col *)NULL)
+#define AOTC_BIM2COL(g) ((const aotc_im2col *)NULL)
+#endif
+#if defined(AOTC_GEMM_CONV_BROADCAST) && !defined(AOTC_GEMM_IM2COL)
+#error "AOTC_GEMM_CONV_BROADCAST needs AOTC_GEMM_IM2COL: a broadcast convolution reads its input as im2col"
+#endif
 
 /* The columns a split of C among threads counts in: NR-column panels, or for a one-row product
  * of a B packed at compile time (a layer's weights) half-groups of AOTC_ROW_HALF panels, which
@@ -1065,7 +1088,7 @@ typedef struct {
 #endif
 static int64_t aotc_sgemm_row_unit(const aotc_sgemm_call *g)
 {
-    const int b_packed = g->rsb == 0 && g->csb == 0 && !g->bim2col && !g->Bh;
+    const int b_packed = g->rsb == 0 && g->csb == 0 && !AOTC_BIM2COL(g) && !g->Bh;
     return g->M == 1 && b_packed ? AOTC_ROW_HALF * AOTC_GEMM_NR : AOTC_GEMM_NR;
 }
 
@@ -1260,12 +1283,12 @@ static void aotc_bf16_widen_b(int64_t kc, int64_t n, const uint16_t *Bh, float *
 static const float *aotc_sgemm_b_block(const aotc_sgemm_call *g, int64_t pc, int64_t kc, int64_t kstep, int64_t col,
                                        int64_t nc, float *bwork)
 {
-    if (g->rsb == 0 && g->csb == 0 && !g->bim2col && !g->Bh) {
+    if (g->rsb == 0 && g->csb == 0 && !AOTC_BIM2COL(g) && !g->Bh) {
         const int64_t Npad = (g->N + AOTC_GEMM_NR - 1) / AOTC_GEMM_NR * AOTC_GEMM_NR;
         return g->B + pc * Npad + col * kc;
     }
-    if (g->bim2col)
-        aotc_sgemm_pack_im2col(g->bim2col, pc, kc, col, nc, AOTC_GEMM_NR, bwork);
+    if (AOTC_BIM2COL(g))
+        aotc_sgemm_pack_im2col(AOTC_BIM2COL(g), pc, kc, col, nc, AOTC_GEMM_NR, bwork);
 #if AOTC_GEMM_BF16_LAYOUTS
     else if (g->Bh)
         aotc_bf16_widen_b(kc, nc, aotc_bf16_b_block(g, pc, kstep) + col * aotc_bf16_round(kc, 32), bwork);
@@ -1530,14 +1553,14 @@ static int64_t aotc_bf16_work_offset(const aotc_sgemm_call *g, int64_t kstep, in
 static void aotc_sgemm_block_bf16(const aotc_sgemm_call *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                                   float *work)
 {
-    const int a_packed = g->rsa == 0 && g->csa == 0 && !g->aim2col && !g->Ah, b_packed = g->rsb == 0 && g->csb == 0 && !g->bim2col && !g->Bh;
+    const int a_packed = g->rsa == 0 && g->csa == 0 && !AOTC_AIM2COL(g) && !g->Ah, b_packed = g->rsb == 0 && g->csb == 0 && !AOTC_BIM2COL(g) && !g->Bh;
     const int64_t K = g->K, M = m1 - m0, N = n1 - n0;
     const int64_t kstep = aotc_sgemm_kstep(K), kp = aotc_bf16_round(kstep, 32);
     /* the float32 path's column block (its scratch's layout); B stored for the tiles needs none */
     const int64_t nc_f32 = b_packed ? AOTC_GEMM_NC
         : aotc_gemm_min(AOTC_GEMM_NC, aotc_gemm_max(AOTC_GEMM_NR, AOTC_GEMM_MC * AOTC_GEMM_KC / kstep / AOTC_GEMM_NR * AOTC_GEMM_NR));
     /* a strided B with contiguous rows is converted from where it lies (no float32 packing) */
-    const int b_rows = !g->Bh && !b_packed && !g->bim2col && g->csb == 1;
+    const int b_rows = !g->Bh && !b_packed && !AOTC_BIM2COL(g) && g->csb == 1;
     const int64_t nc_step = g->Bh ? AOTC_GEMM_NC : nc_f32;
     const int64_t nh_step = g->Bh ? nc_step : aotc_gemm_min(nc_step, AOTC_BF16_NC);   /* columns converted at a time */
     const int64_t Mpad = (g->M + AOTC_GEMM_MR - 1) / AOTC_GEMM_MR * AOTC_GEMM_MR;
@@ -1585,8 +1608,8 @@ static void aotc_sgemm_block_bf16(const aotc_sgemm_call *g, int64_t m0, int64_t 
                             aotc_bf16_a_panels(mc, kc, g->A + pc * Mpad + (m0 + ic) * kc, Ah + pc / kstep * a_block + ic * kcp);
                     } else if (a_packed) {
                         aotc_bf16_a_panels(mc, kc, g->A + pc * Mpad + (m0 + ic) * kc, Ah);
-                    } else if (g->aim2col) {
-                        aotc_sgemm_pack_im2col(g->aim2col, pc, kc, m0 + ic, mc, AOTC_GEMM_MR, awork);
+                    } else if (AOTC_AIM2COL(g)) {
+                        aotc_sgemm_pack_im2col(AOTC_AIM2COL(g), pc, kc, m0 + ic, mc, AOTC_GEMM_MR, awork);
                         aotc_bf16_a_panels(mc, kc, awork, Ah);
                     } else if (g->csa == 1) {
                         aotc_bf16_a_rows(mc, kc, g->A + (m0 + ic) * g->rsa + pc, g->rsa, Ah);
@@ -1659,7 +1682,7 @@ static aotc_ahead aotc_sgemm_ahead(const float *panel, int64_t kc, int64_t tile,
  * schedule chooses it (schedule/gemm_cpu.py sums_by_broadcast) on targets that say so (AVX-512
  * ones: a source with such a call defines AOTC_GEMM_CONV_BROADCAST), for C's columns contiguous,
  * nothing accumulated, output rows of 16 columns or more. */
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) && defined(AOTC_GEMM_CONV_BROADCAST)
 #define AOTC_CONV_BROADCAST 1
 
 /* The sums of P consecutive output columns of a row for V groups of 16 channels (V x P <= 28
@@ -1741,12 +1764,12 @@ static void aotc_conv_broadcast_one(const aotc_im2col *v, const float *restrict 
             aotc_conv_broadcast_block(v, w, K * 16, V, P, channels, x, kh0, kh1, SW, sums);               \
     } while (0)
 
-/* Rows [m0, m1) x columns [n0, n1) of C = the convolution of g->bim2col (see above; m0 a
+/* Rows [m0, m1) x columns [n0, n1) of C = the convolution of g's bim2col (see above; m0 a
  * multiple of 16), its groups of 16 channels two at a time (14 columns a block) and the last one
  * alone (16) */
 static void aotc_conv_broadcast(const aotc_sgemm_call *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
 {
-    const aotc_im2col *v = g->bim2col;
+    const aotc_im2col *v = AOTC_BIM2COL(g);
     const int64_t K = g->K, channels = K / (v->KH * v->KW), OW = v->OW, SW = v->SW;
     const int64_t groups = (m1 - m0 + 15) / 16;
     /* the output columns whose every tap lies inside the input's row: [lo, hi) */
@@ -1824,7 +1847,7 @@ static void aotc_conv_broadcast(const aotc_sgemm_call *g, int64_t m0, int64_t m1
 static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                              float *work)
 {
-    const int a_packed = g->rsa == 0 && g->csa == 0 && !g->aim2col && !g->Ah, b_packed = g->rsb == 0 && g->csb == 0 && !g->bim2col && !g->Bh;
+    const int a_packed = g->rsa == 0 && g->csa == 0 && !AOTC_AIM2COL(g) && !g->Ah, b_packed = g->rsb == 0 && g->csb == 0 && !AOTC_BIM2COL(g) && !g->Bh;
     const int64_t K = g->K, M = m1 - m0, N = n1 - n0;
 #if AOTC_CONV_BROADCAST
     if (g->conv_broadcast) {          /* (its A is laid out for it alone) */
@@ -1839,7 +1862,7 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
         return;
     }
 #endif
-    if (M == 1 && !a_packed && !b_packed && !g->aim2col && !g->bim2col && !g->Ah && !g->Bh && K > 0 && N > 0 &&
+    if (M == 1 && !a_packed && !b_packed && !AOTC_AIM2COL(g) && !AOTC_BIM2COL(g) && !g->Ah && !g->Bh && K > 0 && N > 0 &&
         (g->rsb == 1 || g->csb == 1)) {
         aotc_sgemm_one_row(g, m0, n0, n1);
         if (g->epilogue)
@@ -1887,8 +1910,8 @@ static void aotc_sgemm_block(const aotc_sgemm_call *g, int64_t m0, int64_t m1, i
                     aotc_bf16_widen_a(mc, kc, aotc_bf16_a_block(g, pc, kstep) + (m0 + ic) * aotc_bf16_round(kc, 32), awork);
                     ap = awork;
 #endif
-                } else if (g->aim2col) {
-                    aotc_sgemm_pack_im2col(g->aim2col, pc, kc, m0 + ic, mc, AOTC_GEMM_MR, awork);
+                } else if (AOTC_AIM2COL(g)) {
+                    aotc_sgemm_pack_im2col(AOTC_AIM2COL(g), pc, kc, m0 + ic, mc, AOTC_GEMM_MR, awork);
                     ap = awork;
                 } else if (mc == 1) {
                     /* one row: the one-row kernels read the panel's first row only, so only it

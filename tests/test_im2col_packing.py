@@ -44,7 +44,7 @@ CONVS = [
     ((1, 10, 11, 40), (36, 10, 2, 4), dict(strides=[1, 3], pads=[1, 2, 0, 1])),
     # patches side by side (stride = kernel, no padding), packed as B and as A (transposed)
     ((1, 3, 64, 80), (24, 3, 8, 8), dict(strides=[8, 8])),
-    ((1, 6, 112, 112), (96, 6, 16, 16), dict(strides=[16, 16])),
+    ((1, 2, 112, 112), (96, 2, 16, 16), dict(strides=[16, 16])),
 ]
 
 
@@ -99,6 +99,10 @@ def test_im2col_packing_matches_the_im2col_buffer_and_ort(target, threads, tmp_p
     assert (src.count(".bim2col = &im2col"), src.count(".aim2col = &im2col")) == \
         (len(direct_ones) - transposed, transposed)
     assert "im2col = &im2col" not in (tmp_path / "buffer" / "convs.c").read_text()
+    # the GEMM header's im2col fields and packers exist in the source that calls them only
+    # (without AOTC_GEMM_IM2COL a call that set them would not compile)
+    assert "#define AOTC_GEMM_IM2COL 1" in src
+    assert "AOTC_GEMM_IM2COL" not in (tmp_path / "buffer" / "convs.c").read_text()
 
     got, want = direct.run(feeds), buffered.run(feeds)
     ref = ort.InferenceSession(onnx.load(str(path)).SerializeToString()).run(None, feeds)
@@ -181,3 +185,29 @@ def test_gpu_gemm_stages_im2col_from_the_input(kind, tmp_path, monkeypatch):
     for name, a, b, r in zip(load(out["direct"]).output_names, got, want, ref):
         np.testing.assert_array_equal(a, b, err_msg=name)
         np.testing.assert_allclose(a, r, rtol=tol, atol=tol, err_msg=name)
+
+
+def test_im2col_fields_exist_only_where_the_source_asks(tmp_path):
+    """aotc_sgemm_call's im2col fields (and conv_broadcast) are compiled in only with
+    AOTC_GEMM_IM2COL (AOTC_GEMM_CONV_BROADCAST), which the emitter defines for a source that
+    calls them: a call that sets them without it is a compile error, not a product that
+    silently ignores its im2col operand."""
+    import subprocess
+    from aotc.paths import RUNTIME_DIR
+    tiles = GemmTiles.of(load_target("c-avx512"))
+    src = tmp_path / "call.c"
+    src.write_text('#define _POSIX_C_SOURCE 200809L\n#include "aotc_gemm_packed.h"\n'
+                   "int f(const aotc_im2col *v) { aotc_sgemm_call g = { .M = 1, .bim2col = v }; return (int)g.M; }\n"
+                   "int h(void) { aotc_sgemm_call g = { .M = 1, .conv_broadcast = 1 }; return (int)g.M; }\n")
+    avx512 = ["-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mfma"]
+
+    def syntax(*defines, flags=avx512):
+        cmd = ["cc", "-std=c99", "-fsyntax-only", *flags, *[f"-D{k}={v}" for k, v in tiles.macros().items()],
+               *[f"-D{d}" for d in defines], f"-I{RUNTIME_DIR}", str(src)]
+        return subprocess.run(cmd, capture_output=True, text=True)
+    bare = syntax()
+    assert bare.returncode != 0 and "bim2col" in bare.stderr and "conv_broadcast" in bare.stderr
+    both = syntax("AOTC_GEMM_IM2COL", "AOTC_GEMM_CONV_BROADCAST")
+    assert both.returncode == 0, both.stderr
+    assert "needs AOTC_GEMM_IM2COL" in syntax("AOTC_GEMM_CONV_BROADCAST").stderr
+    assert "needs AVX-512" in syntax("AOTC_GEMM_IM2COL", "AOTC_GEMM_CONV_BROADCAST", flags=[]).stderr

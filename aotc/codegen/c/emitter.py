@@ -66,7 +66,12 @@ def emit_source(prefix: str, g: Graph, program: Program, plan: MemoryPlan, exter
         if h == "aotc_gemm_packed.h":
             L.append(f"/* aotc_gemm_packed.h configured for target {target.name} */")
             L += GemmTiles.of(target).defines()
-            if any(isinstance(s, Gemm) and s.conv_broadcast for k in kernels for s in walk_stmts(k.body)):
+            gemms = [s for k in kernels for s in walk_stmts(k.body) if isinstance(s, Gemm)]
+            # the header compiles its im2col packers and broadcast convolution only for a source
+            # that calls them (the printer sets a call's im2col fields for these layouts)
+            if any(s.a.layout == "im2col_t" or s.b.layout == "im2col" for s in gemms):
+                L.append("#define AOTC_GEMM_IM2COL 1  /* a product below reads a convolution's input as its im2col matrix */")
+            if any(s.conv_broadcast for s in gemms):
                 L.append("#define AOTC_GEMM_CONV_BROADCAST 1  /* a convolution below is summed by aotc_conv_broadcast */")
         L.append(f'#include "{h}"')
     L.append("")
