@@ -1446,13 +1446,51 @@ AOTC_BF16_TARGET static void aotc_bf16_tile(int64_t kp, const uint16_t *a, const
     _tile_stored(3, out + 16 * ldo + 16, ldo * 4);
 }
 
+#define AOTC_BF16_ONE_BY_ONE 4   /* up to this many columns past a vector's 16 are summed one by one */
+
+/* out[r * ldo] (+, when add) <- row r of a . one column of b, for r < rows: the column's pairs
+ * (lane `lane` of the 16-column group bg) gathered once, then each row's k in vectors of 16
+ * pairs (VDPBF16PS along k), 8 rows at a time, each summed across its lanes at the end. About
+ * a tenth of what a 16-column vector group costs (at kp 384), so that the 17 columns of a 49-
+ * column product's last block (ResNet-50's 7 x 7 planes) or the 4 of a 196-column one are
+ * not computed as 32 or 16. */
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void aotc_bf16_dot_column(int64_t kp, const uint16_t *a,
+                                                                                     const uint16_t *bg, int lane,
+                                                                                     float *out, int64_t ldo, int add,
+                                                                                     int64_t rows)
+{
+    uint32_t col[(AOTC_GEMM_KC + 31) / 32 * 16];     /* the column's kp / 2 pairs */
+    int64_t p, r0, i, k;
+    for (p = 0; p < kp / 2; ++p)
+        memcpy(&col[p], bg + p * 32 + 2 * lane, sizeof col[p]);
+    for (r0 = 0; r0 < rows; r0 += 8) {
+        __m512 acc[8];
+#pragma GCC unroll 8
+        for (i = 0; i < 8; ++i)
+            acc[i] = _mm512_setzero_ps();
+        for (k = 0; k < kp; k += 32) {
+            const __m512bh pairs = (__m512bh)_mm512_loadu_si512((const void *)(col + k / 2));
+#pragma GCC unroll 8
+            for (i = 0; i < 8; ++i)          /* (rows past `rows`, up to the block's 32, are zeros) */
+                acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)_mm512_loadu_si512((const void *)(a + (r0 + i) * kp + k)),
+                                          pairs);
+        }
+        for (i = 0; i < 8 && r0 + i < rows; ++i) {
+            const float sum = _mm512_reduce_add_ps(acc[i]);
+            out[(r0 + i) * ldo] = add ? out[(r0 + i) * ldo] + sum : sum;
+        }
+    }
+}
+
 /* aotc_bf16_tile's product without the tiles: the same operands (a 32 rows of Ah, b two groups
  * of Bh) and result, by AVX512-BF16's VDPBF16PS, which adds to each of 16 float32 lanes the two
  * products of a pair of bfloat16 values: 8 rows of out at a time, each row's pair (k, k + 1)
  * broadcast against the pairs of b's 32 columns, 16 accumulators of 16 columns. Only the groups
- * of 8 rows that hold one of the first `rows`, and with `cols` <= 16 only the first 16 columns,
- * are computed (the rest of out is left as it was): a product of 16 columns (Winograd's on 4 x 4
- * tiles: ResNet-50's last stage) computed all 32 spent half its time on columns no one reads.
+ * of 8 rows that hold one of the first `rows`, and only the 16-column vectors that hold one of
+ * the first `cols`, are computed (the rest of out is left as it was): a product of 16 columns
+ * (Winograd's on 4 x 4 tiles: ResNet-50's last stage) computed all 32 spent half its time on
+ * columns no one reads; up to AOTC_BF16_ONE_BY_ONE columns past a vector's are summed one by
+ * one (aotc_bf16_dot_column) rather than by another vector of 16.
  * Each group of 8 rows brings a quarter of `ahead` (when not NULL) into L2, a line every other k
  * pair: a layer's weights come from memory once a run, their blocks in Ah (a convolution's A) as
  * 8 short streams at a time, which the hardware prefetchers did not follow (ResNet-50 in bf16
@@ -1467,8 +1505,10 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void aotc_bf16_til
        ahead, the prefetches read b's first line, in L1 already */
     const uint16_t *pre = ahead ? ahead : b;
     const int64_t pre_step = ahead ? 8 : 0;
-    int64_t r0, i, k;
-    if (cols <= 16) {
+    /* the columns computed in vectors; the rest, one by one */
+    const int64_t vec = cols <= AOTC_BF16_ONE_BY_ONE ? 0 : cols <= 16 + AOTC_BF16_ONE_BY_ONE ? 16 : 32;
+    int64_t r0, i, k, c;
+    if (vec == 16) {
         for (r0 = 0; r0 < rows; r0 += 8) {
             const uint16_t *next = pre + r0 * kp * pre_step / 8;
             __m512 c0[8];
@@ -1489,35 +1529,37 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void aotc_bf16_til
             for (i = 0; i < 8; ++i)
                 _mm512_storeu_ps(out + (r0 + i) * ldo, c0[i]);
         }
-        return;
-    }
-    for (r0 = 0; r0 < rows; r0 += 8) {
-        const uint16_t *next = pre + r0 * kp * pre_step / 8;
-        __m512 c0[8], c1[8];
-#pragma GCC unroll 8
-        for (i = 0; i < 8; ++i) {
-            c0[i] = add ? _mm512_loadu_ps(out + (r0 + i) * ldo) : _mm512_setzero_ps();
-            c1[i] = add ? _mm512_loadu_ps(out + (r0 + i) * ldo + 16) : _mm512_setzero_ps();
-        }
-        for (k = 0; k < kp; k += 2) {
-            const __m512bh p0 = (__m512bh)_mm512_loadu_si512((const void *)(b + k * 16));
-            const __m512bh p1 = (__m512bh)_mm512_loadu_si512((const void *)(b1 + k * 16));
-            _mm_prefetch((const char *)(next + k * pre_step), _MM_HINT_T1);
+    } else if (vec == 32) {
+        for (r0 = 0; r0 < rows; r0 += 8) {
+            const uint16_t *next = pre + r0 * kp * pre_step / 8;
+            __m512 c0[8], c1[8];
 #pragma GCC unroll 8
             for (i = 0; i < 8; ++i) {
-                uint32_t pair;
-                memcpy(&pair, a + (r0 + i) * kp + k, sizeof pair);
-                const __m512bh x = (__m512bh)_mm512_set1_epi32((int)pair);
-                c0[i] = _mm512_dpbf16_ps(c0[i], x, p0);
-                c1[i] = _mm512_dpbf16_ps(c1[i], x, p1);
+                c0[i] = add ? _mm512_loadu_ps(out + (r0 + i) * ldo) : _mm512_setzero_ps();
+                c1[i] = add ? _mm512_loadu_ps(out + (r0 + i) * ldo + 16) : _mm512_setzero_ps();
+            }
+            for (k = 0; k < kp; k += 2) {
+                const __m512bh p0 = (__m512bh)_mm512_loadu_si512((const void *)(b + k * 16));
+                const __m512bh p1 = (__m512bh)_mm512_loadu_si512((const void *)(b1 + k * 16));
+                _mm_prefetch((const char *)(next + k * pre_step), _MM_HINT_T1);
+#pragma GCC unroll 8
+                for (i = 0; i < 8; ++i) {
+                    uint32_t pair;
+                    memcpy(&pair, a + (r0 + i) * kp + k, sizeof pair);
+                    const __m512bh x = (__m512bh)_mm512_set1_epi32((int)pair);
+                    c0[i] = _mm512_dpbf16_ps(c0[i], x, p0);
+                    c1[i] = _mm512_dpbf16_ps(c1[i], x, p1);
+                }
+            }
+#pragma GCC unroll 8
+            for (i = 0; i < 8; ++i) {
+                _mm512_storeu_ps(out + (r0 + i) * ldo, c0[i]);
+                _mm512_storeu_ps(out + (r0 + i) * ldo + 16, c1[i]);
             }
         }
-#pragma GCC unroll 8
-        for (i = 0; i < 8; ++i) {
-            _mm512_storeu_ps(out + (r0 + i) * ldo, c0[i]);
-            _mm512_storeu_ps(out + (r0 + i) * ldo + 16, c1[i]);
-        }
     }
+    for (c = vec; c < cols; ++c)
+        aotc_bf16_dot_column(kp, a, c < 16 ? b : b1, (int)(c % 16), out + c, ldo, add, rows);
 }
 
 /* C's rows [0, mr) x columns [0, nr) at c (strides rsc, csc) <- (C +) s[32 x 32] */

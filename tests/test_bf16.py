@@ -64,9 +64,12 @@ def _check(C, A, B, lib_f32_result=None, C0=None):
 
 def _shapes():
     """Around the tiles' 32 x 32 block and 32-wide k steps, the 512-column conversion block, the
-    16-value threshold, K blocks of unequal lengths (385 = 193 + 192) and several row blocks."""
+    16-value threshold, K blocks of unequal lengths (385 = 193 + 192) and several row blocks; last
+    blocks of 1 to 4 columns past a vector of 16 or none (49 = 32 + 16 + 1, 36 = 32 + 4, 20 = 16 +
+    4, 196 = 6 x 32 + 4), which the dot-product tile sums one column at a time."""
     return [(16, 16, 16), (15, 40, 40), (40, 15, 40), (40, 40, 15), (17, 33, 31), (31, 31, 33), (32, 32, 32),
-            (33, 65, 64), (64, 531, 100), (17, 2100, 385), (200, 47, 1000), (129, 70, 769)]
+            (33, 65, 64), (64, 531, 100), (17, 2100, 385), (200, 47, 1000), (129, 70, 769),
+            (40, 49, 400), (33, 36, 70), (20, 20, 100), (17, 196, 64)]
 
 
 def _operands(t, A, B, packed):
