@@ -238,6 +238,16 @@ static void aotc_sgemm_pack_b(int64_t kc, int64_t n, const float *B, int64_t rs,
             for (k = 0; k < kc; ++k)
                 for (j = 0; j < AOTC_GEMM_NR; ++j)
                     Bp[k * AOTC_GEMM_NR + j] = b[k * rs + j];
+        } else if (cs == 1) {
+            /* the last, partial panel of contiguous rows: stated apart so that it stays a
+               vector copy (left to the general loop below, GCC vectorized it for cs == 1 or
+               not depending on what else the header held: LeNet-5 1.10x slower once) */
+            for (k = 0; k < kc; ++k) {
+                for (j = 0; j < nr; ++j)
+                    Bp[k * AOTC_GEMM_NR + j] = b[k * rs + j];
+                for (; j < AOTC_GEMM_NR; ++j)
+                    Bp[k * AOTC_GEMM_NR + j] = 0.0f;
+            }
 #if AOTC_PACK_TRANSPOSE && AOTC_GEMM_NR % 16 == 0
         } else if (rs == 1 && cs != 1) {
             /* B stored transposed (column j contiguous): 16 columns x 16 rows at a time */
