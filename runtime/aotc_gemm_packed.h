@@ -156,7 +156,7 @@ static inline void aotc_transpose16_regs(__m512 r[16], __m512 t[16])
 static inline void aotc_transpose16_part(const float *s, int64_t ld, int rows, int valid, float *d, int64_t dld,
                                          __mmask16 keep)
 {
-    const __mmask16 m = (__mmask16)((1u << valid) - 1u);
+    const __mmask16 m = aotc_mask16(valid);
     __m512 r[16], t[16];
     int i;
     for (i = 0; i < 16; ++i)
@@ -395,7 +395,7 @@ static void aotc_pack_patches(const aotc_im2col *v, int64_t k0, int64_t kc, int6
             const int64_t c = (k0 + k) / taps, kh = (k0 + k) % taps / v->KW, kw = (k0 + k) % v->KW;
             const int valid = (int)aotc_gemm_min(16, aotc_gemm_min(v->KW - kw, kc - k));
             const int64_t from = (c * v->H + kh) * v->W + kw;
-            const __mmask16 m = (__mmask16)((1u << valid) - 1u);
+            const __mmask16 m = aotc_mask16(valid);
             __m512 r[16], t[16];
             for (i = 0; i < 16; ++i)
                 r[i] = i < cols ? _mm512_maskz_loadu_ps(m, at[i] + from) : _mm512_setzero_ps();

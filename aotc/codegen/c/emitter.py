@@ -17,7 +17,7 @@ from ...targets import Target
 from ..abi import bounded_epilogue, c_string, ctype, in_place, port_functions, ports
 from ..host import RunTimeDims, host_statements, strerror_function
 from ..weights_check import read_weights_call
-from .printer import CPrinter, uses_pool
+from .printer import CPrinter, reads_im2col, uses_pool
 
 
 # the runtime header of each family of functions a kernel calls (CallStmt), by name prefix
@@ -68,8 +68,8 @@ def emit_source(prefix: str, g: Graph, program: Program, plan: MemoryPlan, exter
             L += GemmTiles.of(target).defines()
             gemms = [s for k in kernels for s in walk_stmts(k.body) if isinstance(s, Gemm)]
             # the header compiles its im2col packers and broadcast convolution only for a source
-            # that calls them (the printer sets a call's im2col fields for these layouts)
-            if any(s.a.layout == "im2col_t" or s.b.layout == "im2col" for s in gemms):
+            # that calls them
+            if any(reads_im2col(s) for s in gemms):
                 L.append("#define AOTC_GEMM_IM2COL 1  /* a product below reads a convolution's input as its im2col matrix */")
             if any(s.conv_broadcast for s in gemms):
                 L.append("#define AOTC_GEMM_CONV_BROADCAST 1  /* a convolution below is summed by aotc_conv_broadcast */")

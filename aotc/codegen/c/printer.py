@@ -48,6 +48,16 @@ _MINMAX_CMP = ("<", ">", "<=", ">=")
 _OPAQUE_FN = {np.dtype(np.float32): ("f32", "aotc_opaque_f32"), np.dtype(np.float64): ("f64", "aotc_opaque_f64")}
 
 
+# a Gemm operand read from a convolution's input as its im2col matrix (A transposed, or B): the
+# call's aim2col / bim2col, which aotc_gemm_packed.h compiles in for a source defining
+# AOTC_GEMM_IM2COL (emitter.py)
+IM2COL_LAYOUTS = {"a": "im2col_t", "b": "im2col"}
+
+
+def reads_im2col(s: Gemm) -> bool:
+    return s.a.layout == IM2COL_LAYOUTS["a"] or s.b.layout == IM2COL_LAYOUTS["b"]
+
+
 def minmax_bound(e: Select) -> Optional[Const]:
     """The constant c of a select that is max(x, c) or min(x, c) (`x < c ? c : x` and the other
     orders: the arms are the comparison's two operands); None for any other select."""
@@ -278,8 +288,8 @@ class CPrinter(CStylePrinter):
             else:
                 fields += [("work", s.work.name), ("work_floats", str(s.work.thread_stride))]
         view, role = None, None
-        for m, at, name, layout, role_text in ((A, 3, "a", "im2col_t", "A: the transposed"), (B, 6, "b", "im2col", "B: the")):
-            if m.layout == layout:       # a convolution's im2col matrix, packed from its input
+        for m, at, name, role_text in ((A, 3, "a", "A: the transposed"), (B, 6, "b", "B: the")):
+            if m.layout == IM2COL_LAYOUTS[name]:       # a convolution's im2col matrix, packed from its input
                 w = m.window
                 view = [("x", self.expr(_ptr(m)))] + [
                     (k, num(v)) for k, v in zip(("H", "W", "KH", "KW", "SH", "SW", "DH", "DW", "PH", "PW", "OH", "OW"),
