@@ -12,6 +12,7 @@ run). Reported: each engine's median, and ONNX Runtime's median over aotc's.
 """
 from __future__ import annotations
 
+import math
 import statistics
 import tempfile
 import time
@@ -58,21 +59,33 @@ class BoundInstance:
 
 
 def time_engines(engines: Mapping[str, Callable[[], object]], runs: int, warmup: int, rounds: int,
-                 settle_s: float = SETTLE_S) -> dict[str, list[float]]:
+                 settle_s: float = SETTLE_S, min_block_s: float = 0.0) -> dict[str, list[float]]:
     """Seconds of each timed run of each engine, by the method in this module's docstring: every
-    engine gets ceil(runs / rounds) timed runs a round."""
-    for fn in engines.values():
-        for _ in range(warmup):
-            fn()
-    samples: dict[str, list[float]] = {k: [] for k in engines}
+    engine gets ceil(runs / rounds) timed runs a round, or more where that many would take less
+    than `min_block_s`: then as many as its median warm-up run says fill that time (the same
+    count in every round, so each round's median is over as many runs). A block of a few runs of
+    a model that takes tens of microseconds is over before the core has left the pause behind,
+    and its median moved run to run by 1.5x; blocks of milliseconds time what a serving loop
+    sees."""
     per_round = max(1, -(-runs // rounds))
+    counts: dict[str, int] = {}
+    for k, fn in engines.items():
+        warm = []
+        for _ in range(warmup):
+            t0 = time.perf_counter()
+            fn()
+            warm.append(time.perf_counter() - t0)
+        counts[k] = per_round
+        if min_block_s > 0 and warm:
+            counts[k] = max(per_round, math.ceil(min_block_s / max(statistics.median(warm), 1e-7)))
+    samples: dict[str, list[float]] = {k: [] for k in engines}
     for r in range(rounds):
         order = list(engines.items())
         order = order[r % len(order):] + order[:r % len(order)]      # who goes first changes too
         for k, fn in order:
             time.sleep(settle_s)
             fn()
-            for _ in range(per_round):
+            for _ in range(counts[k]):
                 t0 = time.perf_counter()
                 fn()
                 samples[k].append(time.perf_counter() - t0)

@@ -45,3 +45,34 @@ def test_the_faster_other_engine_is_taken_round_by_round():
     # rounds: 8/7, 8/6, 8/9 -> the median 8/7
     assert paired_over_best({"round_ms": round_medians(samples, 3)}, 2) == pytest.approx(8.0 / 7.0)
     assert paired_over_best({"round_ms": round_medians(samples, 3)}, 1) is None     # no 1-thread engines
+
+
+def test_a_fast_engines_block_of_runs_lasts_the_minimum_time():
+    """time_engines with min_block_s: an engine whose runs are short gets as many a round as fill
+    that time (the same count each round, so round_medians splits its samples by round); one whose
+    runs are long keeps runs / rounds"""
+    import time
+
+    from aotc.bench import time_engines
+
+    calls = {"fast": 0, "slow": 0}
+
+    def fast():
+        calls["fast"] += 1
+        time.sleep(0.0005)
+
+    def slow():
+        calls["slow"] += 1
+        time.sleep(0.012)
+
+    samples = time_engines({"fast": fast, "slow": slow}, runs=6, warmup=3, rounds=3, settle_s=0.0,
+                           min_block_s=0.01)
+    assert len(samples["slow"]) == 6                       # ceil(6 / 3) a round: 12 ms > 10 ms already
+    per_round = len(samples["fast"]) // 3
+    assert len(samples["fast"]) == 3 * per_round
+    assert 8 <= per_round <= 21                             # ~10 ms of runs of 0.5 ms (and more)
+    assert calls["fast"] == 3 + 3 * (per_round + 1)         # warm-up, then each round one untimed run
+    assert sum(samples["fast"][:per_round]) >= 0.005
+    # without the minimum, every engine gets runs / rounds
+    plain = time_engines({"fast": fast}, runs=6, warmup=1, rounds=3, settle_s=0.0)
+    assert len(plain["fast"]) == 6

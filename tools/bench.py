@@ -1,6 +1,6 @@
 """Benchmark: aotc vs ONNX Runtime on zoo models, side by side in one run.
 
-python -m tools.bench [--size small|full] [--models a,b] [--runs 15] [--threads 1,2]
+python -m tools.bench [--size small|full] [--models a,b] [--runs 15] [--min-block-ms 20] [--threads 1,2]
                        [--baseline-checkout DIR] [--opencl] [--openvino] [--report docs/PERFORMANCE.md]
 
 For each model, every engine runs on the same inputs: aotc on `--target` (default native)
@@ -13,7 +13,10 @@ e.g. a worktree of the commit before a change: its artifact runs through its own
 `<name>_run_with_weights`, on one thread), and the opencl target (`--opencl`, on whatever
 OpenCL device is first: PoCL here, a CPU driver). `--warmup` runs first; then `--rounds`
 rounds, in each of which every engine in turn runs `--runs / --rounds` timed runs back to back
-(as a serving loop would) after a pause and one untimed run. Engines alternate round by round,
+(as a serving loop would) after a pause and one untimed run, or more where those would take less
+than `--min-block-ms` (20 ms: a model of tens of microseconds runs hundreds of times a round, so
+that its median is of a warm core, not of the first runs after the pause, which moved such cells
+by 1.5x from run to run). Engines alternate round by round,
 so slow drifts of a shared machine hit all alike; runs of one engine are not interleaved with
 another's, whose thread pool would still be spinning on the same cores (ONNX Runtime's and
 aotc's both spin for a while after a run). Each model is measured in a fresh process.
@@ -116,7 +119,8 @@ def compile_with_checkout(checkout: Path, model: Path, target: str, out: Path, s
 
 
 def bench_model(name: str, size: str, runs: int, warmup: int, workdir: Path, target: str, threads: list[int],
-                baseline: Path | None, opencl: bool, rounds: int = 5, openvino: bool = False) -> dict:
+                baseline: Path | None, opencl: bool, rounds: int = 5, openvino: bool = False,
+                min_block_ms: float = 0.0) -> dict:
     e = ZOO[name]
     path = workdir / f"{name}_{size}.onnx"
     save(e.build(size), path)
@@ -143,7 +147,8 @@ def bench_model(name: str, size: str, runs: int, warmup: int, workdir: Path, tar
     if openvino:
         for t in threads:
             engines[f"OV, {t} thread{'s' if t > 1 else ''}"] = openvino_runner(path, feeds, t)
-    samples = time_engines(engines, runs, warmup, rounds)     # the method of aotc/bench.py's docstring
+    # the method of aotc/bench.py's docstring
+    samples = time_engines(engines, runs, warmup, rounds, min_block_s=min_block_ms / 1e3)
     med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
     return {"model": name, "size": size, "median_ms": med, "round_ms": round_medians(samples, rounds),
             "memory": memory}
@@ -209,12 +214,16 @@ def _openvino_version() -> str:
     return ov.__version__.split("-")[0]
 
 
-def render(results: list[dict], runs: int, warmup: int, target: str, threads: list[int]) -> str:
+def render(results: list[dict], runs: int, warmup: int, target: str, threads: list[int],
+           min_block_ms: float = 0.0) -> str:
     tname = load_target(target).name
     L = [BEGIN, "",
          f"Machine: {_cpu_name()}, {os.cpu_count()} cores; target {target} ({tname}); onnxruntime {ort.__version__}; "
-         f"medians of {runs} runs per engine (blocks of back-to-back runs, engines rotated over rounds) after "
-         f"{warmup} warm-up runs, in ms. Speed-up = the 1-thread median / the 2-thread median of the same engine; "
+         + (f"medians of {runs} runs per engine or more (blocks of back-to-back runs lasting {min_block_ms:g} ms "
+            "or more, engines rotated over rounds)" if min_block_ms > 0 else
+            f"medians of {runs} runs per engine (blocks of back-to-back runs, engines rotated over rounds)")
+         + f" after {warmup} warm-up runs, in ms. Speed-up = the 1-thread median / the 2-thread median of the same "
+         "engine; "
          "aotc/ORT = ORT's median / aotc's (> 1: aotc faster)"
          + (f"; aotc/OV the same against OpenVINO {_openvino_version()} (float32); time / best, paired = "
             "the median over rounds of aotc's round median over the faster other engine's in that round "
@@ -270,6 +279,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=5, help="rounds over the engines (runs are split among them)")
+    ap.add_argument("--min-block-ms", type=float, default=20.0,
+                    help="each engine's block of runs in a round lasts at least this long: engines "
+                         "that run faster get more runs (default 20; 0: --runs / --rounds runs)")
     ap.add_argument("--target", default="native")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     ap.add_argument("--baseline-checkout", type=Path, default=None,
@@ -296,10 +308,10 @@ def main() -> None:
         with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as ex:
             r = ex.submit(bench_model, n, a.size, a.runs, a.warmup, a.workdir.resolve(), a.target, threads,
                           a.baseline_checkout.resolve() if a.baseline_checkout else None, a.opencl,
-                          a.rounds, a.openvino).result()
+                          a.rounds, a.openvino, a.min_block_ms).result()
         results.append(r)
         print(f"{n:16} " + "  ".join(f"{k}={v:.3f}ms" for k, v in r["median_ms"].items()), flush=True)
-    table = render(results, a.runs, a.warmup, a.target, threads)
+    table = render(results, a.runs, a.warmup, a.target, threads, a.min_block_ms)
     print(table)
     if a.json:
         a.json.write_text(json.dumps(results, indent=2))
