@@ -137,9 +137,11 @@ class OrtDecoder:
 
 def bench_model(path, target: str = "native", threads: Sequence[int] = (1,), shapes: Optional[Mapping] = None,
                 consts: Optional[Mapping] = None, inputs: Optional[Mapping[str, np.ndarray]] = None,
-                runs: int = 30, warmup: int = 5, rounds: int = 5, seed: int = 0, progress=None) -> dict:
+                runs: int = 30, warmup: int = 5, rounds: int = 5, seed: int = 0, progress=None,
+                min_block_ms: float = 20.0) -> dict:
     """Time aotc and ONNX Runtime on the model at `path`, at each thread count, on `inputs` (or
-    seeded random ones, as `aotc check` draws them). Returns the medians in milliseconds by
+    seeded random ones, as `aotc check` draws them), each engine's block of a round lasting
+    `min_block_ms` or more (time_engines). Returns the medians in milliseconds by
     engine, ONNX Runtime's median over aotc's by thread count, every sample, and the largest
     difference between aotc's outputs and ONNX Runtime's (by thread count)."""
     from .check.inputs import sample_inputs
@@ -148,8 +150,8 @@ def bench_model(path, target: str = "native", threads: Sequence[int] = (1,), sha
     if not threads or any(t < 1 for t in threads):
         raise AotcError(f"--threads {','.join(map(str, threads))}: thread counts must be 1 or more",
                         "example: --threads 1,2")
-    if runs < 1 or warmup < 0 or rounds < 1:
-        raise AotcError("--runs and --rounds must be 1 or more, --warmup 0 or more")
+    if runs < 1 or warmup < 0 or rounds < 1 or min_block_ms < 0:
+        raise AotcError("--runs and --rounds must be 1 or more, --warmup and --min-block-ms 0 or more")
     step = progress or (lambda s: nullcontext())
     shapes, consts = dict(shapes or {}), dict(consts or {})
     for k, v in (inputs or {}).items():
@@ -187,7 +189,7 @@ def bench_model(path, target: str = "native", threads: Sequence[int] = (1,), sha
                                 "aotc bench needs ONNX Runtime to run the model too") from None
             engines[f"ORT, {t}"] = (lambda s=sess: s.run(None, ort_feeds))
         with step(f"timing {len(engines)} engines: {rounds} rounds, {runs} runs each"):
-            samples = time_engines(engines, runs, warmup, rounds)
+            samples = time_engines(engines, runs, warmup, rounds, min_block_s=min_block_ms / 1e3)
         # what was timed computes the model: the outputs of aotc's last run against ONNX Runtime's
         ref = engines[f"ORT, {threads[0]}"]()
         for t, inst in zip(threads, keep):
@@ -195,7 +197,7 @@ def bench_model(path, target: str = "native", threads: Sequence[int] = (1,), sha
                            for a, b in zip(inst.outputs, ref)), default=0.0)
     med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
     return {"model": str(path), "target": target_name, "threads": list(threads), "runs": runs, "warmup": warmup,
-            "rounds": rounds, "median_ms": med,
+            "rounds": rounds, "min_block_ms": min_block_ms, "median_ms": med,
             "ort_over_aotc": {t: med[f"ORT, {t}"] / med[f"aotc, {t}"] for t in threads},
             "max_abs_diff": diff,
             "samples_ms": {k: [s * 1e3 for s in v] for k, v in samples.items()}}

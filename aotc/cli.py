@@ -512,6 +512,10 @@ def bench_cmd(
     runs: int = typer.Option(30, "--runs", min=1, help="Timed runs of each engine at each thread count."),
     warmup: int = typer.Option(5, "--warmup", min=0, help="Untimed runs of each engine first."),
     rounds: int = typer.Option(5, "--rounds", min=1, help="Rounds over the engines, which share out the runs."),
+    min_block_ms: float = typer.Option(20.0, "--min-block-ms", min=0.0,
+                                       help="Each engine's block of runs in a round lasts at least this long: "
+                                            "an engine whose runs are shorter runs more of them (0: --runs / "
+                                            "--rounds each round)."),
     seed: int = typer.Option(0, "--seed", help="Seed for the random inputs."),
     as_json: Optional[Path] = typer.Option(None, "--json", metavar="FILE",
                                            help="Also write the medians and every run's time here."),
@@ -519,24 +523,28 @@ def bench_cmd(
     """Time MODEL compiled by aotc against ONNX Runtime, on the same inputs, at each thread count.
 
     Each engine runs --warmup times, then --rounds rounds in which every engine in turn runs its
-    share of --runs back to back, after a pause and an untimed run; the engines alternate from
-    round to round, so that a shared machine's slow spells hit all alike. Prints each engine's
-    median and aotc/ORT, ONNX Runtime's median over aotc's (above 1: aotc is faster)."""
+    share of --runs back to back, after a pause and an untimed run, or as many more as fill
+    --min-block-ms (so that a fast model's median is of a warm core, not of the runs right after
+    the pause); the engines alternate from round to round, so that a shared machine's slow spells
+    hit all alike. Prints each engine's median and aotc/ORT, ONNX Runtime's median over aotc's
+    (above 1: aotc is faster)."""
     try:
         from .bench import bench_model
         counts = _thread_counts(threads)
         with _stages() as progress:
             r = bench_model(model, target=target, threads=counts, shapes=_parse_shapes(shape),
                             consts=_load_arrays(const, "--const"), inputs=_load_arrays(input, "--input") or None,
-                            runs=runs, warmup=warmup, rounds=rounds, seed=seed, progress=progress)
+                            runs=runs, warmup=warmup, rounds=rounds, seed=seed, progress=progress,
+                            min_block_ms=min_block_ms)
     except typer.Exit:
         raise
     except Exception as e:
         _fail(e)
         return
-    n = len(r["samples_ms"][f"aotc, {counts[0]}"])
-    out.print(f"{model.name} on target {r['target']}: medians of {n} runs per engine after {warmup} warm-up "
-              f"runs, engines alternating over {rounds} rounds (ms)", markup=False)
+    n = min(len(v) for v in r["samples_ms"].values())
+    block = f" (blocks of {min_block_ms:g} ms or more)" if min_block_ms > 0 else ""
+    out.print(f"{model.name} on target {r['target']}: medians of {n} runs per engine or more{block} after {warmup} "
+              f"warm-up runs, engines alternating over {rounds} rounds (ms)", markup=False)
     out.print(f"  {'threads':>7} {'aotc':>10} {'ORT':>10} {'aotc/ORT':>9}")
     for t in counts:
         a, o = r["median_ms"][f"aotc, {t}"], r["median_ms"][f"ORT, {t}"]

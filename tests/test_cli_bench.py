@@ -61,7 +61,7 @@ def mlp(tmp_path_factory):
 def test_bench_times_both_engines_at_each_thread_count(mlp, tmp_path):
     rep = tmp_path / "bench.json"
     p = aotc("bench", mlp, "--target", "c", "--shape", "x=4x64", "--threads", "1,2", "--runs", "6", "--warmup", "2",
-             "--rounds", "3", "--json", rep)
+             "--rounds", "3", "--min-block-ms", "0", "--json", rep)
     assert p.returncode == 0, p.stdout + p.stderr
     r = json.loads(rep.read_text())
     engines = ["aotc, 1", "aotc, 2", "ORT, 1", "ORT, 2"]
@@ -78,6 +78,23 @@ def test_bench_times_both_engines_at_each_thread_count(mlp, tmp_path):
     assert float(rows["2"][1]) == pytest.approx(r["median_ms"]["aotc, 2"], abs=1e-3)
     assert float(rows["2"][3]) == pytest.approx(r["ort_over_aotc"]["2"], abs=0.01)
     assert "medians of 6 runs per engine" in p.stdout
+
+
+def test_bench_blocks_of_fast_runs_last_the_minimum_time(mlp, tmp_path):
+    """By default every engine's block of a round lasts 20 ms or more: an MLP of microseconds runs
+    hundreds of times a round, as many in every round."""
+    rep = tmp_path / "bench.json"
+    p = aotc("bench", mlp, "--target", "c", "--shape", "x=1x64", "--runs", "6", "--warmup", "3", "--rounds", "2",
+             "--json", rep)
+    assert p.returncode == 0, p.stdout + p.stderr
+    r = json.loads(rep.read_text())
+    assert r["min_block_ms"] == 20
+    for e in ("aotc, 1", "ORT, 1"):
+        s = r["samples_ms"][e]
+        assert len(s) % 2 == 0 and len(s) > 50, (e, len(s))
+        assert sum(s[:len(s) // 2]) > 10                   # a round's block: about 20 ms of runs
+    n = min(len(v) for v in r["samples_ms"].values())
+    assert f"medians of {n} runs per engine or more (blocks of 20 ms or more)" in p.stdout
 
 
 @pytest.mark.parametrize("args, fragment", [
