@@ -188,7 +188,7 @@ def bench_model(path, target: str = "native", threads: Sequence[int] = (1,), sha
                 raise AotcError(f"ONNX Runtime cannot run {Path(path).name}: {str(e).splitlines()[0]}",
                                 "aotc bench needs ONNX Runtime to run the model too") from None
             engines[f"ORT, {t}"] = (lambda s=sess: s.run(None, ort_feeds))
-        with step(f"timing {len(engines)} engines: {rounds} rounds, {runs} runs each"):
+        with step(f"timing {len(engines)} engines: {rounds} rounds, {runs} runs each or more"):
             samples = time_engines(engines, runs, warmup, rounds, min_block_s=min_block_ms / 1e3)
         # what was timed computes the model: the outputs of aotc's last run against ONNX Runtime's
         ref = engines[f"ORT, {threads[0]}"]()
