@@ -1345,7 +1345,7 @@ AOTC_BF16_TARGET static void aotc_bf16_a_rows(int64_t m, int64_t kc, const float
     for (i = 0; i < rows; ++i) {
         uint16_t *d = Ah + i * kp;
         for (k = 0; k < kp; k += 16) {
-            const __mmask16 live = i < m ? (__mmask16)(kc - k >= 16 ? 0xffff : kc - k > 0 ? (1u << (kc - k)) - 1 : 0) : 0;
+            const __mmask16 live = i < m ? (__mmask16)aotc_mask16(kc - k) : 0;
             const __m512 x = _mm512_maskz_loadu_ps(live, A + i * rs + k);
             _mm256_storeu_si256((__m256i *)(d + k), (__m256i)_mm512_cvtneps_pbh(x));
         }
@@ -1366,7 +1366,7 @@ AOTC_BF16_TARGET static void aotc_bf16_a_panels(int64_t m, int64_t kc, const flo
         }
         const float *p = Ap + (i / AOTC_GEMM_MR) * kc * AOTC_GEMM_MR + i % AOTC_GEMM_MR;
         for (k = 0; k < kp; k += 16) {
-            const __mmask16 live = (__mmask16)(kc - k >= 16 ? 0xffff : kc - k > 0 ? (1u << (kc - k)) - 1 : 0);
+            const __mmask16 live = (__mmask16)aotc_mask16(kc - k);
             const __m512 x = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, down, p + k * AOTC_GEMM_MR, 4);
             _mm256_storeu_si256((__m256i *)(d + k), (__m256i)_mm512_cvtneps_pbh(x));
         }
@@ -1410,7 +1410,7 @@ AOTC_BF16_TARGET static void aotc_bf16_b_rows(int64_t kc, int64_t n, const float
     int64_t gi;
     for (gi = 0; gi < groups; ++gi) {
         const int64_t col = gi * 16, left = n - col;
-        const __mmask16 live = (__mmask16)(left >= 16 ? 0xffff : left > 0 ? (1u << left) - 1 : 0);
+        const __mmask16 live = (__mmask16)aotc_mask16(left);
         aotc_bf16_b_group(kc, kp, B + (left > 0 ? col : 0), rs, live, Bh + gi * kp * 16);
     }
 }
