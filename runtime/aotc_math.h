@@ -168,7 +168,9 @@ AOTC_MATH_FN float aotc_sigmoidf(float x)
 }
 
 /* tanh: x q(x^2) for |x| < 0.625; beyond, 1 - 2 / (exp(2|x|) + 1) with the sign of x (which
- * is +-1 to float precision from |x| = 9.01 on). */
+ * is +-1 to float precision from |x| = 9.01 on). The exp's argument is in [0, 18.2] (NaN:
+ * 18.2, the end returns x), where aotc_exp_normal gives aotc_expf's values without its edge
+ * selects and second factor of 2^n. */
 AOTC_MATH_FN float aotc_tanhf(float x)
 {
     const float ax = fabsf(x);
@@ -181,7 +183,7 @@ AOTC_MATH_FN float aotc_tanhf(float x)
     q = q * s + -0.333333283662796f;
     q = q * s + 1.0f;
     const float small = x * q;
-    const float e = aotc_expf(2.0f * (ax > 9.1f ? 9.1f : ax));         /* NaN: exp(NaN), finite */
+    const float e = aotc_exp_normal(2.0f * (ax < 9.1f ? ax : 9.1f));
     const float big = 1.0f - 2.0f / (e + 1.0f);
     const float y = ax < 0.625f ? small : (x < 0.0f ? -big : big);
     return x != x ? x : y;
