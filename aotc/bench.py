@@ -26,6 +26,8 @@ from .errors import AotcError
 
 # Before an engine's block of runs: the previous engine's pool threads stop spinning first.
 SETTLE_S = 0.2
+# Each engine's block of runs in a round lasts at least this long (aotc bench, make bench)
+MIN_BLOCK_MS = 20.0
 
 
 class BoundInstance:
@@ -75,8 +77,12 @@ def time_engines(engines: Mapping[str, Callable[[], object]], runs: int, warmup:
             t0 = time.perf_counter()
             fn()
             warm.append(time.perf_counter() - t0)
+        if min_block_s > 0 and not warm:         # (no warm-up asked for: one run to size the blocks)
+            t0 = time.perf_counter()
+            fn()
+            warm.append(time.perf_counter() - t0)
         counts[k] = per_round
-        if min_block_s > 0 and warm:
+        if min_block_s > 0:
             counts[k] = max(per_round, math.ceil(min_block_s / max(statistics.median(warm), 1e-7)))
     samples: dict[str, list[float]] = {k: [] for k in engines}
     for r in range(rounds):
@@ -138,7 +144,7 @@ class OrtDecoder:
 def bench_model(path, target: str = "native", threads: Sequence[int] = (1,), shapes: Optional[Mapping] = None,
                 consts: Optional[Mapping] = None, inputs: Optional[Mapping[str, np.ndarray]] = None,
                 runs: int = 30, warmup: int = 5, rounds: int = 5, seed: int = 0, progress=None,
-                min_block_ms: float = 20.0) -> dict:
+                min_block_ms: float = MIN_BLOCK_MS) -> dict:
     """Time aotc and ONNX Runtime on the model at `path`, at each thread count, on `inputs` (or
     seeded random ones, as `aotc check` draws them), each engine's block of a round lasting
     `min_block_ms` or more (time_engines). Returns the medians in milliseconds by

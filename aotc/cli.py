@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from .version import __version__
+from .bench import MIN_BLOCK_MS as _MIN_BLOCK_MS
 from .errors import AotcError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -512,7 +513,7 @@ def bench_cmd(
     runs: int = typer.Option(30, "--runs", min=1, help="Timed runs of each engine at each thread count."),
     warmup: int = typer.Option(5, "--warmup", min=0, help="Untimed runs of each engine first."),
     rounds: int = typer.Option(5, "--rounds", min=1, help="Rounds over the engines, which share out the runs."),
-    min_block_ms: float = typer.Option(20.0, "--min-block-ms", min=0.0,
+    min_block_ms: float = typer.Option(_MIN_BLOCK_MS, "--min-block-ms", min=0.0,
                                        help="Each engine's block of runs in a round lasts at least this long: "
                                             "an engine whose runs are shorter runs more of them (0: --runs / "
                                             "--rounds each round)."),

@@ -73,6 +73,9 @@ def test_a_fast_engines_block_of_runs_lasts_the_minimum_time():
     assert 8 <= per_round <= 21                             # ~10 ms of runs of 0.5 ms (and more)
     assert calls["fast"] == 3 + 3 * (per_round + 1)         # warm-up, then each round one untimed run
     assert sum(samples["fast"][:per_round]) >= 0.005
+    # no warm-up asked for: one untimed run sizes the blocks all the same
+    cold = time_engines({"fast": fast}, runs=2, warmup=0, rounds=2, settle_s=0.0, min_block_s=0.01)
+    assert len(cold["fast"]) % 2 == 0 and 8 <= len(cold["fast"]) // 2 <= 21
     # without the minimum, every engine gets runs / rounds
     plain = time_engines({"fast": fast}, runs=6, warmup=1, rounds=3, settle_s=0.0)
     assert len(plain["fast"]) == 6

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from aotc.bench import BoundInstance, ort_session, time_engines
+from aotc.bench import MIN_BLOCK_MS, BoundInstance, ort_session, time_engines
 from aotc.check.inputs import sample_inputs
 from aotc.compiler import compile_model
 from aotc.frontend import import_model, load_onnx
@@ -279,9 +279,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=5, help="rounds over the engines (runs are split among them)")
-    ap.add_argument("--min-block-ms", type=float, default=20.0,
+    ap.add_argument("--min-block-ms", type=float, default=MIN_BLOCK_MS,
                     help="each engine's block of runs in a round lasts at least this long: engines "
-                         "that run faster get more runs (default 20; 0: --runs / --rounds runs)")
+                         f"that run faster get more runs (default {MIN_BLOCK_MS:g}; 0: --runs / --rounds runs)")
     ap.add_argument("--target", default="native")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     ap.add_argument("--baseline-checkout", type=Path, default=None,
